@@ -1,0 +1,3 @@
+"""runguard: admission webhook policy engine for ML platform runs."""
+
+__version__ = "0.1.0"
