@@ -1,0 +1,93 @@
+"""What the engine returns: changes, violations and the decision built from them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+JSON = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Change:
+    """One mutation step that changed something: its rule id and a short warning (<120 chars)."""
+
+    rule: str
+    warning: str
+
+
+@dataclass(frozen=True)
+class Violation:
+    """A reason to deny: rule id, dotted JSON path into the object, human message."""
+
+    rule: str
+    path: str
+    message: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"rule": self.rule, "path": self.path, "message": self.message}
+
+    def __str__(self) -> str:
+        return f"[{self.rule}] {self.path}: {self.message}"
+
+
+@dataclass
+class Decision:
+    """The answer for one object, shared by the webhook endpoints and ``runguard apply``.
+
+    ``applies`` is False for objects outside the selector or in an excluded namespace:
+    they are allowed untouched. ``object`` is the object after mutation (the input
+    itself for pod controllers, which are judged but never patched). ``patch`` is a
+    JSON Patch from the input to ``object``.
+    """
+
+    kind: str
+    namespace: str
+    name: str
+    applies: bool
+    allowed: bool
+    object: JSON
+    patch: list[JSON] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    mutations: list[Change] = field(default_factory=list)
+    violations: list[Violation] = field(default_factory=list)
+    profile: str | None = None
+    enforcement: str = "Deny"
+
+    @property
+    def audit_annotations(self) -> dict[str, str]:
+        """Keys that the kube-apiserver audit log shows as ``<webhook>/<key>``."""
+        if not self.applies:
+            return {}
+        out = {"policy": "applied"}
+        if self.profile:
+            out["profile"] = self.profile
+        if self.mutations:
+            out["mutations"] = ",".join(dict.fromkeys(c.rule for c in self.mutations))
+        if self.violations:
+            out["violations"] = ",".join(dict.fromkeys(v.rule for v in self.violations))
+            out["enforcement"] = self.enforcement
+        return out
+
+    def message(self) -> str:
+        """One clear message listing every violation, for ``status.message`` on denial."""
+        if not self.violations:
+            return ""
+        items = "; ".join(str(v) for v in self.violations)
+        count = len(self.violations)
+        noun = "violation" if count == 1 else "violations"
+        return f"runguard denied {self.kind} {self.name or '(unnamed)'}: {count} {noun}: {items}"
+
+    def to_dict(self) -> JSON:
+        """The ``runguard apply -o json`` entry (SPEC section 5)."""
+        return {
+            "kind": self.kind,
+            "namespace": self.namespace,
+            "name": self.name,
+            "allowed": self.allowed,
+            "object": self.object,
+            "patch": self.patch,
+            "warnings": self.warnings,
+            "violations": [v.to_dict() for v in self.violations],
+            "auditAnnotations": self.audit_annotations,
+        }
