@@ -59,7 +59,7 @@ class Decision:
         """Keys that the kube-apiserver audit log shows as ``<webhook>/<key>``."""
         if not self.applies:
             return {}
-        out = {"policy": "applied"}
+        out: dict[str, str] = {}
         if self.profile:
             out["profile"] = self.profile
         if self.mutations:

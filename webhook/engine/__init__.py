@@ -1,0 +1,11 @@
+"""The policy engine: pure functions from (object, Policy) to a Decision. No I/O.
+
+``mutate`` is the mutating webhook (patches run Pods), ``validate`` the validating one
+(judges Pods and the pod templates of controllers), ``evaluate`` both in a row, as the
+cluster would apply them (``runguard apply``). None of them raises.
+"""
+
+from webhook.engine.review import evaluate, mutate, validate
+from webhook.engine.types import Change, Decision, Violation
+
+__all__ = ["Change", "Decision", "Violation", "evaluate", "mutate", "validate"]

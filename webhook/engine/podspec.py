@@ -1,0 +1,306 @@
+"""Finding the pod spec inside an object, and checking it is shaped well enough to judge.
+
+Every field the engine reads or writes is type-checked here first, so the mutation and
+validation steps can index freely: a malformed object becomes ``input.invalid``
+violations naming the path, never an exception.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from webhook.engine.types import JSON, Violation
+from webhook.quantity import QuantityError, parse
+
+INVALID = "input.invalid"
+
+# kind -> keys from the object to its pod template (None: the object is the pod)
+TEMPLATE_PATHS: dict[str, tuple[str, ...]] = {
+    "Pod": (),
+    "Job": ("spec", "template"),
+    "CronJob": ("spec", "jobTemplate", "spec", "template"),
+    "Deployment": ("spec", "template"),
+    "StatefulSet": ("spec", "template"),
+    "ReplicaSet": ("spec", "template"),
+    "DaemonSet": ("spec", "template"),
+    "ReplicationController": ("spec", "template"),
+}
+
+
+class InvalidObject(Exception):
+    """The object cannot be judged; carries the ``input.invalid`` violations."""
+
+    def __init__(self, violations: list[Violation]) -> None:
+        super().__init__("; ".join(str(v) for v in violations))
+        self.violations = violations
+
+
+@dataclass
+class Target:
+    """The pod (or pod template) inside an object: its metadata and spec, and where they are."""
+
+    kind: str
+    metadata: JSON  # the pod's (template's) metadata: labels and annotations live here
+    spec: JSON
+    spec_path: str  # dotted path of ``spec`` inside the object, for violation paths
+    keys: tuple[str, ...]  # keys from the object to the pod template (empty for a Pod)
+
+    @property
+    def labels(self) -> dict[str, str]:
+        labels: dict[str, str] = self.metadata.get("labels") or {}
+        return labels
+
+    @property
+    def annotations(self) -> dict[str, str]:
+        annotations: dict[str, str] = self.metadata.get("annotations") or {}
+        return annotations
+
+
+def invalid(path: str, message: str) -> Violation:
+    return Violation(INVALID, path, message)
+
+
+def object_meta(obj: Any) -> tuple[str, str, str]:
+    """kind, namespace, name of anything, tolerating garbage."""
+    if not isinstance(obj, dict):
+        return "", "", ""
+    meta = obj.get("metadata")
+    meta = meta if isinstance(meta, dict) else {}
+    kind, ns, name = obj.get("kind"), meta.get("namespace"), meta.get("name")
+    if not name and isinstance(meta.get("generateName"), str):
+        name = meta["generateName"]
+    return (
+        kind if isinstance(kind, str) else "",
+        ns if isinstance(ns, str) else "",
+        name if isinstance(name, str) else "",
+    )
+
+
+def locate(obj: Any) -> Target | None:
+    """The pod template of ``obj``; None for kinds that carry no pod. Raises InvalidObject."""
+    if not isinstance(obj, dict):
+        raise InvalidObject([invalid("", f"expected an object, got {type(obj).__name__}")])
+    kind = obj.get("kind")
+    if not isinstance(kind, str):
+        raise InvalidObject([invalid("kind", "kind is missing or not a string")])
+    keys = TEMPLATE_PATHS.get(kind)
+    if keys is None:
+        return None
+    node: Any = obj
+    path: list[str] = []
+    for key in keys:
+        node = node.get(key) if isinstance(node, dict) else None
+        path.append(key)
+        if not isinstance(node, dict):
+            raise InvalidObject([invalid(".".join(path), f"{kind} has no {'.'.join(path)}")])
+    metadata = node.get("metadata", {})
+    if metadata is None:
+        metadata = {}
+    prefix = ".".join(path)
+    meta_path = f"{prefix}.metadata" if prefix else "metadata"
+    if not isinstance(metadata, dict):
+        raise InvalidObject([invalid(meta_path, "metadata is not an object")])
+    problems: list[Violation] = []
+    for field_name in ("labels", "annotations"):
+        value = metadata.get(field_name)
+        if value is not None and not _is_str_map(value):
+            problems.append(invalid(f"{meta_path}.{field_name}", "must map strings to strings"))
+    spec = node.get("spec")
+    spec_path = f"{prefix}.spec" if prefix else "spec"
+    if not isinstance(spec, dict):
+        problems.append(invalid(spec_path, f"{kind} has no pod spec"))
+    if problems:
+        raise InvalidObject(problems)
+    return Target(kind, metadata, spec, spec_path, keys)  # type: ignore[arg-type]
+
+
+def _is_str_map(value: Any) -> bool:
+    return isinstance(value, dict) and all(
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+    )
+
+
+CONTAINER_LISTS = ("initContainers", "containers")
+
+
+def iter_containers(spec: JSON) -> Iterator[tuple[str, int, JSON]]:
+    """(list name, index, container) for init containers then containers."""
+    for list_name in CONTAINER_LISTS:
+        for i, container in enumerate(spec.get(list_name) or ()):
+            yield list_name, i, container
+
+
+def check_shape(spec: JSON, spec_path: str) -> list[Violation]:
+    """Every ``input.invalid`` problem of a pod spec, for the fields the engine touches."""
+    out: list[Violation] = []
+
+    def expect(value: Any, types: type | tuple[type, ...], path: str, what: str) -> bool:
+        if value is None:
+            return False
+        if isinstance(value, bool) and bool not in (types if isinstance(types, tuple) else (types,)):
+            out.append(invalid(path, f"must be {what}, got {value!r}"))
+            return False
+        if not isinstance(value, types):
+            out.append(invalid(path, f"must be {what}, got {type(value).__name__}"))
+            return False
+        return True
+
+    containers = spec.get("containers")
+    if not isinstance(containers, list):
+        out.append(invalid(f"{spec_path}.containers", "containers must be a list"))
+    elif not containers:
+        out.append(invalid(f"{spec_path}.containers", "a pod needs at least one container"))
+    if spec.get("initContainers") is not None:
+        expect(spec["initContainers"], list, f"{spec_path}.initContainers", "a list")
+
+    for list_name in CONTAINER_LISTS:
+        items = spec.get(list_name)
+        if not isinstance(items, list):
+            continue
+        for i, c in enumerate(items):
+            cpath = f"{spec_path}.{list_name}[{i}]"
+            if not isinstance(c, dict):
+                out.append(invalid(cpath, "a container must be an object"))
+                continue
+            if not isinstance(c.get("name"), str):
+                out.append(invalid(f"{cpath}.name", "a container needs a name"))
+            _check_resources(c.get("resources"), f"{cpath}.resources", out, expect)
+            _check_env(c, cpath, out, expect)
+            for key in ("volumeMounts", "volumeDevices"):
+                if expect(c.get(key), list, f"{cpath}.{key}", "a list"):
+                    for j, m in enumerate(c[key]):
+                        if not isinstance(m, dict) or not isinstance(m.get("name"), str):
+                            out.append(invalid(f"{cpath}.{key}[{j}]", "needs a name"))
+            sc = c.get("securityContext")
+            if expect(sc, dict, f"{cpath}.securityContext", "an object"):
+                _check_security_context(sc, f"{cpath}.securityContext", expect, container=True)
+
+    psc = spec.get("securityContext")
+    if expect(psc, dict, f"{spec_path}.securityContext", "an object"):
+        _check_security_context(psc, f"{spec_path}.securityContext", expect, container=False)
+
+    if expect(spec.get("volumes"), list, f"{spec_path}.volumes", "a list"):
+        for i, v in enumerate(spec["volumes"]):
+            vpath = f"{spec_path}.volumes[{i}]"
+            if not isinstance(v, dict) or not isinstance(v.get("name"), str):
+                out.append(invalid(vpath, "a volume must be an object with a name"))
+                continue
+            for vtype, ref in (("persistentVolumeClaim", "claimName"), ("configMap", "name"),
+                               ("secret", "secretName")):
+                if vtype in v and (
+                    not isinstance(v[vtype], dict) or not isinstance(v[vtype].get(ref), str)
+                ):
+                    out.append(invalid(f"{vpath}.{vtype}.{ref}", "must be a string"))
+            if "projected" in v:
+                sources = v["projected"].get("sources") if isinstance(v["projected"], dict) else 0
+                if sources is not None and not isinstance(sources, list):
+                    out.append(invalid(f"{vpath}.projected.sources", "must be a list"))
+                for j, src in enumerate(sources or ()):
+                    if not isinstance(src, dict):
+                        out.append(invalid(f"{vpath}.projected.sources[{j}]", "must be an object"))
+                    elif "secret" in src and (
+                        not isinstance(src["secret"], dict)
+                        or not isinstance(src["secret"].get("name"), str)
+                    ):
+                        out.append(
+                            invalid(f"{vpath}.projected.sources[{j}].secret.name", "must be a string")
+                        )
+
+    ns = spec.get("nodeSelector")
+    if ns is not None and not _is_str_map(ns):
+        out.append(invalid(f"{spec_path}.nodeSelector", "must map strings to strings"))
+    if expect(spec.get("tolerations"), list, f"{spec_path}.tolerations", "a list"):
+        for i, t in enumerate(spec["tolerations"]):
+            if not isinstance(t, dict):
+                out.append(invalid(f"{spec_path}.tolerations[{i}]", "must be an object"))
+    affinity = spec.get("affinity")
+    if expect(affinity, dict, f"{spec_path}.affinity", "an object"):
+        _check_node_affinity(affinity, f"{spec_path}.affinity", out, expect)
+    for key in ("priorityClassName", "runtimeClassName"):
+        expect(spec.get(key), str, f"{spec_path}.{key}", "a string")
+    for key in ("hostNetwork", "hostPID", "hostIPC"):
+        expect(spec.get(key), bool, f"{spec_path}.{key}", "a boolean")
+    return out
+
+
+def _check_resources(res: Any, path: str, out: list[Violation], expect: Any) -> None:
+    if not expect(res, dict, path, "an object"):
+        return
+    for part in ("requests", "limits"):
+        values = res.get(part)
+        if not expect(values, dict, f"{path}.{part}", "an object"):
+            continue
+        for name, value in values.items():
+            try:
+                parse(value)
+            except QuantityError as exc:
+                out.append(invalid(f"{path}.{part}.{name}", str(exc)))
+
+
+def _check_env(c: JSON, cpath: str, out: list[Violation], expect: Any) -> None:
+    if expect(c.get("env"), list, f"{cpath}.env", "a list"):
+        for j, e in enumerate(c["env"]):
+            epath = f"{cpath}.env[{j}]"
+            if not isinstance(e, dict) or not isinstance(e.get("name"), str):
+                out.append(invalid(epath, "an env var must be an object with a name"))
+                continue
+            vf = e.get("valueFrom")
+            if expect(vf, dict, f"{epath}.valueFrom", "an object"):
+                ref = vf.get("secretKeyRef")
+                if expect(ref, dict, f"{epath}.valueFrom.secretKeyRef", "an object") and not (
+                    isinstance(ref.get("name"), str)
+                ):
+                    out.append(invalid(f"{epath}.valueFrom.secretKeyRef.name", "must be a string"))
+    if expect(c.get("envFrom"), list, f"{cpath}.envFrom", "a list"):
+        for j, e in enumerate(c["envFrom"]):
+            epath = f"{cpath}.envFrom[{j}]"
+            if not isinstance(e, dict):
+                out.append(invalid(epath, "must be an object"))
+                continue
+            ref = e.get("secretRef")
+            if expect(ref, dict, f"{epath}.secretRef", "an object") and not isinstance(
+                ref.get("name"), str
+            ):
+                out.append(invalid(f"{epath}.secretRef.name", "must be a string"))
+
+
+def _check_security_context(sc: JSON, path: str, expect: Any, *, container: bool) -> None:
+    ids = ("runAsUser", "runAsGroup") if container else ("runAsUser", "runAsGroup", "fsGroup")
+    for key in ids:
+        expect(sc.get(key), int, f"{path}.{key}", "an integer")
+    flags = ("runAsNonRoot", "privileged", "allowPrivilegeEscalation") if container else (
+        "runAsNonRoot",
+    )
+    for key in flags:
+        expect(sc.get(key), bool, f"{path}.{key}", "a boolean")
+    expect(sc.get("seccompProfile"), dict, f"{path}.seccompProfile", "an object")
+    if container and expect(sc.get("capabilities"), dict, f"{path}.capabilities", "an object"):
+        for key in ("add", "drop"):
+            values = sc["capabilities"].get(key)
+            if values is not None and not (
+                isinstance(values, list) and all(isinstance(x, str) for x in values)
+            ):
+                expect(0, str, f"{path}.capabilities.{key}", "a list of strings")
+
+
+def _check_node_affinity(affinity: JSON, path: str, out: list[Violation], expect: Any) -> None:
+    na = affinity.get("nodeAffinity")
+    if not expect(na, dict, f"{path}.nodeAffinity", "an object"):
+        return
+    req = na.get("requiredDuringSchedulingIgnoredDuringExecution")
+    rpath = f"{path}.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
+    if not expect(req, dict, rpath, "an object"):
+        return
+    terms = req.get("nodeSelectorTerms")
+    if expect(terms, list, f"{rpath}.nodeSelectorTerms", "a list"):
+        for i, term in enumerate(terms):
+            tpath = f"{rpath}.nodeSelectorTerms[{i}]"
+            if not isinstance(term, dict):
+                out.append(invalid(tpath, "must be an object"))
+            elif term.get("matchExpressions") is not None and not (
+                isinstance(term["matchExpressions"], list)
+                and all(isinstance(e, dict) for e in term["matchExpressions"])
+            ):
+                out.append(invalid(f"{tpath}.matchExpressions", "must be a list of objects"))
