@@ -1,0 +1,72 @@
+"""``runguard apply``: objects through the same mutate-then-validate code as the webhook."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+import yaml
+
+from webhook.cli import EXIT_BAD_INPUT, EXIT_DENIED, EXIT_OK
+from webhook.documents import InputError, read_objects
+from webhook.engine import Decision, evaluate
+
+
+def register(sub: Any) -> None:
+    p: argparse.ArgumentParser = sub.add_parser(
+        "apply",
+        help="run Pods or pod controllers through the policy, offline",
+        description="Mutate then validate objects as the webhooks would. "
+        "Exit 0 all allowed, 1 any denied, 2 bad input or bad policy.",
+    )
+    p.add_argument("-p", "--policy", default="policies", help="policy directory (default: policies)")
+    p.add_argument("-o", "--output", choices=("text", "json", "yaml"), default="text")
+    p.add_argument("-n", "--namespace", help="namespace to judge objects in (default: their own)")
+    p.add_argument("files", nargs="+", metavar="FILE", help="YAML or JSON file, or - for stdin")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from webhook.policy.errors import PolicyError
+    from webhook.policy.loader import load_policy
+
+    try:
+        policy = load_policy(args.policy)
+    except PolicyError as exc:
+        for issue in exc.errors:
+            print(issue, file=sys.stderr)
+        return EXIT_BAD_INPUT
+    try:
+        objects = [obj for source in args.files for obj in read_objects(source)]
+    except InputError as exc:
+        print(f"runguard: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    decisions = [evaluate(obj, policy, namespace=args.namespace) for obj in objects]
+    if args.output == "json":
+        json.dump([d.to_dict() for d in decisions], sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    elif args.output == "yaml":
+        yaml.safe_dump([d.to_dict() for d in decisions], sys.stdout, sort_keys=False)
+    else:
+        for d in decisions:
+            print(describe(d))
+    return EXIT_OK if all(d.allowed for d in decisions) else EXIT_DENIED
+
+
+def describe(d: Decision) -> str:
+    """A few human lines per object: verdict, then warnings and violations."""
+    where = f"{d.namespace}/{d.name}" if d.namespace else d.name or "(unnamed)"
+    if not d.applies:
+        return f"{d.kind or 'object'} {where}: not a run, untouched"
+    verdict = "allowed" if d.allowed else "DENIED"
+    extra = []
+    if d.profile:
+        extra.append(f"profile {d.profile}")
+    if d.patch:
+        extra.append(f"{len(d.patch)} patch operations")
+    lines = [f"{d.kind} {where}: {verdict}" + (f" ({', '.join(extra)})" if extra else "")]
+    lines += [f"  warning: {w}" for w in d.warnings]
+    lines += [f"  violation: {v}" for v in d.violations]
+    return "\n".join(lines)
