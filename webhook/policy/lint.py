@@ -1,0 +1,244 @@
+"""``lint``: the loader's errors plus warnings about policies that load but misbehave.
+
+A warning is a policy that is valid but very likely not what the admin meant: a name
+pattern using a label the selector does not guarantee (runs without it can never use
+their own volumes), a profile whose requests exceed its limits, a profile priority
+class that the scheduling step would replace, and so on.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from webhook.policy.errors import PolicyIssue
+from webhook.policy.loader import (
+    PolicySource,
+    SourceDocument,
+    gpu_resource_name,
+    read_policy,
+    resource_values,
+)
+from webhook.policy.model import Policy
+
+__all__ = ["LintReport", "lint"]
+
+_PLACEHOLDER = re.compile(r"\{labels\[([^\]{}]*)\]\}")
+_PATTERN_LISTS = (
+    ("spec", "volumes", "platformClaims"),
+    ("spec", "volumes", "platformConfigMaps"),
+    ("spec", "secrets", "allowed"),
+)
+
+
+@dataclass
+class LintReport:
+    """What ``runguard lint`` found: ``errors`` stop the policy loading, ``warnings`` do not."""
+
+    directory: str
+    errors: list[PolicyIssue] = field(default_factory=list)
+    warnings: list[PolicyIssue] = field(default_factory=list)
+    policy: Policy | None = None
+    run_policies: int = 0
+    profiles: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+    def lines(self) -> list[str]:
+        """Errors, then warnings: ``file:line: key: message`` / ``file:line: warning: ...``."""
+        return [str(e) for e in self.errors] + [format_warning(w) for w in self.warnings]
+
+    def summary(self) -> str:
+        def count(n: int, word: str) -> str:
+            return f"{n} {word}" + ("" if n == 1 else "s")
+
+        found = count(self.run_policies, "RunPolicy").replace("RunPolicys", "RunPolicies")
+        return (
+            f"{self.directory}: {found}, {count(self.profiles, 'profile')}: "
+            f"{count(len(self.errors), 'error')}, {count(len(self.warnings), 'warning')}"
+        )
+
+
+def format_warning(issue: PolicyIssue) -> str:
+    where = issue.file if issue.line is None else f"{issue.file}:{issue.line}"
+    key = f"{issue.key}: " if issue.key else ""
+    return f"{where}: warning: {key}{issue.message}"
+
+
+def lint(directory: str | Path) -> LintReport:
+    """Check a policy directory; never raises for anything in the files."""
+    source = read_policy(directory)
+    warnings = sorted(_warnings(source), key=lambda i: (i.file, i.line or 0))
+    return LintReport(
+        directory=source.directory,
+        errors=source.errors,
+        warnings=list(dict.fromkeys(warnings)),
+        policy=source.policy,
+        run_policies=len(source.run_policies),
+        profiles=len(source.profiles),
+    )
+
+
+def _warnings(source: PolicySource) -> Iterator[PolicyIssue]:
+    run_policy = source.run_policy
+    gpu = gpu_resource_name(source)
+    if run_policy is not None:
+        yield from _run_policy_warnings(run_policy, gpu)
+    for profile in source.profiles:
+        yield from _profile_warnings(profile, run_policy, gpu)
+
+
+def guaranteed_labels(selector: Any) -> set[str]:
+    """Label keys every Pod matching ``selector`` carries (matchLabels, Exists, In)."""
+    if not isinstance(selector, dict):
+        return set()
+    match_labels = selector.get("matchLabels")
+    keys = set(match_labels) if isinstance(match_labels, dict) else set()
+    for expr in selector.get("matchExpressions") or []:
+        if isinstance(expr, dict) and expr.get("operator") in ("Exists", "In"):
+            keys.add(str(expr.get("key")))
+    return keys
+
+
+def _run_policy_warnings(doc: SourceDocument, gpu: str) -> Iterator[PolicyIssue]:
+    selector = doc.get("spec", "selector")
+    if (
+        isinstance(selector, dict)
+        and not selector.get("matchLabels")
+        and not selector.get("matchExpressions")
+    ):
+        yield doc.issue(
+            ("spec", "selector"),
+            "an empty selector makes every Pod outside excludeNamespaces a platform run",
+        )
+
+    labels = guaranteed_labels(selector)
+    for list_path in _PATTERN_LISTS:
+        patterns = doc.get(*list_path)
+        for i, pattern in enumerate(patterns if isinstance(patterns, list) else []):
+            if not isinstance(pattern, str):
+                continue
+            if pattern.strip("*") == "":
+                yield doc.issue(
+                    (*list_path, i), f'pattern "{pattern}" matches every name: the rule is off'
+                )
+            for key in _PLACEHOLDER.findall(pattern):
+                if key not in labels:
+                    yield doc.issue(
+                        (*list_path, i),
+                        f'pattern uses label "{key}", which the selector does not require; a '
+                        "run without it matches no pattern (add a matchExpressions "
+                        f"{{key: {key}, operator: Exists}})",
+                    )
+
+    profiles = doc.get("spec", "profiles")
+    if (
+        isinstance(profiles, dict)
+        and profiles.get("unknown") == "Default"
+        and not profiles.get("default")
+    ):
+        yield doc.issue(
+            ("spec", "profiles", "unknown"),
+            "unknown: Default without profiles.default: an unknown profile means no profile",
+        )
+
+    maximums = resource_values(doc, ("spec", "resources", "maximums"), gpu)
+    requests = resource_values(doc, ("spec", "resources", "defaults", "requests"), gpu)
+    limits = resource_values(doc, ("spec", "resources", "defaults", "limits"), gpu)
+    for part, values in (("requests", requests), ("limits", limits)):
+        path = ("spec", "resources", "defaults", part)
+        for name, (key, value) in values.items():
+            if name in maximums and value > maximums[name][1]:
+                yield doc.issue(
+                    (*path, key),
+                    f"default is above the maximum {maximums[name][0]}: "
+                    f"{_text(doc, ('spec', 'resources', 'maximums', maximums[name][0]))}; "
+                    "every run would be clamped or denied",
+                )
+            if name == gpu and value > 0:
+                yield doc.issue((*path, key), "a default gpu gives every container a GPU")
+    for name, (key, value) in requests.items():
+        if name in limits and value > limits[name][1]:
+            limit_path = ("spec", "resources", "defaults", "limits", limits[name][0])
+            yield doc.issue(
+                ("spec", "resources", "defaults", "requests", key),
+                f"default request is above the default limit {_text(doc, limit_path)}",
+            )
+
+    security = doc.get("spec", "security")
+    if isinstance(security, dict) and security.get("seccompProfile") == "Unconfined":
+        yield doc.issue(
+            ("spec", "security", "seccompProfile"), "Unconfined turns seccomp off for every run"
+        )
+    allowed_types = doc.get("spec", "volumes", "allowedTypes")
+    if isinstance(allowed_types, list) and "hostPath" in allowed_types:
+        index = allowed_types.index("hostPath")
+        yield doc.issue(
+            ("spec", "volumes", "allowedTypes", index),
+            "hostPath lets a run read and write the node's filesystem",
+        )
+
+    preemption = doc.get("spec", "scheduling", "preemption")
+    if (
+        isinstance(preemption, dict)
+        and not preemption.get("nodeSelector")
+        and not preemption.get("tolerations")
+    ):
+        yield doc.issue(
+            ("spec", "scheduling", "preemption"),
+            "no nodeSelector or tolerations for spot nodes: preemption modes change nothing",
+        )
+
+
+def _profile_warnings(
+    doc: SourceDocument, run_policy: SourceDocument | None, gpu: str
+) -> Iterator[PolicyIssue]:
+    requests = resource_values(doc, ("spec", "resources", "requests"), gpu)
+    limits = resource_values(doc, ("spec", "resources", "limits"), gpu)
+    for name, (key, value) in requests.items():
+        if name not in limits:
+            continue
+        limit_key, limit = limits[name]
+        path = ("spec", "resources", "requests", key)
+        if name == gpu and value != limit:
+            yield doc.issue(
+                path,
+                f"gpu request {_text(doc, path)} differs from the gpu limit "
+                f"{_text(doc, ('spec', 'resources', 'limits', limit_key))}; runs get the limit",
+            )
+        elif value > limit:
+            yield doc.issue(
+                path,
+                f"request {_text(doc, path)} is above the limit "
+                f"{_text(doc, ('spec', 'resources', 'limits', limit_key))}",
+            )
+
+    env = doc.get("spec", "env")
+    seen: set[str] = set()
+    for i, var in enumerate(env if isinstance(env, list) else []):
+        var_name = var.get("name") if isinstance(var, dict) else None
+        if isinstance(var_name, str):
+            if var_name in seen:
+                yield doc.issue(("spec", "env", i, "name"), f'env "{var_name}" is set twice')
+            seen.add(var_name)
+
+    if run_policy is None:
+        return
+    priority_class = doc.get("spec", "priorityClassName")
+    allowed = run_policy.get("spec", "scheduling", "priorityClasses", "allowed")
+    if isinstance(priority_class, str) and isinstance(allowed, list):
+        if priority_class not in allowed:
+            yield doc.issue(
+                ("spec", "priorityClassName"),
+                f'priority class "{priority_class}" is not allowed by the RunPolicy '
+                f"({', '.join(map(str, allowed))}); the scheduling step replaces it",
+            )
+
+
+def _text(doc: SourceDocument, path: tuple[str | int, ...]) -> str:
+    return str(doc.get(*path))
