@@ -278,11 +278,13 @@ def clamp_to_maximums(pod: Pod) -> Change | None:
 
 
 def strip_root(pod: Pod) -> Change | None:
-    """Harden the pod. Explicit root settings are fixed only with ``onRoot: Strip``; fields
-    the user left out (seccomp, dropped capabilities, no privilege escalation) are always set."""
+    """Harden the pod. Explicit root settings are fixed only with ``onRoot: Strip``
+    (``security.root``); fields the user left out (runAsNonRoot, seccomp, dropped
+    capabilities, no privilege escalation) are always filled (``security.defaults``)."""
     sec = pod.policy.security
     strip = sec.on_root == "Strip"
-    notes: list[str] = []
+    stripped: list[str] = []
+    filled: list[str] = []
     spec = pod.spec
     psc = spec.get("securityContext")
     if psc is None:
@@ -295,15 +297,21 @@ def strip_root(pod: Pod) -> Change | None:
         ):
             if psc.get(key) == 0:
                 _replace_id(psc, key, replacement)
-                notes.append(f"pod {key} 0")
-    if psc.get("runAsNonRoot") is None or (strip and psc.get("runAsNonRoot") is False):
+                stripped.append(f"pod {key} 0")
+    if psc.get("runAsNonRoot") is None:
         psc["runAsNonRoot"] = True
-        notes.append("runAsNonRoot")
+        filled.append("runAsNonRoot")
+    elif strip and psc["runAsNonRoot"] is False:
+        psc["runAsNonRoot"] = True
+        stripped.append("runAsNonRoot false")
     if sec.seccomp_profile:
         current = (psc.get("seccompProfile") or {}).get("type")
-        if current is None or (strip and current == "Unconfined"):
+        if current is None:
             psc["seccompProfile"] = {"type": sec.seccomp_profile}
-            notes.append("seccomp")
+            filled.append(f"seccomp {sec.seccomp_profile}")
+        elif strip and current == "Unconfined":
+            psc["seccompProfile"] = {"type": sec.seccomp_profile}
+            stripped.append("seccomp Unconfined")
 
     for _, _, container in iter_containers(spec):
         name = container["name"]
@@ -314,18 +322,20 @@ def strip_root(pod: Pod) -> Change | None:
             for key, replacement in (("runAsUser", sec.run_as_user), ("runAsGroup", sec.run_as_group)):
                 if sc.get(key) == 0:
                     _replace_id(sc, key, replacement)
-                    notes.append(f"{name} {key} 0")
+                    stripped.append(f"{name} {key} 0")
             if sc.get("runAsNonRoot") is False:
                 sc["runAsNonRoot"] = True
-                notes.append(f"{name} runAsNonRoot")
+                stripped.append(f"{name} runAsNonRoot false")
             if sec.seccomp_profile and (sc.get("seccompProfile") or {}).get("type") == "Unconfined":
                 sc["seccompProfile"] = {"type": sec.seccomp_profile}
-                notes.append(f"{name} seccomp")
+                stripped.append(f"{name} seccomp Unconfined")
         for key in ("privileged", "allowPrivilegeEscalation"):
-            if sc.get(key) is None or (strip and sc[key] is True):
-                if sc.get(key) is True:
-                    notes.append(f"{name} {key}")
+            if sc.get(key) is None:
                 sc[key] = False
+                filled.append(f"{key} false")
+            elif strip and sc[key] is True:
+                sc[key] = False
+                stripped.append(f"{name} {key}")
         caps = sc.get("capabilities")
         if caps is None:
             caps = sc["capabilities"] = {}
@@ -333,18 +343,21 @@ def strip_root(pod: Pod) -> Change | None:
         missing = [c for c in sec.drop_capabilities if c not in drop]
         if missing:
             caps["drop"] = [*drop, *missing]
+            filled.append(f"drop {','.join(missing)}")
         add = caps.get("add")
         if strip and add:
             kept = [c for c in add if c in sec.allowed_capabilities]
             if kept != add:
-                notes.append(f"{name} capabilities {','.join(c for c in add if c not in kept)}")
+                stripped.append(f"{name} add {','.join(c for c in add if c not in kept)}")
                 if kept:
                     caps["add"] = kept
                 else:
                     del caps["add"]
-    if not notes:
-        return None  # only silent fill-ins (privileged: false, drop ALL) remain
-    return Change("security.root", warning("root and privileges stripped", notes))
+    if stripped:
+        return Change("security.root", warning("root and privileges stripped", stripped))
+    if filled:
+        return Change("security.defaults", warning("security defaults set", dict.fromkeys(filled)))
+    return None
 
 
 def _replace_id(sc: JSON, key: str, replacement: int | None) -> None:
@@ -520,7 +533,7 @@ def _set_spot_affinity(spec: JSON, spot: dict[str, str] | Any, operator: str | N
     affinity = spec.get("affinity") or {}
     node_affinity = affinity.get("nodeAffinity") or {}
     required = node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or {}
-    terms = [dict(t) for t in required.get("nodeSelectorTerms") or ()]
+    terms: list[JSON] = list(required.get("nodeSelectorTerms") or ())
     wanted = [
         {"key": k, "operator": operator, "values": [v]} for k, v in spot.items()
     ] if operator else []
@@ -528,12 +541,11 @@ def _set_spot_affinity(spec: JSON, spot: dict[str, str] | Any, operator: str | N
     for term in terms or ([{}] if wanted else []):
         expressions = [e for e in term.get("matchExpressions") or () if e.get("key") not in keys]
         expressions.extend(wanted)
+        new_term = {k: v for k, v in term.items() if k != "matchExpressions"}
         if expressions:
-            term["matchExpressions"] = expressions
-        else:
-            term.pop("matchExpressions", None)
-        if term:
-            new_terms.append(term)
+            new_term["matchExpressions"] = expressions
+        if new_term:
+            new_terms.append(new_term)
     if new_terms == terms:
         return
     if new_terms:
