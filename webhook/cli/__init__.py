@@ -19,6 +19,8 @@ COMMANDS = (
     "lint",
     "test",
     "schema",
+    "certs",
+    "serve",
 )
 
 EXIT_OK, EXIT_DENIED, EXIT_BAD_INPUT = 0, 1, 2
