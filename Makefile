@@ -1,0 +1,52 @@
+# runguard: the two commands are `make run` (set up, then serve the webhook over TLS on
+# https://127.0.0.1:8443 with policies/ and fresh dev certificates) and `make test`.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+DEV_CERTS := certs/dev
+BIND ?= 127.0.0.1:8443
+POLICY ?= policies
+
+.PHONY: all venv run certs test lint typecheck cases bench cluster cluster-down manifests clean
+
+all: test
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+$(DEV_CERTS)/tls.crt: | $(STAMP)
+	$(BIN)/runguard certs --service runguard --namespace runguard --out $(DEV_CERTS) \
+	    --host localhost --host 127.0.0.1
+
+certs: $(DEV_CERTS)/tls.crt
+
+run: $(STAMP) $(DEV_CERTS)/tls.crt
+	$(BIN)/runguard lint -p $(POLICY)
+	$(BIN)/runguard serve -p $(POLICY) --cert $(DEV_CERTS)/tls.crt --key $(DEV_CERTS)/tls.key \
+	    --bind $(BIND)
+
+# Everything CI runs: lint, types, unit + HTTP + e2e tests (the e2e build is cached).
+test: $(STAMP)
+	$(BIN)/ruff check webhook tests bench
+	$(BIN)/mypy
+	bash tests/e2e/build.sh >/dev/null
+	$(BIN)/pytest -p no:cacheprovider
+
+lint: $(STAMP)
+	$(BIN)/runguard lint -p $(POLICY)
+
+cases: $(STAMP)
+	$(BIN)/runguard test tests/cases
+
+bench: $(STAMP)
+	$(BIN)/python bench/bench_engine.py
+
+clean:
+	rm -rf $(VENV) $(DEV_CERTS) build *.egg-info
