@@ -21,14 +21,24 @@ def test_enough_cases_cover_every_rule() -> None:
         rules.update(
             word.strip("[],'\" ")
             for word in (folder / "case.yaml").read_text().split()
-            if "." in word and word.strip("[],'\" ").split(".")[0]
+            if "." in word
+            and word.strip("[],'\" ").split(".")[0]
             in {"profile", "resources", "security", "volumes", "secrets", "scheduling", "input"}
         )
     expected = {
-        "profile.unknown", "resources.exceeded", "resources.gpu-mismatch", "security.root",
-        "security.privileged", "security.capabilities", "security.host-namespace",
-        "volumes.forbidden-type", "volumes.pre-existing", "secrets.forbidden",
-        "scheduling.priority-class", "scheduling.preemption-mode", "input.invalid",
+        "profile.unknown",
+        "resources.exceeded",
+        "resources.gpu-mismatch",
+        "security.root",
+        "security.privileged",
+        "security.capabilities",
+        "security.host-namespace",
+        "volumes.forbidden-type",
+        "volumes.pre-existing",
+        "secrets.forbidden",
+        "scheduling.priority-class",
+        "scheduling.preemption-mode",
+        "input.invalid",
     }
     assert len(ALL) >= 40
     assert expected <= rules, expected - rules
@@ -43,7 +53,9 @@ def test_case(folder: Path) -> None:
 def test_cli_runs_the_same_cases() -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "webhook", "test", str(CASES)],
-        capture_output=True, text=True, check=False,
+        capture_output=True,
+        text=True,
+        check=False,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert f"{len(ALL)} passed, 0 failed" in proc.stdout
@@ -59,7 +71,9 @@ def test_cli_reports_a_failing_case(tmp_path: Path) -> None:
     )
     proc = subprocess.run(
         [sys.executable, "-m", "webhook", "test", str(tmp_path)],
-        capture_output=True, text=True, check=False,
+        capture_output=True,
+        text=True,
+        check=False,
     )
     assert proc.returncode == 1
     assert "FAIL wrong" in proc.stdout
@@ -70,7 +84,9 @@ def test_cli_reports_a_failing_case(tmp_path: Path) -> None:
 def test_cli_without_cases_is_an_error(tmp_path: Path) -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "webhook", "test", str(tmp_path)],
-        capture_output=True, text=True, check=False,
+        capture_output=True,
+        text=True,
+        check=False,
     )
     assert proc.returncode == 2
     assert "no case folders" in proc.stderr

@@ -68,7 +68,10 @@ def containers(draw: Any, name: str, volume_names: list[str]) -> dict[str, Any]:
         c["securityContext"] = draw(security_contexts(pod=False))
     if draw(st.booleans()):
         c["env"] = [
-            {"name": f"E{i}", "valueFrom": {"secretKeyRef": {"name": draw(secret_names), "key": "k"}}}
+            {
+                "name": f"E{i}",
+                "valueFrom": {"secretKeyRef": {"name": draw(secret_names), "key": "k"}},
+            }
             if draw(st.booleans())
             else {"name": f"E{i}", "value": "v"}
             for i in range(draw(st.integers(0, 3)))
@@ -93,7 +96,9 @@ def volumes(draw: Any) -> list[dict[str, Any]]:
         elif kind == "secret":
             out.append({"name": name, "secret": {"secretName": draw(secret_names)}})
         elif kind == "projected":
-            srcs = [{"secret": {"name": draw(secret_names)}} for _ in range(draw(st.integers(0, 2)))]
+            srcs = [
+                {"secret": {"name": draw(secret_names)}} for _ in range(draw(st.integers(0, 2)))
+            ]
             out.append({"name": name, "projected": {"sources": srcs}})
         elif kind == "emptyDir":
             out.append({"name": name, "emptyDir": {}})
@@ -117,9 +122,7 @@ def pods(draw: Any) -> dict[str, Any]:
     vols = draw(volumes())
     names = [v["name"] for v in vols]
     spec: dict[str, Any] = {
-        "containers": [
-            draw(containers(f"c{i}", names)) for i in range(draw(st.integers(1, 3)))
-        ],
+        "containers": [draw(containers(f"c{i}", names)) for i in range(draw(st.integers(1, 3)))],
     }
     if draw(st.booleans()):
         spec["initContainers"] = [draw(containers("init", names))]
@@ -194,12 +197,23 @@ def test_strict_policy_denies_what_platform_fixes(pod: dict[str, Any]) -> None:
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | st.text(max_size=5),
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
     max_leaves=20,
 )
 pod_keys = st.sampled_from(
-    ["containers", "initContainers", "volumes", "securityContext", "tolerations", "affinity",
-     "nodeSelector", "priorityClassName", "hostNetwork"]
+    [
+        "containers",
+        "initContainers",
+        "volumes",
+        "securityContext",
+        "tolerations",
+        "affinity",
+        "nodeSelector",
+        "priorityClassName",
+        "hostNetwork",
+    ]
 )
 container_keys = st.sampled_from(
     ["resources", "env", "envFrom", "securityContext", "volumeMounts", "name", "volumeDevices"]
@@ -216,7 +230,11 @@ def damaged_pods(draw: Any) -> Any:
         if target == "pod":
             spec[draw(pod_keys)] = draw(json_values)
         elif target == "container":
-            first = (spec.get("containers") or [None])[0] if isinstance(spec.get("containers"), list) else None
+            first = (
+                (spec.get("containers") or [None])[0]
+                if isinstance(spec.get("containers"), list)
+                else None
+            )
             if isinstance(first, dict):
                 first[draw(container_keys)] = draw(json_values)
         else:

@@ -38,8 +38,18 @@ from webhook.policy.model import Policy
 
 CASE_FILE = "case.yaml"
 EXPECT_KEYS = frozenset(
-    {"allowed", "applies", "profile", "violations", "mutations", "warnings", "patch", "object",
-     "objectSubset", "absent"}
+    {
+        "allowed",
+        "applies",
+        "profile",
+        "violations",
+        "mutations",
+        "warnings",
+        "patch",
+        "object",
+        "objectSubset",
+        "absent",
+    }
 )
 CASE_KEYS = frozenset({"description", "policy", "namespace", "mode", "input", "old", "expect"})
 
@@ -221,7 +231,8 @@ def differences(want: Any, got: Any, path: str = "", *, subset: bool = False) ->
         if len(want) != len(got):
             return [f"{where}: {len(got)} items, want {len(want)}: {got!r}"]
         return [
-            d for i, (w, g) in enumerate(zip(want, got, strict=True))
+            d
+            for i, (w, g) in enumerate(zip(want, got, strict=True))
             for d in differences(w, g, f"{path}[{i}]", subset=subset)
         ]
     if want != got or type(want) is not type(got):

@@ -10,7 +10,7 @@ from typing import Any
 import yaml
 
 try:  # libyaml when present: several times faster on large inputs
-    _Loader: type[yaml.SafeLoader] = yaml.CSafeLoader  # type: ignore[attr-defined]
+    _Loader: Any = yaml.CSafeLoader
 except AttributeError:  # pragma: no cover - depends on the PyYAML build
     _Loader = yaml.SafeLoader
 
@@ -48,7 +48,11 @@ def parse_objects(text: str, name: str = "<input>") -> list[Any]:
     for doc in docs:
         if isinstance(doc, list):
             objects.extend(doc)
-        elif isinstance(doc, dict) and doc.get("kind") == "List" and isinstance(doc.get("items"), list):
+        elif (
+            isinstance(doc, dict)
+            and doc.get("kind") == "List"
+            and isinstance(doc.get("items"), list)
+        ):
             objects.extend(doc["items"])
         else:
             objects.append(doc)

@@ -21,7 +21,7 @@ class QuantityError(ValueError):
 @lru_cache(maxsize=4096)
 def _parse_str(text: str) -> Decimal:
     try:
-        value = parse_quantity(text)
+        value = parse_quantity(text)  # type: ignore[no-untyped-call]
     except (ValueError, TypeError, ArithmeticError) as exc:
         raise QuantityError(f"{text!r} is not a quantity") from exc
     if not isinstance(value, Decimal) or not value.is_finite():

@@ -21,7 +21,9 @@ def register(sub: Any) -> None:
         description="Mutate then validate objects as the webhooks would. "
         "Exit 0 all allowed, 1 any denied, 2 bad input or bad policy.",
     )
-    p.add_argument("-p", "--policy", default="policies", help="policy directory (default: policies)")
+    p.add_argument(
+        "-p", "--policy", default="policies", help="policy directory (default: policies)"
+    )
     p.add_argument("-o", "--output", choices=("text", "json", "yaml"), default="text")
     p.add_argument("-n", "--namespace", help="namespace to judge objects in (default: their own)")
     p.add_argument("files", nargs="+", metavar="FILE", help="YAML or JSON file, or - for stdin")

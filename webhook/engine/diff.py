@@ -43,7 +43,9 @@ def _diff(src: Any, dst: Any, parts: list[str | int], ops: JSONPatch) -> None:
                 if src[i] != dst[i]:
                     if _renamed(src[i], dst[i]):
                         # a different named item (env var, volume): replace, don't morph
-                        ops.append({"op": "replace", "path": _pointer([*parts, i]), "value": dst[i]})
+                        ops.append(
+                            {"op": "replace", "path": _pointer([*parts, i]), "value": dst[i]}
+                        )
                     else:
                         _diff(src[i], dst[i], [*parts, i], ops)
             for i in range(len(src) - 1, common - 1, -1):

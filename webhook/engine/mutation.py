@@ -83,7 +83,9 @@ def _short(resource: str, policy: Policy) -> str:
 # -- 1. profile -------------------------------------------------------------------------
 
 
-def profile_name(pod_labels: dict[str, str], pod_annotations: dict[str, str], policy: Policy) -> str | None:
+def profile_name(
+    pod_labels: dict[str, str], pod_annotations: dict[str, str], policy: Policy
+) -> str | None:
     """The profile a run names (label, else annotation), else the policy's default."""
     key = policy.profiles_config.label
     return pod_labels.get(key) or pod_annotations.get(key) or policy.profiles_config.default
@@ -96,9 +98,16 @@ def resolve_profile(pod: Pod) -> Change | None:
         return None
     profile = pod.policy.profiles.get(name)
     cfg = pod.policy.profiles_config
-    if profile is None and cfg.unknown == "Default" and cfg.default in pod.policy.profiles:
+    if (
+        profile is None
+        and cfg.unknown == "Default"
+        and cfg.default is not None
+        and cfg.default in pod.policy.profiles
+    ):
         pod.profile = pod.policy.profiles[cfg.default]
-        return Change("profile.unknown", warning(f"unknown profile {name!r}, using {cfg.default!r}"))
+        return Change(
+            "profile.unknown", warning(f"unknown profile {name!r}, using {cfg.default!r}")
+        )
     pod.profile = profile
     return None
 
@@ -140,11 +149,12 @@ def apply_profile(pod: Pod) -> Change | None:
                 changed.append(f"env {var['name']}")
     if profile.tolerations and _merge_tolerations(spec, profile.tolerations):
         changed.append("tolerations")
-    for key, value in (
+    overrides: tuple[tuple[str, Any], ...] = (
         ("affinity", profile.affinity),
         ("priorityClassName", profile.priority_class_name),
         ("runtimeClassName", profile.runtime_class_name),
-    ):
+    )
+    for key, value in overrides:
         if value is not None and spec.get(key) != value:
             spec[key] = _copy(value)
             if key == "priorityClassName":
@@ -160,7 +170,11 @@ def _merge_tolerations(spec: JSON, wanted: Iterable[Any]) -> bool:
     tolerations: list[JSON] = spec.get("tolerations") or []
     before = list(tolerations)
     for t in wanted:
-        same = [u for u in tolerations if u.get("key") == t.get("key") and u.get("effect") == t.get("effect")]
+        same = [
+            u
+            for u in tolerations
+            if u.get("key") == t.get("key") and u.get("effect") == t.get("effect")
+        ]
         if same == [t]:
             continue
         tolerations = [u for u in tolerations if u not in same]
@@ -260,12 +274,17 @@ def clamp_to_maximums(pod: Pod) -> Change | None:
                         )
         for resource in list(requests):
             if resource in limits and parse(requests[resource]) > parse(limits[resource]):
-                notes.append(f"{_short(resource, pod.policy)} request {requests[resource]} -> limit")
+                notes.append(
+                    f"{_short(resource, pod.policy)} request {requests[resource]} -> limit"
+                )
                 requests[resource] = limits[resource]
         if gpu in requests or gpu in limits:
             # A gpu cannot be shared: the request is the limit (the limit, if any, wins).
             amount = limits.get(gpu, requests.get(gpu))
-            if not (_same_quantity(requests.get(gpu), amount) and _same_quantity(limits.get(gpu), amount)):
+            if not (
+                _same_quantity(requests.get(gpu), amount)
+                and _same_quantity(limits.get(gpu), amount)
+            ):
                 _resources(container, "requests")[gpu] = amount
                 _resources(container, "limits")[gpu] = amount
                 notes.append(f"gpu request = limit {amount}")
@@ -319,7 +338,10 @@ def strip_root(pod: Pod) -> Change | None:
         if sc is None:
             sc = container["securityContext"] = {}
         if strip:
-            for key, replacement in (("runAsUser", sec.run_as_user), ("runAsGroup", sec.run_as_group)):
+            for key, replacement in (
+                ("runAsUser", sec.run_as_user),
+                ("runAsGroup", sec.run_as_group),
+            ):
                 if sc.get(key) == 0:
                     _replace_id(sc, key, replacement)
                     stripped.append(f"{name} {key} 0")
@@ -336,7 +358,7 @@ def strip_root(pod: Pod) -> Change | None:
             elif strip and sc[key] is True:
                 sc[key] = False
                 stripped.append(f"{name} {key}")
-        caps = sc.get("capabilities")
+        caps: JSON | None = sc.get("capabilities")
         if caps is None:
             caps = sc["capabilities"] = {}
         drop = caps.get("drop") or []
@@ -433,12 +455,16 @@ def drop_forbidden_secrets(pod: Pod) -> Change | None:
 
     for _, _, container in iter_containers(pod.spec):
         if container.get("env"):
-            kept = [e for e in container["env"] if _env_secret(e) is None or ok(_env_secret(e) or "")]
+            kept = [
+                e for e in container["env"] if _env_secret(e) is None or ok(_env_secret(e) or "")
+            ]
             if len(kept) != len(container["env"]):
                 container["env"] = kept
         if container.get("envFrom"):
             kept = [
-                e for e in container["envFrom"] if "secretRef" not in e or ok(e["secretRef"]["name"])
+                e
+                for e in container["envFrom"]
+                if "secretRef" not in e or ok(e["secretRef"]["name"])
             ]
             if len(kept) != len(container["envFrom"]):
                 container["envFrom"] = kept
@@ -458,7 +484,9 @@ def drop_forbidden_secrets(pod: Pod) -> Change | None:
         _remove_volumes(pod.spec, dropped_volumes)
     if not removed:
         return None
-    return Change("secrets.forbidden", warning("secrets not managed by the platform removed", removed))
+    return Change(
+        "secrets.forbidden", warning("secrets not managed by the platform removed", removed)
+    )
 
 
 def _env_secret(env: JSON) -> str | None:
@@ -534,9 +562,11 @@ def _set_spot_affinity(spec: JSON, spot: dict[str, str] | Any, operator: str | N
     node_affinity = affinity.get("nodeAffinity") or {}
     required = node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or {}
     terms: list[JSON] = list(required.get("nodeSelectorTerms") or ())
-    wanted = [
-        {"key": k, "operator": operator, "values": [v]} for k, v in spot.items()
-    ] if operator else []
+    wanted = (
+        [{"key": k, "operator": operator, "values": [v]} for k, v in spot.items()]
+        if operator
+        else []
+    )
     new_terms = []
     for term in terms or ([{}] if wanted else []):
         expressions = [e for e in term.get("matchExpressions") or () if e.get("key") not in keys]

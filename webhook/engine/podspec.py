@@ -113,7 +113,7 @@ def locate(obj: Any) -> Target | None:
         problems.append(invalid(spec_path, f"{kind} has no pod spec"))
     if problems:
         raise InvalidObject(problems)
-    return Target(kind, metadata, spec, spec_path, keys)  # type: ignore[arg-type]
+    return Target(kind, metadata, spec, spec_path, keys)
 
 
 def _is_str_map(value: Any) -> bool:
@@ -139,7 +139,9 @@ def check_shape(spec: JSON, spec_path: str) -> list[Violation]:
     def expect(value: Any, types: type | tuple[type, ...], path: str, what: str) -> bool:
         if value is None:
             return False
-        if isinstance(value, bool) and bool not in (types if isinstance(types, tuple) else (types,)):
+        if isinstance(value, bool) and bool not in (
+            types if isinstance(types, tuple) else (types,)
+        ):
             out.append(invalid(path, f"must be {what}, got {value!r}"))
             return False
         if not isinstance(value, types):
@@ -173,11 +175,11 @@ def check_shape(spec: JSON, spec_path: str) -> list[Violation]:
                     for j, m in enumerate(c[key]):
                         if not isinstance(m, dict) or not isinstance(m.get("name"), str):
                             out.append(invalid(f"{cpath}.{key}[{j}]", "needs a name"))
-            sc = c.get("securityContext")
+            sc: Any = c.get("securityContext")
             if expect(sc, dict, f"{cpath}.securityContext", "an object"):
                 _check_security_context(sc, f"{cpath}.securityContext", expect, container=True)
 
-    psc = spec.get("securityContext")
+    psc: Any = spec.get("securityContext")
     if expect(psc, dict, f"{spec_path}.securityContext", "an object"):
         _check_security_context(psc, f"{spec_path}.securityContext", expect, container=False)
 
@@ -187,14 +189,18 @@ def check_shape(spec: JSON, spec_path: str) -> list[Violation]:
             if not isinstance(v, dict) or not isinstance(v.get("name"), str):
                 out.append(invalid(vpath, "a volume must be an object with a name"))
                 continue
-            for vtype, ref in (("persistentVolumeClaim", "claimName"), ("configMap", "name"),
-                               ("secret", "secretName")):
+            for vtype, ref in (
+                ("persistentVolumeClaim", "claimName"),
+                ("configMap", "name"),
+                ("secret", "secretName"),
+            ):
                 if vtype in v and (
                     not isinstance(v[vtype], dict) or not isinstance(v[vtype].get(ref), str)
                 ):
                     out.append(invalid(f"{vpath}.{vtype}.{ref}", "must be a string"))
             if "projected" in v:
-                sources = v["projected"].get("sources") if isinstance(v["projected"], dict) else 0
+                projected: Any = v["projected"]
+                sources: Any = projected.get("sources") if isinstance(projected, dict) else 0
                 if sources is not None and not isinstance(sources, list):
                     out.append(invalid(f"{vpath}.projected.sources", "must be a list"))
                 for j, src in enumerate(sources or ()):
@@ -205,7 +211,9 @@ def check_shape(spec: JSON, spec_path: str) -> list[Violation]:
                         or not isinstance(src["secret"].get("name"), str)
                     ):
                         out.append(
-                            invalid(f"{vpath}.projected.sources[{j}].secret.name", "must be a string")
+                            invalid(
+                                f"{vpath}.projected.sources[{j}].secret.name", "must be a string"
+                            )
                         )
 
     ns = spec.get("nodeSelector")
@@ -215,7 +223,7 @@ def check_shape(spec: JSON, spec_path: str) -> list[Violation]:
         for i, t in enumerate(spec["tolerations"]):
             if not isinstance(t, dict):
                 out.append(invalid(f"{spec_path}.tolerations[{i}]", "must be an object"))
-    affinity = spec.get("affinity")
+    affinity: Any = spec.get("affinity")
     if expect(affinity, dict, f"{spec_path}.affinity", "an object"):
         _check_node_affinity(affinity, f"{spec_path}.affinity", out, expect)
     for key in ("priorityClassName", "runtimeClassName"):
@@ -246,9 +254,9 @@ def _check_env(c: JSON, cpath: str, out: list[Violation], expect: Any) -> None:
             if not isinstance(e, dict) or not isinstance(e.get("name"), str):
                 out.append(invalid(epath, "an env var must be an object with a name"))
                 continue
-            vf = e.get("valueFrom")
+            vf: Any = e.get("valueFrom")
             if expect(vf, dict, f"{epath}.valueFrom", "an object"):
-                ref = vf.get("secretKeyRef")
+                ref: Any = vf.get("secretKeyRef")
                 if expect(ref, dict, f"{epath}.valueFrom.secretKeyRef", "an object") and not (
                     isinstance(ref.get("name"), str)
                 ):
@@ -259,19 +267,21 @@ def _check_env(c: JSON, cpath: str, out: list[Violation], expect: Any) -> None:
             if not isinstance(e, dict):
                 out.append(invalid(epath, "must be an object"))
                 continue
-            ref = e.get("secretRef")
-            if expect(ref, dict, f"{epath}.secretRef", "an object") and not isinstance(
-                ref.get("name"), str
+            ref2: Any = e.get("secretRef")
+            if expect(ref2, dict, f"{epath}.secretRef", "an object") and not isinstance(
+                ref2.get("name"), str
             ):
                 out.append(invalid(f"{epath}.secretRef.name", "must be a string"))
 
 
-def _check_security_context(sc: JSON, path: str, expect: Any, *, container: bool) -> None:
+def _check_security_context(sc: Any, path: str, expect: Any, *, container: bool) -> None:
     ids = ("runAsUser", "runAsGroup") if container else ("runAsUser", "runAsGroup", "fsGroup")
     for key in ids:
         expect(sc.get(key), int, f"{path}.{key}", "an integer")
-    flags = ("runAsNonRoot", "privileged", "allowPrivilegeEscalation") if container else (
-        "runAsNonRoot",
+    flags = (
+        ("runAsNonRoot", "privileged", "allowPrivilegeEscalation")
+        if container
+        else ("runAsNonRoot",)
     )
     for key in flags:
         expect(sc.get(key), bool, f"{path}.{key}", "a boolean")
@@ -285,15 +295,15 @@ def _check_security_context(sc: JSON, path: str, expect: Any, *, container: bool
                 expect(0, str, f"{path}.capabilities.{key}", "a list of strings")
 
 
-def _check_node_affinity(affinity: JSON, path: str, out: list[Violation], expect: Any) -> None:
-    na = affinity.get("nodeAffinity")
+def _check_node_affinity(affinity: Any, path: str, out: list[Violation], expect: Any) -> None:
+    na: Any = affinity.get("nodeAffinity")
     if not expect(na, dict, f"{path}.nodeAffinity", "an object"):
         return
-    req = na.get("requiredDuringSchedulingIgnoredDuringExecution")
+    req: Any = na.get("requiredDuringSchedulingIgnoredDuringExecution")
     rpath = f"{path}.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
     if not expect(req, dict, rpath, "an object"):
         return
-    terms = req.get("nodeSelectorTerms")
+    terms: Any = req.get("nodeSelectorTerms")
     if expect(terms, list, f"{rpath}.nodeSelectorTerms", "a list"):
         for i, term in enumerate(terms):
             tpath = f"{rpath}.nodeSelectorTerms[{i}]"

@@ -6,7 +6,9 @@ cannot be understood is denied with ``input.invalid``.
 
 from __future__ import annotations
 
-from typing import Any
+import functools
+from collections.abc import Callable
+from typing import Any, ParamSpec
 
 from webhook.engine.diff import make_patch
 from webhook.engine.mutation import WARNING_LIMIT, Pod, profile_name, run_steps
@@ -22,6 +24,8 @@ from webhook.engine.podspec import (
 from webhook.engine.types import JSON, Change, Decision, Violation
 from webhook.engine.validation import run_rules
 from webhook.policy.model import Policy
+
+P = ParamSpec("P")
 
 
 def copy_json(value: Any) -> Any:
@@ -45,7 +49,9 @@ def _decision(obj: Any, policy: Policy, namespace: str | None, **fields: Any) ->
     )
 
 
-def _select(obj: Any, policy: Policy, namespace: str | None) -> tuple[Target | None, list[Violation]]:
+def _select(
+    obj: Any, policy: Policy, namespace: str | None
+) -> tuple[Target | None, list[Violation]]:
     """The pod template when the object is a run this policy governs, else None."""
     try:
         target = locate(obj)
@@ -78,26 +84,27 @@ def _with_spec(obj: JSON, target: Target, spec: JSON) -> JSON:
     return out
 
 
-def _guarded(fn: Any) -> Any:
+def _guarded(fn: Callable[P, Decision]) -> Callable[P, Decision]:
     """Last line of defence: a bug in a step denies the object instead of crashing the caller."""
 
-    def wrapper(obj: Any, policy: Policy, **kwargs: Any) -> Decision:
+    @functools.wraps(fn)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> Decision:
         try:
-            decision: Decision = fn(obj, policy, **kwargs)
-            return decision
+            return fn(*args, **kwargs)
         except Exception as exc:  # noqa: BLE001 - the engine must answer, whatever the input
+            obj, policy = args[0], args[1]
+            assert isinstance(policy, Policy)
+            namespace = kwargs.get("namespace")
             message = f"runguard could not process this object ({type(exc).__name__})"
             return _decision(
                 obj,
                 policy,
-                kwargs.get("namespace"),
+                namespace if isinstance(namespace, str) else None,
                 applies=True,
                 allowed=False,
                 violations=[invalid("", message)],
             )
 
-    wrapper.__name__ = fn.__name__
-    wrapper.__doc__ = fn.__doc__
     return wrapper
 
 
@@ -196,7 +203,11 @@ def validate(
 
 def _profile_of(target: Target, policy: Policy) -> str | None:
     name = profile_name(target.labels, target.annotations, policy)
-    if name is not None and name not in policy.profiles and policy.profiles_config.unknown == "Default":
+    if (
+        name is not None
+        and name not in policy.profiles
+        and policy.profiles_config.unknown == "Default"
+    ):
         return policy.profiles_config.default
     return name if name in policy.profiles else None
 

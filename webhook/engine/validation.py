@@ -81,7 +81,9 @@ def check_security(pod: Pod, base: str) -> list[Violation]:
     psc = pod.spec.get("securityContext") or {}
     for key in ("runAsUser", "runAsGroup", "fsGroup"):
         if psc.get(key) == 0:
-            out.append(Violation("security.root", f"{base}.securityContext.{key}", f"{key} 0 is root"))
+            out.append(
+                Violation("security.root", f"{base}.securityContext.{key}", f"{key} 0 is root")
+            )
     if psc.get("runAsNonRoot") is False:
         out.append(
             Violation("security.root", f"{base}.securityContext.runAsNonRoot", "must not be false")
@@ -101,8 +103,12 @@ def check_security(pod: Pod, base: str) -> list[Violation]:
             out.append(Violation("security.root", f"{path}.runAsNonRoot", "must not be false"))
         for key in ("privileged", "allowPrivilegeEscalation"):
             if sc.get(key) is True:
-                out.append(Violation("security.privileged", f"{path}.{key}", f"{key} is not allowed"))
-        added = [c for c in (sc.get("capabilities") or {}).get("add") or () if c not in allowed_caps]
+                out.append(
+                    Violation("security.privileged", f"{path}.{key}", f"{key} is not allowed")
+                )
+        added = [
+            c for c in (sc.get("capabilities") or {}).get("add") or () if c not in allowed_caps
+        ]
         if added:
             out.append(
                 Violation(
@@ -147,7 +153,9 @@ def check_secrets(pod: Pod, base: str) -> list[Violation]:
     def check(name: str, path: str) -> None:
         if not secret_allowed(name, pod.policy, pod.labels):
             out.append(
-                Violation("secrets.forbidden", path, f"secret {name!r} is not managed by the platform")
+                Violation(
+                    "secrets.forbidden", path, f"secret {name!r} is not managed by the platform"
+                )
             )
 
     for list_name, i, container in iter_containers(pod.spec):
