@@ -173,7 +173,7 @@ def read_policy(directory: str | Path) -> PolicySource:
             source.documents.append(doc)
             source.errors.extend(_schema_issues(check, doc))
     source.errors.extend(_cross_document_issues(source))
-    source.errors.sort(key=lambda i: (i.file, i.line or 0))
+    source.errors.sort(key=lambda i: (i.file, i.line or 0, i.key))
 
     if not source.errors:
         run_policy = source.run_policy
@@ -456,7 +456,7 @@ def _type_message(expected: Any, instance: Any, raw: str | None) -> str:
     names = [expected] if isinstance(expected, str) else list(expected)
     wanted = " or ".join(_TYPE_NAMES.get(n, n) for n in names)
     message = f"expected {wanted}, got {_describe(instance)}"
-    if "string" in names and raw is not None and not isinstance(instance, dict | list):
+    if names == ["string"] and raw is not None and not isinstance(instance, dict | list):
         message += f'; quote it ("{raw}") to mean text'
     return message
 
@@ -471,7 +471,8 @@ def resource_values(doc: SourceDocument, path: Path_, gpu: str) -> dict[str, tup
     if not isinstance(raw, dict):
         return out
     for key, value in raw.items():
-        if quantity_problem(value) is None and not isinstance(value, dict | list | None):
+        is_scalar = isinstance(value, str | int | float) and not isinstance(value, bool)
+        if is_scalar and quantity_problem(value) is None:
             out[resolve_resource_name(key, gpu)] = (key, parse(value))
     return out
 

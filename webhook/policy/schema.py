@@ -65,9 +65,7 @@ def _show(value: object) -> str:
 
 def quantity_problem(value: object) -> str | None:
     """Why ``value`` is not a non-negative Kubernetes quantity (``500m``, ``32Gi``, ``2``)."""
-    if isinstance(value, bool):
-        return f"{_show(value)} is not a quantity"
-    if not isinstance(value, str | int | float):
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
         return None  # the type keyword reports it
     if isinstance(value, float) and not math.isfinite(value):
         return f"{value} is not a quantity"
@@ -320,7 +318,7 @@ def _defs() -> dict[str, Any]:
     label_selector_requirement = _object(
         "A label selector requirement.",
         {
-            "key": _ref("labelKey"),
+            "key": {**_ref("labelKey"), "description": "The label key."},
             "operator": _enum(
                 ["In", "NotIn", "Exists", "DoesNotExist"], "How key and values relate."
             ),
@@ -392,8 +390,11 @@ def _defs() -> dict[str, Any]:
     pod_affinity_term = _object(
         "A pod (anti-)affinity term.",
         {
-            "labelSelector": _ref("labelSelector"),
-            "namespaceSelector": _ref("labelSelector"),
+            "labelSelector": {**_ref("labelSelector"), "description": "Pods to (not) be near."},
+            "namespaceSelector": {
+                **_ref("labelSelector"),
+                "description": "Namespaces whose pods labelSelector applies to.",
+            },
             "namespaces": _array("Namespaces the selector applies to.", {"type": "string"}),
             "topologyKey": _string("Node label key defining the topology domain."),
             "matchLabelKeys": _array(
@@ -407,7 +408,10 @@ def _defs() -> dict[str, Any]:
     )
     weighted_pod_affinity_term = _object(
         "A preferred pod (anti-)affinity term.",
-        {"weight": _ref("weight"), "podAffinityTerm": _ref("podAffinityTerm")},
+        {
+            "weight": {**_ref("weight"), "description": "Preference weight, 1 to 100."},
+            "podAffinityTerm": {**_ref("podAffinityTerm"), "description": "The term."},
+        },
         ["weight", "podAffinityTerm"],
     )
     pod_affinity = _object(
@@ -436,14 +440,23 @@ def _defs() -> dict[str, Any]:
                         "Terms preferred, by weight.",
                         _object(
                             "A preferred node selector term.",
-                            {"weight": _ref("weight"), "preference": _ref("nodeSelectorTerm")},
+                            {
+                                "weight": {**_ref("weight"), "description": "1 to 100."},
+                                "preference": {
+                                    **_ref("nodeSelectorTerm"),
+                                    "description": "Nodes preferred.",
+                                },
+                            },
                             ["weight", "preference"],
                         ),
                     ),
                 },
             ),
-            "podAffinity": _ref("podAffinity"),
-            "podAntiAffinity": _ref("podAffinity"),
+            "podAffinity": {**_ref("podAffinity"), "description": "Near pods like these."},
+            "podAntiAffinity": {
+                **_ref("podAffinity"),
+                "description": "Away from pods like these.",
+            },
         },
     )
     key_ref = {
@@ -472,7 +485,7 @@ def _defs() -> dict[str, Any]:
                         {
                             "resource": _string("e.g. limits.memory"),
                             "containerName": _string("Container, for volumes."),
-                            "divisor": _ref("quantity"),
+                            "divisor": {**_ref("quantity"), "description": "Unit, e.g. 1Mi."},
                         },
                         ["resource"],
                     ),
@@ -783,7 +796,7 @@ def policy_schema() -> dict[str, Any]:
         "properties": {
             "apiVersion": {"const": API_VERSION, "description": "Always runguard.io/v1."},
             "kind": _enum(list(KINDS), "RunPolicy or Profile."),
-            "metadata": _ref("metadata"),
+            "metadata": {**_ref("metadata"), "description": "The document's name."},
             "spec": {"type": "object", "description": "Depends on kind."},
         },
         "required": ["apiVersion", "kind", "metadata", "spec"],
