@@ -1,0 +1,270 @@
+"""``lint`` and ``runguard lint``: loader errors, warnings, output and exit codes."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from webhook.cli import main
+from webhook.policy import lint
+
+REPO = Path(__file__).resolve().parent.parent
+
+RUN_POLICY = """\
+apiVersion: runguard.io/v1
+kind: RunPolicy
+metadata: {name: platform}
+spec:
+  selector:
+    matchLabels: {app.kubernetes.io/managed-by: dhcore}
+  profiles: {label: dhcore/template}
+  resources:
+    maximums: {cpu: "16", memory: 64Gi, gpu: "2"}
+"""
+
+PROFILE = """\
+apiVersion: runguard.io/v1
+kind: Profile
+metadata: {name: small}
+spec:
+  resources:
+    requests: {cpu: 500m, memory: 1Gi}
+"""
+
+
+@pytest.fixture
+def pol(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.chdir(tmp_path)
+    directory = tmp_path / "pol"
+    directory.mkdir()
+    return directory
+
+
+def write(directory: Path, name: str, text: str) -> None:
+    (directory / name).write_text(textwrap.dedent(text), encoding="utf-8")
+
+
+def warnings_of(directory: str = "pol") -> list[str]:
+    report = lint(directory)
+    assert report.errors == []
+    return [str(w) for w in report.warnings]
+
+
+@pytest.mark.parametrize("directory", ["policies", "policies/examples/mlrun"])
+def test_shipped_policies_lint_clean(directory: str) -> None:
+    report = lint(REPO / directory)
+    assert report.errors == []
+    assert report.warnings == []
+    assert report.ok and report.policy is not None
+
+
+@pytest.mark.parametrize("directory", ["policies", "policies/examples/mlrun"])
+def test_runguard_lint_passes_on_shipped_policies(
+    directory: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["lint", "-p", str(REPO / directory)]) == 0
+    out = capsys.readouterr().out
+    assert out.strip().endswith(": 0 errors, 0 warnings")
+
+
+def test_pattern_label_the_selector_does_not_guarantee(pol: Path) -> None:
+    write(
+        pol,
+        "runpolicy.yaml",
+        RUN_POLICY
+        + "  volumes:\n"
+        + '    platformClaims: ["v-{labels[dhcore/run]}-*"]\n'
+        + "  secrets:\n"
+        + '    allowed: ["sec-{labels[app.kubernetes.io/managed-by]}-*"]\n',
+    )
+    write(pol, "profiles.yaml", PROFILE)
+    assert warnings_of() == [
+        'pol/runpolicy.yaml:11: spec.volumes.platformClaims[0]: pattern uses label "dhcore/run", '
+        "which the selector does not require; a run without it matches no pattern (add a "
+        "matchExpressions {key: dhcore/run, operator: Exists})"
+    ]
+
+
+@pytest.mark.parametrize(
+    "expression",
+    ["{key: dhcore/run, operator: Exists}", "{key: dhcore/run, operator: In, values: [a, b]}"],
+)
+def test_pattern_label_guaranteed_by_a_match_expression(pol: Path, expression: str) -> None:
+    write(pol, "profiles.yaml", PROFILE)
+    text = RUN_POLICY.replace(
+        "    matchLabels: {app.kubernetes.io/managed-by: dhcore}\n",
+        "    matchLabels: {app.kubernetes.io/managed-by: dhcore}\n"
+        f"    matchExpressions: [{expression}]\n",
+    )
+    write(pol, "runpolicy.yaml", text + '  secrets: {allowed: ["sec-{labels[dhcore/run]}"]}\n')
+    assert warnings_of() == []
+
+
+def test_not_in_and_does_not_exist_guarantee_nothing(pol: Path) -> None:
+    text = RUN_POLICY.replace(
+        "    matchLabels: {app.kubernetes.io/managed-by: dhcore}\n",
+        "    matchExpressions:\n"
+        "      - {key: dhcore/run, operator: NotIn, values: [x]}\n"
+        "      - {key: team, operator: DoesNotExist}\n",
+    )
+    secrets = '  secrets: {allowed: ["{labels[dhcore/run]}-{labels[team]}"]}\n'
+    write(pol, "runpolicy.yaml", text + secrets)
+    write(pol, "profiles.yaml", PROFILE)
+    warnings = warnings_of()
+    assert len(warnings) == 2
+    assert all(w.startswith("pol/runpolicy.yaml:12: spec.secrets.allowed[0]: ") for w in warnings)
+
+
+def test_profile_priority_class_not_allowed(pol: Path) -> None:
+    write(
+        pol,
+        "runpolicy.yaml",
+        RUN_POLICY + "  scheduling:\n    priorityClasses: {default: low, allowed: [low, high]}\n",
+    )
+    write(pol, "profiles.yaml", PROFILE + "  priorityClassName: urgent\n")
+    assert warnings_of() == [
+        'pol/profiles.yaml:7: spec.priorityClassName: priority class "urgent" is not allowed '
+        "by the RunPolicy (low, high); the scheduling step replaces it"
+    ]
+
+
+def test_profile_requests_above_limits_and_gpu_mismatch(pol: Path) -> None:
+    write(pol, "runpolicy.yaml", RUN_POLICY)
+    write(
+        pol,
+        "profiles.yaml",
+        """\
+        apiVersion: runguard.io/v1
+        kind: Profile
+        metadata: {name: small}
+        spec:
+          resources:
+            requests: {cpu: "2", memory: 2Gi, gpu: "1"}
+            limits: {cpu: 1500m, memory: 2Gi, nvidia.com/gpu: "2"}
+          env: [{name: A, value: "1"}, {name: A, value: "2"}]
+        """,
+    )
+    assert warnings_of() == [
+        "pol/profiles.yaml:6: spec.resources.requests.cpu: request 2 is above the limit 1500m",
+        "pol/profiles.yaml:6: spec.resources.requests.gpu: gpu request 1 differs from the gpu "
+        "limit 2; runs get the limit",
+        'pol/profiles.yaml:8: spec.env[1].name: env "A" is set twice',
+    ]
+
+
+def test_run_policy_warnings(pol: Path) -> None:
+    write(
+        pol,
+        "runpolicy.yaml",
+        """\
+        apiVersion: runguard.io/v1
+        kind: RunPolicy
+        metadata: {name: platform}
+        spec:
+          selector: {}
+          profiles: {unknown: Default}
+          resources:
+            maximums: {cpu: "1"}
+            defaults: {requests: {cpu: "2", gpu: "1"}, limits: {cpu: "1500m"}}
+          security: {seccompProfile: Unconfined}
+          volumes: {allowedTypes: [emptyDir, hostPath], platformClaims: ["*"]}
+          scheduling: {preemption: {default: prevent}}
+        """,
+    )
+    assert warnings_of() == [
+        "pol/runpolicy.yaml:5: spec.selector: an empty selector makes every Pod outside "
+        "excludeNamespaces a platform run",
+        "pol/runpolicy.yaml:6: spec.profiles.unknown: unknown: Default without "
+        "profiles.default: an unknown profile means no profile",
+        "pol/runpolicy.yaml:9: spec.resources.defaults.requests.cpu: default is above the "
+        "maximum cpu: 1; every run would be clamped or denied",
+        "pol/runpolicy.yaml:9: spec.resources.defaults.requests.gpu: a default gpu gives "
+        "every container a GPU",
+        "pol/runpolicy.yaml:9: spec.resources.defaults.limits.cpu: default is above the "
+        "maximum cpu: 1; every run would be clamped or denied",
+        "pol/runpolicy.yaml:9: spec.resources.defaults.requests.cpu: default request is "
+        "above the default limit 1500m",
+        "pol/runpolicy.yaml:10: spec.security.seccompProfile: Unconfined turns seccomp off "
+        "for every run",
+        'pol/runpolicy.yaml:11: spec.volumes.platformClaims[0]: pattern "*" matches every '
+        "name: the rule is off",
+        "pol/runpolicy.yaml:11: spec.volumes.allowedTypes[1]: hostPath lets a run read and "
+        "write the node's filesystem",
+        "pol/runpolicy.yaml:12: spec.scheduling.preemption: no nodeSelector or tolerations "
+        "for spot nodes: preemption modes change nothing",
+    ]
+
+
+def test_lint_reports_loader_errors_with_lines(pol: Path) -> None:
+    write(pol, "runpolicy.yaml", RUN_POLICY.replace('"16"', "lots"))
+    write(pol, "profiles.yaml", PROFILE + "  priorityClassName: 7\n")
+    report = lint("pol")
+    assert not report.ok and report.policy is None
+    assert [str(e) for e in report.errors] == [
+        "pol/profiles.yaml:7: spec.priorityClassName: expected a string, got 7; "
+        'quote it ("7") to mean text',
+        'pol/runpolicy.yaml:9: spec.resources.maximums.cpu: "lots" is not a quantity',
+    ]
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["- 1\n", "kind: RunPolicy\nspec: {selector: 3, volumes: {platformClaims: 4}}\n", "a: [\n"],
+)
+def test_lint_never_raises(pol: Path, text: str) -> None:
+    write(pol, "x.yaml", text)
+    assert lint("pol").errors
+
+
+# --- the command ---------------------------------------------------------------------
+
+
+def test_runguard_lint_prints_errors_then_warnings_then_summary(
+    pol: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    write(pol, "runpolicy.yaml", RUN_POLICY + '  secrets: {allowed: ["s-{labels[run]}"]}\n')
+    write(pol, "profiles.yaml", PROFILE + "  colour: red\n")
+    assert main(["lint", "-p", "pol"]) == 2
+    assert capsys.readouterr().out.splitlines() == [
+        'pol/profiles.yaml:7: spec.colour: unknown key "colour" (expected one of affinity, '
+        "description, env, nodeSelector, priorityClassName, resources, runtimeClassName, "
+        "tolerations)",
+        'pol/runpolicy.yaml:10: warning: spec.secrets.allowed[0]: pattern uses label "run", '
+        "which the selector does not require; a run without it matches no pattern (add a "
+        "matchExpressions {key: run, operator: Exists})",
+        "pol: 1 RunPolicy, 1 profile: 1 error, 1 warning",
+    ]
+
+
+def test_runguard_lint_warnings_alone_pass_unless_strict(
+    pol: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    write(pol, "runpolicy.yaml", RUN_POLICY + '  secrets: {allowed: ["s-{labels[run]}"]}\n')
+    write(pol, "profiles.yaml", PROFILE)
+    assert main(["lint", "-p", "pol"]) == 0
+    assert main(["lint", "-p", "pol", "--strict"]) == 2
+    assert "0 errors, 1 warning" in capsys.readouterr().out
+
+
+def test_runguard_lint_json(pol: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    write(pol, "runpolicy.yaml", RUN_POLICY.replace("kind: RunPolicy", "kind: Runpolicy"))
+    assert main(["lint", "-p", "pol", "-o", "json"]) == 2
+    out = json.loads(capsys.readouterr().out)
+    assert out["ok"] is False
+    assert out["errors"][0] == {
+        "file": "pol",
+        "line": None,
+        "key": "",
+        "message": "no RunPolicy document (exactly one is required)",
+    }
+    assert out["errors"][1]["line"] == 2 and out["errors"][1]["key"] == "kind"
+
+
+def test_runguard_lint_missing_directory(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    assert main(["lint", "-p", str(tmp_path / "nope")]) == 2
+    assert "policy directory does not exist" in capsys.readouterr().out
