@@ -20,6 +20,7 @@ COMMANDS = (
     "test",
     "schema",
     "certs",
+    "manifests",
     "serve",
 )
 

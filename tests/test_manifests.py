@@ -1,0 +1,510 @@
+"""Install manifests and the container image.
+
+* the webhook configurations rendered from a Policy, field by field;
+* ``runguard manifests`` (stdout, --ca-bundle, --url, --write, --check);
+* every YAML under ``manifests/`` parses, the kustomize base hangs together (names,
+  labels, ports, mounts agree) and the Deployment is hardened as promised;
+* drift: the generated files in ``manifests/`` equal what ``policies/`` renders to.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import shutil
+import subprocess
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+import webhook
+from webhook import certs, manifests
+from webhook.cli import main
+from webhook.policy.loader import load_policy
+from webhook.policy.model import Policy, build_policy
+
+REPO = Path(__file__).resolve().parents[1]
+BASE = REPO / "manifests"
+
+RUN_POLICY: dict[str, Any] = {
+    "apiVersion": "runguard.io/v1",
+    "kind": "RunPolicy",
+    "metadata": {"name": "platform"},
+    "spec": {
+        "selector": {
+            "matchLabels": {"app.kubernetes.io/managed-by": "dhcore"},
+            "matchExpressions": [{"key": "dhcore/run", "operator": "Exists"}],
+        },
+        "excludeNamespaces": ["kube-system", "batch-legacy"],
+    },
+}
+
+
+@pytest.fixture
+def policy() -> Policy:
+    return build_policy(RUN_POLICY, [])
+
+
+def pod_rule(operations: list[str]) -> dict[str, Any]:
+    return {
+        "apiGroups": [""],
+        "apiVersions": ["v1"],
+        "operations": operations,
+        "resources": ["pods"],
+        "scope": "Namespaced",
+    }
+
+
+EXPECTED_NAMESPACE_SELECTOR = {
+    "matchExpressions": [
+        {
+            "key": "kubernetes.io/metadata.name",
+            "operator": "NotIn",
+            "values": ["batch-legacy", "kube-system", "runguard"],
+        }
+    ]
+}
+EXPECTED_OBJECT_SELECTOR = {
+    "matchLabels": {"app.kubernetes.io/managed-by": "dhcore"},
+    "matchExpressions": [{"key": "dhcore/run", "operator": "Exists"}],
+}
+
+
+# --- rendering -----------------------------------------------------------------------
+
+
+def test_mutating_configuration_field_by_field(policy: Policy) -> None:
+    config = manifests.mutating_webhook_configuration(policy)
+    assert config["apiVersion"] == "admissionregistration.k8s.io/v1"
+    assert config["kind"] == "MutatingWebhookConfiguration"
+    assert config["metadata"]["name"] == "runguard"
+    assert config["webhooks"] == [
+        {
+            "name": "mutate.runguard.io",
+            "admissionReviewVersions": ["v1"],
+            "clientConfig": {
+                "service": {
+                    "name": "runguard",
+                    "namespace": "runguard",
+                    "path": "/mutate",
+                    "port": 443,
+                }
+            },
+            "rules": [pod_rule(["CREATE"])],
+            "failurePolicy": "Fail",
+            "matchPolicy": "Equivalent",
+            "sideEffects": "None",
+            "timeoutSeconds": 5,
+            "namespaceSelector": EXPECTED_NAMESPACE_SELECTOR,
+            "objectSelector": EXPECTED_OBJECT_SELECTOR,
+            "reinvocationPolicy": "IfNeeded",
+        }
+    ]
+
+
+def test_validating_configuration_field_by_field(policy: Policy) -> None:
+    config = manifests.validating_webhook_configuration(policy)
+    assert config["kind"] == "ValidatingWebhookConfiguration"
+    assert config["metadata"]["name"] == "runguard"
+    (hook,) = config["webhooks"]
+    ops = ["CREATE", "UPDATE"]
+    assert hook == {
+        "name": "validate.runguard.io",
+        "admissionReviewVersions": ["v1"],
+        "clientConfig": {
+            "service": {
+                "name": "runguard",
+                "namespace": "runguard",
+                "path": "/validate",
+                "port": 443,
+            }
+        },
+        "rules": [
+            pod_rule(ops),
+            {
+                "apiGroups": ["apps"],
+                "apiVersions": ["v1"],
+                "operations": ops,
+                "resources": ["deployments", "statefulsets", "replicasets", "daemonsets"],
+                "scope": "Namespaced",
+            },
+            {
+                "apiGroups": ["batch"],
+                "apiVersions": ["v1"],
+                "operations": ops,
+                "resources": ["jobs", "cronjobs"],
+                "scope": "Namespaced",
+            },
+        ],
+        "failurePolicy": "Fail",
+        "matchPolicy": "Equivalent",
+        "sideEffects": "None",
+        "timeoutSeconds": 5,
+        "namespaceSelector": EXPECTED_NAMESPACE_SELECTOR,
+        "objectSelector": EXPECTED_OBJECT_SELECTOR,
+    }
+    # reinvocationPolicy exists only for mutating webhooks; the apiserver rejects it here.
+    assert "reinvocationPolicy" not in hook
+
+
+def test_other_namespace_service_and_selector(policy: Policy) -> None:
+    for config in manifests.webhook_configurations(policy, namespace="guard", service="rg"):
+        (hook,) = config["webhooks"]
+        assert hook["clientConfig"]["service"]["namespace"] == "guard"
+        assert hook["clientConfig"]["service"]["name"] == "rg"
+        (expr,) = hook["namespaceSelector"]["matchExpressions"]
+        assert expr["values"] == ["batch-legacy", "guard", "kube-system"]
+
+
+def test_empty_selector_and_no_exclusions_still_exclude_runguard() -> None:
+    policy = build_policy({"kind": "RunPolicy", "metadata": {"name": "p"}, "spec": {}}, [])
+    for config in manifests.webhook_configurations(policy):
+        (hook,) = config["webhooks"]
+        assert hook["objectSelector"] == {}
+        assert hook["namespaceSelector"]["matchExpressions"][0]["values"] == ["runguard"]
+
+
+def test_ca_bundle_is_the_file_base64(policy: Policy) -> None:
+    pem = certs.new_cert_set("runguard", "runguard", [], datetime.now(UTC)).ca_bundle
+    for config in manifests.webhook_configurations(policy, ca_bundle=pem):
+        (hook,) = config["webhooks"]
+        assert base64.b64decode(hook["clientConfig"]["caBundle"]) == pem
+
+
+def test_url_replaces_the_service(policy: Policy) -> None:
+    mutating, validating = manifests.webhook_configurations(policy, url="https://10.0.0.5:8443/")
+    assert mutating["webhooks"][0]["clientConfig"] == {"url": "https://10.0.0.5:8443/mutate"}
+    assert validating["webhooks"][0]["clientConfig"] == {"url": "https://10.0.0.5:8443/validate"}
+
+
+@pytest.mark.parametrize(
+    "url", ["http://10.0.0.5:8443", "https://", "https://u:p@host", "https://h/?q=1", "10.0.0.5"]
+)
+def test_bad_url_is_refused(policy: Policy, url: str) -> None:
+    with pytest.raises(manifests.ManifestError):
+        manifests.webhook_configurations(policy, url=url)
+
+
+def test_bad_ca_bundle_is_refused(policy: Policy) -> None:
+    with pytest.raises(manifests.ManifestError, match="no PEM certificate"):
+        manifests.webhook_configurations(policy, ca_bundle=b"not a cert")
+
+
+def test_yaml_round_trips_without_anchors(policy: Policy) -> None:
+    objects = manifests.webhook_configurations(policy)
+    text = manifests.to_yaml(objects)
+    assert list(yaml.safe_load_all(text)) == objects
+    assert "&id" not in text and "*id" not in text
+
+
+def test_policy_config_map_holds_each_file_verbatim() -> None:
+    files = {"b.yaml": "kind: Profile\n# tail  \n", "a.yml": "kind: RunPolicy\n"}
+    config_map = manifests.policy_config_map(files, namespace="guard")
+    assert config_map["metadata"] == {
+        "name": "runguard-policies",
+        "namespace": "guard",
+        "labels": manifests.LABELS,
+    }
+    assert list(config_map["data"]) == ["a.yml", "b.yaml"]
+    (parsed,) = yaml.safe_load_all(manifests.to_yaml([config_map]))
+    assert parsed["data"] == files
+
+
+# --- the command -----------------------------------------------------------------------
+
+
+def test_cli_renders_json_with_ca_bundle(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["certs", "--out", str(tmp_path / "certs")]) == 0
+    capsys.readouterr()
+    ca = tmp_path / "certs" / "ca.crt"
+    assert (
+        main(["manifests", "-p", str(REPO / "policies"), "--ca-bundle", str(ca), "-o", "json"]) == 0
+    )
+    listing = json.loads(capsys.readouterr().out)
+    assert listing["kind"] == "List"
+    assert [o["kind"] for o in listing["items"]] == [
+        "MutatingWebhookConfiguration",
+        "ValidatingWebhookConfiguration",
+    ]
+    policy = load_policy(REPO / "policies")
+    for item in listing["items"]:
+        (hook,) = item["webhooks"]
+        assert base64.b64decode(hook["clientConfig"]["caBundle"]) == ca.read_bytes()
+        assert hook["objectSelector"] == policy.selector.to_dict()
+
+
+def test_cli_renders_yaml_for_a_url(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["manifests", "-p", str(REPO / "policies"), "--url", "https://127.0.0.1:8443"]) == 0
+    docs = list(yaml.safe_load_all(capsys.readouterr().out))
+    assert [d["webhooks"][0]["clientConfig"] for d in docs] == [
+        {"url": "https://127.0.0.1:8443/mutate"},
+        {"url": "https://127.0.0.1:8443/validate"},
+    ]
+
+
+def test_cli_bad_inputs_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    policies = str(REPO / "policies")
+    assert main(["manifests", "-p", str(tmp_path)]) == 2  # no policy files
+    assert main(["manifests", "-p", policies, "--url", "http://x"]) == 2
+    assert main(["manifests", "-p", policies, "--ca-bundle", str(tmp_path / "none")]) == 2
+    assert main(["manifests", "-p", policies, "--write", str(tmp_path), "--url", "https://x"]) == 2
+    assert "error" in capsys.readouterr().err
+
+
+def test_cli_write_then_check_catches_a_policy_edit(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    policies = tmp_path / "policies"
+    shutil.copytree(REPO / "policies", policies)
+    out = tmp_path / "base"
+    assert main(["manifests", "-p", str(policies), "--write", str(out)]) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["policy-configmap.yaml", "webhooks.yaml"]
+    assert main(["manifests", "-p", str(policies), "--check", str(out)]) == 0
+
+    run_policy = next(p for p in policies.glob("*.y*ml") if "kind: RunPolicy" in p.read_text())
+    run_policy.write_text(run_policy.read_text().replace("kube-public", "kube-other"))
+    capsys.readouterr()
+    assert main(["manifests", "-p", str(policies), "--check", str(out)]) == 1
+    report = capsys.readouterr()
+    assert "+      - kube-other" in report.out
+    assert "--write" in report.err
+
+
+# --- the kustomize base ------------------------------------------------------------------
+
+
+def base_documents() -> dict[str, list[dict[str, Any]]]:
+    docs = {}
+    for path in sorted(BASE.rglob("*.yaml")) + sorted(BASE.rglob("*.yml")):
+        if "certs" in path.relative_to(BASE).parts:
+            continue
+        docs[str(path.relative_to(BASE))] = [d for d in yaml.safe_load_all(path.read_text()) if d]
+    return docs
+
+
+def base_object(kind: str, name: str | None = None) -> dict[str, Any]:
+    found = [
+        d
+        for docs in base_documents().values()
+        for d in docs
+        if d.get("kind") == kind and (name is None or d["metadata"]["name"] == name)
+    ]
+    assert len(found) == 1, (kind, name, len(found))
+    return found[0]
+
+
+def kustomization() -> dict[str, Any]:
+    data: dict[str, Any] = yaml.safe_load((BASE / "kustomization.yaml").read_text())
+    return data
+
+
+def test_every_yaml_under_manifests_parses_into_objects() -> None:
+    docs = base_documents()
+    assert "kustomization.yaml" in docs and "deployment.yaml" in docs
+    for name, objects in docs.items():
+        assert objects, name
+        for obj in objects:
+            assert isinstance(obj.get("apiVersion"), str) and isinstance(obj.get("kind"), str), name
+            if obj["kind"] != "Kustomization":
+                assert obj["metadata"]["name"], name
+                assert obj["metadata"]["labels"]["app.kubernetes.io/name"] == "runguard", name
+
+
+def test_kustomization_lists_every_resource_and_only_existing_files() -> None:
+    k = kustomization()
+    assert k["namespace"] == manifests.DEFAULT_NAMESPACE
+    listed = set(k["resources"])
+    on_disk = {
+        name for name in base_documents() if name != "kustomization.yaml" and "/" not in name
+    }
+    assert listed == on_disk
+    kinds = {obj["kind"] for name in listed for obj in base_documents()[name]}
+    assert kinds == {
+        "Namespace",
+        "ServiceAccount",
+        "ClusterRole",
+        "ConfigMap",
+        "Service",
+        "Deployment",
+        "PodDisruptionBudget",
+        "MutatingWebhookConfiguration",
+        "ValidatingWebhookConfiguration",
+    }
+    (secret,) = k["secretGenerator"]
+    assert secret["type"] == "kubernetes.io/tls"
+    assert sorted(secret["files"]) == ["certs/ca.crt", "certs/tls.crt", "certs/tls.key"]
+    # The keys `runguard certs --out manifests/certs` writes stay out of git.
+    assert "/certs/" in (BASE / ".gitignore").read_text().split()
+
+
+def test_ca_bundle_is_injected_from_the_tls_secret() -> None:
+    targets = {}
+    for replacement in kustomization()["replacements"]:
+        assert replacement["source"] == {
+            "kind": "Secret",
+            "name": "runguard-tls",
+            "fieldPath": "data.[ca.crt]",
+        }
+        for target in replacement["targets"]:
+            targets[target["select"]["kind"]] = target["fieldPaths"]
+    assert targets == {
+        "MutatingWebhookConfiguration": ["webhooks.*.clientConfig.caBundle"],
+        "ValidatingWebhookConfiguration": ["webhooks.*.clientConfig.caBundle"],
+    }
+
+
+def test_generated_files_match_policies() -> None:
+    """Drift: fix with `runguard manifests -p policies --write manifests`."""
+    policy = load_policy(REPO / "policies")
+    rendered = manifests.generated_files(policy, manifests.read_policy_files(REPO / "policies"))
+    for name, text in rendered.items():
+        committed = list(yaml.safe_load_all((BASE / name).read_text()))
+        assert committed == list(yaml.safe_load_all(text)), (
+            f"manifests/{name} is stale: run `runguard manifests -p policies --write manifests`"
+        )
+    # The ConfigMap carries every policy file, and the webhooks the policy's selector.
+    config_map = base_object("ConfigMap", manifests.CONFIG_MAP_NAME)
+    assert set(config_map["data"]) == {p.name for p in (REPO / "policies").glob("*.y*ml")}
+    for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
+        (hook,) = base_object(kind)["webhooks"]
+        assert hook["objectSelector"] == policy.selector.to_dict()
+        assert set(hook["namespaceSelector"]["matchExpressions"][0]["values"]) == {
+            "runguard",
+            *policy.exclude_namespaces,
+        }
+
+
+def deployment_pod() -> dict[str, Any]:
+    pod: dict[str, Any] = base_object("Deployment", "runguard")["spec"]["template"]
+    return pod
+
+
+def test_deployment_is_hardened() -> None:
+    deployment = base_object("Deployment", "runguard")
+    assert deployment["spec"]["replicas"] == 2
+    assert deployment["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
+    spec = deployment_pod()["spec"]
+    assert spec["automountServiceAccountToken"] is False
+    assert spec["securityContext"]["runAsNonRoot"] is True
+    assert spec["securityContext"]["runAsUser"] > 0
+    assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    spread = {c["topologyKey"]: c for c in spec["topologySpreadConstraints"]}
+    assert spread["kubernetes.io/hostname"]["whenUnsatisfiable"] == "DoNotSchedule"
+    assert spread["kubernetes.io/hostname"]["maxSkew"] == 1
+    (container,) = spec["containers"]
+    sc = container["securityContext"]
+    assert sc["readOnlyRootFilesystem"] is True
+    assert sc["allowPrivilegeEscalation"] is False
+    assert sc["privileged"] is False
+    assert sc["capabilities"] == {"drop": ["ALL"]}
+    assert sc["seccompProfile"] == {"type": "RuntimeDefault"}
+    for kind in ("requests", "limits"):
+        assert set(container["resources"][kind]) == {"cpu", "memory"}
+    probes = {
+        name: (container[name]["httpGet"]["path"], container[name]["httpGet"]["scheme"])
+        for name in ("readinessProbe", "livenessProbe")
+    }
+    assert probes == {
+        "readinessProbe": ("/readyz", "HTTPS"),
+        "livenessProbe": ("/healthz", "HTTPS"),
+    }
+
+
+def test_base_objects_refer_to_each_other() -> None:
+    deployment = base_object("Deployment", "runguard")
+    pod = deployment_pod()
+    labels = pod["metadata"]["labels"]
+    (container,) = pod["spec"]["containers"]
+
+    def selects(selector: dict[str, str]) -> bool:
+        return all(labels.get(k) == v for k, v in selector.items())
+
+    assert selects(deployment["spec"]["selector"]["matchLabels"])
+    assert selects(base_object("PodDisruptionBudget")["spec"]["selector"]["matchLabels"])
+    assert base_object("PodDisruptionBudget")["spec"]["minAvailable"] == 1
+    for constraint in pod["spec"]["topologySpreadConstraints"]:
+        assert selects(constraint["labelSelector"]["matchLabels"])
+    service = base_object("Service", manifests.DEFAULT_SERVICE)
+    assert selects(service["spec"]["selector"])
+    assert base_object("ServiceAccount", pod["spec"]["serviceAccountName"])
+
+    # Service port 443 -> the container port the probes and RUNGUARD_BIND use.
+    (port,) = service["spec"]["ports"]
+    assert port["port"] == manifests.SERVICE_PORT
+    (container_port,) = container["ports"]
+    assert port["targetPort"] == container_port["name"] == "https"
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert env["RUNGUARD_BIND"] == f"0.0.0.0:{container_port['containerPort']}"
+    for probe in ("readinessProbe", "livenessProbe"):
+        assert container[probe]["httpGet"]["port"] == "https"
+    for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
+        (hook,) = base_object(kind)["webhooks"]
+        assert hook["clientConfig"]["service"] == {
+            "name": service["metadata"]["name"],
+            "namespace": kustomization()["namespace"],
+            "path": "/mutate" if kind.startswith("Mutating") else "/validate",
+            "port": port["port"],
+        }
+
+    # Volumes: the policy ConfigMap and the TLS Secret, mounted where the env points.
+    volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    assert volumes["policies"]["configMap"]["name"] == manifests.CONFIG_MAP_NAME
+    assert volumes["tls"]["secret"]["secretName"] == kustomization()["secretGenerator"][0]["name"]
+    assert env["RUNGUARD_POLICY_DIR"] == mounts["policies"]
+    assert env["RUNGUARD_CERT_FILE"] == f"{mounts['tls']}/tls.crt"
+    assert env["RUNGUARD_KEY_FILE"] == f"{mounts['tls']}/tls.key"
+    assert "subPath" not in json.dumps(container["volumeMounts"])  # subPath mounts never update
+    assert mounts["tmp"] == "/tmp" and "emptyDir" in volumes["tmp"]
+
+
+def test_webhook_service_account_has_no_role_and_audit_role_is_read_only() -> None:
+    docs = [d for objects in base_documents().values() for d in objects]
+    assert not [d for d in docs if d["kind"] in ("RoleBinding", "ClusterRoleBinding")]
+    role = base_object("ClusterRole", "runguard-audit")
+    for rule in role["rules"]:
+        assert set(rule["verbs"]) <= {"get", "list", "watch"}
+
+
+def test_namespace_enforces_restricted_pod_security() -> None:
+    namespace = base_object("Namespace")
+    assert namespace["metadata"]["name"] == kustomization()["namespace"]
+    assert namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
+
+
+def test_image_tag_is_the_package_version() -> None:
+    (image,) = kustomization()["images"]
+    assert image["name"] == deployment_pod()["spec"]["containers"][0]["image"]
+    assert image["newTag"] == webhook.__version__
+
+
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="needs kubectl (kustomize)")
+def test_kustomize_builds_the_base_with_certificates(tmp_path: Path) -> None:
+    base = tmp_path / "manifests"
+    shutil.copytree(BASE, base, ignore=shutil.ignore_patterns("certs"))
+    assert main(["certs", "--out", str(base / "certs")]) == 0
+    built = subprocess.run(
+        ["kubectl", "kustomize", str(base)], capture_output=True, text=True, check=False
+    )
+    assert built.returncode == 0, built.stderr
+    objects = list(yaml.safe_load_all(built.stdout))
+    by_kind = {o["kind"]: o for o in objects}
+    ca = (base / "certs" / "ca.crt").read_bytes()
+    secret = by_kind["Secret"]
+    assert secret["type"] == "kubernetes.io/tls"
+    assert base64.b64decode(secret["data"]["tls.crt"]) == (base / "certs" / "tls.crt").read_bytes()
+    assert "ca.key" not in secret["data"]
+    for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
+        (hook,) = by_kind[kind]["webhooks"]
+        # kustomize folds long strings; base64 decoders skip the newlines.
+        assert base64.b64decode(hook["clientConfig"]["caBundle"].replace("\n", "")) == ca
+    for obj in objects:
+        if obj["kind"] not in ("Namespace", "ClusterRole") and "Webhook" not in obj["kind"]:
+            assert obj["metadata"]["namespace"] == "runguard", obj["kind"]
+    image = by_kind["Deployment"]["spec"]["template"]["spec"]["containers"][0]["image"]
+    assert image == f"runguard:{webhook.__version__}"

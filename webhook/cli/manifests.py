@@ -1,0 +1,163 @@
+"""``runguard manifests``: the webhook configurations rendered from the policy.
+
+    runguard manifests -p DIR [--namespace N] [--service S] [--ca-bundle FILE] [--url URL]
+                       [-o yaml|json]
+    runguard manifests -p DIR --write OUT      # regenerate the kustomize base's files
+    runguard manifests -p DIR --check OUT      # exit 1 when they disagree with DIR
+
+Exit codes: 0 rendered / up to date, 1 ``--check`` found drift, 2 bad policy or input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from webhook import manifests
+from webhook.cli import EXIT_BAD_INPUT, EXIT_DENIED, EXIT_OK
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "manifests",
+        help="render the webhook configurations from the policy",
+        description=(
+            "Render the MutatingWebhookConfiguration and ValidatingWebhookConfiguration "
+            "from the policy: objectSelector from its selector, namespaceSelector leaving "
+            "out runguard's namespace and excludeNamespaces. With --write, regenerate the "
+            "generated files of the kustomize base (webhook configurations and the policy "
+            "ConfigMap); with --check, fail when they disagree with the policy."
+        ),
+    )
+    parser.add_argument(
+        "-p",
+        "--policy",
+        type=Path,
+        default=Path("policies"),
+        metavar="DIR",
+        help="policy directory (default policies)",
+    )
+    parser.add_argument(
+        "--namespace",
+        default=manifests.DEFAULT_NAMESPACE,
+        help="runguard's namespace (default %(default)s)",
+    )
+    parser.add_argument(
+        "--service",
+        default=manifests.DEFAULT_SERVICE,
+        help="runguard's Service (default %(default)s)",
+    )
+    parser.add_argument(
+        "--ca-bundle", type=Path, metavar="FILE", help="PEM CA bundle for caBundle (ca.crt)"
+    )
+    parser.add_argument(
+        "--url",
+        metavar="URL",
+        help="call runguard at https://URL/mutate and /validate instead of the Service",
+    )
+    parser.add_argument("-o", "--output", choices=("yaml", "json"), default="yaml")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument(
+        "--write", type=Path, metavar="OUT", help="write the generated files of the base in OUT"
+    )
+    mode.add_argument(
+        "--check", type=Path, metavar="OUT", help="exit 1 when OUT's generated files are stale"
+    )
+    parser.set_defaults(func=run)
+
+
+def _fail(message: str) -> int:
+    print(f"runguard manifests: error: {message}", file=sys.stderr)
+    return EXIT_BAD_INPUT
+
+
+def run(args: argparse.Namespace) -> int:
+    from webhook.policy.errors import PolicyError
+    from webhook.policy.loader import load_policy
+
+    try:
+        policy = load_policy(args.policy)
+    except PolicyError as exc:
+        for issue in exc.errors:
+            print(issue, file=sys.stderr)
+        return EXIT_BAD_INPUT
+
+    if args.write or args.check:
+        if args.ca_bundle or args.url:
+            return _fail("--ca-bundle and --url do not apply to the kustomize base")
+        try:
+            files = manifests.generated_files(
+                policy, manifests.read_policy_files(args.policy), namespace=args.namespace
+            )
+        except OSError as exc:
+            return _fail(f"{exc.filename}: {exc.strerror}")
+        return _write(args.write, files) if args.write else _check(args.check, files)
+
+    try:
+        ca_bundle = args.ca_bundle.read_bytes() if args.ca_bundle else None
+        objects = manifests.webhook_configurations(
+            policy,
+            namespace=args.namespace,
+            service=args.service,
+            ca_bundle=ca_bundle,
+            url=args.url,
+        )
+    except OSError as exc:
+        return _fail(f"{exc.filename}: {exc.strerror}")
+    except manifests.ManifestError as exc:
+        return _fail(str(exc))
+    if args.output == "json":
+        items: dict[str, Any] = {"apiVersion": "v1", "kind": "List", "items": objects}
+        print(json.dumps(items, indent=2))
+    else:
+        sys.stdout.write(manifests.to_yaml(objects))
+    return EXIT_OK
+
+
+def _write(out: Path, files: dict[str, str]) -> int:
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        for name, text in files.items():
+            (out / name).write_text(text, encoding="utf-8")
+            print(f"wrote {out / name}")
+    except OSError as exc:
+        return _fail(f"{exc.filename}: {exc.strerror}")
+    return EXIT_OK
+
+
+def _check(out: Path, files: dict[str, str]) -> int:
+    stale = 0
+    for name, text in files.items():
+        path = out / name
+        try:
+            current = path.read_text(encoding="utf-8")
+        except OSError as exc:
+            print(f"{path}: {exc.strerror}")
+            stale += 1
+            continue
+        # Compare objects, not text: a reformatted but equal file is not drift.
+        if list(yaml.safe_load_all(current)) == list(yaml.safe_load_all(text)):
+            continue
+        stale += 1
+        sys.stdout.writelines(
+            difflib.unified_diff(
+                current.splitlines(keepends=True),
+                text.splitlines(keepends=True),
+                f"{path} (committed)",
+                f"{path} (rendered from the policy)",
+            )
+        )
+    if stale:
+        print(
+            f"{stale} generated file(s) out of date: run `runguard manifests -p POLICY "
+            f"--write {out}`",
+            file=sys.stderr,
+        )
+        return EXIT_DENIED
+    return EXIT_OK
