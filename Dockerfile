@@ -1,0 +1,40 @@
+# syntax=docker/dockerfile:1
+# runguard admission webhook. Build:  docker build -t runguard:0.1.0 .
+#
+# tests/test_manifests.py runs this file's install step (the RUN with `pip install`)
+# and checks its entrypoint, user and stages, since CI has no Docker engine.
+
+ARG PYTHON_IMAGE=python:3.11-slim-bookworm
+
+# --- build: install runguard and its dependencies into a virtualenv --------------
+FROM ${PYTHON_IMAGE} AS build
+ENV VIRTUAL_ENV=/opt/runguard \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY webhook ./webhook
+# Dependencies come from pyproject.toml, as published wheels (no compiler needed).
+# The venv gets no pip of its own: the image's pip installs into it.
+RUN python -m venv --without-pip "$VIRTUAL_ENV" \
+    && python -m pip --python "$VIRTUAL_ENV/bin/python" install --no-cache-dir --only-binary=:all: .
+
+# --- runtime: the same slim base, the virtualenv, nothing else --------------------
+FROM ${PYTHON_IMAGE}
+LABEL org.opencontainers.image.title="runguard" \
+      org.opencontainers.image.description="Admission webhook policy engine for ML platform runs" \
+      org.opencontainers.image.licenses="Apache-2.0"
+ENV VIRTUAL_ENV=/opt/runguard \
+    PATH=/opt/runguard/bin:$PATH \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    RUNGUARD_POLICY_DIR=/etc/runguard/policies \
+    RUNGUARD_CERT_FILE=/etc/runguard/tls/tls.crt \
+    RUNGUARD_KEY_FILE=/etc/runguard/tls/tls.key \
+    RUNGUARD_BIND=0.0.0.0:8443 \
+    RUNGUARD_WORKERS=2
+COPY --from=build /opt/runguard /opt/runguard
+# Numeric, so the kubelet can check runAsNonRoot without reading /etc/passwd.
+USER 10001:10001
+EXPOSE 8443
+ENTRYPOINT ["runguard", "serve"]
