@@ -29,8 +29,18 @@ def _parse_str(text: str) -> Decimal:
     return value
 
 
+_seen: dict[str, Decimal] = {}
+
+
 def parse(value: object) -> Decimal:
     """Parse a quantity given as a string or a number (YAML ``cpu: 2``); raise QuantityError."""
+    if type(value) is str:
+        known = _seen.get(value)
+        if known is not None:
+            return known
+        if len(_seen) < 4096:  # bounded: quantities come from users
+            parsed = _seen[value] = _parse_str(value)
+            return parsed
     if isinstance(value, bool) or value is None:
         raise QuantityError(f"{value!r} is not a quantity")
     if isinstance(value, int | float):

@@ -7,6 +7,7 @@ cannot be understood is denied with ``input.invalid``.
 from __future__ import annotations
 
 import functools
+import marshal
 from collections.abc import Callable
 from typing import Any, ParamSpec
 
@@ -29,11 +30,19 @@ P = ParamSpec("P")
 
 
 def copy_json(value: Any) -> Any:
-    """Deep copy of a JSON document (several times faster than ``copy.deepcopy``)."""
+    """Deep copy of a JSON document: ``marshal`` round trip (C speed, exact types), falling
+    back to a recursive copy for values marshal cannot carry."""
+    try:
+        return marshal.loads(marshal.dumps(value))
+    except ValueError:
+        return _copy_tree(value)
+
+
+def _copy_tree(value: Any) -> Any:
     if type(value) is dict:
-        return {k: copy_json(v) for k, v in value.items()}
+        return {k: _copy_tree(v) for k, v in value.items()}
     if type(value) is list:
-        return [copy_json(v) for v in value]
+        return [_copy_tree(v) for v in value]
     return value
 
 

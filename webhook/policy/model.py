@@ -13,6 +13,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
+from functools import lru_cache
 from typing import Any, Literal
 
 from webhook.quantity import parse
@@ -47,18 +48,28 @@ class NamePattern:
 
     def matches(self, name: str, labels: Mapping[str, str]) -> bool:
         """True when ``name`` matches; a pod lacking a label the pattern uses matches nothing."""
-        regex: list[str] = []
-        for kind, value in self._parts:
-            if kind == "lit":
-                regex.append(re.escape(value))
-            elif kind == "star":
-                regex.append(".*")
-            else:
-                label = labels.get(value)
-                if not isinstance(label, str) or label == "":
-                    return False
-                regex.append(re.escape(label))
-        return re.fullmatch("".join(regex), name, re.DOTALL) is not None
+        values = []
+        for key in self.label_keys:
+            value = labels.get(key)
+            if not isinstance(value, str) or value == "":
+                return False
+            values.append(value)
+        return _compiled(self._parts, tuple(values)).fullmatch(name) is not None
+
+
+@lru_cache(maxsize=4096)
+def _compiled(parts: tuple[tuple[str, str], ...], label_values: tuple[str, ...]) -> re.Pattern[str]:
+    """The regex of a pattern for given label values (one per ``label`` part, in order)."""
+    values = iter(label_values)
+    regex = []
+    for kind, text in parts:
+        if kind == "lit":
+            regex.append(re.escape(text))
+        elif kind == "star":
+            regex.append(".*")
+        else:
+            regex.append(re.escape(next(values)))
+    return re.compile("".join(regex), re.DOTALL)
 
 
 def _literal_parts(text: str) -> list[tuple[str, str]]:
