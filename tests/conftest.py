@@ -1,0 +1,503 @@
+"""Shared fixtures: a real ``runguard serve`` (gunicorn over TLS) on a free local port.
+
+``start_runguard(...)`` starts one with a throwaway CA and serving certificate for
+127.0.0.1, a temporary copy of a policy directory (the repository's ``policies/`` by
+default) and its own metrics directory; every server is stopped (SIGTERM, then SIGKILL
+after a bounded wait) when the test ends. ``runguard_server`` is one such server shared
+by a test module.
+
+``AtomicDir`` lays out a directory the way the kubelet mounts a ConfigMap or Secret
+(``..data`` symlink to a timestamped directory, one visible symlink per key) and
+updates it the same way, by renaming a new ``..data`` over the old one.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import ipaddress
+import json
+import os
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from prometheus_client.parser import text_string_to_metric_families
+
+REPO = Path(__file__).resolve().parents[1]
+START_TIMEOUT = 30.0
+STOP_TIMEOUT = 40.0
+
+
+# ------------------------------------------------------------------ certificates
+
+
+class TestCA:
+    """A throwaway CA that issues serving certificates for the local server."""
+
+    __test__ = False  # not a test class
+
+    def __init__(self) -> None:
+        self.key = ec.generate_private_key(ec.SECP256R1())
+        name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "runguard test CA")])
+        now = dt.datetime.now(dt.UTC)
+        self.cert = (
+            x509.CertificateBuilder()
+            .subject_name(name)
+            .issuer_name(name)
+            .public_key(self.key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - dt.timedelta(hours=1))
+            .not_valid_after(now + dt.timedelta(days=2))
+            .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+            .sign(self.key, hashes.SHA256())
+        )
+
+    @property
+    def pem(self) -> bytes:
+        return self.cert.public_bytes(serialization.Encoding.PEM)
+
+    def issue(self, *, days: float = 1.0) -> tuple[bytes, bytes, int]:
+        """A serving certificate for 127.0.0.1 and localhost: (cert PEM, key PEM, serial)."""
+        key = ec.generate_private_key(ec.SECP256R1())
+        now = dt.datetime.now(dt.UTC)
+        serial = x509.random_serial_number()
+        cert = (
+            x509.CertificateBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "runguard")]))
+            .issuer_name(self.cert.subject)
+            .public_key(key.public_key())
+            .serial_number(serial)
+            .not_valid_before(now - dt.timedelta(hours=1))
+            .not_valid_after(now + dt.timedelta(days=days))
+            .add_extension(
+                x509.SubjectAlternativeName(
+                    [
+                        x509.DNSName("localhost"),
+                        x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
+                    ]
+                ),
+                critical=False,
+            )
+            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+            .sign(self.key, hashes.SHA256())
+        )
+        key_pem = key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+        return cert.public_bytes(serialization.Encoding.PEM), key_pem, serial
+
+
+def peer_certificate(host: str, port: int, ca_file: Path) -> x509.Certificate:
+    """The certificate a new TLS connection is served."""
+    context = ssl.create_default_context(cafile=str(ca_file))
+    with socket.create_connection((host, port), timeout=10) as raw:
+        with context.wrap_socket(raw, server_hostname=host) as tls:
+            der = tls.getpeercert(binary_form=True)
+    assert der is not None
+    return x509.load_der_x509_certificate(der)
+
+
+# ------------------------------------------------------------ kubelet-style volumes
+
+
+class AtomicDir:
+    """A directory updated the way the kubelet updates ConfigMap and Secret volumes."""
+
+    def __init__(self, path: Path, files: Mapping[str, bytes | str]) -> None:
+        self.path = path
+        path.mkdir(parents=True, exist_ok=True)
+        self.update(files)
+
+    def update(self, files: Mapping[str, bytes | str]) -> None:
+        """Write a new ``..<timestamp>`` directory and swap ``..data`` onto it atomically."""
+        stamp = self.path / f"..{time.strftime('%Y_%m_%d_%H_%M_%S')}.{uuid.uuid4().hex[:8]}"
+        stamp.mkdir()
+        for name, content in files.items():
+            data = content.encode() if isinstance(content, str) else content
+            (stamp / name).write_bytes(data)
+        data_link = self.path / "..data"
+        old = os.readlink(data_link) if data_link.is_symlink() else None
+        tmp_link = self.path / "..data_tmp"
+        tmp_link.symlink_to(stamp.name)
+        os.replace(tmp_link, data_link)
+        for name in files:
+            link = self.path / name
+            if not link.is_symlink():
+                link.symlink_to(f"..data/{name}")
+        for entry in self.path.iterdir():  # keys that are gone
+            if entry.is_symlink() and not entry.name.startswith("..") and entry.name not in files:
+                entry.unlink()
+        if old is not None:
+            shutil.rmtree(self.path / old)
+
+
+# ------------------------------------------------------------------------ server
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+class RunguardServer:
+    """A ``runguard serve`` subprocess and the means to talk to it."""
+
+    def __init__(
+        self,
+        base: Path,
+        *,
+        policy: Path | Mapping[str, str] | None = None,
+        workers: int = 2,
+        env: Mapping[str, str] | None = None,
+        atomic: bool = False,
+    ) -> None:
+        self.base = base
+        self.ca = TestCA()
+        self.ca_file = base / "ca.crt"
+        self.ca_file.write_bytes(self.ca.pem)
+        cert, key, self.serial = self.ca.issue()
+        files = _policy_files(policy)
+        if atomic:
+            self.policy_volume: AtomicDir | None = AtomicDir(base / "policy", files)
+            self.cert_volume: AtomicDir | None = AtomicDir(
+                base / "tls", {"tls.crt": cert, "tls.key": key}
+            )
+        else:
+            self.policy_volume = self.cert_volume = None
+            (base / "policy").mkdir()
+            for name, text in files.items():
+                (base / "policy" / name).write_text(text)
+            (base / "tls").mkdir()
+            (base / "tls" / "tls.crt").write_bytes(cert)
+            (base / "tls" / "tls.key").write_bytes(key)
+        self.policy_dir = base / "policy"
+        self.cert_file = base / "tls" / "tls.crt"
+        self.key_file = base / "tls" / "tls.key"
+        self.port = free_port()
+        self.url = f"https://127.0.0.1:{self.port}"
+        self.stdout_path = base / "stdout.log"
+        self.stderr_path = base / "stderr.log"
+        self.workers = workers
+        self._env = dict(env or {})
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._sessions: list[requests.Session] = []
+
+    # -- lifecycle
+
+    def start(self) -> RunguardServer:
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith("RUNGUARD_") and k != "PROMETHEUS_MULTIPROC_DIR"
+        }
+        env.update(self._env)
+        env["PYTHONPATH"] = str(REPO)
+        cmd = [
+            sys.executable,
+            "-m",
+            "webhook",
+            "serve",
+            "-p",
+            str(self.policy_dir),
+            "--cert",
+            str(self.cert_file),
+            "--key",
+            str(self.key_file),
+            "--bind",
+            f"127.0.0.1:{self.port}",
+            "--workers",
+            str(self.workers),
+        ]
+        with open(self.stdout_path, "wb") as out, open(self.stderr_path, "wb") as err:
+            self.proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=out, stderr=err)
+        self.wait_healthy()
+        return self
+
+    def wait_healthy(self) -> None:
+        assert self.proc is not None
+        deadline = time.monotonic() + START_TIMEOUT
+        for _ in range(600):
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"runguard serve exited {self.proc.returncode}:\n{self.stderr}")
+            try:
+                with requests.Session() as session:
+                    if session.get(self.url + "/healthz", verify=self.ca_file, timeout=5).ok:
+                        break
+            except requests.RequestException:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"runguard serve did not start:\n{self.stderr}")
+            time.sleep(0.05)
+        # every worker booted: the arbiter spawns them one after the other
+        self.wait_for(lambda: len(self.worker_pids()) == self.workers, "workers booted")
+
+    def stop(self) -> int | None:
+        for session in self._sessions:
+            session.close()
+        self._sessions.clear()
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=STOP_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=STOP_TIMEOUT)
+        return self.proc.returncode
+
+    # -- processes
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def worker_pids(self) -> set[int]:
+        """Live children of the gunicorn master (from /proc)."""
+        pids = set()
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == self.pid and fields[0] != "Z":
+                pids.add(int(entry.name))
+        return pids
+
+    # -- requests
+
+    def session(self) -> requests.Session:
+        session = requests.Session()
+        session.trust_env = False  # REQUESTS_CA_BUNDLE would override ``verify``
+        session.verify = str(self.ca_file)
+        self._sessions.append(session)
+        return session
+
+    def post(
+        self,
+        path: str,
+        body: Any,
+        *,
+        session: requests.Session | None = None,
+        headers: Mapping[str, str] | None = None,
+        timeout: float = 10,
+    ) -> requests.Response:
+        session = session or self._default_session()
+        if isinstance(body, dict | list) or body is None:
+            data: Any = json.dumps(body)
+            hdrs = {"Content-Type": "application/json", **(headers or {})}
+        else:  # bytes, str or an iterator of chunks, sent as they are
+            data = body
+            hdrs = dict(headers or {})
+        return session.post(self.url + path, data=data, headers=hdrs, timeout=timeout)
+
+    def get(self, path: str, *, session: requests.Session | None = None) -> requests.Response:
+        return (session or self._default_session()).get(self.url + path, timeout=10)
+
+    def review(self, path: str, obj: Any, **fields: Any) -> dict[str, Any]:
+        """POST an AdmissionReview for ``obj``; the ``response`` of the answer."""
+        resp = self.post(path, admission_review(obj, **fields))
+        assert resp.status_code == 200, resp.text
+        out: dict[str, Any] = resp.json()
+        assert out["apiVersion"] == "admission.k8s.io/v1" and out["kind"] == "AdmissionReview"
+        response: dict[str, Any] = out["response"]
+        return response
+
+    def _default_session(self) -> requests.Session:
+        if not self._sessions:
+            self.session()
+        return self._sessions[0]
+
+    def metrics(self) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+        """``/metrics`` samples keyed by (name, sorted labels)."""
+        resp = self.get("/metrics")
+        assert resp.status_code == 200
+        out = {}
+        for family in text_string_to_metric_families(resp.text):
+            for sample in family.samples:
+                out[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+        return out
+
+    # -- output
+
+    @property
+    def stderr(self) -> str:
+        return self.stderr_path.read_text(errors="replace")
+
+    @property
+    def stdout(self) -> str:
+        return self.stdout_path.read_text(errors="replace")
+
+    def audit_lines(self) -> list[dict[str, Any]]:
+        return [json.loads(line) for line in self.stdout.splitlines() if line.startswith("{")]
+
+    def wait_for(self, predicate: Callable[[], bool], what: str, timeout: float = 20) -> None:
+        deadline = time.monotonic() + timeout
+        for _ in range(int(timeout / 0.05) + 1):
+            if predicate():
+                return
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        raise AssertionError(f"timed out waiting for {what}\n{self.stderr[-4000:]}")
+
+
+def _policy_files(policy: Path | Mapping[str, str] | None) -> dict[str, str]:
+    if isinstance(policy, Mapping):
+        return dict(policy)
+    source = REPO / "policies" if policy is None else policy
+    return {
+        p.name: p.read_text()
+        for p in sorted(source.iterdir())
+        if p.suffix in (".yaml", ".yml") and p.is_file()
+    }
+
+
+def admission_review(obj: Any, **fields: Any) -> dict[str, Any]:
+    """An ``admission.k8s.io/v1`` AdmissionReview request for ``obj`` (CREATE by default)."""
+    meta = obj.get("metadata", {}) if isinstance(obj, dict) else {}
+    kind = obj.get("kind", "Pod") if isinstance(obj, dict) else "Pod"
+    request = {
+        "uid": str(uuid.uuid4()),
+        "kind": {"group": "", "version": "v1", "kind": kind},
+        "resource": {"group": "", "version": "v1", "resource": kind.lower() + "s"},
+        "operation": "CREATE",
+        "namespace": meta.get("namespace", "default"),
+        "name": meta.get("name", ""),
+        "object": obj,
+        "userInfo": {"username": "alice@example.com", "groups": ["system:authenticated"]},
+        "dryRun": False,
+    }
+    request.update(fields)
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
+
+
+@pytest.fixture
+def start_runguard(tmp_path: Path) -> Iterator[Callable[..., RunguardServer]]:
+    """Start ``runguard serve`` servers; each is stopped at the end of the test."""
+    servers: list[RunguardServer] = []
+
+    def start(**options: Any) -> RunguardServer:
+        base = tmp_path / f"server{len(servers)}"
+        base.mkdir()
+        server = RunguardServer(base, **options)
+        servers.append(server)
+        return server.start()
+
+    yield start
+    for server in servers:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def runguard_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunguardServer]:
+    """One ``runguard serve`` (2 workers, the repository's policies) for a test module."""
+    server = RunguardServer(tmp_path_factory.mktemp("runguard"))
+    server.start()
+    yield server
+    server.stop()
+
+
+# ---------------------------------------------------------------- sample inputs
+
+
+def sample_policy(
+    *, run_as_user: int = 8877, memory: str = "2Gi", enforcement: str = "Deny"
+) -> dict[str, str]:
+    """A small policy in two files: ``run_as_user`` lives in one, ``memory`` (the
+    ``small`` profile's request) in the other, so a test can tell a policy loaded
+    half old, half new from either whole version."""
+    runpolicy = f"""\
+apiVersion: runguard.io/v1
+kind: RunPolicy
+metadata: {{name: http-test}}
+spec:
+  selector:
+    matchLabels: {{app.kubernetes.io/managed-by: dhcore}}
+  excludeNamespaces: [kube-system]
+  enforcement: {enforcement}
+  profiles: {{label: dhcore/template, default: small, unknown: Deny}}
+  resources:
+    defaults: {{requests: {{cpu: 100m, memory: 256Mi}}}}
+    maximums: {{cpu: "16", memory: 64Gi, gpu: "2"}}
+    onExceed: Clamp
+  security:
+    onRoot: Strip
+    runAsUser: {run_as_user}
+    runAsGroup: 999
+    fsGroup: 999
+  volumes:
+    platformClaims: ["v-{{labels[dhcore/run]}}-*"]
+    onPreExisting: Strip
+  secrets:
+    allowed: ["sec-*-{{labels[dhcore/run]}}"]
+    onForbidden: Strip
+"""
+    profiles = f"""\
+apiVersion: runguard.io/v1
+kind: Profile
+metadata: {{name: small}}
+spec:
+  resources:
+    requests: {{cpu: "1", memory: {memory}}}
+"""
+    return {"runpolicy.yaml": runpolicy, "profiles.yaml": profiles}
+
+
+def run_pod(name: str = "train", **spec: Any) -> dict[str, Any]:
+    """A platform run Pod as a user would submit it: root, a secret of someone else's,
+    a plain env value that must never reach a log."""
+    pod: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": "ml",
+            "labels": {
+                "app.kubernetes.io/managed-by": "dhcore",
+                "dhcore/run": "r1",
+                "dhcore/template": "small",
+            },
+        },
+        "spec": {
+            "securityContext": {"runAsUser": 0},
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "python:3.11",
+                    "env": [
+                        {"name": "TOKEN", "value": "s3cr3t-env-value"},
+                        {
+                            "name": "PASSWORD",
+                            "valueFrom": {
+                                "secretKeyRef": {"name": "someone-elses-secret", "key": "pw"}
+                            },
+                        },
+                    ],
+                }
+            ],
+        },
+    }
+    pod["spec"].update(spec)
+    return pod

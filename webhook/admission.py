@@ -1,0 +1,301 @@
+"""AdmissionReview plumbing: parse a review, ask the engine, build the response.
+
+Everything here is a pure function of its arguments (no Flask, no I/O), so the HTTP
+layer (``app.py``) only moves bytes and the rules of SPEC section 4 are testable alone.
+
+Two error families, as in kopf and Kyverno:
+
+* a request that is not a usable AdmissionReview is an ``AdmissionError`` and becomes
+  an HTTP 4xx with a JSON body; the apiserver then applies the webhook's
+  ``failurePolicy``:
+
+  - ``MalformedReview`` (400): empty body, not JSON, not an ``admission.k8s.io/v1``
+    AdmissionReview, no ``request``, no ``uid``, an object that is not a JSON object;
+  - ``UnsupportedMediaType`` (415): a content type other than ``application/json``;
+  - ``BodyTooLarge`` (413): a body over the configured limit;
+
+* an object the engine judges non-compliant, or cannot understand, is a *denial*: HTTP
+  200, ``allowed: false``, every violation listed in ``status.message``.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from dataclasses import dataclass
+from typing import Any, Literal, NotRequired, Required, TypedDict, cast
+
+from webhook import engine
+from webhook.engine.types import Decision
+from webhook.policy.model import Policy
+
+__all__ = [
+    "API_VERSION",
+    "AdmissionError",
+    "AdmissionRequest",
+    "AdmissionResponse",
+    "AdmissionReview",
+    "BodyTooLarge",
+    "Endpoint",
+    "MalformedReview",
+    "Outcome",
+    "UnsupportedMediaType",
+    "check_content_type",
+    "parse_review",
+    "review",
+    "review_response",
+]
+
+API_VERSION = "admission.k8s.io/v1"
+KIND = "AdmissionReview"
+
+Operation = Literal["CREATE", "UPDATE", "DELETE", "CONNECT"]
+OPERATIONS: tuple[Operation, ...] = ("CREATE", "UPDATE", "DELETE", "CONNECT")
+Endpoint = Literal["mutate", "validate"]
+
+JSON = dict[str, Any]
+
+
+class GroupVersionKind(TypedDict):
+    group: str
+    version: str
+    kind: str
+
+
+class UserInfo(TypedDict, total=False):
+    username: str
+    uid: str
+    groups: list[str]
+
+
+class AdmissionRequest(TypedDict, total=False):
+    """The ``request`` of an AdmissionReview, as far as runguard reads it."""
+
+    uid: Required[str]
+    operation: Required[Operation]
+    kind: GroupVersionKind
+    subResource: str
+    namespace: str
+    name: str
+    object: JSON | None
+    oldObject: JSON | None
+    dryRun: bool
+    userInfo: UserInfo
+
+
+class Status(TypedDict, total=False):
+    code: int
+    reason: str
+    message: str
+
+
+class AdmissionResponse(TypedDict):
+    uid: str
+    allowed: bool
+    patchType: NotRequired[Literal["JSONPatch"]]
+    patch: NotRequired[str]
+    warnings: NotRequired[list[str]]
+    auditAnnotations: NotRequired[dict[str, str]]
+    status: NotRequired[Status]
+
+
+class AdmissionReview(TypedDict):
+    apiVersion: str
+    kind: str
+    response: AdmissionResponse
+
+
+class AdmissionError(Exception):
+    """A request that is not a usable AdmissionReview; ``status`` is the HTTP code."""
+
+    status = 400
+    reason = "BadRequest"
+
+    def to_dict(self) -> dict[str, object]:
+        return {"error": self.reason, "code": self.status, "message": str(self)}
+
+
+class MalformedReview(AdmissionError):
+    status = 400
+    reason = "MalformedReview"
+
+
+class UnsupportedMediaType(AdmissionError):
+    status = 415
+    reason = "UnsupportedMediaType"
+
+
+class BodyTooLarge(AdmissionError):
+    status = 413
+    reason = "BodyTooLarge"
+
+
+def check_content_type(mimetype: str) -> None:
+    """Admission requests are ``application/json`` (parameters such as charset aside)."""
+    if mimetype.strip().lower() != "application/json":
+        shown = mimetype[:60] or "none"
+        raise UnsupportedMediaType(f"content type must be application/json, got {shown}")
+
+
+def parse_review(body: bytes) -> AdmissionRequest:
+    """The ``request`` of an ``admission.k8s.io/v1`` AdmissionReview, checked for shape."""
+    if not body:
+        raise MalformedReview("empty body: expected an AdmissionReview")
+    try:
+        doc = json.loads(body)
+    except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError
+        raise MalformedReview(f"body is not valid JSON: {_short(exc)}") from None
+    except RecursionError:
+        raise MalformedReview("body is not valid JSON: nested too deeply") from None
+    if not isinstance(doc, dict):
+        raise MalformedReview("body must be a JSON object (an AdmissionReview)")
+    if doc.get("apiVersion") != API_VERSION or doc.get("kind") != KIND:
+        raise MalformedReview(
+            f"expected apiVersion {API_VERSION} kind {KIND}, "
+            f"got {_shown(doc.get('apiVersion'))} {_shown(doc.get('kind'))}"
+        )
+    request = doc.get("request")
+    if not isinstance(request, dict):
+        raise MalformedReview("AdmissionReview has no request")
+    uid = request.get("uid")
+    if not isinstance(uid, str) or not uid:
+        raise MalformedReview("request.uid must be a non-empty string")
+    operation = request.get("operation")
+    if operation not in OPERATIONS:
+        raise MalformedReview(f"request.operation must be one of {', '.join(OPERATIONS)}")
+    for key in ("object", "oldObject"):
+        if request.get(key) is not None and not isinstance(request[key], dict):
+            raise MalformedReview(f"request.{key} must be a JSON object or null")
+    if operation in ("CREATE", "UPDATE") and request.get("object") is None:
+        raise MalformedReview(f"request.object is required for {operation}")
+    for key in ("namespace", "name", "subResource"):
+        if request.get(key) is not None and not isinstance(request[key], str):
+            raise MalformedReview(f"request.{key} must be a string")
+    if request.get("dryRun") is not None and not isinstance(request["dryRun"], bool):
+        raise MalformedReview("request.dryRun must be a boolean")
+    for key in ("kind", "userInfo"):
+        if request.get(key) is not None and not isinstance(request[key], dict):
+            raise MalformedReview(f"request.{key} must be a JSON object")
+    return cast(AdmissionRequest, request)
+
+
+INTERNAL_ERROR_MESSAGE = (
+    "runguard could not judge this object (internal error, see the webhook log); "
+    "denied to stay safe"
+)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one review produced: the response, and the decision when the engine ran."""
+
+    response: AdmissionReview
+    decision: Decision | None
+    error: Exception | None = None  # an engine failure, for the caller to log
+
+    @property
+    def label(self) -> str:
+        """The ``decision`` label of the reviews metric: allowed, patched, denied or error."""
+        resp = self.response["response"]
+        if self.error is not None:
+            return "error"
+        if not resp["allowed"]:
+            return "denied"
+        return "patched" if "patch" in resp else "allowed"
+
+
+def review(endpoint: Endpoint, request: AdmissionRequest, policy: Policy) -> Outcome:
+    """Judge one admission request with ``policy``; never raises (see ``_judge``).
+
+    The engine promises not to raise; if it does anyway the request is denied (fail
+    closed, like ``failurePolicy: Fail``) and the caller logs the traceback.
+    """
+    try:
+        return _judge(endpoint, request, policy)
+    except Exception as exc:  # the caller logs it; the apiserver gets a clear denial
+        denial = review_response(request["uid"], allowed=False, message=INTERNAL_ERROR_MESSAGE)
+        return Outcome(denial, None, error=exc)
+
+
+def _judge(endpoint: Endpoint, request: AdmissionRequest, policy: Policy) -> Outcome:
+    """Judge one admission request with ``policy`` and build the response.
+
+    ``/mutate`` patches only on CREATE: a running Pod's spec is immutable, so patching
+    an UPDATE (a label change, a finalizer) would make the apiserver reject the update.
+    ``/validate`` judges CREATE and UPDATE, passing ``oldObject`` so violations already
+    present do not block unrelated updates. DELETE and CONNECT are always allowed.
+    """
+    uid = request["uid"]
+    obj = request.get("object")
+    namespace = request.get("namespace") or None
+    operation = request["operation"]
+    if obj is None or operation in ("DELETE", "CONNECT"):
+        return Outcome(review_response(uid, allowed=True), None)
+    if endpoint == "mutate":
+        if operation != "CREATE":
+            return Outcome(review_response(uid, allowed=True), None)
+        decision = engine.mutate(obj, policy, namespace=namespace)
+        return Outcome(_from_decision(uid, decision, patch=True), decision)
+    old = request.get("oldObject") if operation == "UPDATE" else None
+    decision = engine.validate(obj, policy, namespace=namespace, old=old)
+    return Outcome(_from_decision(uid, decision, patch=False), decision)
+
+
+def _from_decision(uid: str, decision: Decision, *, patch: bool) -> AdmissionReview:
+    if not decision.allowed:
+        return review_response(
+            uid,
+            allowed=False,
+            warnings=decision.warnings,
+            audit_annotations=decision.audit_annotations,
+            message=decision.message(),
+        )
+    return review_response(
+        uid,
+        allowed=True,
+        patch=decision.patch if patch else None,
+        warnings=decision.warnings,
+        audit_annotations=decision.audit_annotations,
+    )
+
+
+def review_response(
+    uid: str,
+    *,
+    allowed: bool,
+    patch: list[JSON] | None = None,
+    warnings: list[str] | None = None,
+    audit_annotations: dict[str, str] | None = None,
+    message: str | None = None,
+) -> AdmissionReview:
+    """An ``admission.k8s.io/v1`` AdmissionReview response; empty fields are left out."""
+    response: AdmissionResponse = {"uid": uid, "allowed": allowed}
+    if patch:
+        response["patchType"] = "JSONPatch"
+        response["patch"] = base64.b64encode(
+            json.dumps(patch, separators=(",", ":")).encode()
+        ).decode("ascii")
+    if warnings:
+        response["warnings"] = list(warnings)
+    if audit_annotations:
+        response["auditAnnotations"] = dict(audit_annotations)
+    if not allowed:
+        response["status"] = {
+            "code": 403,
+            "reason": "Forbidden",
+            "message": message or "runguard denied the request",
+        }
+    return {"apiVersion": API_VERSION, "kind": KIND, "response": response}
+
+
+def _short(exc: Exception) -> str:
+    text = str(exc)
+    return text if len(text) <= 120 else text[:117] + "..."
+
+
+def _shown(value: object) -> str:
+    """A value from the request, quoted and cut short: never echo large input back."""
+    if value is None:
+        return "none"
+    text = json.dumps(value) if not isinstance(value, str) else repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."

@@ -1,0 +1,220 @@
+"""The Flask application: admission endpoints, probes and metrics; routes only.
+
+``create_app(config)`` reads its configuration when called, never at import time:
+``config`` keys first, then the environment (``RUNGUARD_POLICY_DIR``,
+``RUNGUARD_MAX_BODY``). The AdmissionReview rules live in ``admission.py``, the
+reload machinery in ``server.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from flask import Flask, Response, request
+from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
+
+from webhook import admission, metrics
+from webhook.admission import AdmissionError, Endpoint
+from webhook.auditlog import AuditLog, audit_record
+from webhook.server import (
+    DEFAULT_MAX_BODY,
+    RELOAD_INTERVAL,
+    PolicyState,
+    PolicyStore,
+    SettingsError,
+    byte_size,
+)
+
+__all__ = ["create_app"]
+
+log = logging.getLogger("runguard.app")
+
+JSON_TYPE = "application/json"
+_ALLOWED = b'{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{"uid":"","allowed":true}}'  # noqa: E501
+
+
+@dataclass
+class Runguard:
+    """What the routes share, kept in ``app.extensions["runguard"]``."""
+
+    store: PolicyStore
+    audit: AuditLog
+
+
+def create_app(config: Mapping[str, Any] | None = None) -> Flask:
+    """The runguard WSGI application.
+
+    ``config`` keys: ``RUNGUARD_POLICY_DIR``, ``RUNGUARD_MAX_BODY`` (bytes, or ``4Mi``),
+    ``RUNGUARD_RELOAD_INTERVAL`` (seconds), ``RUNGUARD_BENCH_ENDPOINT`` (adds
+    ``POST /bench/allowed``, a fixed answer for ``bench/bench_http.py``), and
+    ``POLICY_STORE`` / ``AUDIT_STREAM`` to hand in a ready store or an audit stream.
+    A policy that does not load leaves the app unready (503) until a good one appears.
+    """
+    cfg: dict[str, Any] = {
+        key: os.environ[key]
+        for key in ("RUNGUARD_POLICY_DIR", "RUNGUARD_MAX_BODY", "RUNGUARD_BENCH_ENDPOINT")
+        if os.environ.get(key)
+    }
+    cfg.update(config or {})
+
+    app = Flask("webhook")
+    app.config["MAX_CONTENT_LENGTH"] = byte_size(cfg.get("RUNGUARD_MAX_BODY", DEFAULT_MAX_BODY))
+    store = cfg.get("POLICY_STORE")
+    if store is None:
+        if not cfg.get("RUNGUARD_POLICY_DIR"):
+            raise SettingsError("RUNGUARD_POLICY_DIR is not set")
+        store = PolicyStore(
+            cfg["RUNGUARD_POLICY_DIR"],
+            interval=float(cfg.get("RUNGUARD_RELOAD_INTERVAL", RELOAD_INTERVAL)),
+        )
+        _first_load(store)
+    if store.observer is None:
+        store.observer = _publish_policy
+    state = Runguard(store=store, audit=AuditLog(cfg.get("AUDIT_STREAM")))
+    app.extensions["runguard"] = state
+
+    def answer(endpoint: Endpoint) -> Response:
+        start = time.perf_counter()
+        m = metrics.get()
+        try:
+            req = _read_review(app.config["MAX_CONTENT_LENGTH"])
+        except AdmissionError as exc:
+            m.reviews.labels(endpoint, "malformed").inc()
+            log.warning("%s: %s %s", endpoint, exc.status, exc)
+            return _json(exc.to_dict(), exc.status)
+        policy = store.current()
+        if policy is None:
+            m.reviews.labels(endpoint, "unavailable").inc()
+            return _json(_unavailable(store.state), 503)
+        outcome = admission.review(endpoint, req, policy)
+        body = json.dumps(outcome.response, separators=(",", ":"))
+        elapsed = time.perf_counter() - start
+        m.reviews.labels(endpoint, outcome.label).inc()
+        m.latency.labels(endpoint).observe(elapsed)
+        if outcome.decision is not None:
+            for violation in outcome.decision.violations:
+                m.violations.labels(violation.rule, outcome.decision.enforcement).inc()
+        if outcome.error is not None:
+            log.error(
+                "%s: engine failed on %s uid=%s",
+                endpoint,
+                req.get("kind", {}).get("kind", "object"),
+                req["uid"],
+                exc_info=outcome.error,
+            )
+        state.audit.write(
+            audit_record(endpoint, req, outcome, latency=elapsed, policy_digest=policy.digest)
+        )
+        return Response(body, 200, mimetype=JSON_TYPE)
+
+    @app.post("/mutate")
+    def mutate() -> Response:
+        return answer("mutate")
+
+    @app.post("/validate")
+    def validate() -> Response:
+        return answer("validate")
+
+    @app.get("/healthz")
+    def healthz() -> Response:
+        return _json({"status": "ok"}, 200)
+
+    @app.get("/readyz")
+    def readyz() -> Response:
+        store.current()
+        current = store.state
+        if current.policy is None:
+            return _json(_unavailable(current), 503)
+        status = "degraded" if current.rejected else "ready"
+        return _json({"status": status, **current.to_dict()}, 200)
+
+    @app.get("/metrics")
+    def metrics_endpoint() -> Response:
+        store.current()  # this process publishes its policy state before its first review
+        return Response(metrics.exposition(), 200, mimetype=metrics.CONTENT_TYPE_LATEST)
+
+    if str(cfg.get("RUNGUARD_BENCH_ENDPOINT", "")).lower() in ("1", "true", "yes"):
+
+        @app.post("/bench/allowed")
+        def bench_allowed() -> Response:
+            request.get_data(cache=False)  # read the body, as a review would be read
+            return Response(_ALLOWED, 200, mimetype=JSON_TYPE)
+
+    @app.errorhandler(HTTPException)
+    def http_error(exc: HTTPException) -> Response:
+        code = exc.code or 500
+        if isinstance(exc, RequestEntityTooLarge):
+            limit = app.config["MAX_CONTENT_LENGTH"]
+            err = admission.BodyTooLarge(f"body larger than the {limit} byte limit")
+            return _json(err.to_dict(), err.status)
+        return _json(
+            {"error": exc.name.replace(" ", ""), "code": code, "message": exc.description}, code
+        )
+
+    return app
+
+
+def _read_review(limit: int) -> admission.AdmissionRequest:
+    admission.check_content_type(request.mimetype)
+    return admission.parse_review(_read_body(limit))
+
+
+# Past the limit, up to this much is still read (and dropped) so that the client, busy
+# sending, gets to read the 413; a connection closed on unread data resets instead.
+DRAIN_LIMIT = 16 * 1024 * 1024
+
+
+def _read_body(limit: int) -> bytes:
+    """The request body, at most ``limit`` bytes, with or without a Content-Length."""
+    stream = request.environ["wsgi.input"]
+    length = request.content_length
+    if length is not None and length <= limit:
+        body: bytes = stream.read(length)
+        return body
+    body = b"" if length is not None else stream.read(limit + 1)
+    if len(body) <= limit and length is None:
+        return body
+    drained = len(body)
+    while drained < DRAIN_LIMIT and (chunk := stream.read(65536)):
+        drained += len(chunk)
+    raise admission.BodyTooLarge(f"body larger than the {limit} byte limit")
+
+
+def _first_load(store: PolicyStore) -> None:
+    from webhook.policy.errors import PolicyError
+
+    try:
+        store.load()
+    except PolicyError:
+        # Unready rather than dead: records and logs the errors; a fixed policy is
+        # picked up by the next check (see /readyz).
+        store.refresh(notify=False)
+
+
+def _unavailable(state: PolicyState) -> dict[str, object]:
+    return {
+        "status": "unavailable",
+        "error": "Unavailable",
+        "code": 503,
+        "message": "no valid policy loaded",
+        **state.to_dict(),
+    }
+
+
+def _publish_policy(state: PolicyState, result: bool | None) -> None:
+    m = metrics.get()
+    if result is not None:
+        m.policy_reloads.labels("success" if result else "failure").inc()
+    m.policy_rejected.set(1 if state.rejected else 0)
+    if state.policy is not None:
+        m.policy_last_success.set(state.loaded_at)
+
+
+def _json(payload: Mapping[str, object], status: int) -> Response:
+    return Response(json.dumps(payload, separators=(",", ":")), status, mimetype=JSON_TYPE)

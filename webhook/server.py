@@ -1,0 +1,623 @@
+"""Serving: gunicorn over TLS, and the watchers that hot-reload policy and certificate.
+
+One source of truth for the gunicorn configuration: ``gunicorn_options()`` is what
+``runguard serve`` runs in-process (``RunguardApplication``) and what the repository's
+``gunicorn.conf.py`` exports for a plain ``gunicorn -c gunicorn.conf.py``.
+
+Process model (gunicorn ``gthread`` workers, ``preload_app``):
+
+* the master loads the app and the policy once, builds the TLS context once (a bad
+  certificate fails at start), and runs a ``PolicyStore`` watcher thread so that a
+  worker forked later (one was killed, or recycled) starts from the latest good
+  policy instead of the one the server started with;
+* every worker checks the policy files' signature (a ``stat`` of each file, following
+  the ``..data`` symlink of a ConfigMap volume) at most once per ``reload_interval``
+  before a request, and the certificate files before a new TLS connection. A change
+  is loaded once it has stayed the same for one interval (files copied one by one
+  load together), beside the serving policy, and swapped in with one reference
+  assignment, so a request sees the old policy or the new one, never a mix. A policy that fails
+  to load is logged with its ``file:line`` errors, flagged in ``/readyz`` and in the
+  ``runguard_policy_rejected`` metric, and the last good one keeps serving;
+* metrics are written by workers only (``PROMETHEUS_MULTIPROC_DIR``, a temporary
+  directory made at start): the master's watcher thread never touches
+  ``prometheus_client``, whose process-wide lock a fork must not copy while held.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import ssl
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from gunicorn.app.base import BaseApplication
+
+from webhook.policy.model import Policy
+
+__all__ = [
+    "CertificateStore",
+    "PolicyState",
+    "PolicyStore",
+    "RunguardApplication",
+    "ServeSettings",
+    "SettingsError",
+    "app_config",
+    "byte_size",
+    "configure_logging",
+    "directory_signature",
+    "gunicorn_options",
+    "prepare_multiprocess_metrics",
+    "ssl_context",
+]
+
+log = logging.getLogger("runguard.server")
+
+DEFAULT_BIND = "127.0.0.1:8443"
+DEFAULT_MAX_BODY = 4 * 1024 * 1024  # an UPDATE review carries object and oldObject
+DEFAULT_THREADS = 4
+RELOAD_INTERVAL = 1.0
+
+Signature = tuple[tuple[object, ...], ...]
+PolicyLoader = Callable[[Path], Policy]
+
+
+# --------------------------------------------------------------------------- settings
+
+
+class SettingsError(ValueError):
+    """A ``runguard serve`` setting that is missing or unusable."""
+
+
+@dataclass(frozen=True)
+class ServeSettings:
+    """What ``runguard serve`` needs; each has an environment variable for the image."""
+
+    policy_dir: Path
+    cert_file: Path
+    key_file: Path
+    bind: str = DEFAULT_BIND
+    workers: int = 2
+    threads: int = DEFAULT_THREADS
+    max_body: int = DEFAULT_MAX_BODY
+    reload_interval: float = RELOAD_INTERVAL
+
+    ENV = {
+        "policy_dir": "RUNGUARD_POLICY_DIR",
+        "cert_file": "RUNGUARD_CERT_FILE",
+        "key_file": "RUNGUARD_KEY_FILE",
+        "bind": "RUNGUARD_BIND",
+        "workers": "RUNGUARD_WORKERS",
+        "threads": "RUNGUARD_THREADS",
+        "max_body": "RUNGUARD_MAX_BODY",
+    }
+
+    @classmethod
+    def resolve(
+        cls, given: Mapping[str, object | None], env: Mapping[str, str] | None = None
+    ) -> ServeSettings:
+        """Settings from ``given`` (command-line values, None when absent), else the env."""
+        env = os.environ if env is None else env
+        raw: dict[str, object] = {}
+        for key, var in cls.ENV.items():
+            value = given.get(key)
+            if value is None and env.get(var):
+                value = env[var]
+            if value is not None:
+                raw[key] = value
+        missing = [
+            f"--{k.replace('_', '-')} / {cls.ENV[k]}"
+            for k in ("policy_dir", "cert_file", "key_file")
+            if k not in raw
+        ]
+        if missing:
+            raise SettingsError("missing " + ", ".join(missing))
+        settings = cls(
+            policy_dir=Path(str(raw["policy_dir"])),
+            cert_file=Path(str(raw["cert_file"])),
+            key_file=Path(str(raw["key_file"])),
+            bind=str(raw.get("bind", DEFAULT_BIND)),
+            workers=_positive_int("workers", raw.get("workers", default_workers())),
+            threads=_positive_int("threads", raw.get("threads", DEFAULT_THREADS)),
+            max_body=byte_size(raw.get("max_body", DEFAULT_MAX_BODY)),
+        )
+        if not settings.policy_dir.is_dir():
+            raise SettingsError(f"policy directory {settings.policy_dir} does not exist")
+        for path in (settings.cert_file, settings.key_file):
+            if not path.is_file():
+                raise SettingsError(f"{path} does not exist")
+        return settings
+
+
+def default_workers() -> int:
+    """One worker per core, at least two (a killed worker never leaves none)."""
+    return max(2, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 2)
+
+
+def _positive_int(name: str, value: object) -> int:
+    try:
+        number = int(str(value))
+    except ValueError:
+        raise SettingsError(f"{name} must be a whole number, got {value!r}") from None
+    if number < 1:
+        raise SettingsError(f"{name} must be at least 1, got {number}")
+    return number
+
+
+_SIZE_SUFFIXES = {"": 1, "k": 1000, "ki": 1024, "m": 1000**2, "mi": 1024**2}
+
+
+def byte_size(value: object) -> int:
+    """Bytes, given as ``4194304``, ``4Mi`` or ``512Ki``."""
+    text = str(value).strip()
+    digits = text.rstrip("KkMmIi")
+    suffix = text[len(digits) :].lower()
+    if not digits.isdigit() or suffix not in _SIZE_SUFFIXES:
+        raise SettingsError(f"max body must be bytes like 4194304 or 4Mi, got {text!r}")
+    size = int(digits) * _SIZE_SUFFIXES[suffix]
+    if size < 1024:
+        raise SettingsError(f"max body must be at least 1Ki, got {text!r}")
+    return size
+
+
+# ------------------------------------------------------------------ file signatures
+
+
+def file_signature(path: Path | str) -> tuple[object, ...]:
+    """Identity and version of a file, following symlinks (a ``..data`` swap shows)."""
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        return (str(path), "error", exc.errno)
+    return (str(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def directory_signature(directory: Path | str) -> Signature:
+    """A cheap summary that changes when any file of the directory changes.
+
+    Entries are ``stat``-ed through symlinks, so the kubelet's atomic update of a
+    ConfigMap volume (new ``..<timestamp>`` directory, ``..data`` symlink renamed onto
+    it) changes the inode of every ``..data/<file>`` target seen through the top-level
+    links. Subdirectories are summarised by their own ``stat`` (files added, removed).
+    """
+    try:
+        names = sorted(os.listdir(directory))
+    except OSError as exc:
+        return ((str(directory), "error", exc.errno),)
+    return tuple(file_signature(os.path.join(directory, name)) for name in names)
+
+
+# ----------------------------------------------------------------------- policy
+
+
+@dataclass(frozen=True)
+class PolicyState:
+    """What a store serves, and what it thinks of the files on disk.
+
+    ``rejected`` holds the ``file:line`` errors of the files on disk when they failed
+    to load (the last good ``policy`` keeps serving); it is empty when the files on
+    disk are the ones serving.
+    """
+
+    policy: Policy | None
+    signature: Signature = ()
+    loaded_at: float = 0.0  # unix time the serving policy was loaded
+    rejected: tuple[str, ...] = ()
+    rejected_at: float = 0.0
+
+    def to_dict(self) -> dict[str, object]:
+        """The ``/readyz`` detail."""
+        out: dict[str, object] = {}
+        if self.policy is not None:
+            out["policy"] = {
+                "name": self.policy.name,
+                "digest": self.policy.digest,
+                "loadedAt": _iso(self.loaded_at),
+                "profiles": sorted(self.policy.profiles),
+            }
+        if self.rejected:
+            out["rejected"] = {"at": _iso(self.rejected_at), "errors": list(self.rejected)}
+        return out
+
+
+def _iso(stamp: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(stamp))
+
+
+PolicyObserver = Callable[[PolicyState, "bool | None"], None]
+
+
+class PolicyStore:
+    """The serving policy of one directory, reloaded when its files change.
+
+    ``current()`` is the hot path: a reference read, plus at most once per
+    ``interval`` a ``stat`` of the directory's entries. A reload happens in the thread
+    that noticed the change while the others keep the serving policy.
+
+    ``observer(state, result)`` hears of every reload attempt in a serving process
+    (``result`` True or False) and of the state a process starts serving with
+    (``result`` None); the master's watcher thread never calls it (see module doc).
+    """
+
+    def __init__(
+        self,
+        directory: Path | str,
+        loader: PolicyLoader | None = None,
+        *,
+        interval: float = RELOAD_INTERVAL,
+        observer: PolicyObserver | None = None,
+    ) -> None:
+        if loader is None:
+            from webhook.policy.loader import load_policy
+
+            loader = load_policy
+        self.directory = Path(directory)
+        self.interval = interval
+        self.observer = observer
+        self._loader = loader
+        self._state = PolicyState(None)
+        self._lock = threading.Lock()
+        self._next_check = 0.0
+        self._settling: Signature | None = None
+        self._pid = 0  # the serving process, adopted on the first current() there
+        self._watcher: threading.Thread | None = None
+        self._stop = threading.Event()
+
+    @property
+    def state(self) -> PolicyState:
+        return self._state
+
+    def load(self) -> PolicyState:
+        """First load; raises ``PolicyError`` (with every ``file:line`` issue) on failure."""
+        with self._lock:
+            signature = directory_signature(self.directory)
+            policy = self._loader(self.directory)
+            self._state = PolicyState(policy, signature, time.time())
+            self._next_check = time.monotonic() + self.interval
+        log.info("policy %s loaded from %s (digest %s)", policy.name, self.directory, policy.digest)
+        return self._state
+
+    def current(self) -> Policy | None:
+        """The serving policy (None before a first good load), checking for changes."""
+        if self._pid != os.getpid():
+            self._adopt_process()
+        if time.monotonic() >= self._next_check:
+            self.refresh()
+        return self._state.policy
+
+    def refresh(self, *, notify: bool = True) -> PolicyState:
+        """Reload if the files changed since the last attempt; never raises."""
+        if not self._lock.acquire(blocking=False):
+            return self._state  # another thread is on it; serve what we have
+        try:
+            self._next_check = time.monotonic() + self.interval
+            signature = directory_signature(self.directory)
+            if signature == self._state.signature:
+                self._settling = None
+                return self._state
+            if signature != self._settling:
+                # Changed since the last look: wait one interval for it to settle, so
+                # files copied one by one are loaded together, not half old, half new.
+                self._settling = signature
+                return self._state
+            result = self._reload(signature)
+        finally:
+            self._lock.release()
+        if result is not None and notify and self.observer is not None:
+            self.observer(self._state, result)
+        return self._state
+
+    def _reload(self, signature: Signature) -> bool | None:
+        """Load the changed files: True swapped in, False rejected, None retry later."""
+        from webhook.policy.errors import PolicyError
+
+        old = self._state
+        try:
+            policy = self._loader(self.directory)
+        except PolicyError as exc:
+            errors = tuple(str(issue) for issue in exc.errors) or (str(exc),)
+        except Exception as exc:  # a file vanishing mid-swap, an unreadable file
+            errors = (f"{self.directory}: {type(exc).__name__}: {exc}",)
+        else:
+            if directory_signature(self.directory) != signature:
+                return None  # changed while loading (a copy in progress): next check retries
+            self._state = PolicyState(policy, signature, time.time())
+            if old.policy is None or old.policy.digest != policy.digest:
+                log.info(
+                    "policy %s reloaded from %s (digest %s, was %s)",
+                    policy.name,
+                    self.directory,
+                    policy.digest,
+                    old.policy.digest if old.policy else "none",
+                )
+            return True
+        self._state = replace(old, signature=signature, rejected=errors, rejected_at=time.time())
+        log.error(
+            "policy in %s rejected, the last good one keeps serving (digest %s): %d error(s)",
+            self.directory,
+            old.policy.digest if old.policy else "none",
+            len(errors),
+        )
+        for error in errors:
+            log.error("  %s", error)
+        return False
+
+    def _adopt_process(self) -> None:
+        """First use in this process (a forked worker): a fresh lock, as the master's
+        watcher could have held it at the fork, and the starting state published."""
+        self._pid = os.getpid()
+        self._lock = threading.Lock()
+        self._watcher = None
+        self._stop = threading.Event()
+        if self.observer is not None:
+            self.observer(self._state, None)
+
+    def watch_in_background(self) -> None:
+        """Refresh every ``interval`` in a daemon thread (the gunicorn master)."""
+        if self._watcher is not None:
+            return
+
+        def run() -> None:
+            while not self._stop.wait(self.interval):
+                self.refresh(notify=False)
+
+        self._watcher = threading.Thread(target=run, name="runguard-policy-watch", daemon=True)
+        self._watcher.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+# ------------------------------------------------------------------ certificates
+
+
+class CertificateStore:
+    """A TLS server context per process, rebuilt when the certificate files change.
+
+    gunicorn asks its ``ssl_context`` hook for a context on every new connection; the
+    default builds a fresh one (reading and parsing the key each time). This keeps one
+    and checks the files at most once per ``interval``: a renewed certificate is served
+    to new connections; connections already open keep theirs. A half-written pair
+    (certificate renewed, key not yet) fails to load and the previous context stays.
+    """
+
+    def __init__(self, cert_file: str, key_file: str, *, interval: float = RELOAD_INTERVAL):
+        self.cert_file = cert_file
+        self.key_file = key_file
+        self.interval = interval
+        self._context: ssl.SSLContext | None = None
+        self._signature: tuple[object, ...] = ()
+        self._not_after = 0.0
+        self._next_check = 0.0
+        self._lock = threading.Lock()
+        self._pid = os.getpid()
+
+    def _files_signature(self) -> tuple[object, ...]:
+        return (file_signature(self.cert_file), file_signature(self.key_file))
+
+    def context(self, factory: Callable[[], ssl.SSLContext]) -> ssl.SSLContext:
+        if self._pid != os.getpid():  # first use in a forked worker
+            self._pid = os.getpid()
+            self._lock = threading.Lock()  # the master's could have been held at the fork
+            self._publish()
+        ctx = self._context
+        if ctx is not None and time.monotonic() < self._next_check:
+            return ctx
+        if not self._lock.acquire(blocking=ctx is None):
+            return ctx  # type: ignore[return-value]  # not None: blocking when None
+        try:
+            if self._context is None or time.monotonic() >= self._next_check:
+                self._next_check = time.monotonic() + self.interval
+                signature = self._files_signature()
+                if self._context is None or signature != self._signature:
+                    self._rebuild(factory, signature)
+            assert self._context is not None
+            return self._context
+        finally:
+            self._lock.release()
+
+    def _rebuild(
+        self, factory: Callable[[], ssl.SSLContext], signature: tuple[object, ...]
+    ) -> None:
+        try:
+            ctx = factory()
+            ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+            not_after, subject = _certificate_summary(self.cert_file)
+        except (OSError, ValueError, ssl.SSLError) as exc:
+            if self._context is None:
+                raise
+            self._signature = signature  # do not retry (and log) until the files change again
+            log.error(
+                "certificate %s not reloaded, keeping the previous one: %s", self.cert_file, exc
+            )
+            return
+        first = self._context is None
+        self._context, self._signature, self._not_after = ctx, signature, not_after
+        self._publish()
+        log.info(
+            "certificate %s %s: %s, expires %s",
+            self.cert_file,
+            "loaded" if first else "reloaded",
+            subject,
+            _iso(not_after),
+        )
+
+    def _publish(self) -> None:
+        if self._not_after and os.getpid() != _MASTER_PID[0]:
+            from webhook import metrics
+
+            metrics.get().certificate_expiry.set(self._not_after)
+
+
+def _certificate_summary(cert_file: str) -> tuple[float, str]:
+    from cryptography import x509
+
+    cert = x509.load_pem_x509_certificate(Path(cert_file).read_bytes())
+    return cert.not_valid_after_utc.timestamp(), cert.subject.rfc4514_string()
+
+
+_CERTIFICATES: dict[tuple[str, str], CertificateStore] = {}
+
+
+def ssl_context(conf: Any, default_ssl_context_factory: Callable[[], ssl.SSLContext]) -> Any:
+    """gunicorn ``ssl_context`` hook: the process's cached context, TLS 1.2 or newer."""
+    key = (conf.certfile, conf.keyfile)
+    store = _CERTIFICATES.get(key)
+    if store is None:
+        store = _CERTIFICATES.setdefault(key, CertificateStore(*key))
+    return store.context(default_ssl_context_factory)
+
+
+# ------------------------------------------------------------------------ metrics
+
+_MULTIPROC_DIR_OWNED: list[str] = []
+_MASTER_PID = [0]  # the gunicorn master records no metrics (see module doc)
+
+
+def prepare_multiprocess_metrics() -> None:
+    """Point prometheus_client at a fresh directory; call before anything imports it."""
+    if _MULTIPROC_DIR_OWNED:
+        return
+    given = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    if given:
+        os.makedirs(given, exist_ok=True)
+        for name in os.listdir(given):  # stale values of a previous run would be summed
+            if name.endswith(".db"):
+                os.unlink(os.path.join(given, name))
+        _MULTIPROC_DIR_OWNED.append("")
+        return
+    made = tempfile.mkdtemp(prefix="runguard-metrics-")
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = made
+    _MULTIPROC_DIR_OWNED.append(made)
+
+
+# ------------------------------------------------------------------------- hooks
+
+
+def _runguard_store(arbiter: Any) -> PolicyStore | None:
+    app = arbiter.app.wsgi()
+    state = getattr(app, "extensions", {}).get("runguard")
+    return getattr(state, "store", None)
+
+
+def on_starting(arbiter: Any) -> None:
+    _MASTER_PID[0] = os.getpid()
+    configure_logging(arbiter.cfg.loglevel)
+
+
+def when_ready(arbiter: Any) -> None:
+    # Fail at start on a bad certificate or key, and fork workers with the context built.
+    from gunicorn import sock
+
+    sock.ssl_context(arbiter.cfg)
+    store = _runguard_store(arbiter)
+    if store is not None:
+        store.watch_in_background()
+
+
+def child_exit(arbiter: Any, worker: Any) -> None:
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        from webhook import metrics
+
+        metrics.mark_process_dead(worker.pid)
+
+
+def on_exit(arbiter: Any) -> None:
+    store = _runguard_store(arbiter)
+    if store is not None:
+        store.stop()
+    for made in _MULTIPROC_DIR_OWNED:
+        if made:
+            shutil.rmtree(made, ignore_errors=True)
+
+
+def configure_logging(level: str = "info") -> None:
+    """runguard's operational logs on stderr, next to gunicorn's; stdout is the audit log."""
+    logger = logging.getLogger("runguard")
+    if logger.handlers:
+        return
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(
+        logging.Formatter(
+            "[%(asctime)s] [%(process)d] [%(levelname)s] %(name)s: %(message)s",
+            "%Y-%m-%d %H:%M:%S %z",
+        )
+    )
+    logger.addHandler(handler)
+    logger.setLevel(level.upper())
+    logger.propagate = False
+
+
+# ---------------------------------------------------------------------- gunicorn
+
+
+def gunicorn_options(settings: ServeSettings) -> dict[str, Any]:
+    """The gunicorn configuration of runguard (see docs/server.md for the figures).
+
+    ``gthread`` with keep-alive: the apiserver keeps its connections to a webhook open,
+    and a TLS handshake costs several times a review, so a worker must serve many
+    requests per connection (``sync`` closes every connection after one request).
+    """
+    worker_tmp_dir = "/dev/shm" if os.path.isdir("/dev/shm") else None
+    options: dict[str, Any] = {
+        "bind": [settings.bind],
+        "workers": settings.workers,
+        "worker_class": "gthread",
+        "threads": settings.threads,
+        "keepalive": 75,  # longer than the apiserver's idle connection reuse
+        "timeout": 30,  # a worker silent this long is killed and replaced
+        "graceful_timeout": 25,  # in-flight reviews finish on SIGTERM (< k8s' 30 s)
+        "preload_app": True,
+        "certfile": str(settings.cert_file),
+        "keyfile": str(settings.key_file),
+        "ssl_context": ssl_context,
+        "limit_request_line": 4094,
+        "limit_request_fields": 100,
+        "control_socket_disable": True,
+        "accesslog": None,  # the audit log says more, without the noise of probes
+        "errorlog": "-",
+        "loglevel": "info",
+        "proc_name": "runguard",
+        "on_starting": on_starting,
+        "when_ready": when_ready,
+        "child_exit": child_exit,
+        "on_exit": on_exit,
+        "raw_env": [],
+    }
+    if worker_tmp_dir:
+        options["worker_tmp_dir"] = worker_tmp_dir
+    return options
+
+
+def app_config(settings: ServeSettings) -> dict[str, object]:
+    """The ``create_app`` configuration for these settings."""
+    return {
+        "RUNGUARD_POLICY_DIR": str(settings.policy_dir),
+        "RUNGUARD_MAX_BODY": settings.max_body,
+        "RUNGUARD_RELOAD_INTERVAL": settings.reload_interval,
+    }
+
+
+class RunguardApplication(BaseApplication):  # type: ignore[misc]  # gunicorn is untyped
+    """``runguard serve``: gunicorn's custom application, configured by ``gunicorn_options``."""
+
+    def __init__(self, settings: ServeSettings, store: PolicyStore) -> None:
+        self.settings = settings
+        self.store = store
+        super().__init__(prog="runguard serve")
+
+    def load_config(self) -> None:
+        for key, value in gunicorn_options(self.settings).items():
+            self.cfg.set(key, value)
+
+    def load(self) -> Any:
+        from webhook.app import create_app
+
+        return create_app({**app_config(self.settings), "POLICY_STORE": self.store})
