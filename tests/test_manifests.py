@@ -95,6 +95,7 @@ def test_mutating_configuration_field_by_field(policy: Policy) -> None:
     assert config["apiVersion"] == "admissionregistration.k8s.io/v1"
     assert config["kind"] == "MutatingWebhookConfiguration"
     assert config["metadata"]["name"] == "runguard"
+    assert config["metadata"]["labels"]["app.kubernetes.io/component"] == "admission"
     assert config["webhooks"] == [
         {
             "name": "mutate.runguard.io",

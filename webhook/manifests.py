@@ -57,6 +57,9 @@ CONFIG_MAP_FILE = "policy-configmap.yaml"
 TIMEOUT_SECONDS = 5
 NAMESPACE_LABEL = "kubernetes.io/metadata.name"
 LABELS = {"app.kubernetes.io/name": "runguard", "app.kubernetes.io/part-of": "runguard"}
+# Lets an admin apply everything else first: `kubectl apply -k manifests/ -l
+# 'app.kubernetes.io/component!=admission'`, then the webhooks once runguard is Ready.
+ADMISSION_LABELS = {**LABELS, "app.kubernetes.io/component": "admission"}
 
 # The pod controllers whose templates the validating webhook judges, by API group.
 POD_CONTROLLERS = {
@@ -161,7 +164,7 @@ def mutating_webhook_configuration(
     return {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "MutatingWebhookConfiguration",
-        "metadata": {"name": CONFIGURATION_NAME, "labels": dict(LABELS)},
+        "metadata": {"name": CONFIGURATION_NAME, "labels": dict(ADMISSION_LABELS)},
         "webhooks": [hook],
     }
 
@@ -185,7 +188,7 @@ def validating_webhook_configuration(
     return {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingWebhookConfiguration",
-        "metadata": {"name": CONFIGURATION_NAME, "labels": dict(LABELS)},
+        "metadata": {"name": CONFIGURATION_NAME, "labels": dict(ADMISSION_LABELS)},
         "webhooks": [hook],
     }
 

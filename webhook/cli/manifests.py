@@ -97,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
             )
         except OSError as exc:
             return _fail(f"{exc.filename}: {exc.strerror}")
-        return _write(args.write, files) if args.write else _check(args.check, files)
+        return _write(args.write, files) if args.write else _check(args.check, files, args.policy)
 
     try:
         ca_bundle = args.ca_bundle.read_bytes() if args.ca_bundle else None
@@ -131,7 +131,7 @@ def _write(out: Path, files: dict[str, str]) -> int:
     return EXIT_OK
 
 
-def _check(out: Path, files: dict[str, str]) -> int:
+def _check(out: Path, files: dict[str, str], policy_dir: Path) -> int:
     stale = 0
     for name, text in files.items():
         path = out / name
@@ -155,7 +155,7 @@ def _check(out: Path, files: dict[str, str]) -> int:
         )
     if stale:
         print(
-            f"{stale} generated file(s) out of date: run `runguard manifests -p POLICY "
+            f"{stale} generated file(s) out of date: run `runguard manifests -p {policy_dir} "
             f"--write {out}`",
             file=sys.stderr,
         )
