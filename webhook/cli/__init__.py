@@ -22,6 +22,7 @@ COMMANDS = (
     "certs",
     "manifests",
     "serve",
+    "audit",
 )
 
 EXIT_OK, EXIT_DENIED, EXIT_BAD_INPUT = 0, 1, 2
