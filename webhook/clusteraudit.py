@@ -72,7 +72,7 @@ def to_table(findings: Iterable[Finding]) -> str:
 
 
 def to_policy_reports(findings: Iterable[Finding], policy: Policy) -> list[dict[str, Any]]:
-    """One PolicyReport per namespace, one result per (object, rule) and one pass per clean object."""
+    """A PolicyReport per namespace: a result per (object, rule), a pass per clean object."""
     by_namespace: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for f in findings:
         d = f.decision

@@ -95,9 +95,11 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_BAD_INPUT
     try:
         if args.kubeconfig or not _in_cluster():
-            config.load_kube_config(config_file=args.kubeconfig, context=args.context)
+            config.load_kube_config(  # type: ignore[no-untyped-call]
+                config_file=args.kubeconfig, context=args.context
+            )
         else:
-            config.load_incluster_config()
+            config.load_incluster_config()  # type: ignore[no-untyped-call]
         with client.ApiClient() as api_client:
             findings = audit(list_objects(api_client, args.namespace), policy)
     except (ConfigException, ApiException, OSError) as exc:
