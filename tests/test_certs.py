@@ -422,3 +422,17 @@ def test_cli_rotate_walks_a_ca_rotation(tmp_path: Path, capsys: pytest.CaptureFi
 
 def test_cli_rotate_without_certificates_is_bad_input(tmp_path: Path) -> None:
     assert main(["certs", "rotate", "--out", str(tmp_path)]) == 2
+
+
+def test_lost_ca_key_recovery_from_the_docs() -> None:
+    """docs/operations.md: --force, append the old ca.crt, then rotate drops it."""
+    old = certs.new_cert_set("runguard", "runguard", [], T0)
+    forced = certs.new_cert_set("runguard", "runguard", [], T0 + timedelta(days=1))
+    both = certs.CertSet(forced.ca_bundle + old.ca_bundle, forced.ca_key, forced.cert, forced.key)
+    now = T0 + timedelta(days=1)
+    # Pods still serving the old certificate and pods serving the new one are both trusted.
+    assert trusted(both.ca_bundle, old.cert, now) and trusted(both.ca_bundle, both.cert, now)
+    assert certs.rotate(both, now + timedelta(hours=1)).step == "waiting"
+    result = certs.rotate(both, now + timedelta(hours=25))
+    assert result.step == "retired-ca"
+    assert cas_of(result.certs) == cas_of(forced)
