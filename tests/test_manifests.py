@@ -478,12 +478,23 @@ def test_base_objects_refer_to_each_other() -> None:
     assert mounts["tmp"] == "/tmp" and "emptyDir" in volumes["tmp"]
 
 
-def test_webhook_service_account_has_no_role_and_audit_role_is_read_only() -> None:
+def test_webhook_service_account_has_no_role_and_audit_role_is_what_audit_lists() -> None:
+    from webhook.cli.audit import LISTS
+
     docs = [d for objects in base_documents().values() for d in objects]
-    assert not [d for d in docs if d["kind"] in ("RoleBinding", "ClusterRoleBinding")]
-    role = base_object("ClusterRole", "runguard-audit")
-    for rule in role["rules"]:
-        assert set(rule["verbs"]) <= {"get", "list", "watch"}
+    assert not [d for d in docs if d["kind"] in ("Role", "RoleBinding", "ClusterRoleBinding")]
+    granted = {
+        (group, resource, verb)
+        for rule in base_object("ClusterRole", "runguard-audit")["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+    needed = {
+        (api_version.rpartition("/")[0], kind.lower() + "s", "list")
+        for kind, api_version, *_ in LISTS
+    }
+    assert granted == needed
 
 
 def test_namespace_enforces_restricted_pod_security() -> None:
