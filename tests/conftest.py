@@ -23,6 +23,7 @@ import socket
 import ssl
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
@@ -168,6 +169,7 @@ class RunguardServer:
         workers: int = 2,
         env: Mapping[str, str] | None = None,
         atomic: bool = False,
+        gunicorn_conf: bool = False,
     ) -> None:
         self.base = base
         self.ca = TestCA()
@@ -196,6 +198,7 @@ class RunguardServer:
         self.stdout_path = base / "stdout.log"
         self.stderr_path = base / "stderr.log"
         self.workers = workers
+        self.gunicorn_conf = gunicorn_conf
         self._env = dict(env or {})
         self.proc: subprocess.Popen[bytes] | None = None
         self._sessions: list[requests.Session] = []
@@ -210,22 +213,32 @@ class RunguardServer:
         }
         env.update(self._env)
         env["PYTHONPATH"] = str(REPO)
-        cmd = [
-            sys.executable,
-            "-m",
-            "webhook",
-            "serve",
-            "-p",
-            str(self.policy_dir),
-            "--cert",
-            str(self.cert_file),
-            "--key",
-            str(self.key_file),
-            "--bind",
-            f"127.0.0.1:{self.port}",
-            "--workers",
-            str(self.workers),
-        ]
+        if self.gunicorn_conf:  # plain gunicorn with the repository's configuration file
+            env.update(
+                RUNGUARD_POLICY_DIR=str(self.policy_dir),
+                RUNGUARD_CERT_FILE=str(self.cert_file),
+                RUNGUARD_KEY_FILE=str(self.key_file),
+                RUNGUARD_BIND=f"127.0.0.1:{self.port}",
+                RUNGUARD_WORKERS=str(self.workers),
+            )
+            cmd = [sys.executable, "-m", "gunicorn", "-c", str(REPO / "gunicorn.conf.py")]
+        else:
+            cmd = [
+                sys.executable,
+                "-m",
+                "webhook",
+                "serve",
+                "-p",
+                str(self.policy_dir),
+                "--cert",
+                str(self.cert_file),
+                "--key",
+                str(self.key_file),
+                "--bind",
+                f"127.0.0.1:{self.port}",
+                "--workers",
+                str(self.workers),
+            ]
         with open(self.stdout_path, "wb") as out, open(self.stderr_path, "wb") as err:
             self.proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=out, stderr=err)
         self.wait_healthy()
@@ -361,6 +374,81 @@ class RunguardServer:
                 break
             time.sleep(0.05)
         raise AssertionError(f"timed out waiting for {what}\n{self.stderr[-4000:]}")
+
+
+class Traffic:
+    """Requests sent from ``threads`` threads until stopped, bounded in count and time.
+
+    ``send(session)`` makes one request and returns what the test wants to keep (it
+    raises, or returns a failed response, for a failure). Each thread keeps its own
+    session, so its connection stays alive across requests unless ``fresh`` is set.
+    """
+
+    def __init__(
+        self,
+        server: RunguardServer,
+        send: Callable[[requests.Session], Any],
+        *,
+        threads: int = 4,
+        max_requests: int = 20_000,
+        max_seconds: float = 60.0,
+        fresh: bool = False,
+    ) -> None:
+        self.server = server
+        self.send = send
+        self.max_requests = max_requests
+        self.max_seconds = max_seconds
+        self.fresh = fresh
+        self.results: list[Any] = []
+        self.errors: list[BaseException] = []
+        self._issued = 0
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._threads = [threading.Thread(target=self._run, daemon=True) for _ in range(threads)]
+
+    def __enter__(self) -> Traffic:
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(timeout=self.max_seconds + 30)
+
+    @property
+    def count(self) -> int:
+        return len(self.results) + len(self.errors)
+
+    def _run(self) -> None:
+        deadline = time.monotonic() + self.max_seconds
+        session = None
+        try:
+            while not self._stop.is_set() and time.monotonic() < deadline:
+                with self._lock:
+                    if self._issued >= self.max_requests:
+                        break
+                    self._issued += 1
+                if session is None or self.fresh:
+                    if session is not None:
+                        session.close()
+                    session = requests.Session()
+                    session.trust_env = False
+                    session.verify = str(self.server.ca_file)
+                try:
+                    result = self.send(session)
+                except Exception as exc:  # recorded for the test to assert on
+                    with self._lock:
+                        self.errors.append(exc)
+                else:
+                    with self._lock:
+                        self.results.append(result)
+        finally:
+            if session is not None:
+                session.close()
 
 
 def _policy_files(policy: Path | Mapping[str, str] | None) -> dict[str, str]:

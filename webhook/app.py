@@ -191,10 +191,12 @@ def _first_load(store: PolicyStore) -> None:
 
     try:
         store.load()
-    except PolicyError:
-        # Unready rather than dead: records and logs the errors; a fixed policy is
-        # picked up by the next check (see /readyz).
-        store.refresh(notify=False)
+    except PolicyError as exc:
+        # Unready rather than dead: /readyz shows the errors and the next check after a
+        # fix loads the policy.
+        log.error("policy in %s does not load: %d error(s)", store.directory, len(exc.errors))
+        for issue in exc.errors:
+            log.error("  %s", issue)
 
 
 def _unavailable(state: PolicyState) -> dict[str, object]:

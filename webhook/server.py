@@ -13,8 +13,8 @@ Process model (gunicorn ``gthread`` workers, ``preload_app``):
 * every worker checks the policy files' signature (a ``stat`` of each file, following
   the ``..data`` symlink of a ConfigMap volume) at most once per ``reload_interval``
   before a request, and the certificate files before a new TLS connection. A change
-  is loaded once it has stayed the same for one interval (files copied one by one
-  load together), beside the serving policy, and swapped in with one reference
+  is loaded once its newest file is a second old (files copied one by one load
+  together), beside the serving policy, and swapped in with one reference
   assignment, so a request sees the old policy or the new one, never a mix. A policy that fails
   to load is logged with its ``file:line`` errors, flagged in ``/readyz`` and in the
   ``runguard_policy_rejected`` metric, and the last good one keeps serving;
@@ -63,7 +63,8 @@ log = logging.getLogger("runguard.server")
 DEFAULT_BIND = "127.0.0.1:8443"
 DEFAULT_MAX_BODY = 4 * 1024 * 1024  # an UPDATE review carries object and oldObject
 DEFAULT_THREADS = 4
-RELOAD_INTERVAL = 1.0
+RELOAD_INTERVAL = 1.0  # seconds between checks of the policy and certificate files
+SETTLE = 1.0  # a policy file changed less than this long ago is not loaded yet
 
 Signature = tuple[tuple[object, ...], ...]
 PolicyLoader = Callable[[Path], Policy]
@@ -179,6 +180,11 @@ def file_signature(path: Path | str) -> tuple[object, ...]:
     return (str(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
 
 
+def _newest_mtime(signature: Signature) -> float:
+    stamps = [entry[4] for entry in signature if len(entry) == 5]
+    return max((s for s in stamps if isinstance(s, int)), default=0) / 1e9
+
+
 def directory_signature(directory: Path | str) -> Signature:
     """A cheap summary that changes when any file of the directory changes.
 
@@ -252,6 +258,7 @@ class PolicyStore:
         loader: PolicyLoader | None = None,
         *,
         interval: float = RELOAD_INTERVAL,
+        settle: float = SETTLE,
         observer: PolicyObserver | None = None,
     ) -> None:
         if loader is None:
@@ -260,12 +267,12 @@ class PolicyStore:
             loader = load_policy
         self.directory = Path(directory)
         self.interval = interval
+        self.settle = settle
         self.observer = observer
         self._loader = loader
         self._state = PolicyState(None)
         self._lock = threading.Lock()
         self._next_check = 0.0
-        self._settling: Signature | None = None
         self._pid = 0  # the serving process, adopted on the first current() there
         self._watcher: threading.Thread | None = None
         self._stop = threading.Event()
@@ -275,12 +282,20 @@ class PolicyStore:
         return self._state
 
     def load(self) -> PolicyState:
-        """First load; raises ``PolicyError`` (with every ``file:line`` issue) on failure."""
+        """First load; raises ``PolicyError`` (with every ``file:line`` issue) on failure,
+        after recording the issues in ``state.rejected``."""
+        from webhook.policy.errors import PolicyError
+
         with self._lock:
             signature = directory_signature(self.directory)
-            policy = self._loader(self.directory)
-            self._state = PolicyState(policy, signature, time.time())
             self._next_check = time.monotonic() + self.interval
+            try:
+                policy = self._loader(self.directory)
+            except PolicyError as exc:
+                errors = tuple(str(issue) for issue in exc.errors) or (str(exc),)
+                self._state = PolicyState(None, signature, rejected=errors, rejected_at=time.time())
+                raise
+            self._state = PolicyState(policy, signature, time.time())
         log.info("policy %s loaded from %s (digest %s)", policy.name, self.directory, policy.digest)
         return self._state
 
@@ -300,12 +315,11 @@ class PolicyStore:
             self._next_check = time.monotonic() + self.interval
             signature = directory_signature(self.directory)
             if signature == self._state.signature:
-                self._settling = None
                 return self._state
-            if signature != self._settling:
-                # Changed since the last look: wait one interval for it to settle, so
-                # files copied one by one are loaded together, not half old, half new.
-                self._settling = signature
+            if time.time() - _newest_mtime(signature) < self.settle:
+                # Written just now: let it settle, so that files copied one by one are
+                # loaded together, not half old and half new.
+                self._next_check = time.monotonic() + min(self.interval, 0.2)
                 return self._state
             result = self._reload(signature)
         finally:

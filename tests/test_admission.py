@@ -1,0 +1,235 @@
+"""AdmissionReview parsing and response building, without HTTP (webhook/admission.py)."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import jsonpatch
+import pytest
+from conftest import admission_review, run_pod, sample_policy
+
+from webhook import admission
+from webhook.admission import (
+    BodyTooLarge,
+    MalformedReview,
+    UnsupportedMediaType,
+    check_content_type,
+    parse_review,
+    review,
+    review_response,
+)
+from webhook.auditlog import AuditLog, audit_record
+from webhook.policy.loader import load_policy
+from webhook.policy.model import Policy
+
+
+@pytest.fixture(scope="module")
+def policy(tmp_path_factory: pytest.TempPathFactory) -> Policy:
+    directory = tmp_path_factory.mktemp("policy")
+    for name, text in sample_policy().items():
+        (directory / name).write_text(text)
+    return load_policy(directory)
+
+
+def body(**request: Any) -> bytes:
+    review_doc = admission_review(run_pod())
+    review_doc["request"].update(request)
+    return json.dumps(review_doc).encode()
+
+
+# ---------------------------------------------------------------------- parsing
+
+
+def test_parse_review_returns_the_request() -> None:
+    request = parse_review(body(namespace="ml", dryRun=True))
+    assert request["operation"] == "CREATE" and request["namespace"] == "ml"
+    assert request["dryRun"] is True and request["object"] is not None
+
+
+@pytest.mark.parametrize(
+    ("raw", "fragment"),
+    [
+        (b"", "empty body"),
+        (b"{", "not valid JSON"),
+        (b"\xff", "not valid JSON"),
+        (b"[" * 200_000, "nested too deeply"),
+        (b"null", "JSON object"),
+        (b'{"apiVersion": "v1", "kind": "Pod"}', "expected apiVersion admission.k8s.io/v1"),
+        (b'{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"}', "no request"),
+        (b'{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": []}',
+         "no request"),
+        (body(uid=None), "uid"),
+        (body(uid=7), "uid"),
+        (body(operation="create"), "operation"),
+        (body(object=[1]), "request.object must be a JSON object"),
+        (body(oldObject="x"), "request.oldObject"),
+        (body(object=None), "required for CREATE"),
+        (body(operation="UPDATE", object=None), "required for UPDATE"),
+        (body(namespace=3), "request.namespace"),
+        (body(dryRun="false"), "dryRun"),
+        (body(userInfo="alice"), "userInfo"),
+        (body(kind="Pod"), "request.kind"),
+    ],
+)  # fmt: skip
+def test_malformed_reviews(raw: bytes, fragment: str) -> None:
+    with pytest.raises(MalformedReview, match=fragment) as caught:
+        parse_review(raw)
+    error = caught.value.to_dict()
+    assert error["code"] == 400 and error["error"] == "MalformedReview"
+
+
+def test_errors_never_echo_large_input() -> None:
+    raw = json.dumps({"apiVersion": "x" * 10_000, "kind": "AdmissionReview"}).encode()
+    with pytest.raises(MalformedReview) as caught:
+        parse_review(raw)
+    assert len(str(caught.value)) < 200
+
+
+def test_delete_needs_no_object() -> None:
+    request = parse_review(body(operation="DELETE", object=None, oldObject=run_pod()))
+    assert request["operation"] == "DELETE"
+
+
+@pytest.mark.parametrize("mimetype", ["application/json", "Application/JSON"])
+def test_json_content_type(mimetype: str) -> None:
+    check_content_type(mimetype)
+
+
+@pytest.mark.parametrize(
+    "mimetype", ["", "text/plain", "application/yaml", "application/json-patch"]
+)
+def test_other_content_types(mimetype: str) -> None:
+    with pytest.raises(UnsupportedMediaType) as caught:
+        check_content_type(mimetype)
+    assert caught.value.status == 415
+
+
+def test_error_statuses() -> None:
+    assert (MalformedReview.status, UnsupportedMediaType.status, BodyTooLarge.status) == (
+        400,
+        415,
+        413,
+    )
+    assert issubclass(BodyTooLarge, admission.AdmissionError)
+
+
+# ------------------------------------------------------------------- responses
+
+
+def test_review_response_allowed_with_patch() -> None:
+    patch = [{"op": "add", "path": "/metadata/labels/x", "value": "y"}]
+    out = review_response(
+        "u1", allowed=True, patch=patch, warnings=["w"], audit_annotations={"profile": "p"}
+    )
+    assert out["apiVersion"] == "admission.k8s.io/v1" and out["kind"] == "AdmissionReview"
+    response = out["response"]
+    assert response["uid"] == "u1" and response["allowed"] is True
+    assert response["patchType"] == "JSONPatch"
+    assert json.loads(base64.b64decode(response["patch"])) == patch
+    assert response["warnings"] == ["w"] and response["auditAnnotations"] == {"profile": "p"}
+    assert "status" not in response
+
+
+def test_review_response_leaves_out_empty_fields() -> None:
+    assert review_response("u", allowed=True)["response"] == {"uid": "u", "allowed": True}
+
+
+def test_review_response_denied() -> None:
+    response = review_response("u", allowed=False, message="runguard denied Pod x")["response"]
+    assert response["allowed"] is False
+    assert response["status"] == {
+        "code": 403,
+        "reason": "Forbidden",
+        "message": "runguard denied Pod x",
+    }
+
+
+# ---------------------------------------------------------------------- review
+
+
+def test_review_mutate_patches_a_run_pod(policy: Policy) -> None:
+    pod = run_pod()
+    request = parse_review(json.dumps(admission_review(pod)).encode())
+    outcome = review("mutate", request, policy)
+    assert outcome.label == "patched" and outcome.error is None
+    assert outcome.decision is not None and outcome.decision.profile == "small"
+    response = outcome.response["response"]
+    ops = json.loads(base64.b64decode(response["patch"]))
+    assert jsonpatch.apply_patch(pod, ops) == outcome.decision.object
+    assert response["auditAnnotations"]["profile"] == "small"
+
+
+def test_review_validate_denies_with_every_violation(policy: Policy) -> None:
+    pod = run_pod(hostNetwork=True)
+    request = parse_review(json.dumps(admission_review(pod)).encode())
+    outcome = review("validate", request, policy)
+    assert outcome.label == "denied"
+    response = outcome.response["response"]
+    assert "patch" not in response
+    assert "[security.host-namespace]" in response["status"]["message"]
+    assert "[security.root]" in response["status"]["message"]
+
+
+def test_review_mutate_leaves_updates_alone(policy: Policy) -> None:
+    pod = run_pod()
+    request = parse_review(body(operation="UPDATE", object=pod, oldObject=pod))
+    outcome = review("mutate", request, policy)
+    assert outcome.decision is None and outcome.label == "allowed"
+
+
+def test_review_passes_the_request_namespace(policy: Policy) -> None:
+    pod = run_pod()
+    del pod["metadata"]["namespace"]
+    request = parse_review(json.dumps(admission_review(pod, namespace="kube-system")).encode())
+    outcome = review("mutate", request, policy)
+    assert outcome.decision is not None and not outcome.decision.applies
+
+
+def test_review_denies_when_the_engine_fails() -> None:
+    request = parse_review(body())
+    broken: Any = None  # not a Policy: the engine cannot work with it
+    outcome = review("validate", request, broken)
+    assert outcome.label == "error" and outcome.error is not None
+    response = outcome.response["response"]
+    assert response["allowed"] is False
+    assert "internal error" in response["status"]["message"]
+
+
+# ------------------------------------------------------------------- audit log
+
+
+def test_audit_record_names_ids_not_content(policy: Policy) -> None:
+    pod = run_pod()
+    request = parse_review(json.dumps(admission_review(pod, dryRun=True)).encode())
+    outcome = review("mutate", request, policy)
+    record = audit_record(
+        "mutate", request, outcome, latency=0.0012, policy_digest=policy.digest, now=0.0
+    )
+    assert record["time"] == "1970-01-01T00:00:00.000Z"
+    assert record["uid"] == request["uid"] and record["dryRun"] is True
+    assert record["kind"] == "Pod" and record["name"] == "train" and record["namespace"] == "ml"
+    assert record["user"] == "alice@example.com" and record["profile"] == "small"
+    assert record["mutations"] == ["profile.applied", "security.root", "secrets.forbidden"]
+    assert record["violations"] == [] and record["allowed"] is True
+    assert record["latencyMs"] == 1.2 and record["policy"] == policy.digest
+    text = json.dumps(record)
+    assert "s3cr3t-env-value" not in text and "someone-elses-secret" not in text
+
+
+def test_audit_log_writes_one_line_per_record() -> None:
+    stream = io.StringIO()
+    log = AuditLog(stream)
+    log.write({"uid": "a"})
+    log.write({"uid": "b", "name": "ünï"})
+    lines = stream.getvalue().splitlines()
+    assert [json.loads(line)["uid"] for line in lines] == ["a", "b"]
+
+
+def test_audit_log_survives_a_closed_stream(tmp_path: Path) -> None:
+    stream = open(tmp_path / "out", "w")  # noqa: SIM115
+    stream.close()
+    AuditLog(stream).write({"uid": "a"})  # no exception: a review must not fail on logging

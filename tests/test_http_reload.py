@@ -1,0 +1,336 @@
+"""Hot reload of the policy and the certificate, while requests flow (SPEC section 4)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+import jsonpatch
+import pytest
+import requests
+from conftest import (
+    AtomicDir,
+    RunguardServer,
+    Traffic,
+    admission_review,
+    peer_certificate,
+    run_pod,
+    sample_policy,
+)
+
+from webhook.policy.errors import PolicyError
+from webhook.policy.loader import load_policy
+from webhook.server import (
+    PolicyState,
+    PolicyStore,
+    ServeSettings,
+    SettingsError,
+    byte_size,
+    directory_signature,
+)
+
+OLD = {"run_as_user": 1000, "memory": "1Gi"}
+NEW = {"run_as_user": 2000, "memory": "2Gi"}
+BAD_PROFILES = "apiVersion: runguard.io/v1\nkind: Profile\nmetadata: {name: small}\nspec:\n  resources:\n    requests: {memory: lots}\n"  # noqa: E501
+
+
+def served_version(session: requests.Session, server: RunguardServer) -> tuple[int, str]:
+    """(runAsUser, memory request) of a mutated run pod: which policy answered."""
+    pod = run_pod()
+    resp = session.post(
+        server.url + "/mutate",
+        data=json.dumps(admission_review(pod)),
+        headers={"Content-Type": "application/json"},
+        timeout=10,
+    )
+    assert resp.status_code == 200, resp.text
+    answer = resp.json()["response"]
+    ops = json.loads(base64.b64decode(answer["patch"]))
+    result = jsonpatch.apply_patch(pod, ops)
+    user = result["spec"]["securityContext"]["runAsUser"]
+    memory = result["spec"]["containers"][0]["resources"]["requests"]["memory"]
+    return user, memory
+
+
+def version(values: dict[str, Any]) -> tuple[int, str]:
+    return values["run_as_user"], values["memory"]
+
+
+def reloaded_pids(server: RunguardServer, digest: str) -> set[int]:
+    pattern = re.compile(
+        rf"\[(\d+)\] \[INFO\] runguard\.server: policy \S+ reloaded .*digest {digest}"
+    )
+    return {int(m.group(1)) for m in pattern.finditer(server.stderr)}
+
+
+def digest_of(files: dict[str, str], tmp: Path) -> str:
+    tmp.mkdir()
+    for name, text in files.items():
+        (tmp / name).write_text(text)
+    return load_policy(tmp).digest
+
+
+def write_files(directory: Path, files: dict[str, str]) -> None:
+    """An admin copying files into place, one after the other."""
+    for name, text in files.items():
+        (directory / name).write_text(text)
+
+
+def until_every_worker_reloaded(server: RunguardServer, digest: str) -> None:
+    """Fresh connections (any worker may accept) until each worker logged the reload."""
+    with Traffic(server, lambda s: served_version(s, server), threads=2, fresh=True,
+                 max_requests=5000, max_seconds=30):  # fmt: skip
+        server.wait_for(
+            lambda: server.worker_pids() <= reloaded_pids(server, digest), "every worker"
+        )
+
+
+# --------------------------------------------------------------------- policy
+
+
+@pytest.mark.parametrize("atomic", [False, True], ids=["plain-dir", "configmap-volume"])
+def test_a_new_policy_takes_effect_in_every_worker_while_requests_flow(
+    start_runguard: Any, tmp_path: Path, atomic: bool
+) -> None:
+    server = start_runguard(policy=sample_policy(**OLD), atomic=atomic)
+    new_files = sample_policy(**NEW)
+    new_digest = digest_of(new_files, tmp_path / "new")
+    with Traffic(server, lambda s: served_version(s, server), max_seconds=40) as traffic:
+        server.wait_for(lambda: len(traffic.results) > 20, "traffic")
+        if atomic:
+            assert server.policy_volume is not None
+            server.policy_volume.update(new_files)
+        else:
+            write_files(server.policy_dir, new_files)
+        server.wait_for(lambda: version(NEW) in traffic.results[-20:], "new policy served")
+        seen_new = len(traffic.results)
+        server.wait_for(lambda: len(traffic.results) > seen_new + 50, "more traffic")
+    assert traffic.errors == []
+    assert set(traffic.results) == {version(OLD), version(NEW)}  # never a mix of the two
+    until_every_worker_reloaded(server, new_digest)
+    ready = server.get("/readyz").json()
+    assert ready["status"] == "ready" and ready["policy"]["digest"] == new_digest
+    samples = server.metrics()
+    assert samples[("runguard_policy_reloads_total", (("result", "success"),))] >= 2
+    assert samples[("runguard_policy_rejected", ())] == 0
+
+
+def test_a_bad_policy_is_rejected_and_the_last_good_one_keeps_serving(
+    start_runguard: Any, tmp_path: Path
+) -> None:
+    server = start_runguard(policy=sample_policy(**OLD), atomic=True)
+    assert server.policy_volume is not None
+    bad = {**sample_policy(**NEW), "profiles.yaml": BAD_PROFILES}
+    with Traffic(server, lambda s: served_version(s, server), max_seconds=40) as traffic:
+        server.wait_for(lambda: len(traffic.results) > 20, "traffic")
+        server.policy_volume.update(bad)
+        server.wait_for(lambda: "rejected" in server.get("/readyz").json(), "rejection")
+        seen = len(traffic.results)
+        server.wait_for(lambda: len(traffic.results) > seen + 50, "more traffic")
+    assert traffic.errors == []
+    assert set(traffic.results) == {version(OLD)}
+
+    ready = server.get("/readyz")
+    assert ready.status_code == 200  # still serving: a bad edit must not take webhooks down
+    body = ready.json()
+    assert body["status"] == "degraded"
+    assert body["policy"]["digest"] == digest_of(sample_policy(**OLD), tmp_path / "old")
+    assert any(re.search(r"profiles\.yaml:6: ", e) for e in body["rejected"]["errors"])
+    assert re.search(r"\[ERROR\] runguard\.server:\s+\S*profiles\.yaml:6: ", server.stderr)
+    samples = server.metrics()
+    assert samples[("runguard_policy_rejected", ())] == 1
+    assert samples[("runguard_policy_reloads_total", (("result", "failure"),))] >= 1
+
+    good = sample_policy(**NEW)
+    server.policy_volume.update(good)
+    server.wait_for(lambda: server.get("/readyz").json()["status"] == "ready", "recovery")
+    until_every_worker_reloaded(server, digest_of(good, tmp_path / "new"))
+    assert server.metrics()[("runguard_policy_rejected", ())] == 0
+    assert served_version(server.session(), server) == version(NEW)
+
+
+# ---------------------------------------------------------------- certificates
+
+
+def rotate(server: RunguardServer, cert: bytes, key: bytes) -> None:
+    assert server.cert_volume is not None
+    server.cert_volume.update({"tls.crt": cert, "tls.key": key})
+
+
+def test_a_renewed_certificate_is_served_while_requests_flow(start_runguard: Any) -> None:
+    server = start_runguard(policy=sample_policy(), atomic=True)
+    assert peer_certificate("127.0.0.1", server.port, server.ca_file).serial_number == server.serial
+    cert, key, serial = server.ca.issue(days=30)
+    kept_alive = server.session()
+    assert served_version(kept_alive, server)
+    with (
+        Traffic(server, lambda s: served_version(s, server), threads=2) as alive,
+        Traffic(server, lambda s: served_version(s, server), threads=2, fresh=True) as fresh,
+    ):
+        server.wait_for(lambda: len(alive.results) > 20 and len(fresh.results) > 5, "traffic")
+        rotate(server, cert, key)
+        server.wait_for(
+            lambda: (
+                peer_certificate("127.0.0.1", server.port, server.ca_file).serial_number == serial
+            ),
+            "the new certificate on new connections",
+        )
+        count = fresh.count
+        server.wait_for(lambda: fresh.count > count + 20, "more traffic")
+    assert alive.errors == [] and fresh.errors == []
+    assert served_version(kept_alive, server)  # a connection opened before still works
+    expiry = server.metrics()[("runguard_certificate_expiry_timestamp_seconds", ())]
+    assert expiry > time.time() + 20 * 86400  # the 30-day certificate, not the 1-day one
+
+
+def test_a_broken_certificate_pair_keeps_the_previous_one(start_runguard: Any) -> None:
+    server = start_runguard(policy=sample_policy(), atomic=True)
+    _, old_key_mismatch, _ = server.ca.issue()
+    cert, key, serial = server.ca.issue()
+    rotate(server, cert, old_key_mismatch)  # a certificate with someone else's key
+
+    def logged() -> bool:
+        peer_certificate("127.0.0.1", server.port, server.ca_file)  # a new connection checks
+        return "not reloaded, keeping the previous one" in server.stderr
+
+    server.wait_for(logged, "the error logged")
+    for _ in range(3):
+        assert served_version(server.session(), server)
+        assert peer_certificate("127.0.0.1", server.port, server.ca_file).serial_number == (
+            server.serial
+        )
+    rotate(server, cert, key)
+    server.wait_for(
+        lambda: peer_certificate("127.0.0.1", server.port, server.ca_file).serial_number == serial,
+        "the fixed pair",
+    )
+
+
+# ----------------------------------------------------------- units of the store
+
+
+def test_a_configmap_swap_changes_the_directory_signature(tmp_path: Path) -> None:
+    volume = AtomicDir(tmp_path / "cm", sample_policy(**OLD))
+    before = directory_signature(volume.path)
+    assert directory_signature(volume.path) == before
+    volume.update(sample_policy(**OLD))  # same content, new ..data target
+    assert directory_signature(volume.path) != before
+
+
+def _store(directory: Path, files: dict[str, str], **options: Any) -> PolicyStore:
+    directory.mkdir(exist_ok=True)
+    write_files(directory, files)
+    store = PolicyStore(directory, interval=0, settle=0, **options)
+    store.load()
+    return store
+
+
+def test_policy_store_swaps_in_a_good_policy_and_keeps_it_on_a_bad_one(tmp_path: Path) -> None:
+    events: list[tuple[bool | None, PolicyState]] = []
+    store = _store(tmp_path, sample_policy(**OLD), observer=lambda s, r: events.append((r, s)))
+    first = store.current()
+    assert first is not None and first.name == "http-test"
+    assert events == [(None, store.state)]  # the state this process starts with
+
+    write_files(tmp_path, sample_policy(**NEW))
+    second = store.current()
+    assert second is not None and second.digest != first.digest
+    assert events[-1][0] is True and not store.state.rejected
+
+    write_files(tmp_path, {"profiles.yaml": BAD_PROFILES})
+    assert store.current() is second  # the last good one
+    assert events[-1][0] is False
+    assert store.state.rejected and "profiles.yaml:6: " in store.state.rejected[0]
+    detail = store.state.to_dict()
+    assert detail["rejected"]["errors"] == list(store.state.rejected)  # type: ignore[index]
+
+    count = len(events)
+    assert store.current() is second
+    assert len(events) == count  # the same bad files are not loaded (and logged) again
+
+
+def test_policy_store_waits_for_files_to_settle(tmp_path: Path) -> None:
+    store = _store(tmp_path, sample_policy(**OLD))
+    store.settle = 3600.0
+    first = store.current()
+    write_files(tmp_path, sample_policy(**NEW))
+    assert store.current() is first  # just written: maybe half copied
+    old = time.time() - 7200
+    for name in sample_policy():
+        os.utime(tmp_path / name, (old, old))
+    assert store.current() is not first
+
+
+def test_policy_store_checks_at_most_once_per_interval(tmp_path: Path) -> None:
+    store = _store(tmp_path, sample_policy(**OLD))
+    store.interval = 3600.0
+    first = store.current()
+    write_files(tmp_path, sample_policy(**NEW))
+    assert store.current() is first
+    assert store.refresh().policy is not first  # an explicit refresh looks now
+
+
+def test_policy_store_first_load_raises_every_issue(tmp_path: Path) -> None:
+    write_files(tmp_path, {**sample_policy(), "profiles.yaml": BAD_PROFILES})
+    with pytest.raises(PolicyError) as caught:
+        PolicyStore(tmp_path).load()
+    assert "profiles.yaml:6: " in str(caught.value.errors[0])
+
+
+# --------------------------------------------------------------- serve settings
+
+
+def test_serve_settings_come_from_flags_then_environment(tmp_path: Path) -> None:
+    (tmp_path / "c").write_text("x")
+    (tmp_path / "k").write_text("x")
+    env = {
+        "RUNGUARD_POLICY_DIR": str(tmp_path),
+        "RUNGUARD_CERT_FILE": str(tmp_path / "c"),
+        "RUNGUARD_KEY_FILE": str(tmp_path / "k"),
+        "RUNGUARD_BIND": "0.0.0.0:9443",
+        "RUNGUARD_WORKERS": "3",
+        "RUNGUARD_MAX_BODY": "1Mi",
+    }
+    settings = ServeSettings.resolve({"workers": "5"}, env)
+    assert settings.bind == "0.0.0.0:9443" and settings.workers == 5
+    assert settings.max_body == 1024 * 1024 and settings.policy_dir == tmp_path
+    with pytest.raises(SettingsError, match="RUNGUARD_CERT_FILE"):
+        ServeSettings.resolve({}, {"RUNGUARD_POLICY_DIR": str(tmp_path)})
+    with pytest.raises(SettingsError, match="workers"):
+        ServeSettings.resolve({"workers": "0"}, env)
+
+
+@pytest.mark.parametrize(
+    ("text", "size"), [("4194304", 4194304), ("4Mi", 4194304), ("512Ki", 524288), ("2M", 2e6)]
+)
+def test_byte_size(text: str, size: int) -> None:
+    assert byte_size(text) == size
+
+
+@pytest.mark.parametrize("text", ["", "lots", "4Gi", "-1", "10"])
+def test_byte_size_refuses_nonsense(text: str) -> None:
+    with pytest.raises(SettingsError):
+        byte_size(text)
+
+
+def test_plain_gunicorn_with_a_bad_policy_is_unready_until_it_is_fixed(
+    start_runguard: Any,
+) -> None:
+    """``runguard serve`` refuses to start on a bad policy; a plain gunicorn with
+    gunicorn.conf.py (the container) stays up, unready, and recovers by itself."""
+    bad = {**sample_policy(**OLD), "profiles.yaml": BAD_PROFILES}
+    server = start_runguard(policy=bad, gunicorn_conf=True, atomic=True)
+    ready = server.get("/readyz")
+    assert ready.status_code == 503
+    assert any("profiles.yaml:6: " in e for e in ready.json()["rejected"]["errors"])
+    resp = server.post("/mutate", admission_review(run_pod()))
+    assert resp.status_code == 503 and resp.json()["error"] == "Unavailable"
+    assert server.policy_volume is not None
+    server.policy_volume.update(sample_policy(**NEW))
+    server.wait_for(lambda: server.get("/readyz").status_code == 200, "a good policy")
+    assert served_version(server.session(), server) == version(NEW)
