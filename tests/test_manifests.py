@@ -124,10 +124,9 @@ def test_validating_configuration_field_by_field(policy: Policy) -> None:
     config = manifests.validating_webhook_configuration(policy)
     assert config["kind"] == "ValidatingWebhookConfiguration"
     assert config["metadata"]["name"] == "runguard"
-    (hook,) = config["webhooks"]
+    pods, controllers = config["webhooks"]
     ops = ["CREATE", "UPDATE"]
-    assert hook == {
-        "name": "validate.runguard.io",
+    common = {
         "admissionReviewVersions": ["v1"],
         "clientConfig": {
             "service": {
@@ -137,8 +136,24 @@ def test_validating_configuration_field_by_field(policy: Policy) -> None:
                 "port": 443,
             }
         },
+        "matchPolicy": "Equivalent",
+        "sideEffects": "None",
+        "timeoutSeconds": 5,
+        "namespaceSelector": EXPECTED_NAMESPACE_SELECTOR,
+    }
+    assert pods == {
+        **common,
+        "name": "validate.runguard.io",
+        "rules": [pod_rule(ops)],
+        "failurePolicy": "Fail",
+        "objectSelector": EXPECTED_OBJECT_SELECTOR,
+    }
+    # Controllers carry the run labels in their pod template, invisible to objectSelector:
+    # no selector (the engine reads the template), and fail open (their Pods fail closed).
+    assert controllers == {
+        **common,
+        "name": "validate-controllers.runguard.io",
         "rules": [
-            pod_rule(ops),
             {
                 "apiGroups": ["apps"],
                 "apiVersions": ["v1"],
@@ -154,45 +169,41 @@ def test_validating_configuration_field_by_field(policy: Policy) -> None:
                 "scope": "Namespaced",
             },
         ],
-        "failurePolicy": "Fail",
-        "matchPolicy": "Equivalent",
-        "sideEffects": "None",
-        "timeoutSeconds": 5,
-        "namespaceSelector": EXPECTED_NAMESPACE_SELECTOR,
-        "objectSelector": EXPECTED_OBJECT_SELECTOR,
+        "failurePolicy": "Ignore",
     }
     # reinvocationPolicy exists only for mutating webhooks; the apiserver rejects it here.
-    assert "reinvocationPolicy" not in hook
+    assert "reinvocationPolicy" not in pods and "reinvocationPolicy" not in controllers
 
 
 def test_other_namespace_service_and_selector(policy: Policy) -> None:
     for config in manifests.webhook_configurations(policy, namespace="guard", service="rg"):
-        (hook,) = config["webhooks"]
-        assert hook["clientConfig"]["service"]["namespace"] == "guard"
-        assert hook["clientConfig"]["service"]["name"] == "rg"
-        (expr,) = hook["namespaceSelector"]["matchExpressions"]
-        assert expr["values"] == ["batch-legacy", "guard", "kube-system"]
+        for hook in config["webhooks"]:
+            assert hook["clientConfig"]["service"]["namespace"] == "guard"
+            assert hook["clientConfig"]["service"]["name"] == "rg"
+            (expr,) = hook["namespaceSelector"]["matchExpressions"]
+            assert expr["values"] == ["batch-legacy", "guard", "kube-system"]
 
 
 def test_empty_selector_and_no_exclusions_still_exclude_runguard() -> None:
     policy = build_policy({"kind": "RunPolicy", "metadata": {"name": "p"}, "spec": {}}, [])
     for config in manifests.webhook_configurations(policy):
-        (hook,) = config["webhooks"]
-        assert hook["objectSelector"] == {}
-        assert hook["namespaceSelector"]["matchExpressions"][0]["values"] == ["runguard"]
+        for hook in config["webhooks"]:
+            assert hook.get("objectSelector", {}) == {}
+            assert hook["namespaceSelector"]["matchExpressions"][0]["values"] == ["runguard"]
 
 
 def test_ca_bundle_is_the_file_base64(policy: Policy) -> None:
     pem = certs.new_cert_set("runguard", "runguard", [], datetime.now(UTC)).ca_bundle
     for config in manifests.webhook_configurations(policy, ca_bundle=pem):
-        (hook,) = config["webhooks"]
-        assert base64.b64decode(hook["clientConfig"]["caBundle"]) == pem
+        for hook in config["webhooks"]:
+            assert base64.b64decode(hook["clientConfig"]["caBundle"]) == pem
 
 
 def test_url_replaces_the_service(policy: Policy) -> None:
     mutating, validating = manifests.webhook_configurations(policy, url="https://10.0.0.5:8443/")
     assert mutating["webhooks"][0]["clientConfig"] == {"url": "https://10.0.0.5:8443/mutate"}
-    assert validating["webhooks"][0]["clientConfig"] == {"url": "https://10.0.0.5:8443/validate"}
+    for hook in validating["webhooks"]:
+        assert hook["clientConfig"] == {"url": "https://10.0.0.5:8443/validate"}
 
 
 @pytest.mark.parametrize(
@@ -248,9 +259,9 @@ def test_cli_renders_json_with_ca_bundle(
     ]
     policy = load_policy(REPO / "policies")
     for item in listing["items"]:
-        (hook,) = item["webhooks"]
-        assert base64.b64decode(hook["clientConfig"]["caBundle"]) == ca.read_bytes()
-        assert hook["objectSelector"] == policy.selector.to_dict()
+        for hook in item["webhooks"]:
+            assert base64.b64decode(hook["clientConfig"]["caBundle"]) == ca.read_bytes()
+        assert item["webhooks"][0]["objectSelector"] == policy.selector.to_dict()
 
 
 def test_cli_renders_yaml_for_a_url(capsys: pytest.CaptureFixture[str]) -> None:
@@ -386,12 +397,13 @@ def test_generated_files_match_policies() -> None:
     config_map = base_object("ConfigMap", manifests.CONFIG_MAP_NAME)
     assert set(config_map["data"]) == {p.name for p in (REPO / "policies").glob("*.y*ml")}
     for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
-        (hook,) = base_object(kind)["webhooks"]
-        assert hook["objectSelector"] == policy.selector.to_dict()
-        assert set(hook["namespaceSelector"]["matchExpressions"][0]["values"]) == {
-            "runguard",
-            *policy.exclude_namespaces,
-        }
+        hooks = base_object(kind)["webhooks"]
+        assert hooks[0]["objectSelector"] == policy.selector.to_dict()
+        for hook in hooks:
+            assert set(hook["namespaceSelector"]["matchExpressions"][0]["values"]) == {
+                "runguard",
+                *policy.exclude_namespaces,
+            }
 
 
 def deployment_pod() -> dict[str, Any]:
@@ -458,13 +470,13 @@ def test_base_objects_refer_to_each_other() -> None:
     for probe in ("readinessProbe", "livenessProbe"):
         assert container[probe]["httpGet"]["port"] == "https"
     for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
-        (hook,) = base_object(kind)["webhooks"]
-        assert hook["clientConfig"]["service"] == {
-            "name": service["metadata"]["name"],
-            "namespace": kustomization()["namespace"],
-            "path": "/mutate" if kind.startswith("Mutating") else "/validate",
-            "port": port["port"],
-        }
+        for hook in base_object(kind)["webhooks"]:
+            assert hook["clientConfig"]["service"] == {
+                "name": service["metadata"]["name"],
+                "namespace": kustomization()["namespace"],
+                "path": "/mutate" if kind.startswith("Mutating") else "/validate",
+                "port": port["port"],
+            }
 
     # Volumes: the policy ConfigMap and the TLS Secret, mounted where the env points.
     volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
@@ -526,9 +538,9 @@ def test_kustomize_builds_the_base_with_certificates(tmp_path: Path) -> None:
     assert base64.b64decode(secret["data"]["tls.crt"]) == (base / "certs" / "tls.crt").read_bytes()
     assert "ca.key" not in secret["data"]
     for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
-        (hook,) = by_kind[kind]["webhooks"]
-        # kustomize folds long strings; base64 decoders skip the newlines.
-        assert base64.b64decode(hook["clientConfig"]["caBundle"].replace("\n", "")) == ca
+        for hook in by_kind[kind]["webhooks"]:
+            # kustomize folds long strings; base64 decoders skip the newlines.
+            assert base64.b64decode(hook["clientConfig"]["caBundle"].replace("\n", "")) == ca
     for obj in objects:
         if obj["kind"] not in ("Namespace", "ClusterRole") and "Webhook" not in obj["kind"]:
             assert obj["metadata"]["namespace"] == "runguard", obj["kind"]

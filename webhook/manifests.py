@@ -33,6 +33,7 @@ __all__ = [
     "DEFAULT_SERVICE",
     "MUTATING_WEBHOOK",
     "VALIDATING_WEBHOOK",
+    "CONTROLLERS_WEBHOOK",
     "WEBHOOKS_FILE",
     "ManifestError",
     "generated_files",
@@ -50,6 +51,10 @@ SERVICE_PORT = 443
 CONFIGURATION_NAME = "runguard"
 MUTATING_WEBHOOK = "mutate.runguard.io"
 VALIDATING_WEBHOOK = "validate.runguard.io"
+# Controllers carry the run labels in their pod *template*, which objectSelector cannot
+# see: this webhook has none (the engine reads the template) and fails open, since the
+# Pods the controller creates are still judged, fail-closed, by the two above.
+CONTROLLERS_WEBHOOK = "validate-controllers.runguard.io"
 MUTATE_PATH, VALIDATE_PATH = "/mutate", "/validate"
 CONFIG_MAP_NAME = "runguard-policies"
 WEBHOOKS_FILE = "webhooks.yaml"
@@ -177,19 +182,37 @@ def validating_webhook_configuration(
     ca_bundle: bytes | None = None,
     url: str | None = None,
 ) -> dict[str, Any]:
-    """Pods and the pod templates of controllers, on CREATE and UPDATE."""
+    """Pods (fail closed, objectSelector from the policy) and the pod templates of
+    controllers (fail open, no objectSelector: the run labels are in the template)."""
     _check_inputs(ca_bundle, url)
     ops = ["CREATE", "UPDATE"]
-    rules = [_rule("", ["pods"], ops)]
-    rules += [_rule(group, resources, ops) for group, resources in POD_CONTROLLERS.items()]
-    hook = _webhook(
-        VALIDATING_WEBHOOK, VALIDATE_PATH, rules, policy, namespace, service, ca_bundle, url
+    pods = _webhook(
+        VALIDATING_WEBHOOK,
+        VALIDATE_PATH,
+        [_rule("", ["pods"], ops)],
+        policy,
+        namespace,
+        service,
+        ca_bundle,
+        url,
     )
+    controllers = _webhook(
+        CONTROLLERS_WEBHOOK,
+        VALIDATE_PATH,
+        [_rule(group, resources, ops) for group, resources in POD_CONTROLLERS.items()],
+        policy,
+        namespace,
+        service,
+        ca_bundle,
+        url,
+    )
+    controllers["failurePolicy"] = "Ignore"
+    del controllers["objectSelector"]
     return {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingWebhookConfiguration",
         "metadata": {"name": CONFIGURATION_NAME, "labels": dict(ADMISSION_LABELS)},
-        "webhooks": [hook],
+        "webhooks": [pods, controllers],
     }
 
 
