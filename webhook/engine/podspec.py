@@ -123,6 +123,13 @@ def _is_str_map(value: Any) -> bool:
 
 
 CONTAINER_LISTS = ("initContainers", "containers")
+_SPEC_SCALARS: tuple[tuple[str, type, str], ...] = (
+    ("priorityClassName", str, "a string"),
+    ("runtimeClassName", str, "a string"),
+    ("hostNetwork", bool, "a boolean"),
+    ("hostPID", bool, "a boolean"),
+    ("hostIPC", bool, "a boolean"),
+)
 
 
 def iter_containers(spec: JSON) -> Iterator[tuple[str, int, JSON]]:
@@ -171,7 +178,7 @@ def check_shape(spec: JSON, spec_path: str) -> list[Violation]:
             _check_resources(c.get("resources"), f"{cpath}.resources", out, expect)
             _check_env(c, cpath, out, expect)
             for key in ("volumeMounts", "volumeDevices"):
-                if expect(c.get(key), list, f"{cpath}.{key}", "a list"):
+                if key in c and expect(c[key], list, f"{cpath}.{key}", "a list"):
                     for j, m in enumerate(c[key]):
                         if not isinstance(m, dict) or not isinstance(m.get("name"), str):
                             out.append(invalid(f"{cpath}.{key}[{j}]", "needs a name"))
@@ -226,10 +233,9 @@ def check_shape(spec: JSON, spec_path: str) -> list[Violation]:
     affinity: Any = spec.get("affinity")
     if expect(affinity, dict, f"{spec_path}.affinity", "an object"):
         _check_node_affinity(affinity, f"{spec_path}.affinity", out, expect)
-    for key in ("priorityClassName", "runtimeClassName"):
-        expect(spec.get(key), str, f"{spec_path}.{key}", "a string")
-    for key in ("hostNetwork", "hostPID", "hostIPC"):
-        expect(spec.get(key), bool, f"{spec_path}.{key}", "a boolean")
+    for key, kind, what in _SPEC_SCALARS:
+        if key in spec:
+            expect(spec[key], kind, f"{spec_path}.{key}", what)
     return out
 
 
@@ -275,17 +281,10 @@ def _check_env(c: JSON, cpath: str, out: list[Violation], expect: Any) -> None:
 
 
 def _check_security_context(sc: Any, path: str, expect: Any, *, container: bool) -> None:
-    ids = ("runAsUser", "runAsGroup") if container else ("runAsUser", "runAsGroup", "fsGroup")
-    for key in ids:
-        expect(sc.get(key), int, f"{path}.{key}", "an integer")
-    flags = (
-        ("runAsNonRoot", "privileged", "allowPrivilegeEscalation")
-        if container
-        else ("runAsNonRoot",)
-    )
-    for key in flags:
-        expect(sc.get(key), bool, f"{path}.{key}", "a boolean")
-    expect(sc.get("seccompProfile"), dict, f"{path}.seccompProfile", "an object")
+    for key, value in sc.items():  # only the keys present: most contexts set few
+        kind = _SECURITY_CONTEXT_TYPES.get(key)
+        if kind is not None and (container or key not in _CONTAINER_ONLY):
+            expect(value, kind[0], f"{path}.{key}", kind[1])
     if container and expect(sc.get("capabilities"), dict, f"{path}.capabilities", "an object"):
         for key in ("add", "drop"):
             values = sc["capabilities"].get(key)
@@ -293,6 +292,18 @@ def _check_security_context(sc: Any, path: str, expect: Any, *, container: bool)
                 isinstance(values, list) and all(isinstance(x, str) for x in values)
             ):
                 expect(0, str, f"{path}.capabilities.{key}", "a list of strings")
+
+
+_SECURITY_CONTEXT_TYPES: dict[str, tuple[type, str]] = {
+    "runAsUser": (int, "an integer"),
+    "runAsGroup": (int, "an integer"),
+    "fsGroup": (int, "an integer"),
+    "runAsNonRoot": (bool, "a boolean"),
+    "privileged": (bool, "a boolean"),
+    "allowPrivilegeEscalation": (bool, "a boolean"),
+    "seccompProfile": (dict, "an object"),
+}
+_CONTAINER_ONLY = frozenset({"privileged", "allowPrivilegeEscalation"})
 
 
 def _check_node_affinity(affinity: Any, path: str, out: list[Violation], expect: Any) -> None:
