@@ -1,0 +1,366 @@
+"""What the e2e scenarios submit and how they read the answers.
+
+The session policy (``session_policy()``) is the SPEC's platform policy from
+``tests/cases/_policies/platform`` with the shipped selector (``dhcore/run`` must
+exist) and one more excluded namespace. The objects are built as dicts, the way a
+user writes them; the same dict goes to ``kubectl apply`` (as JSON) and to the Python
+client.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .cluster import Cluster, ClusterError
+from .devcluster import Runguard
+
+REPO = Path(__file__).resolve().parents[2]
+PLATFORM_POLICY = REPO / "tests" / "cases" / "_policies" / "platform" / "policy.yaml"
+EXCLUDED_NAMESPACE = "rg-excluded"
+RUN_LABELS = {"app.kubernetes.io/managed-by": "dhcore", "dhcore/run": "r1"}
+RELOAD_INTERVAL = 1.0  # runguard checks its policy files at most this often per worker
+
+JSON = dict[str, Any]
+
+
+def session_policy() -> list[JSON]:
+    """The platform policy, also excluding EXCLUDED_NAMESPACE."""
+    documents = list(yaml.safe_load_all(PLATFORM_POLICY.read_text()))
+    spec = documents[0]["spec"]
+    spec["selector"]["matchExpressions"] = [{"key": "dhcore/run", "operator": "Exists"}]
+    spec["excludeNamespaces"] = [*spec["excludeNamespaces"], EXCLUDED_NAMESPACE]
+    return documents
+
+
+class Webhook(Runguard):
+    """The session's runguard, with what a test needs to disturb it and put it back."""
+
+    policy_file: Path
+    policy_text: str
+    digest: str
+
+    def policy(self) -> list[JSON]:
+        return list(yaml.safe_load_all(self.policy_text))
+
+    def write_policy(self, documents: list[JSON]) -> None:
+        """Rewrite the policy file in place, as an admin editing it would."""
+        self.policy_file.write_text(yaml.safe_dump_all(documents, sort_keys=False))
+
+    def restore_policy(self) -> None:
+        """Put the session policy back; wait until every worker can serve it."""
+        self.policy_file.write_text(self.policy_text)
+        self.wait_for_policy(self.digest)
+
+    def wait_for_policy(self, digest: str, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            status, ready = self.readyz()
+            if status == 200 and ready["policy"]["digest"] == digest and "rejected" not in ready:
+                break
+            if time.monotonic() > deadline:
+                raise ClusterError(f"runguard still serves {ready} after {timeout:.0f}s")
+            time.sleep(0.1)
+        # One worker answered; the other checks the files before its next request at
+        # the latest one interval from now.
+        time.sleep(RELOAD_INTERVAL + 0.2)
+
+
+# --- objects --------------------------------------------------------------------------
+
+
+def pod(name: str, labels: Mapping[str, str] | None = None, **spec: Any) -> JSON:
+    """A Pod with one container; ``spec`` keys replace or add to its spec."""
+    body: JSON = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {"containers": [{"name": "main", "image": "python:3.11"}]},
+    }
+    if labels:
+        body["metadata"]["labels"] = dict(labels)
+    body["spec"].update(copy.deepcopy(spec))
+    return body
+
+
+def run_pod(name: str, template: str | None = None, **spec: Any) -> JSON:
+    labels = dict(RUN_LABELS)
+    if template is not None:
+        labels["dhcore/template"] = template
+    return pod(name, labels, **spec)
+
+
+def messy_run_pod(name: str) -> JSON:
+    """A run that runguard fixes at every step: the 1xa100 profile over the user's
+    resources and priority class, defaults and clamping in a sidecar, root, a team PVC
+    mounted in both containers, someone else's secret next to the run's own."""
+    return run_pod(
+        name,
+        "1xa100",
+        securityContext={"runAsUser": 0, "fsGroup": 0},
+        priorityClassName="low",
+        containers=[
+            {
+                "name": "main",
+                "image": "python:3.11",
+                "command": ["python", "train.py"],
+                "resources": {"requests": {"cpu": "2", "memory": "1Gi"}},
+                "env": [
+                    {
+                        "name": "PASSWORD",
+                        "valueFrom": {"secretKeyRef": {"name": "someone-elses", "key": "pw"}},
+                    },
+                    {
+                        "name": "DB",
+                        "valueFrom": {"secretKeyRef": {"name": "sec-db-r1", "key": "url"}},
+                    },
+                ],
+                "volumeMounts": [
+                    {"name": "shared", "mountPath": "/shared"},
+                    {"name": "work", "mountPath": "/work"},
+                ],
+            },
+            {
+                "name": "sidecar",
+                "image": "busybox:1.36",
+                # the apiserver defaults the request to the limit: both get clamped
+                "resources": {"limits": {"memory": "128Gi"}},
+                "volumeMounts": [{"name": "shared", "mountPath": "/shared"}],
+            },
+        ],
+        volumes=[
+            {"name": "shared", "persistentVolumeClaim": {"claimName": "team-datasets"}},
+            {"name": "work", "persistentVolumeClaim": {"claimName": "v-r1-work"}},
+        ],
+    )
+
+
+# What the apiserver stores for messy_run_pod, field by field (the apiserver's own
+# defaults, terminationMessagePath and the like, are left out of the comparison).
+HARDENED_CONTAINER = {
+    "privileged": False,
+    "allowPrivilegeEscalation": False,
+    "capabilities": {"drop": ["ALL"]},
+}
+MESSY_MUTATED_SPEC: JSON = {
+    "securityContext": {
+        "runAsUser": 8877,
+        "fsGroup": 999,
+        "runAsNonRoot": True,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    },
+    "priorityClassName": "high",
+    "runtimeClassName": "nvidia",
+    "nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"},
+    "affinity": {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {
+                        "matchExpressions": [
+                            {"key": "node-lifecycle", "operator": "NotIn", "values": ["spot"]}
+                        ]
+                    }
+                ]
+            }
+        }
+    },  # fmt: skip
+    "volumes": [{"name": "work", "persistentVolumeClaim": {"claimName": "v-r1-work"}}],
+    "containers": [
+        {
+            "name": "main",
+            "image": "python:3.11",
+            "command": ["python", "train.py"],
+            "resources": {
+                "requests": {"cpu": "8", "memory": "32Gi", "nvidia.com/gpu": "1"},
+                "limits": {"memory": "64Gi", "nvidia.com/gpu": "1"},
+            },
+            "env": [
+                {"name": "DB", "valueFrom": {"secretKeyRef": {"name": "sec-db-r1", "key": "url"}}},
+                {"name": "NVIDIA_DRIVER_CAPABILITIES", "value": "compute,utility"},
+            ],
+            "volumeMounts": [{"name": "work", "mountPath": "/work"}],
+            "securityContext": HARDENED_CONTAINER,
+        },
+        {
+            "name": "sidecar",
+            "image": "busybox:1.36",
+            "resources": {
+                "requests": {"cpu": "100m", "memory": "64Gi"},
+                "limits": {"memory": "64Gi"},
+            },
+            "securityContext": HARDENED_CONTAINER,
+        },
+    ],
+}
+GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+MESSY_MUTATIONS = {
+    "profile.applied",
+    "resources.defaults",
+    "resources.clamped",
+    "security.root",
+    "volumes.pre-existing",
+    "secrets.forbidden",
+    "scheduling.preemption-mode",
+}
+# One warning per step, each naming what it changed.
+MESSY_WARNINGS = [
+    "runguard: profile 1xa100 applied",
+    "runguard: defaults filled: cpu request 100m",
+    "runguard: resources clamped: memory request 128Gi -> 64Gi, memory limit 128Gi -> 64Gi",
+    "runguard: root and privileges stripped: pod runAsUser 0, pod fsGroup 0",
+    "runguard: pre-existing volumes removed: shared",
+    "runguard: secrets not managed by the platform removed: someone-elses",
+    "runguard: preemption mode prevent applied",
+]
+
+
+def noncompliant_run_pod(name: str) -> JSON:
+    """Nothing runguard may fix: an unknown profile, the host network, a hostPath."""
+    return run_pod(
+        name,
+        "8xh100",
+        hostNetwork=True,
+        containers=[
+            {
+                "name": "main",
+                "image": "python:3.11",
+                "volumeMounts": [{"name": "host", "mountPath": "/host"}],
+            }
+        ],
+        volumes=[{"name": "host", "hostPath": {"path": "/var/run"}}],
+    )
+
+
+NONCOMPLIANT_RULES = {"profile.unknown", "security.host-namespace", "volumes.forbidden-type"}
+
+
+def controller(kind: str, name: str, template: JSON) -> JSON:
+    """A Job, CronJob or Deployment whose pod template is ``template``'s metadata and
+    spec; the controller itself carries no run labels (the platform labels the Pods)."""
+    template = {"metadata": template["metadata"], "spec": copy.deepcopy(template["spec"])}
+    template["metadata"] = {"labels": template["metadata"].get("labels", {})}
+    if kind in ("Job", "CronJob"):
+        template["spec"]["restartPolicy"] = "Never"
+        job_spec: JSON = {"template": template, "backoffLimit": 0}
+        if kind == "Job":
+            return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name},
+                    "spec": job_spec}  # fmt: skip
+        return {
+            "apiVersion": "batch/v1",
+            "kind": "CronJob",
+            "metadata": {"name": name},
+            "spec": {"schedule": "0 3 * * *", "jobTemplate": {"spec": job_spec}},
+        }
+    labels = {"app": name, **template["metadata"]["labels"]}
+    template["metadata"]["labels"] = labels
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name},
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": name}}, "template": template},
+    }
+
+
+def pod_template(obj: JSON) -> JSON:
+    if obj["kind"] == "CronJob":
+        template: JSON = obj["spec"]["jobTemplate"]["spec"]["template"]
+    else:
+        template = obj["spec"]["template"]
+    return template
+
+
+# --- answers --------------------------------------------------------------------------
+
+
+def kubectl_warnings(stderr: str) -> list[str]:
+    """The ``Warning:`` lines kubectl printed for the apiserver's Warning headers."""
+    return [line.removeprefix("Warning: ") for line in stderr.splitlines()
+            if line.startswith("Warning: ")]  # fmt: skip
+
+
+def header_warnings(headers: Any) -> list[str]:
+    """The texts of ``Warning: 299 - "..."`` response headers (RFC 7234 warn-text)."""
+    values = headers.getlist("Warning") if hasattr(headers, "getlist") else [headers["Warning"]]
+    texts = []
+    for value in values:
+        for match in re.finditer(r'299 - "((?:[^"\\]|\\.)*)"', value):
+            texts.append(re.sub(r"\\(.)", r"\1", match.group(1)))
+    return texts
+
+
+def rule_ids(message: str) -> set[str]:
+    """The ``[rule.id]`` markers of runguard's denial message."""
+    return set(re.findall(r"\[([a-z]+\.[a-z-]+)\]", message))
+
+
+def is_subset(part: Any, whole: Any) -> bool:
+    """Whether every field of ``part`` is in ``whole`` with the same value (lists
+    element by element, same length): what was sent, within what was stored."""
+    if isinstance(part, dict):
+        return isinstance(whole, dict) and all(
+            key in whole and is_subset(value, whole[key]) for key, value in part.items()
+        )
+    if isinstance(part, list):
+        return (
+            isinstance(whole, list)
+            and len(part) == len(whole)
+            and all(is_subset(p, w) for p, w in zip(part, whole, strict=True))
+        )
+    return bool(part == whole)
+
+
+def picked(whole: Any, like: Any) -> Any:
+    """``whole`` cut down to the fields of ``like``, for an equality assert whose
+    failure shows the difference."""
+    if isinstance(like, dict) and isinstance(whole, dict):
+        return {key: picked(whole[key], value) for key, value in like.items() if key in whole}
+    if isinstance(like, list) and isinstance(whole, list) and len(like) == len(whole):
+        return [picked(w, p) for p, w in zip(like, whole, strict=True)]
+    return whole
+
+
+def apply(cluster: Cluster, namespace: str, obj: JSON, *args: str) -> Any:
+    """``kubectl apply -n NS -f -`` of one object, sent as JSON."""
+    return cluster.kubectl("apply", "-n", namespace, "-f", "-", *args, input=json.dumps(obj))
+
+
+def get(cluster: Cluster, namespace: str, kind: str, name: str) -> JSON:
+    done = cluster.kubectl("get", "-n", namespace, kind, name, "-o", "json", check=True)
+    got: JSON = json.loads(done.stdout)
+    return got
+
+
+def exists(cluster: Cluster, namespace: str, kind: str, name: str) -> bool:
+    done = cluster.kubectl("get", "-n", namespace, kind, name, "--ignore-not-found", "-o", "name")
+    if done.returncode != 0:
+        raise ClusterError(done.stderr)
+    return bool(done.stdout.strip())
+
+
+def wait_for_admission(cluster: Cluster, *, active: bool, timeout: float = 30.0) -> None:
+    """Until both webhooks are (or are no longer) called, seen by a server-side dry run
+    of a run Pod that runguard mutates (warnings) and denies (hostNetwork)."""
+    probe = json.dumps(run_pod("admission-probe", hostNetwork=True))
+    deadline = time.monotonic() + timeout
+    while True:
+        done = cluster.kubectl(
+            "create", "-n", "default", "--dry-run=server", "-o", "name", "-f", "-", input=probe
+        )
+        mutated = any(w.startswith("runguard:") for w in kubectl_warnings(done.stderr))
+        denied = done.returncode != 0 and "validate.runguard.io" in done.stderr
+        if (mutated and denied) if active else (done.returncode == 0 and not mutated):
+            return
+        if time.monotonic() > deadline:
+            raise ClusterError(
+                f"runguard admission not {'active' if active else 'gone'} after "
+                f"{timeout:.0f}s: {done.stderr}"
+            )
+        time.sleep(0.2)
