@@ -60,8 +60,10 @@ def test_parse_review_returns_the_request() -> None:
         (b"null", "JSON object"),
         (b'{"apiVersion": "v1", "kind": "Pod"}', "expected apiVersion admission.k8s.io/v1"),
         (b'{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"}', "no request"),
-        (b'{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": []}',
-         "no request"),
+        (
+            b'{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": []}',
+            "no request",
+        ),
         (body(uid=None), "uid"),
         (body(uid=7), "uid"),
         (body(operation="create"), "operation"),
@@ -74,7 +76,7 @@ def test_parse_review_returns_the_request() -> None:
         (body(userInfo="alice"), "userInfo"),
         (body(kind="Pod"), "request.kind"),
     ],
-)  # fmt: skip
+)
 def test_malformed_reviews(raw: bytes, fragment: str) -> None:
     with pytest.raises(MalformedReview, match=fragment) as caught:
         parse_review(raw)

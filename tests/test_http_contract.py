@@ -94,8 +94,12 @@ def test_validate_denies_listing_every_violation(server: RunguardServer) -> None
     assert out["allowed"] is False
     status = out["status"]
     assert status["code"] == 403
-    for rule in ("security.root", "security.privileged", "security.host-namespace",
-                 "volumes.forbidden-type"):  # fmt: skip
+    for rule in (
+        "security.root",
+        "security.privileged",
+        "security.host-namespace",
+        "volumes.forbidden-type",
+    ):
         assert f"[{rule}]" in status["message"]
         assert rule in out["auditAnnotations"]["violations"]
     assert "patch" not in out
@@ -171,9 +175,21 @@ def test_audit_log_has_one_line_per_decision_and_no_secrets(server: RunguardServ
     lines = {a["uid"]: a for a in server.audit_lines()}
     line = lines[uid]
     assert set(line) >= {
-        "time", "uid", "operation", "kind", "namespace", "name", "user", "dryRun", "profile",
-        "mutations", "violations", "allowed", "enforcement", "latencyMs",
-    }  # fmt: skip
+        "time",
+        "uid",
+        "operation",
+        "kind",
+        "namespace",
+        "name",
+        "user",
+        "dryRun",
+        "profile",
+        "mutations",
+        "violations",
+        "allowed",
+        "enforcement",
+        "latencyMs",
+    }
     assert line["operation"] == "CREATE" and line["kind"] == "Pod"
     assert line["namespace"] == "ml" and line["name"] == "train"
     assert line["user"] == "alice@example.com"
@@ -212,16 +228,20 @@ REVIEW = admission_review(run_pod())
         (b"\xff\xfe", "not valid JSON"),
         (b"[" * 100_000, "JSON"),
         (json.dumps({**REVIEW, "apiVersion": "admission.k8s.io/v1beta1"}), "apiVersion"),
-        (json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"}),
-         "no request"),
+        (
+            json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"}),
+            "no request",
+        ),
         (json.dumps({**REVIEW, "request": {**REVIEW["request"], "uid": ""}}), "uid"),
-        (json.dumps({**REVIEW, "request": {**REVIEW["request"], "operation": "PATCH"}}),
-         "operation"),
+        (
+            json.dumps({**REVIEW, "request": {**REVIEW["request"], "operation": "PATCH"}}),
+            "operation",
+        ),
         (json.dumps({**REVIEW, "request": {**REVIEW["request"], "object": "pod"}}), "object"),
         (json.dumps({**REVIEW, "request": {**REVIEW["request"], "object": None}}), "object"),
         (json.dumps({**REVIEW, "request": {**REVIEW["request"], "dryRun": "yes"}}), "dryRun"),
     ],
-)  # fmt: skip
+)
 def test_malformed_reviews_are_400(server: RunguardServer, body: Any, fragment: str) -> None:
     for path in ("/mutate", "/validate"):
         resp = server.post(path, body, headers={"Content-Type": "application/json"})
@@ -241,8 +261,10 @@ def test_an_oversized_body_is_413(server: RunguardServer) -> None:
     resp = server.post("/validate", admission_review(huge))
     assert "limit" in _error(resp, 413)["message"]
     # chunked, without a Content-Length: the limit holds while reading
-    chunks = (json.dumps(admission_review(huge)).encode()[i : i + 65536]
-              for i in range(0, 6 * 1024 * 1024, 65536))  # fmt: skip
+    chunks = (
+        json.dumps(admission_review(huge)).encode()[i : i + 65536]
+        for i in range(0, 6 * 1024 * 1024, 65536)
+    )
     resp = server.post("/validate", chunks, headers={"Content-Type": "application/json"})  # type: ignore[arg-type]
     _error(resp, 413)
 

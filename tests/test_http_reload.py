@@ -83,8 +83,14 @@ def write_files(directory: Path, files: dict[str, str]) -> None:
 
 def until_every_worker_reloaded(server: RunguardServer, digest: str) -> None:
     """Fresh connections (any worker may accept) until each worker logged the reload."""
-    with Traffic(server, lambda s: served_version(s, server), threads=2, fresh=True,
-                 max_requests=5000, max_seconds=30):  # fmt: skip
+    with Traffic(
+        server,
+        lambda s: served_version(s, server),
+        threads=2,
+        fresh=True,
+        max_requests=5000,
+        max_seconds=30,
+    ):
         server.wait_for(
             lambda: server.worker_pids() <= reloaded_pids(server, digest), "every worker"
         )

@@ -85,18 +85,17 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
         try:
             req = _read_review(app.config["MAX_CONTENT_LENGTH"])
         except AdmissionError as exc:
-            m.reviews.labels(endpoint, "malformed").inc()
+            m.observe_review(endpoint, "malformed", None)
             log.warning("%s: %s %s", endpoint, exc.status, exc)
             return _json(exc.to_dict(), exc.status)
         policy = store.current()
         if policy is None:
-            m.reviews.labels(endpoint, "unavailable").inc()
+            m.observe_review(endpoint, "unavailable", None)
             return _json(_unavailable(store.state), 503)
         outcome = admission.review(endpoint, req, policy)
         body = json.dumps(outcome.response, separators=(",", ":"))
         elapsed = time.perf_counter() - start
-        m.reviews.labels(endpoint, outcome.label).inc()
-        m.latency.labels(endpoint).observe(elapsed)
+        m.observe_review(endpoint, outcome.label, elapsed)
         if outcome.decision is not None:
             for violation in outcome.decision.violations:
                 m.violations.labels(violation.rule, outcome.decision.enforcement).inc()

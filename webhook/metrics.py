@@ -15,8 +15,9 @@ this module before ``runguard serve`` has set it up.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
+from typing import Any
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -49,6 +50,24 @@ class Metrics:
     policy_rejected: Gauge
     certificate_expiry: Gauge
     registry: CollectorRegistry
+    _children: dict[tuple[str, ...], Any] = field(default_factory=dict)
+
+    def observe_review(self, endpoint: str, decision: str, seconds: float | None) -> None:
+        """Count one review and, when the engine ran, its latency (children cached:
+        ``labels()`` takes a lock and builds a key on every call)."""
+        counter = self._children.get(("reviews", endpoint, decision))
+        if counter is None:
+            counter = self._children.setdefault(
+                ("reviews", endpoint, decision), self.reviews.labels(endpoint, decision)
+            )
+        counter.inc()
+        if seconds is not None:
+            histogram = self._children.get(("latency", endpoint))
+            if histogram is None:
+                histogram = self._children.setdefault(
+                    ("latency", endpoint), self.latency.labels(endpoint)
+                )
+            histogram.observe(seconds)
 
 
 @lru_cache(maxsize=1)
