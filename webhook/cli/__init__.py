@@ -12,6 +12,10 @@ import argparse
 import importlib
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from webhook.policy.model import Policy
 
 # Order is the order of ``runguard --help``.
 COMMANDS = (
@@ -26,6 +30,19 @@ COMMANDS = (
 )
 
 EXIT_OK, EXIT_DENIED, EXIT_BAD_INPUT = 0, 1, 2
+
+
+def load_policy_or_report(directory: str) -> Policy | None:
+    """The policy in ``directory``, or None after printing every ``file:line`` error."""
+    from webhook.policy.errors import PolicyError
+    from webhook.policy.loader import load_policy
+
+    try:
+        return load_policy(directory)
+    except PolicyError as exc:
+        for issue in exc.errors:
+            print(issue, file=sys.stderr)
+        return None
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 
-from webhook.cli import EXIT_BAD_INPUT, EXIT_DENIED, EXIT_OK
+from webhook.cli import EXIT_BAD_INPUT, EXIT_DENIED, EXIT_OK, load_policy_or_report
 from webhook.documents import InputError, read_objects
 from webhook.engine import Decision, evaluate
 
@@ -31,14 +31,8 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from webhook.policy.errors import PolicyError
-    from webhook.policy.loader import load_policy
-
-    try:
-        policy = load_policy(args.policy)
-    except PolicyError as exc:
-        for issue in exc.errors:
-            print(issue, file=sys.stderr)
+    policy = load_policy_or_report(args.policy)
+    if policy is None:
         return EXIT_BAD_INPUT
     try:
         objects = [obj for source in args.files for obj in read_objects(source)]

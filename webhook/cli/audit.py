@@ -10,7 +10,7 @@ from typing import Any
 
 import yaml
 
-from webhook.cli import EXIT_BAD_INPUT, EXIT_DENIED, EXIT_OK
+from webhook.cli import EXIT_BAD_INPUT, EXIT_DENIED, EXIT_OK, load_policy_or_report
 
 # (kind, apiVersion, client class, list-all method, list-namespaced method)
 LISTS = (
@@ -85,13 +85,8 @@ def run(args: argparse.Namespace) -> int:
     from kubernetes.config.config_exception import ConfigException
 
     from webhook.clusteraudit import audit, to_policy_reports, to_rows, to_table
-    from webhook.policy.errors import PolicyError
-    from webhook.policy.loader import load_policy
-
-    try:
-        policy = load_policy(args.policy)
-    except PolicyError as exc:
-        print(exc, file=sys.stderr)
+    policy = load_policy_or_report(args.policy)
+    if policy is None:
         return EXIT_BAD_INPUT
     try:
         if args.kubeconfig or not _in_cluster():

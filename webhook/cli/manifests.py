@@ -20,7 +20,7 @@ from typing import Any
 import yaml
 
 from webhook import manifests
-from webhook.cli import EXIT_BAD_INPUT, EXIT_DENIED, EXIT_OK
+from webhook.cli import EXIT_BAD_INPUT, EXIT_DENIED, EXIT_OK, load_policy_or_report
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -78,14 +78,8 @@ def _fail(message: str) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from webhook.policy.errors import PolicyError
-    from webhook.policy.loader import load_policy
-
-    try:
-        policy = load_policy(args.policy)
-    except PolicyError as exc:
-        for issue in exc.errors:
-            print(issue, file=sys.stderr)
+    policy = load_policy_or_report(args.policy)
+    if policy is None:
         return EXIT_BAD_INPUT
 
     if args.write or args.check:
