@@ -221,11 +221,11 @@ class Runguard:
 
     # -- registration --
 
-    def manifests(self) -> str:
+    def manifests(self, output: str = "yaml") -> str:
         """``runguard manifests --url``: the webhook configurations, calling this server."""
         return self._run(
             "manifests", "-p", str(self.policy_dir), "--url", self.url,
-            "--ca-bundle", str(self.ca_file),
+            "--ca-bundle", str(self.ca_file), "-o", output,
         )  # fmt: skip
 
     def register(self, cluster: Cluster) -> None:
