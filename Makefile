@@ -48,5 +48,13 @@ cases: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/bench_engine.py
 
+# A local kube-apiserver + etcd (built once, cached) with runguard serving $(POLICY) in
+# place and registered; prints the `export KUBECONFIG=...` line (docs/e2e.md).
+cluster: $(STAMP)
+	@$(BIN)/python tests/e2e/devcluster.py up --dir .cache/cluster --policy $(POLICY)
+
+cluster-down:
+	@$(BIN)/python tests/e2e/devcluster.py down --dir .cache/cluster
+
 clean:
 	rm -rf $(VENV) $(DEV_CERTS) build *.egg-info
