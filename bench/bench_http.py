@@ -349,14 +349,15 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=2, help="trivial, mutate; repeated")
     parser.add_argument("--server", choices=["gthread", "sync"], default="gthread")
     parser.add_argument("--workers", type=int, default=0, help="default: as runguard serve")
-    parser.add_argument("--threads", type=int, default=4)
+    parser.add_argument("--threads", type=int, default=0, help="default: as runguard serve")
     args = parser.parse_args()
     args.seconds = min(args.seconds, 120.0)
     args.rounds = max(1, min(args.rounds, 5))
 
-    from webhook.server import default_workers
+    from webhook.server import DEFAULT_THREADS, default_workers
 
     workers = args.workers or default_workers()
+    args.threads = args.threads or DEFAULT_THREADS
     with tempfile.TemporaryDirectory(prefix="runguard-bench-") as tmp:
         proc, port = start_server(Path(tmp), args.server, workers, args.threads)
         ca_file = str(Path(tmp) / "certs" / "ca.crt")

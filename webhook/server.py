@@ -63,7 +63,7 @@ log = logging.getLogger("runguard.server")
 
 DEFAULT_BIND = "127.0.0.1:8443"
 DEFAULT_MAX_BODY = 4 * 1024 * 1024  # an UPDATE review carries object and oldObject
-DEFAULT_THREADS = 4
+DEFAULT_THREADS = 2  # CPU-bound reviews: more threads only queue on the GIL (docs/server.md)
 RELOAD_INTERVAL = 1.0  # seconds between checks of the policy and certificate files
 SETTLE = 1.0  # a policy file changed less than this long ago is not loaded yet
 

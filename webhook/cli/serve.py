@@ -28,7 +28,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--key", dest="key_file", metavar="FILE", help="its private key")
     parser.add_argument("--bind", metavar="HOST:PORT", help="default 127.0.0.1:8443")
     parser.add_argument("--workers", metavar="N", help="worker processes (default: cores)")
-    parser.add_argument("--threads", metavar="N", help="threads per worker (default 4)")
+    parser.add_argument("--threads", metavar="N", help="threads per worker (default 2)")
     parser.add_argument("--max-body", metavar="BYTES", help="request size limit (default 4Mi)")
     parser.set_defaults(func=run)
 
