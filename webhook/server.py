@@ -56,6 +56,7 @@ __all__ = [
     "directory_signature",
     "gunicorn_options",
     "prepare_multiprocess_metrics",
+    "remove_multiprocess_metrics",
     "ssl_context",
 ]
 
@@ -492,7 +493,7 @@ def ssl_context(conf: Any, default_ssl_context_factory: Callable[[], ssl.SSLCont
 
 # ------------------------------------------------------------------------ metrics
 
-_MULTIPROC_DIR_OWNED: list[str] = []
+_MULTIPROC_DIR_OWNED: list[tuple[int, str]] = []  # (pid of the maker, directory or "")
 _MASTER_PID = [0]  # the gunicorn master records no metrics (see module doc)
 
 
@@ -506,11 +507,19 @@ def prepare_multiprocess_metrics() -> None:
         for name in os.listdir(given):  # stale values of a previous run would be summed
             if name.endswith(".db"):
                 os.unlink(os.path.join(given, name))
-        _MULTIPROC_DIR_OWNED.append("")
+        _MULTIPROC_DIR_OWNED.append((os.getpid(), ""))
         return
     made = tempfile.mkdtemp(prefix="runguard-metrics-")
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = made
-    _MULTIPROC_DIR_OWNED.append(made)
+    _MULTIPROC_DIR_OWNED.append((os.getpid(), made))
+
+
+def remove_multiprocess_metrics() -> None:
+    """Remove the directory ``prepare_multiprocess_metrics`` made, in the process that
+    made it (a worker leaving gunicorn's code through the same stack must not)."""
+    for pid, made in _MULTIPROC_DIR_OWNED:
+        if made and pid == os.getpid():
+            shutil.rmtree(made, ignore_errors=True)
 
 
 # ------------------------------------------------------------------------- hooks
@@ -552,9 +561,7 @@ def on_exit(arbiter: Any) -> None:
     store = _runguard_store(arbiter)
     if store is not None:
         store.stop()
-    for made in _MULTIPROC_DIR_OWNED:
-        if made:
-            shutil.rmtree(made, ignore_errors=True)
+    remove_multiprocess_metrics()
 
 
 def configure_logging(level: str = "info") -> None:

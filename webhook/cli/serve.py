@@ -42,6 +42,7 @@ def run(args: argparse.Namespace) -> int:
         SettingsError,
         configure_logging,
         prepare_multiprocess_metrics,
+        remove_multiprocess_metrics,
     )
 
     try:
@@ -58,7 +59,6 @@ def run(args: argparse.Namespace) -> int:
               file=sys.stderr)  # fmt: skip
         return EXIT_BAD_INPUT
 
-    prepare_multiprocess_metrics()  # before anything imports prometheus_client
     configure_logging()
     from webhook.policy.errors import PolicyError
 
@@ -70,5 +70,9 @@ def run(args: argparse.Namespace) -> int:
         for issue in exc.errors:
             print(f"  {issue}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    RunguardApplication(settings, store).run()
+    prepare_multiprocess_metrics()  # before anything imports prometheus_client
+    try:
+        RunguardApplication(settings, store).run()
+    finally:
+        remove_multiprocess_metrics()  # also when gunicorn fails to start (port in use)
     return 0
