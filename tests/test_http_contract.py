@@ -344,7 +344,14 @@ def test_connections_are_kept_alive(server: RunguardServer) -> None:
 
 
 def test_serve_refuses_a_bad_policy_at_start(tmp_path: Path) -> None:
-    bad = RunguardServer(tmp_path, policy={"runpolicy.yaml": "kind: RunPolicy\nspec: 3\n"})
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    bad = RunguardServer(
+        tmp_path,
+        policy={"runpolicy.yaml": "kind: RunPolicy\nspec: 3\n"},
+        env={"TMPDIR": str(scratch)},
+    )
     with pytest.raises(RuntimeError, match="exited 2"):
         bad.start()
     assert "runpolicy.yaml:" in bad.stderr
+    assert list(scratch.iterdir()) == []  # no metrics directory left behind

@@ -156,8 +156,11 @@ def read_response(tls: ssl.SSLSocket) -> tuple[bytes, bytes]:
     return head, body
 
 
-def test_shutdown_finishes_the_review_in_flight(start_runguard: Any) -> None:
-    server = start_runguard(policy=sample_policy())
+def test_shutdown_finishes_the_review_in_flight(start_runguard: Any, tmp_path: Path) -> None:
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    server = start_runguard(policy=sample_policy(), env={"TMPDIR": str(scratch)})
+    assert [p.name[:17] for p in scratch.iterdir()] == ["runguard-metrics-"]
     assert server.proc is not None
     body = json.dumps(admission_review(run_pod())).encode()
     request = (
@@ -178,6 +181,7 @@ def test_shutdown_finishes_the_review_in_flight(start_runguard: Any) -> None:
     assert head.startswith(b"HTTP/1.1 200"), head
     assert json.loads(payload)["response"]["allowed"] is True
     assert server.proc.wait(timeout=40) == 0
+    assert list(scratch.iterdir()) == []  # the metrics directory went with the server
 
 
 def test_gunicorn_conf_py_runs_the_same_server(start_runguard: Any) -> None:
