@@ -7,6 +7,7 @@ fixture checks again afterwards).
 
 from __future__ import annotations
 
+import copy
 import json
 import time
 from typing import Any
@@ -157,16 +158,15 @@ def test_policy_edit_applies_without_restart_and_a_broken_one_changes_nothing(
         "mutated": False,
     }
 
-    # A broken edit: maximums below what the 1xa100 profile asks for.
-    broken = runguard.policy()
+    # A broken edit of the edited file: maximums below what the 1xa100 profile asks for.
+    broken = copy.deepcopy(edited)
     broken[0]["spec"]["resources"]["maximums"]["memory"] = "16Gi"
     runguard.write_policy(broken)
     poll("the broken edit reported in /readyz", lambda: "rejected" in runguard.readyz()[1])
     status, ready = runguard.readyz()
     assert (status, ready["status"]) == (200, "degraded")
-    assert ready["policy"]["digest"] == good_digest
     errors = ready["rejected"]["errors"]
-    assert errors and all(error.startswith(str(runguard.policy_file)) for error in errors)
+    assert errors and all(error.startswith(f"{runguard.policy_file}:") for error in errors)
     assert any('"64Gi" is above the maximum "16Gi"' in error for error in errors)
     poll("the rejection in runguard's log", lambda: "rejected, the last good one keeps serving"
          in runguard.log.read_text())  # fmt: skip
@@ -182,3 +182,48 @@ def test_policy_edit_applies_without_restart_and_a_broken_one_changes_nothing(
     runguard.restore_policy()
     assert dry_run_cpu(core, namespace) == "1"
     assert runguard.pid == master
+
+
+def readyz_answers(runguard: Webhook, connections: int = 24) -> list[dict[str, Any]]:
+    """``/readyz`` over fresh connections, each served by whichever worker accepts it."""
+    return [runguard.readyz()[1] for _ in range(connections)]
+
+
+def last_decision_digest(runguard: Webhook) -> str:
+    """The policy digest of runguard's latest admission decision (its JSON log)."""
+    for line in reversed(runguard.log.read_text().splitlines()):
+        if line.startswith("{") and '"endpoint":"mutate"' in line:
+            digest: str = json.loads(line)["policy"]
+            return digest
+    raise AssertionError("no decision in runguard's log")
+
+
+def test_a_broken_edit_keeps_the_last_good_policy_in_every_worker(
+    api_client: Any, runguard: Webhook, namespace: str
+) -> None:
+    """Known bug (server): each gunicorn worker keeps its own last good policy and
+    only reloads when it serves a request. A worker that served nothing while a good
+    edit was on disk (the apiserver keeps one connection alive, to one worker) still
+    holds the policy before it when the next edit is broken, so the workers serve two
+    different policies until the next good edit, and /readyz disagrees with itself."""
+    core = client.CoreV1Api(api_client)
+    assert {a["policy"]["digest"] for a in readyz_answers(runguard)} == {runguard.digest}
+
+    edited = runguard.policy()
+    default = next(
+        d for d in edited if d["kind"] == "Profile" and d["metadata"]["name"] == "default"
+    )
+    default["spec"]["resources"]["requests"]["cpu"] = "3"
+    runguard.write_policy(edited)
+    poll("the edited default profile", lambda: dry_run_cpu(core, namespace) == "3")
+    good = last_decision_digest(runguard)
+    assert good != runguard.digest
+
+    edited[0]["spec"]["resources"]["maximums"]["memory"] = "16Gi"
+    runguard.write_policy(edited)
+    poll(
+        "every worker rejecting the broken edit",
+        lambda: all("rejected" in answer for answer in readyz_answers(runguard, 8)),
+    )
+    served = {answer["policy"]["digest"] for answer in readyz_answers(runguard)}
+    assert served == {good}, f"workers serve {served}; the last good policy is {good}"
