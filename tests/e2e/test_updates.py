@@ -96,3 +96,22 @@ def test_a_pod_cannot_become_a_run_by_relabelling(
     assert 'admission webhook "validate.runguard.io" denied the request' in done.stderr
     assert "security.host-namespace" in rule_ids(done.stderr)
     assert get(cluster, namespace, "pod", "tool")["metadata"]["labels"] == {"app": "tool"}
+
+
+def test_a_privileged_debug_container_cannot_be_added_to_a_run(
+    cluster: Cluster, runguard: Webhook, namespace: str
+) -> None:
+    """Known bug (manifests + engine): ``kubectl debug --profile=sysadmin`` adds a
+    privileged ephemeral container to a run Pod. That is an UPDATE of the
+    ``pods/ephemeralcontainers`` subresource, which no runguard webhook rule names,
+    and the engine does not look at ``spec.ephemeralContainers`` either, so root and
+    privileges come back into a run that runguard admitted without them."""
+    assert apply(cluster, namespace, messy_run_pod("train")).returncode == 0
+    done = cluster.kubectl(
+        "debug", "train", "-n", namespace, "--image=busybox:1.36", "--profile=sysadmin",
+        "--attach=false", "-c", "debugger",
+    )  # fmt: skip
+    stored = get(cluster, namespace, "pod", "train")["spec"]
+    assert done.returncode != 0, f"added: {stored.get('ephemeralContainers')}"
+    assert "security.privileged" in rule_ids(done.stderr)
+    assert "ephemeralContainers" not in stored
