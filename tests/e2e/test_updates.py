@@ -9,7 +9,16 @@ import pytest
 from kubernetes import client
 
 from .cluster import Cluster
-from .runs import Webhook, apply, get, kubectl_warnings, messy_run_pod, pod, rule_ids
+from .runs import (
+    EXCLUDED_NAMESPACE,
+    Webhook,
+    apply,
+    get,
+    kubectl_warnings,
+    messy_run_pod,
+    pod,
+    rule_ids,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -115,3 +124,30 @@ def test_a_privileged_debug_container_cannot_be_added_to_a_run(
     assert done.returncode != 0, f"added: {stored.get('ephemeralContainers')}"
     assert "security.privileged" in rule_ids(done.stderr)
     assert "ephemeralContainers" not in stored
+
+
+def test_reapplying_the_manifest_with_a_new_label_kubectl(
+    cluster: Cluster, runguard: Webhook, namespace: str
+) -> None:
+    """Known bug (webhook registration): ``kubectl apply`` of the user's own manifest
+    again, with one label more, is refused by the apiserver (``spec: Forbidden: pod
+    updates may not change fields other than ...``): kubectl's three-way patch puts
+    back what runguard changed at CREATE (runAsUser 0, the user's resources, the
+    stripped volume and secret), and runguard's mutating webhook is registered for
+    CREATE only, so nothing re-applies the (idempotent) mutation on the UPDATE.
+    Without runguard (an excluded namespace) the same command succeeds."""
+    control = messy_run_pod(f"control-{namespace[-6:]}")
+    for label in ("a", "b"):
+        control["metadata"]["labels"]["team"] = label
+        done = apply(cluster, EXCLUDED_NAMESPACE, control)
+        assert done.returncode == 0, done.stderr
+
+    sent = messy_run_pod("train")
+    assert apply(cluster, namespace, sent).returncode == 0
+    before = get(cluster, namespace, "pod", "train")
+    sent["metadata"]["labels"]["team"] = "vision"
+    done = apply(cluster, namespace, sent)
+    assert done.returncode == 0, done.stderr.splitlines()[0]
+    after = get(cluster, namespace, "pod", "train")
+    assert after["metadata"]["labels"]["team"] == "vision"
+    assert after["spec"] == before["spec"]
