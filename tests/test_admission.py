@@ -136,6 +136,14 @@ def test_review_response_allowed_with_patch() -> None:
     assert "status" not in response
 
 
+@pytest.mark.parametrize("patch", [None, [{"op": "remove", "path": "/a"}]])
+def test_encode_review_is_the_review_as_json(patch: Any) -> None:
+    review_doc = review_response(
+        "u", allowed=True, patch=patch, warnings=['a "quoted" ünï'], audit_annotations={"k": "v"}
+    )
+    assert json.loads(admission.encode_review(review_doc)) == review_doc
+
+
 def test_review_response_leaves_out_empty_fields() -> None:
     assert review_response("u", allowed=True)["response"] == {"uid": "u", "allowed": True}
 

@@ -93,7 +93,7 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
             m.observe_review(endpoint, "unavailable", None)
             return _json(_unavailable(store.state), 503)
         outcome = admission.review(endpoint, req, policy)
-        body = json.dumps(outcome.response, separators=(",", ":"))
+        body = admission.encode_review(outcome.response)
         elapsed = time.perf_counter() - start
         m.observe_review(endpoint, outcome.label, elapsed)
         if outcome.decision is not None:
