@@ -15,9 +15,9 @@ Process model (gunicorn ``gthread`` workers, ``preload_app``):
   before a request, and the certificate files before a new TLS connection. A change
   is loaded once its newest file is a second old (files copied one by one load
   together), beside the serving policy, and swapped in with one reference
-  assignment, so a request sees the old policy or the new one, never a mix. A policy that fails
-  to load is logged with its ``file:line`` errors, flagged in ``/readyz`` and in the
-  ``runguard_policy_rejected`` metric, and the last good one keeps serving;
+  assignment, so a request sees the old policy or the new one, never a mix. A policy
+  that fails to load is logged with its ``file:line`` errors, flagged in ``/readyz``
+  and in the ``runguard_policy_rejected`` metric, and the last good one keeps serving;
 * metrics are written by workers only (``PROMETHEUS_MULTIPROC_DIR``, a temporary
   directory made at start): the master's watcher thread never touches
   ``prometheus_client``, whose process-wide lock a fork must not copy while held.
@@ -597,7 +597,7 @@ def gunicorn_options(settings: ServeSettings) -> dict[str, Any]:
         "workers": settings.workers,
         "worker_class": "gthread",
         "threads": settings.threads,
-        "keepalive": 75,  # longer than the apiserver's idle connection reuse
+        "keepalive": 75,  # the apiserver reuses its connections; idle ones close after 75 s
         "timeout": 30,  # a worker silent this long is killed and replaced
         "graceful_timeout": 25,  # in-flight reviews finish on SIGTERM (< k8s' 30 s)
         "preload_app": True,
@@ -615,7 +615,6 @@ def gunicorn_options(settings: ServeSettings) -> dict[str, Any]:
         "when_ready": when_ready,
         "child_exit": child_exit,
         "on_exit": on_exit,
-        "raw_env": [],
     }
     if worker_tmp_dir:
         options["worker_tmp_dir"] = worker_tmp_dir
