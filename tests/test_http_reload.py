@@ -22,6 +22,7 @@ from conftest import (
     run_pod,
     sample_policy,
 )
+from cryptography import x509
 
 from webhook.policy.errors import PolicyError
 from webhook.policy.loader import load_policy
@@ -190,8 +191,14 @@ def test_a_renewed_certificate_is_served_while_requests_flow(start_runguard: Any
         server.wait_for(lambda: fresh.count > count + 20, "more traffic")
     assert alive.errors == [] and fresh.errors == []
     assert served_version(kept_alive, server)  # a connection opened before still works
-    expiry = server.metrics()[("runguard_certificate_expiry_timestamp_seconds", ())]
-    assert expiry > time.time() + 20 * 86400  # the 30-day certificate, not the 1-day one
+    renewed = x509.load_pem_x509_certificate(cert).not_valid_after_utc.timestamp()
+
+    def expiry_published() -> bool:  # by each worker once it made a new connection
+        served_version(server.session(), server)
+        samples = server.metrics()
+        return samples[("runguard_certificate_expiry_timestamp_seconds", ())] == renewed
+
+    server.wait_for(expiry_published, "the renewed certificate's expiry in the metrics")
 
 
 def test_a_broken_certificate_pair_keeps_the_previous_one(start_runguard: Any) -> None:
