@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import copy
 import io
 import json
 from pathlib import Path
@@ -12,7 +13,7 @@ import jsonpatch
 import pytest
 from conftest import admission_review, run_pod, sample_policy
 
-from webhook import admission
+from webhook import admission, engine
 from webhook.admission import (
     BodyTooLarge,
     MalformedReview,
@@ -184,11 +185,31 @@ def test_review_validate_denies_with_every_violation(policy: Policy) -> None:
     assert "[security.root]" in response["status"]["message"]
 
 
-def test_review_mutate_leaves_updates_alone(policy: Policy) -> None:
+def test_review_mutate_never_changes_a_running_spec(policy: Policy) -> None:
+    """An UPDATE of a pod admitted before this policy (or under another) is not patched:
+    the apiserver would refuse the spec change, and with it the unrelated update."""
     pod = run_pod()
     request = parse_review(body(operation="UPDATE", object=pod, oldObject=pod))
     outcome = review("mutate", request, policy)
-    assert outcome.decision is None and outcome.label == "allowed"
+    assert outcome.label == "allowed"
+    assert "patch" not in outcome.response["response"]
+
+
+def test_review_mutate_puts_back_the_running_spec_on_update(policy: Policy) -> None:
+    """``kubectl apply`` of the user's manifest again re-sends what runguard changed at
+    creation; the patch restores the running spec, so the apply (a label) goes through."""
+    original = run_pod()
+    running = engine.mutate(original, policy).object
+    resent = copy.deepcopy(running)
+    resent["spec"]["containers"] = copy.deepcopy(original["spec"]["containers"])
+    resent["metadata"]["labels"]["team"] = "vision"
+    request = parse_review(body(operation="UPDATE", object=resent, oldObject=running))
+    outcome = review("mutate", request, policy)
+    assert outcome.label == "patched"
+    patch = json.loads(base64.b64decode(outcome.response["response"]["patch"]))
+    assert jsonpatch.apply_patch(resent, patch)["spec"] == running["spec"]
+    assert outcome.decision is not None
+    assert [c.rule for c in outcome.decision.mutations] == ["update.spec-kept"]
 
 
 def test_review_passes_the_request_namespace(policy: Policy) -> None:

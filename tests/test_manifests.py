@@ -62,12 +62,12 @@ def policy() -> Policy:
     return build_policy(RUN_POLICY, [])
 
 
-def pod_rule(operations: list[str]) -> dict[str, Any]:
+def pod_rule(operations: list[str], resources: list[str]) -> dict[str, Any]:
     return {
         "apiGroups": [""],
         "apiVersions": ["v1"],
         "operations": operations,
-        "resources": ["pods"],
+        "resources": resources,
         "scope": "Namespaced",
     }
 
@@ -108,7 +108,7 @@ def test_mutating_configuration_field_by_field(policy: Policy) -> None:
                     "port": 443,
                 }
             },
-            "rules": [pod_rule(["CREATE"])],
+            "rules": [pod_rule(["CREATE", "UPDATE"], ["pods"])],
             "failurePolicy": "Fail",
             "matchPolicy": "Equivalent",
             "sideEffects": "None",
@@ -144,7 +144,7 @@ def test_validating_configuration_field_by_field(policy: Policy) -> None:
     assert pods == {
         **common,
         "name": "validate.runguard.io",
-        "rules": [pod_rule(ops)],
+        "rules": [pod_rule(ops, ["pods", "pods/ephemeralcontainers"])],
         "failurePolicy": "Fail",
         "objectSelector": EXPECTED_OBJECT_SELECTOR,
     }

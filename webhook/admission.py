@@ -221,10 +221,11 @@ def review(endpoint: Endpoint, request: AdmissionRequest, policy: Policy) -> Out
 def _judge(endpoint: Endpoint, request: AdmissionRequest, policy: Policy) -> Outcome:
     """Judge one admission request with ``policy`` and build the response.
 
-    ``/mutate`` patches only on CREATE: a running Pod's spec is immutable, so patching
-    an UPDATE (a label change, a finalizer) would make the apiserver reject the update.
-    ``/validate`` judges CREATE and UPDATE, passing ``oldObject`` so violations already
-    present do not block unrelated updates. DELETE and CONNECT are always allowed.
+    ``/mutate`` patches CREATE; on UPDATE it passes ``oldObject`` and the engine patches
+    only to put back the running spec (``kubectl apply`` of the user's manifest again),
+    never to change an immutable spec. ``/validate`` judges CREATE and UPDATE, passing
+    ``oldObject`` so violations already present do not block unrelated updates. DELETE
+    and CONNECT are always allowed.
     """
     uid = request["uid"]
     obj = request.get("object")
@@ -232,12 +233,12 @@ def _judge(endpoint: Endpoint, request: AdmissionRequest, policy: Policy) -> Out
     operation = request["operation"]
     if obj is None or operation in ("DELETE", "CONNECT"):
         return Outcome(review_response(uid, allowed=True), None)
-    if endpoint == "mutate":
-        if operation != "CREATE":
-            return Outcome(review_response(uid, allowed=True), None)
-        decision = engine.mutate(obj, policy, namespace=namespace)
-        return Outcome(_from_decision(uid, decision, patch=True), decision)
     old = request.get("oldObject") if operation == "UPDATE" else None
+    if endpoint == "mutate":
+        if operation == "UPDATE" and old is None:
+            return Outcome(review_response(uid, allowed=True), None)
+        decision = engine.mutate(obj, policy, namespace=namespace, old=old)
+        return Outcome(_from_decision(uid, decision, patch=True), decision)
     decision = engine.validate(obj, policy, namespace=namespace, old=old)
     return Outcome(_from_decision(uid, decision, patch=False), decision)
 

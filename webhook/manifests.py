@@ -152,12 +152,13 @@ def mutating_webhook_configuration(
     ca_bundle: bytes | None = None,
     url: str | None = None,
 ) -> dict[str, Any]:
-    """Pods are mutated on CREATE only: after that their spec is (mostly) immutable."""
+    """Pods are mutated on CREATE; on UPDATE runguard only puts back the running spec
+    (``kubectl apply`` re-sending the user's manifest), since a Pod's spec is immutable."""
     _check_inputs(ca_bundle, url)
     hook = _webhook(
         MUTATING_WEBHOOK,
         MUTATE_PATH,
-        [_rule("", ["pods"], ["CREATE"])],
+        [_rule("", ["pods"], ["CREATE", "UPDATE"])],
         policy,
         namespace,
         service,
@@ -189,7 +190,8 @@ def validating_webhook_configuration(
     pods = _webhook(
         VALIDATING_WEBHOOK,
         VALIDATE_PATH,
-        [_rule("", ["pods"], ops)],
+        # ephemeralcontainers: `kubectl debug` adds containers to a running run Pod
+        [_rule("", ["pods", "pods/ephemeralcontainers"], ops)],
         policy,
         namespace,
         service,

@@ -123,6 +123,10 @@ def _is_str_map(value: Any) -> bool:
 
 
 CONTAINER_LISTS = ("initContainers", "containers")
+# Ephemeral containers (``kubectl debug``) are added to a running Pod through the
+# ``pods/ephemeralcontainers`` subresource. They are judged like the others but never
+# mutated: they cannot carry resources, and a Pod's spec is immutable by then.
+ALL_CONTAINER_LISTS = (*CONTAINER_LISTS, "ephemeralContainers")
 _SPEC_SCALARS: tuple[tuple[str, type, str], ...] = (
     ("priorityClassName", str, "a string"),
     ("runtimeClassName", str, "a string"),
@@ -132,9 +136,11 @@ _SPEC_SCALARS: tuple[tuple[str, type, str], ...] = (
 )
 
 
-def iter_containers(spec: JSON) -> Iterator[tuple[str, int, JSON]]:
-    """(list name, index, container) for init containers then containers."""
-    for list_name in CONTAINER_LISTS:
+def iter_containers(
+    spec: JSON, lists: tuple[str, ...] = CONTAINER_LISTS
+) -> Iterator[tuple[str, int, JSON]]:
+    """(list name, index, container) for init containers then containers (then ``lists``)."""
+    for list_name in lists:
         for i, container in enumerate(spec.get(list_name) or ()):
             yield list_name, i, container
 
@@ -161,10 +167,11 @@ def check_shape(spec: JSON, spec_path: str) -> list[Violation]:
         out.append(invalid(f"{spec_path}.containers", "containers must be a list"))
     elif not containers:
         out.append(invalid(f"{spec_path}.containers", "a pod needs at least one container"))
-    if spec.get("initContainers") is not None:
-        expect(spec["initContainers"], list, f"{spec_path}.initContainers", "a list")
+    for list_name in ("initContainers", "ephemeralContainers"):
+        if spec.get(list_name) is not None:
+            expect(spec[list_name], list, f"{spec_path}.{list_name}", "a list")
 
-    for list_name in CONTAINER_LISTS:
+    for list_name in ALL_CONTAINER_LISTS:
         items = spec.get(list_name)
         if not isinstance(items, list):
             continue

@@ -13,6 +13,7 @@ from typing import Any, ParamSpec
 
 from webhook.engine.diff import make_patch
 from webhook.engine.mutation import WARNING_LIMIT, Pod, profile_name, run_steps
+from webhook.engine.mutation import warning as warning_text
 from webhook.engine.podspec import (
     INVALID,
     InvalidObject,
@@ -27,6 +28,7 @@ from webhook.engine.validation import run_rules
 from webhook.policy.model import Policy
 
 P = ParamSpec("P")
+UPDATE_KEPT = "a running pod's spec cannot change: kept the values runguard set at creation"
 
 
 def copy_json(value: Any) -> Any:
@@ -136,8 +138,17 @@ def _violation_warning(v: Violation) -> str:
 
 
 @_guarded
-def mutate(obj: Any, policy: Policy, *, namespace: str | None = None) -> Decision:
-    """The mutating webhook: patch a run Pod. Never denies; other objects pass untouched."""
+def mutate(
+    obj: Any, policy: Policy, *, namespace: str | None = None, old: Any = None
+) -> Decision:
+    """The mutating webhook: patch a run Pod. Never denies; other objects pass untouched.
+
+    On UPDATE (``old`` given) a Pod's spec is immutable, so the patch is kept only when
+    it turns the spec back into the running one: that is ``kubectl apply`` of the
+    user's manifest again, whose three-way merge re-sends the values runguard changed
+    at creation. Any other change (a policy edited since) is not made on UPDATE, which
+    would make the apiserver refuse unrelated updates such as a finalizer removal.
+    """
     target, problems = _select(obj, policy, namespace)
     if target is None and not problems:
         return _decision(obj, policy, namespace, applies=False, allowed=True)
@@ -147,6 +158,10 @@ def mutate(obj: Any, policy: Policy, *, namespace: str | None = None) -> Decisio
     spec, pod, changes = _mutated(target, policy)
     if spec == target.spec:
         changes = []  # steps that undid each other changed nothing
+    elif old is not None:
+        if not isinstance(old, dict) or spec != old.get("spec"):
+            return _decision(obj, policy, namespace, applies=True, allowed=True)
+        changes = [Change("update.spec-kept", warning_text(UPDATE_KEPT))]
     result = _with_spec(obj, target, spec)
     return _decision(
         result,

@@ -12,7 +12,7 @@ from webhook.engine.mutation import (
     profile_name,
     secret_allowed,
 )
-from webhook.engine.podspec import iter_containers
+from webhook.engine.podspec import ALL_CONTAINER_LISTS, iter_containers
 from webhook.engine.types import JSON, Violation
 from webhook.policy.model import PREEMPTION_MODES
 from webhook.quantity import parse
@@ -93,7 +93,7 @@ def check_security(pod: Pod, base: str) -> list[Violation]:
             out.append(
                 Violation("security.host-namespace", f"{base}.{key}", f"{key} is not allowed")
             )
-    for list_name, i, container in iter_containers(pod.spec):
+    for list_name, i, container in iter_containers(pod.spec, ALL_CONTAINER_LISTS):
         sc = container.get("securityContext") or {}
         path = f"{base}.{list_name}[{i}].securityContext"
         for key in ("runAsUser", "runAsGroup"):
@@ -158,7 +158,7 @@ def check_secrets(pod: Pod, base: str) -> list[Violation]:
                 )
             )
 
-    for list_name, i, container in iter_containers(pod.spec):
+    for list_name, i, container in iter_containers(pod.spec, ALL_CONTAINER_LISTS):
         cpath = f"{base}.{list_name}[{i}]"
         for j, env in enumerate(container.get("env") or ()):
             name = _env_secret(env)
