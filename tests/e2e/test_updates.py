@@ -110,11 +110,9 @@ def test_a_pod_cannot_become_a_run_by_relabelling(
 def test_a_privileged_debug_container_cannot_be_added_to_a_run(
     cluster: Cluster, runguard: Webhook, namespace: str
 ) -> None:
-    """Known bug (manifests + engine): ``kubectl debug --profile=sysadmin`` adds a
-    privileged ephemeral container to a run Pod. That is an UPDATE of the
-    ``pods/ephemeralcontainers`` subresource, which no runguard webhook rule names,
-    and the engine does not look at ``spec.ephemeralContainers`` either, so root and
-    privileges come back into a run that runguard admitted without them."""
+    """``kubectl debug --profile=sysadmin`` is an UPDATE of the
+    ``pods/ephemeralcontainers`` subresource; a privileged debug container would bring
+    back into a run what runguard stripped at creation, so it is denied."""
     assert apply(cluster, namespace, messy_run_pod("train")).returncode == 0
     done = cluster.kubectl(
         "debug", "train", "-n", namespace, "--image=busybox:1.36", "--profile=sysadmin",
@@ -126,23 +124,38 @@ def test_a_privileged_debug_container_cannot_be_added_to_a_run(
     assert "ephemeralContainers" not in stored
 
 
+def reapply_case(case: str) -> dict[str, Any]:
+    sent = messy_run_pod("train")
+    if case in ("rest", "all-mounts-stripped"):
+        del sent["spec"]["priorityClassName"]  # runguard sets one: no class change
+    if case in ("rest", "priority-class-changed"):
+        del sent["spec"]["containers"][1]["volumeMounts"]  # the sidecar keeps a mount list
+    return sent
+
+
+@pytest.mark.parametrize("case", ["rest", "priority-class-changed", "all-mounts-stripped", "messy"])
 def test_reapplying_the_manifest_with_a_new_label_kubectl(
-    cluster: Cluster, runguard: Webhook, namespace: str
+    cluster: Cluster, runguard: Webhook, namespace: str, case: str
 ) -> None:
-    """Known bug (webhook registration): ``kubectl apply`` of the user's own manifest
-    again, with one label more, is refused by the apiserver (``spec: Forbidden: pod
-    updates may not change fields other than ...``): kubectl's three-way patch puts
-    back what runguard changed at CREATE (runAsUser 0, the user's resources, the
-    stripped volume and secret), and runguard's mutating webhook is registered for
-    CREATE only, so nothing re-applies the (idempotent) mutation on the UPDATE.
-    Without runguard (an excluded namespace) the same command succeeds."""
-    control = messy_run_pod(f"control-{namespace[-6:]}")
+    """``kubectl apply`` of the user's own manifest again, with one label more. Its
+    three-way patch puts back what runguard changed at CREATE; /mutate on UPDATE must
+    turn the spec back into the running one, or the apiserver refuses the update
+    (``spec: Forbidden: pod updates may not change fields other than ...``).
+
+    Known bugs (engine), each enough to break it: when runguard changed the priority
+    class it drops ``spec.priority`` again on UPDATE, where the running Pod has it;
+    a container whose every volumeMount was stripped gets ``volumeMounts: []``, where
+    the stored Pod has no such key. Either way the result differs from the running
+    spec, /mutate leaves the UPDATE unpatched, and the apiserver refuses it. Without
+    runguard (an excluded namespace) the same commands succeed."""
+    control = reapply_case(case)
+    control["metadata"]["name"] = f"control-{case}-{namespace[-6:]}"
     for label in ("a", "b"):
         control["metadata"]["labels"]["team"] = label
         done = apply(cluster, EXCLUDED_NAMESPACE, control)
         assert done.returncode == 0, done.stderr
 
-    sent = messy_run_pod("train")
+    sent = reapply_case(case)
     assert apply(cluster, namespace, sent).returncode == 0
     before = get(cluster, namespace, "pod", "train")
     sent["metadata"]["labels"]["team"] = "vision"
