@@ -147,6 +147,203 @@ def iter_containers(
 
 def check_shape(spec: JSON, spec_path: str) -> list[Violation]:
     """Every ``input.invalid`` problem of a pod spec, for the fields the engine touches."""
+    if _well_formed(spec):
+        return []  # the common case, decided without building a single message
+    return _shape_problems(spec, spec_path)
+
+
+# -- fast path: True only when _shape_problems would find nothing ------------------------
+
+_STR_OR_NONE = (str, type(None))
+
+
+def _is_list_of_named(value: Any) -> bool:
+    return type(value) is list and all(
+        type(item) is dict and type(item.get("name")) is str for item in value
+    )
+
+
+def _quantities_ok(values: Any) -> bool:
+    if values is None:
+        return True
+    if type(values) is not dict:
+        return False
+    try:
+        for value in values.values():
+            parse(value)
+    except QuantityError:
+        return False
+    return True
+
+
+def _int_or_none(value: Any) -> bool:
+    return value is None or (type(value) is int)
+
+
+def _bool_or_none(value: Any) -> bool:
+    return value is None or type(value) is bool
+
+
+def _security_context_ok(sc: Any, *, container: bool) -> bool:
+    if sc is None:
+        return True
+    if type(sc) is not dict:
+        return False
+    for key, value in sc.items():
+        if value is None:
+            continue
+        kind = _SECURITY_CONTEXT_TYPES.get(key)
+        if kind is not None and (container or key not in _CONTAINER_ONLY):
+            if kind[0] is bool or kind[0] is dict:
+                if type(value) is not kind[0]:
+                    return False
+            elif type(value) is not int:  # ids: bool is not an id
+                return False
+    if container:
+        caps = sc.get("capabilities")
+        if caps is not None:
+            if type(caps) is not dict:
+                return False
+            for key in ("add", "drop"):
+                values = caps.get(key)
+                if values is not None and not (
+                    type(values) is list and all(type(x) is str for x in values)
+                ):
+                    return False
+    return True
+
+
+def _container_ok(c: Any) -> bool:
+    if type(c) is not dict or type(c.get("name")) is not str:
+        return False
+    res = c.get("resources")
+    if res is not None and (
+        type(res) is not dict
+        or not _quantities_ok(res.get("requests"))
+        or not _quantities_ok(res.get("limits"))
+    ):
+        return False
+    env = c.get("env")
+    if env is not None:
+        if not _is_list_of_named(env):
+            return False
+        for e in env:
+            vf = e.get("valueFrom")
+            if vf is not None:
+                if type(vf) is not dict:
+                    return False
+                ref = vf.get("secretKeyRef")
+                if ref is not None and (type(ref) is not dict or type(ref.get("name")) is not str):
+                    return False
+    env_from = c.get("envFrom")
+    if env_from is not None:
+        if type(env_from) is not list:
+            return False
+        for e in env_from:
+            if type(e) is not dict:
+                return False
+            ref = e.get("secretRef")
+            if ref is not None and (type(ref) is not dict or type(ref.get("name")) is not str):
+                return False
+    for key in ("volumeMounts", "volumeDevices"):
+        mounts = c.get(key)
+        if mounts is not None and not _is_list_of_named(mounts):
+            return False
+    return _security_context_ok(c.get("securityContext"), container=True)
+
+
+def _volume_ok(v: Any) -> bool:
+    if type(v) is not dict or type(v.get("name")) is not str:
+        return False
+    for vtype, ref in (
+        ("persistentVolumeClaim", "claimName"),
+        ("configMap", "name"),
+        ("secret", "secretName"),
+    ):
+        if vtype in v and (type(v[vtype]) is not dict or type(v[vtype].get(ref)) is not str):
+            return False
+    if "projected" in v:
+        projected = v["projected"]
+        if type(projected) is not dict:
+            return False
+        sources = projected.get("sources")
+        if sources is not None:
+            if type(sources) is not list:
+                return False
+            for src in sources:
+                if type(src) is not dict:
+                    return False
+                if "secret" in src and (
+                    type(src["secret"]) is not dict or type(src["secret"].get("name")) is not str
+                ):
+                    return False
+    return True
+
+
+def _well_formed(spec: JSON) -> bool:
+    containers = spec.get("containers")
+    if type(containers) is not list or not containers:
+        return False
+    for list_name in ALL_CONTAINER_LISTS:
+        items = spec.get(list_name)
+        if items is None:
+            continue
+        if type(items) is not list or not all(_container_ok(c) for c in items):
+            return False
+    if not _security_context_ok(spec.get("securityContext"), container=False):
+        return False
+    volumes = spec.get("volumes")
+    if volumes is not None and (type(volumes) is not list or not all(map(_volume_ok, volumes))):
+        return False
+    ns = spec.get("nodeSelector")
+    if ns is not None and not _is_str_map(ns):
+        return False
+    tolerations = spec.get("tolerations")
+    if tolerations is not None and (
+        type(tolerations) is not list or not all(type(t) is dict for t in tolerations)
+    ):
+        return False
+    affinity = spec.get("affinity")
+    if affinity is not None and not _affinity_ok(affinity):
+        return False
+    for key, kind, _ in _SPEC_SCALARS:
+        value = spec.get(key)
+        if value is not None and type(value) is not kind:
+            return False
+    return True
+
+
+def _affinity_ok(affinity: Any) -> bool:
+    if type(affinity) is not dict:
+        return False
+    na = affinity.get("nodeAffinity")
+    if na is None:
+        return True
+    if type(na) is not dict:
+        return False
+    req = na.get("requiredDuringSchedulingIgnoredDuringExecution")
+    if req is None:
+        return True
+    if type(req) is not dict:
+        return False
+    terms = req.get("nodeSelectorTerms")
+    if terms is None:
+        return True
+    if type(terms) is not list:
+        return False
+    for term in terms:
+        if type(term) is not dict:
+            return False
+        exprs = term.get("matchExpressions")
+        if exprs is not None and not (
+            type(exprs) is list and all(type(e) is dict for e in exprs)
+        ):
+            return False
+    return True
+
+
+def _shape_problems(spec: JSON, spec_path: str) -> list[Violation]:
+    """The slow path: every problem, each with its path and message."""
     out: list[Violation] = []
 
     def expect(value: Any, types: type | tuple[type, ...], path: str, what: str) -> bool:

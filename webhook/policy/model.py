@@ -54,17 +54,19 @@ class NamePattern:
             if not isinstance(value, str) or value == "":
                 return False
             values.append(value)
-        return _compiled(self._parts, tuple(values)).fullmatch(name) is not None
+        return _compiled(self.text, tuple(values)).fullmatch(name) is not None
 
 
 @lru_cache(maxsize=4096)
-def _compiled(parts: tuple[tuple[str, str], ...], label_values: tuple[str, ...]) -> re.Pattern[str]:
-    """The regex of a pattern for given label values (one per ``label`` part, in order)."""
+def _compiled(text: str, label_values: tuple[str, ...]) -> re.Pattern[str]:
+    """The regex of pattern ``text`` for given label values (one per placeholder, in order).
+
+    Keyed by the text (a string hashes once) rather than the parsed parts."""
     values = iter(label_values)
     regex = []
-    for kind, text in parts:
+    for kind, part in NamePattern.compile(text)._parts:
         if kind == "lit":
-            regex.append(re.escape(text))
+            regex.append(re.escape(part))
         elif kind == "star":
             regex.append(".*")
         else:
