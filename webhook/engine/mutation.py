@@ -158,11 +158,22 @@ def apply_profile(pod: Pod) -> Change | None:
         if value is not None and spec.get(key) != value:
             spec[key] = _copy(value)
             if key == "priorityClassName":
-                spec.pop("priority", None)  # the Priority plugin recomputes it from the class
+                forget_computed_priority(spec)
             changed.append(key)
     if not changed:
         return None
     return Change("profile.applied", warning(f"profile {profile.name} applied", changed))
+
+
+# Set by the apiserver's Priority plugin from priorityClassName; it refuses a Pod whose
+# values disagree with the class, and re-runs after a webhook changed the object.
+PRIORITY_COMPUTED = ("priority", "preemptionPolicy")
+
+
+def forget_computed_priority(spec: JSON) -> None:
+    """After changing the class: let the Priority plugin compute these again."""
+    for key in PRIORITY_COMPUTED:
+        spec.pop(key, None)
 
 
 def _merge_tolerations(spec: JSON, wanted: Iterable[Any]) -> bool:
@@ -428,9 +439,17 @@ def _remove_volumes(spec: JSON, names: set[str]) -> None:
     for _, _, container in iter_containers(spec):
         for key in ("volumeMounts", "volumeDevices"):
             if key in container and container[key]:
-                kept = [m for m in container[key] if m["name"] not in names]
-                if len(kept) != len(container[key]):
-                    container[key] = kept
+                _set_list(container, key, [m for m in container[key] if m["name"] not in names])
+
+
+def _set_list(parent: JSON, key: str, items: list[Any]) -> None:
+    """Replace a list the step filtered; an emptied one is removed, as the apiserver stores it."""
+    if len(items) == len(parent[key]):
+        return
+    if items:
+        parent[key] = items
+    else:
+        del parent[key]
 
 
 # -- 7. secrets -------------------------------------------------------------------------
@@ -458,16 +477,14 @@ def drop_forbidden_secrets(pod: Pod) -> Change | None:
             kept = [
                 e for e in container["env"] if _env_secret(e) is None or ok(_env_secret(e) or "")
             ]
-            if len(kept) != len(container["env"]):
-                container["env"] = kept
+            _set_list(container, "env", kept)
         if container.get("envFrom"):
             kept = [
                 e
                 for e in container["envFrom"]
                 if "secretRef" not in e or ok(e["secretRef"]["name"])
             ]
-            if len(kept) != len(container["envFrom"]):
-                container["envFrom"] = kept
+            _set_list(container, "envFrom", kept)
     dropped_volumes: set[str] = set()
     for volume in pod.spec.get("volumes") or ():
         if "secret" in volume and not ok(volume["secret"]["secretName"]):
@@ -506,7 +523,7 @@ def default_priority_class(pod: Pod) -> Change | None:
     if cfg.default_priority_class is None:
         return None  # nothing to put instead: validation denies a disallowed class
     pod.spec["priorityClassName"] = cfg.default_priority_class
-    pod.spec.pop("priority", None)  # computed by the Priority plugin from the class name
+    forget_computed_priority(pod.spec)
     if current is None:
         return Change(
             "scheduling.priority-class",

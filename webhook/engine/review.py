@@ -12,7 +12,13 @@ from collections.abc import Callable
 from typing import Any, ParamSpec
 
 from webhook.engine.diff import make_patch
-from webhook.engine.mutation import WARNING_LIMIT, Pod, profile_name, run_steps
+from webhook.engine.mutation import (
+    PRIORITY_COMPUTED,
+    WARNING_LIMIT,
+    Pod,
+    profile_name,
+    run_steps,
+)
 from webhook.engine.mutation import warning as warning_text
 from webhook.engine.podspec import (
     INVALID,
@@ -159,7 +165,12 @@ def mutate(
     if spec == target.spec:
         changes = []  # steps that undid each other changed nothing
     elif old is not None:
-        if not isinstance(old, dict) or spec != old.get("spec"):
+        running = old.get("spec") if isinstance(old, dict) else None
+        if isinstance(running, dict):
+            for key in PRIORITY_COMPUTED:  # computed at creation, kept for the pod's life
+                if key in running:
+                    spec[key] = running[key]
+        if spec != running:
             return _decision(obj, policy, namespace, applies=True, allowed=True)
         changes = [Change("update.spec-kept", warning_text(UPDATE_KEPT))]
     result = _with_spec(obj, target, spec)

@@ -1,0 +1,103 @@
+"""Mutation on UPDATE: only ever back to the running spec (kubectl apply of the same
+manifest again), never a new change to an immutable Pod spec."""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import jsonpatch
+
+from webhook.engine import mutate, validate
+from webhook.policy.loader import load_policy
+
+POLICY = load_policy(Path(__file__).parent / "cases" / "_policies" / "platform")
+RUN = {"app.kubernetes.io/managed-by": "dhcore", "dhcore/run": "r1"}
+
+
+def submitted() -> dict[str, Any]:
+    """What the user applies: a disallowed priority class, a mount of a team PVC only."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "train", "namespace": "ml", "labels": dict(RUN)},
+        "spec": {
+            "priorityClassName": "urgent",
+            "containers": [
+                {"name": "main", "image": "python:3.11"},
+                {
+                    "name": "sidecar",
+                    "image": "busybox",
+                    "volumeMounts": [{"name": "team", "mountPath": "/team"}],
+                },
+            ],
+            "volumes": [{"name": "team", "persistentVolumeClaim": {"claimName": "team-data"}}],
+        },
+    }
+
+
+def running_pod() -> dict[str, Any]:
+    """The stored Pod: runguard's mutation, then what the apiserver computes at creation."""
+    pod = mutate(submitted(), POLICY).object
+    pod["spec"]["priority"] = 100000
+    pod["spec"]["preemptionPolicy"] = "PreemptLowerPriority"
+    return pod
+
+
+def resent(label: str) -> dict[str, Any]:
+    """kubectl apply's three-way merge of the same manifest with one more label."""
+    pod = copy.deepcopy(running_pod())
+    user = submitted()
+    pod["spec"]["priorityClassName"] = user["spec"]["priorityClassName"]
+    pod["spec"]["volumes"] = user["spec"]["volumes"]
+    pod["spec"]["containers"][1]["volumeMounts"] = user["spec"]["containers"][1]["volumeMounts"]
+    pod["metadata"]["labels"]["team"] = label
+    return pod
+
+
+def test_stripped_mounts_leave_no_empty_list() -> None:
+    spec = running_pod()["spec"]
+    assert "volumes" not in spec
+    assert "volumeMounts" not in spec["containers"][1]
+
+
+def test_changed_priority_class_drops_what_the_apiserver_computes_from_it() -> None:
+    pod = submitted()
+    pod["spec"]["priority"] = 2000001000
+    pod["spec"]["preemptionPolicy"] = "Never"
+    spec = mutate(pod, POLICY).object["spec"]
+    assert spec["priorityClassName"] == "medium"
+    assert "priority" not in spec and "preemptionPolicy" not in spec
+
+
+def test_reapplying_the_manifest_puts_back_the_running_spec() -> None:
+    old, new = running_pod(), resent("vision")
+    decision = mutate(new, POLICY, old=old)
+    result = jsonpatch.apply_patch(new, decision.patch)
+    assert result["spec"] == old["spec"]
+    assert result["metadata"]["labels"]["team"] == "vision"
+    assert [c.rule for c in decision.mutations] == ["update.spec-kept"]
+    assert validate(result, POLICY, old=old).allowed
+
+
+def test_a_policy_change_is_never_forced_onto_a_running_pod() -> None:
+    """The default profile now asks for 2 cpus: a running pod cannot take them, so an
+    update (a label) is let through unpatched rather than refused by the apiserver."""
+    default = POLICY.profiles["default"]
+    bigger = replace(default, requests={**default.requests, "cpu": "2"})
+    edited = replace(POLICY, profiles={**POLICY.profiles, "default": bigger})
+    old = running_pod()
+    new = copy.deepcopy(old)
+    new["metadata"]["labels"]["team"] = "vision"
+    assert mutate(new, edited).patch != []  # what a new pod would get
+    decision = mutate(new, edited, old=old)
+    assert decision.patch == [] and decision.mutations == []
+
+
+def test_a_metadata_only_update_needs_no_patch() -> None:
+    old = running_pod()
+    new = copy.deepcopy(old)
+    new["metadata"]["annotations"] = {"note": "x"}
+    assert mutate(new, POLICY, old=old).patch == []
