@@ -142,12 +142,10 @@ def test_reapplying_the_manifest_with_a_new_label_kubectl(
     turn the spec back into the running one, or the apiserver refuses the update
     (``spec: Forbidden: pod updates may not change fields other than ...``).
 
-    Known bugs (engine), each enough to break it: when runguard changed the priority
-    class it drops ``spec.priority`` again on UPDATE, where the running Pod has it;
-    a container whose every volumeMount was stripped gets ``volumeMounts: []``, where
-    the stored Pod has no such key. Either way the result differs from the running
-    spec, /mutate leaves the UPDATE unpatched, and the apiserver refuses it. Without
-    runguard (an excluded namespace) the same commands succeed."""
+    The cases are the two ways this once broke: a changed priority class (the running
+    Pod keeps the ``priority`` the apiserver computed at creation) and a container whose
+    every volumeMount was stripped (the stored Pod has no ``volumeMounts`` key, not
+    ``[]``). Without runguard (an excluded namespace) the same commands succeed."""
     control = reapply_case(case)
     control["metadata"]["name"] = f"control-{case}-{namespace[-6:]}"
     for label in ("a", "b"):
