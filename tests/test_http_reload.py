@@ -27,6 +27,7 @@ from cryptography import x509
 from webhook.policy.errors import PolicyError
 from webhook.policy.loader import load_policy
 from webhook.server import (
+    PolicyPublication,
     PolicyState,
     PolicyStore,
     ServeSettings,
@@ -62,9 +63,10 @@ def version(values: dict[str, Any]) -> tuple[int, str]:
     return values["run_as_user"], values["memory"]
 
 
-def reloaded_pids(server: RunguardServer, digest: str) -> set[int]:
+def adopted_pids(server: RunguardServer, digest: str) -> set[int]:
+    """The processes that logged serving the master's policy ``digest`` (workers)."""
     pattern = re.compile(
-        rf"\[(\d+)\] \[INFO\] runguard\.server: policy \S+ reloaded .*digest {digest}"
+        rf"\[(\d+)\] \[INFO\] runguard\.server: policy \S+ adopted .*digest {digest}"
     )
     return {int(m.group(1)) for m in pattern.finditer(server.stderr)}
 
@@ -82,19 +84,9 @@ def write_files(directory: Path, files: dict[str, str]) -> None:
         (directory / name).write_text(text)
 
 
-def until_every_worker_reloaded(server: RunguardServer, digest: str) -> None:
-    """Fresh connections (any worker may accept) until each worker logged the reload."""
-    with Traffic(
-        server,
-        lambda s: served_version(s, server),
-        threads=2,
-        fresh=True,
-        max_requests=5000,
-        max_seconds=30,
-    ):
-        server.wait_for(
-            lambda: server.worker_pids() <= reloaded_pids(server, digest), "every worker"
-        )
+def until_every_worker_adopted(server: RunguardServer, digest: str) -> None:
+    """Until each worker logged serving ``digest``: with no traffic, an idle worker too."""
+    server.wait_for(lambda: server.worker_pids() <= adopted_pids(server, digest), "every worker")
 
 
 # --------------------------------------------------------------------- policy
@@ -119,7 +111,7 @@ def test_a_new_policy_takes_effect_in_every_worker_while_requests_flow(
         server.wait_for(lambda: len(traffic.results) > seen_new + 50, "more traffic")
     assert traffic.errors == []
     assert set(traffic.results) == {version(OLD), version(NEW)}  # never a mix of the two
-    until_every_worker_reloaded(server, new_digest)
+    until_every_worker_adopted(server, new_digest)
     ready = server.get("/readyz").json()
     assert ready["status"] == "ready" and ready["policy"]["digest"] == new_digest
     samples = server.metrics()
@@ -156,9 +148,54 @@ def test_a_bad_policy_is_rejected_and_the_last_good_one_keeps_serving(
     good = sample_policy(**NEW)
     server.policy_volume.update(good)
     server.wait_for(lambda: server.get("/readyz").json()["status"] == "ready", "recovery")
-    until_every_worker_reloaded(server, digest_of(good, tmp_path / "new"))
-    assert server.metrics()[("runguard_policy_rejected", ())] == 0
+    until_every_worker_adopted(server, digest_of(good, tmp_path / "new"))
+    server.wait_for(  # each worker sets its gauge just after it logs the new policy
+        lambda: server.metrics()[("runguard_policy_rejected", ())] == 0, "the metric cleared"
+    )
     assert served_version(server.session(), server) == version(NEW)
+
+
+def readyz_answers(server: RunguardServer, connections: int = 24) -> list[dict[str, Any]]:
+    """``/readyz`` over fresh connections, each served by whichever worker accepts it."""
+    answers = []
+    for _ in range(connections):
+        with server.session() as session:
+            answers.append(server.get("/readyz", session=session).json())
+    return answers
+
+
+def test_a_broken_edit_after_a_good_one_keeps_that_good_one_in_every_worker(
+    start_runguard: Any, tmp_path: Path
+) -> None:
+    """The apiserver keeps one connection alive, to one worker; the others serve nothing
+    while a good edit is on disk. When the next edit is broken, every worker serves
+    that good edit, not the policy from before it."""
+    server = start_runguard(policy=sample_policy(**OLD), workers=2)
+    kept_alive = server.session()
+    assert served_version(kept_alive, server) == version(OLD)
+    write_files(server.policy_dir, sample_policy(**NEW))
+    server.wait_for(lambda: served_version(kept_alive, server) == version(NEW), "the good edit")
+    good = digest_of(sample_policy(**NEW), tmp_path / "good")
+
+    write_files(server.policy_dir, {"profiles.yaml": BAD_PROFILES})
+    server.wait_for(
+        lambda: "rejected" in server.get("/readyz", session=kept_alive).json(), "the rejection"
+    )
+    server.wait_for(
+        lambda: all("rejected" in answer for answer in readyz_answers(server, 8)),
+        "every worker reporting the rejection",
+    )
+    answers = readyz_answers(server)
+    assert {answer["status"] for answer in answers} == {"degraded"}
+    assert {answer["policy"]["digest"] for answer in answers} == {good}
+    assert served_version(kept_alive, server) == version(NEW)
+    assert served_version(server.session(), server) == version(NEW)
+    # The master loaded the files and logged their errors; the workers only adopted.
+    assert len(re.findall(r"\] runguard\.server: policy in \S+ rejected", server.stderr)) == 1
+    published = re.search(r"policy decisions published for the workers in (\S+)", server.stderr)
+    assert published is not None and Path(published[1]).is_file()
+    assert server.stop() == 0
+    assert not Path(published[1]).parent.exists()
 
 
 # ---------------------------------------------------------------- certificates
@@ -265,6 +302,52 @@ def test_policy_store_swaps_in_a_good_policy_and_keeps_it_on_a_bad_one(tmp_path:
     count = len(events)
     assert store.current() is second
     assert len(events) == count  # the same bad files are not loaded (and logged) again
+
+
+def test_followers_serve_the_published_decision_even_after_sitting_out_a_good_edit(
+    tmp_path: Path,
+) -> None:
+    master = _store(tmp_path / "policy", sample_policy(**OLD))
+    publication = PolicyPublication(tmp_path / "published")
+    publication.directory.mkdir()
+    master.publish(publication, watch=False)
+
+    def never(directory: Path) -> Any:
+        raise AssertionError(f"a follower loaded {directory}")
+
+    events: list[tuple[bool | None, PolicyState]] = []
+    busy, idle = (
+        PolicyStore(
+            master.directory, never, interval=0, observer=lambda s, r: events.append((r, s))
+        )
+        for _ in range(2)
+    )
+    busy.follow(publication, watch=False)
+    idle.follow(publication, watch=False)
+    old = master.state.policy
+    assert old is not None and busy.current() == old and idle.state.policy == old
+
+    write_files(master.directory, sample_policy(**NEW))
+    master.refresh()
+    good = busy.current()
+    assert good is not None and good.digest != old.digest  # the idle one saw nothing
+
+    write_files(master.directory, {"profiles.yaml": BAD_PROFILES})
+    master.refresh()
+    served = idle.current()
+    assert served is not None and served.digest == good.digest
+    assert idle.state.rejected == master.state.rejected != ()
+    assert "profiles.yaml:6: " in idle.state.rejected[0]
+    assert idle.state.loaded_at == busy.state.loaded_at == master.state.loaded_at
+    assert busy.current() is good  # the same policy: the object in use stays
+    assert busy.state.rejected == master.state.rejected
+    assert [r for r, _ in events] == [None, None, True, False, False]
+
+    count = len(events)
+    master.refresh()
+    assert idle.current() is served and len(events) == count  # nothing new published
+    master.stop()
+    assert not publication.directory.exists()
 
 
 def test_policy_store_waits_for_files_to_settle(tmp_path: Path) -> None:

@@ -97,7 +97,8 @@ def get() -> Metrics:
         ),
         policy_reloads=Counter(
             "runguard_policy_reloads",
-            "Policy reload attempts after a change on disk, by result (success, failure).",
+            "Policy reload attempts after a change on disk, by result (success, failure); "
+            "each worker counts the master's attempts it adopts.",
             ["result"],
             registry=registry,
         ),

@@ -7,17 +7,21 @@ One source of truth for the gunicorn configuration: ``gunicorn_options()`` is wh
 Process model (gunicorn ``gthread`` workers, ``preload_app``):
 
 * the master loads the app and the policy once, builds the TLS context once (a bad
-  certificate fails at start), and runs a ``PolicyStore`` watcher thread so that a
-  worker forked later (one was killed, or recycled) starts from the latest good
-  policy instead of the one the server started with;
-* every worker checks the policy files' signature (a ``stat`` of each file, following
-  the ``..data`` symlink of a ConfigMap volume) at most once per ``reload_interval``
-  before a request, and the certificate files before a new TLS connection. A change
-  is loaded once its newest file is a second old (files copied one by one load
-  together), beside the serving policy, and swapped in with one reference
-  assignment, so a request sees the old policy or the new one, never a mix. A policy
-  that fails to load is logged with its ``file:line`` errors, flagged in ``/readyz``
-  and in the ``runguard_policy_rejected`` metric, and the last good one keeps serving;
+  certificate fails at start), and is the one process that decides which policy
+  serves: its ``PolicyStore`` watcher thread checks the policy files' signature (a
+  ``stat`` of each file, following the ``..data`` symlink of a ConfigMap volume) every
+  ``reload_interval``, loads a change once its newest file is a second old (files
+  copied one by one load together) and publishes the outcome in a private directory
+  (``PolicyPublication``): the new policy, or the last good one with the ``file:line``
+  errors of the rejected files, which it logs;
+* every worker serves the master's publication and never reads the policy directory
+  (``PolicyStore.follow``, from the ``post_fork`` hook): it checks the publication at
+  most once per ``reload_interval`` before a request and in a daemon thread, so an
+  idle worker keeps up too, and swaps the new state in with one reference assignment
+  (a request sees the old policy or the new one, never a mix). Every worker thus
+  serves the same last good policy, flagged in ``/readyz`` and in the
+  ``runguard_policy_rejected`` metric while an edit is rejected. A worker checks the
+  certificate files before a new TLS connection;
 * metrics are written by workers only (``PROMETHEUS_MULTIPROC_DIR``, a temporary
   directory made at start): the master's watcher thread never touches
   ``prometheus_client``, whose process-wide lock a fork must not copy while held.
@@ -28,6 +32,7 @@ from __future__ import annotations
 import gc
 import logging
 import os
+import pickle
 import shutil
 import ssl
 import sys
@@ -45,6 +50,7 @@ from webhook.policy.model import Policy
 
 __all__ = [
     "CertificateStore",
+    "PolicyPublication",
     "PolicyState",
     "PolicyStore",
     "RunguardApplication",
@@ -179,6 +185,10 @@ def file_signature(path: Path | str) -> tuple[object, ...]:
         st = os.stat(path)
     except OSError as exc:
         return (str(path), "error", exc.errno)
+    return _stat_signature(path, st)
+
+
+def _stat_signature(path: Path | str, st: os.stat_result) -> tuple[object, ...]:
     return (str(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
 
 
@@ -242,12 +252,66 @@ def _iso(stamp: float) -> str:
 PolicyObserver = Callable[[PolicyState, "bool | None"], None]
 
 
+class PolicyPublication:
+    """The gunicorn master's decision, in one file its workers read: the ``PolicyState``
+    to serve (the last good policy, and the errors of the files on disk if rejected).
+
+    Written whole to a temporary file renamed over the previous one, so a reader gets
+    one decision or the next, never a mix. A pickle: written by the master and read by
+    its own forks, in a directory only this user can enter (``mkdtemp`` makes it 0700).
+    """
+
+    FILE = "state.pickle"
+
+    def __init__(self, directory: Path | str) -> None:
+        self.directory = Path(directory)
+        self.path = self.directory / self.FILE
+        self._owner = os.getpid()
+
+    @classmethod
+    def create(cls, parent: str | None = None) -> PolicyPublication:
+        """A publication in a fresh private directory in ``parent`` (by default the
+        temporary directory), removed by ``remove()``."""
+        return cls(tempfile.mkdtemp(prefix="runguard-policy-", dir=parent))
+
+    def write(self, state: PolicyState) -> None:
+        tmp = self.path.with_name(f".{self.FILE}.tmp")
+        tmp.write_bytes(pickle.dumps(replace(state, signature=()), pickle.HIGHEST_PROTOCOL))
+        os.replace(tmp, self.path)
+
+    def signature(self) -> tuple[object, ...]:
+        return file_signature(self.path)
+
+    def read(self) -> tuple[tuple[object, ...], PolicyState]:
+        """The published state, with the ``signature()`` of the very file it came from."""
+        with open(self.path, "rb") as file:
+            signature = _stat_signature(self.path, os.fstat(file.fileno()))
+            state = pickle.load(file)
+        if not isinstance(state, PolicyState):
+            raise TypeError(f"{self.path} holds a {type(state).__name__}, not a PolicyState")
+        return signature, state
+
+    def remove(self) -> None:
+        """Remove the directory ``create()`` made, in the process that made it."""
+        if os.getpid() == self._owner:
+            shutil.rmtree(self.directory, ignore_errors=True)
+
+
 class PolicyStore:
-    """The serving policy of one directory, reloaded when its files change.
+    """The serving policy of one process, and where it comes from.
 
     ``current()`` is the hot path: a reference read, plus at most once per
-    ``interval`` a ``stat`` of the directory's entries. A reload happens in the thread
-    that noticed the change while the others keep the serving policy.
+    ``interval`` a ``stat`` of the source. A reload happens in the thread that noticed
+    the change while the others keep the serving policy. The source is one of:
+
+    * the policy directory (``create_app`` on its own, and the gunicorn master): a
+      change is loaded once settled, and rejected with its ``file:line`` errors if it
+      does not load, the last good policy staying;
+    * under gunicorn, the master's ``PolicyPublication``: the master ``publish()``es
+      the outcome of every reload attempt (its watcher thread checks the directory)
+      and each worker ``follow()``s it, never reading the directory itself. One process
+      decides what the last good policy is, so every worker serves the same one, also
+      a worker that served nothing while a good edit was on disk.
 
     ``observer(state, result)`` hears of every reload attempt in a serving process
     (``result`` True or False) and of the state a process starts serving with
@@ -278,10 +342,18 @@ class PolicyStore:
         self._pid = 0  # the serving process, adopted on the first current() there
         self._watcher: threading.Thread | None = None
         self._stop = threading.Event()
+        self._publication: PolicyPublication | None = None
+        self._following = False  # True: the publication is the source, not the directory
+        self._published: tuple[object, ...] = ()  # publication file last read (following)
+        self._unpublished = False  # a state the publication failed to take (publishing)
 
     @property
     def state(self) -> PolicyState:
         return self._state
+
+    @property
+    def publication(self) -> PolicyPublication | None:
+        return self._publication
 
     def load(self) -> PolicyState:
         """First load; raises ``PolicyError`` (with every ``file:line`` issue) on failure,
@@ -310,25 +382,35 @@ class PolicyStore:
         return self._state.policy
 
     def refresh(self, *, notify: bool = True) -> PolicyState:
-        """Reload if the files changed since the last attempt; never raises."""
+        """Take in a change of the source since the last look; never raises."""
         if not self._lock.acquire(blocking=False):
             return self._state  # another thread is on it; serve what we have
         try:
             self._next_check = time.monotonic() + self.interval
-            signature = directory_signature(self.directory)
-            if signature == self._state.signature:
-                return self._state
-            if time.time() - _newest_mtime(signature) < self.settle:
-                # Written just now: let it settle, so that files copied one by one are
-                # loaded together, not half old and half new.
-                self._next_check = time.monotonic() + min(self.interval, 0.2)
-                return self._state
-            result = self._reload(signature)
+            if self._following:
+                result = self._adopt_published()
+            else:
+                result = self._check_directory()
+                if self._publication is not None and (result is not None or self._unpublished):
+                    self._publish()
         finally:
             self._lock.release()
         if result is not None and notify and self.observer is not None:
             self.observer(self._state, result)
         return self._state
+
+    # -- the directory: standalone, or the master deciding for its workers
+
+    def _check_directory(self) -> bool | None:
+        signature = directory_signature(self.directory)
+        if signature == self._state.signature:
+            return None
+        if time.time() - _newest_mtime(signature) < self.settle:
+            # Written just now: let it settle, so that files copied one by one are
+            # loaded together, not half old and half new.
+            self._next_check = time.monotonic() + min(self.interval, 0.2)
+            return None
+        return self._reload(signature)
 
     def _reload(self, signature: Signature) -> bool | None:
         """Load the changed files: True swapped in, False rejected, None retry later."""
@@ -365,9 +447,86 @@ class PolicyStore:
             log.error("  %s", error)
         return False
 
+    def publish(self, publication: PolicyPublication | None = None, *, watch: bool = True) -> None:
+        """The master's side: publish the serving state now and the outcome of every
+        reload attempt from now on (in a watcher thread when ``watch``), for ``follow``.
+        ``publication`` defaults to a fresh private one; ``stop()`` removes it."""
+        self._pid = os.getpid()  # the deciding process: it never follows itself
+        self._publication = publication or PolicyPublication.create()
+        self._publication.write(self._state)  # at start: fails loudly
+        log.info("policy decisions published for the workers in %s", self._publication.path)
+        if watch:
+            self._watch(notify=False)
+
+    def _publish(self) -> None:
+        assert self._publication is not None
+        try:
+            self._publication.write(self._state)
+        except OSError as exc:  # a full disk: the workers keep the previous decision
+            self._unpublished = True
+            log.error("policy state not published to the workers, retrying: %s", exc)
+        else:
+            self._unpublished = False
+
+    # -- the publication: a worker adopting the master's decision
+
+    def follow(self, publication: PolicyPublication | None = None, *, watch: bool = True) -> None:
+        """A worker's side: serve only what ``publication`` holds (by default the one
+        the master of this forked process writes), read now and then at most once per
+        ``interval`` before a request, and every ``interval`` in a daemon thread when
+        ``watch``, so that an idle worker keeps up too."""
+        publication = publication or self._publication
+        if publication is None:
+            raise ValueError("nothing to follow: no publication, and publish() was not called")
+        self._pid = os.getpid()
+        self._lock = threading.Lock()  # the master's watcher could have held it at the fork
+        self._stop = threading.Event()
+        self._watcher = None
+        self._publication = publication
+        self._following = True
+        self._published = ()
+        self._adopt_published()
+        self._next_check = time.monotonic() + self.interval
+        if self.observer is not None:
+            self.observer(self._state, None)
+        if watch:
+            self._watch(notify=True)
+
+    def _adopt_published(self) -> bool | None:
+        """Take the published state if it changed: True a good policy, False a rejected
+        edit (the last good policy staying), None nothing new."""
+        assert self._publication is not None
+        signature = self._publication.signature()
+        if signature == self._published:
+            return None
+        try:
+            signature, new = self._publication.read()
+        except Exception as exc:  # gone with the master, or unreadable: keep serving
+            self._published = signature  # tried once per version of the file
+            log.error("policy state of the master not read, keeping the serving one: %s", exc)
+            return None
+        self._published = signature
+        old = self._state
+        if new.policy and old.policy and new.policy.digest == old.policy.digest:
+            new = replace(new, policy=old.policy)  # the same policy: keep the one in use
+        elif new.policy is not None:
+            log.info(
+                "policy %s adopted from the master (digest %s, was %s)",
+                new.policy.name,
+                new.policy.digest,
+                old.policy.digest if old.policy else "none",
+            )
+        self._state = new
+        return not new.rejected
+
+    # -- process and threads
+
     def _adopt_process(self) -> None:
         """First use in this process (a forked worker): a fresh lock, as the master's
         watcher could have held it at the fork, and the starting state published."""
+        if self._publication is not None:
+            self.follow()  # forked from a publishing master without the post_fork hook
+            return
         self._pid = os.getpid()
         self._lock = threading.Lock()
         self._watcher = None
@@ -375,20 +534,24 @@ class PolicyStore:
         if self.observer is not None:
             self.observer(self._state, None)
 
-    def watch_in_background(self) -> None:
-        """Refresh every ``interval`` in a daemon thread (the gunicorn master)."""
+    def _watch(self, *, notify: bool) -> None:
+        """Refresh every ``interval`` in a daemon thread."""
         if self._watcher is not None:
             return
 
         def run() -> None:
             while not self._stop.wait(self.interval):
-                self.refresh(notify=False)
+                self.refresh(notify=notify)
 
-        self._watcher = threading.Thread(target=run, name="runguard-policy-watch", daemon=True)
+        name = "runguard-policy-follow" if self._following else "runguard-policy-watch"
+        self._watcher = threading.Thread(target=run, name=name, daemon=True)
         self._watcher.start()
 
     def stop(self) -> None:
+        """Stop the thread; in the publishing master, remove the publication too."""
         self._stop.set()
+        if self._publication is not None and not self._following:
+            self._publication.remove()
 
 
 # ------------------------------------------------------------------ certificates
@@ -543,11 +706,20 @@ def when_ready(arbiter: Any) -> None:
     sock.ssl_context(arbiter.cfg)
     store = _runguard_store(arbiter)
     if store is not None:
-        store.watch_in_background()
+        # Before the first fork, so every worker starts from it; beside the workers'
+        # heartbeat files, in RAM (/dev/shm) if there is one: each worker stats it every
+        # second.
+        store.publish(PolicyPublication.create(arbiter.cfg.worker_tmp_dir))
     # What the master loaded is never garbage: keep the workers' collector off it
     # (a full collection walked ~60k objects, ~20 ms) and its pages shared.
     gc.collect()
     gc.freeze()
+
+
+def post_fork(arbiter: Any, worker: Any) -> None:
+    store = _runguard_store(arbiter)
+    if store is not None and store.publication is not None:
+        store.follow()  # the master decides; this worker serves what it published
 
 
 def child_exit(arbiter: Any, worker: Any) -> None:
@@ -613,6 +785,7 @@ def gunicorn_options(settings: ServeSettings) -> dict[str, Any]:
         "proc_name": "runguard",
         "on_starting": on_starting,
         "when_ready": when_ready,
+        "post_fork": post_fork,
         "child_exit": child_exit,
         "on_exit": on_exit,
     }

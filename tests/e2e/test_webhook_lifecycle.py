@@ -201,11 +201,9 @@ def last_decision_digest(runguard: Webhook) -> str:
 def test_a_broken_edit_keeps_the_last_good_policy_in_every_worker(
     api_client: Any, runguard: Webhook, namespace: str
 ) -> None:
-    """Known bug (server): each gunicorn worker keeps its own last good policy and
-    only reloads when it serves a request. A worker that served nothing while a good
-    edit was on disk (the apiserver keeps one connection alive, to one worker) still
-    holds the policy before it when the next edit is broken, so the workers serve two
-    different policies until the next good edit, and /readyz disagrees with itself."""
+    """A worker that served nothing while a good edit was on disk (the apiserver keeps
+    one connection alive, to one worker) serves that good edit, not the policy before
+    it, when the next edit is broken: /readyz agrees with itself over every worker."""
     core = client.CoreV1Api(api_client)
     assert {a["policy"]["digest"] for a in readyz_answers(runguard)} == {runguard.digest}
 
