@@ -57,7 +57,7 @@ def test_parse_review_returns_the_request() -> None:
         (b"", "empty body"),
         (b"{", "not valid JSON"),
         (b"\xff", "not valid JSON"),
-        (b"[" * 200_000, "nested too deeply"),
+        (b"[" * 200_000, "depth limit exceeded"),
         (b"null", "JSON object"),
         (b'{"apiVersion": "v1", "kind": "Pod"}', "expected apiVersion admission.k8s.io/v1"),
         (b'{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"}', "no request"),

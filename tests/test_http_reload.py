@@ -415,7 +415,7 @@ def test_byte_size_refuses_nonsense(text: str) -> None:
 
 
 def test_plain_gunicorn_with_a_bad_policy_is_unready_until_it_is_fixed(
-    start_runguard: Any,
+    start_runguard: Any, tmp_path: Path
 ) -> None:
     """``runguard serve`` refuses to start on a bad policy; a plain gunicorn with
     gunicorn.conf.py (the container) stays up, unready, and recovers by itself."""
@@ -428,5 +428,7 @@ def test_plain_gunicorn_with_a_bad_policy_is_unready_until_it_is_fixed(
     assert resp.status_code == 503 and resp.json()["error"] == "Unavailable"
     assert server.policy_volume is not None
     server.policy_volume.update(sample_policy(**NEW))
-    server.wait_for(lambda: server.get("/readyz").status_code == 200, "a good policy")
+    # Every worker, not just the one behind the keep-alive connection /readyz used.
+    until_every_worker_adopted(server, digest_of(sample_policy(**NEW), tmp_path / "new"))
+    assert server.get("/readyz").status_code == 200
     assert served_version(server.session(), server) == version(NEW)

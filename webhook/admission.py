@@ -25,6 +25,8 @@ import json
 from dataclasses import dataclass
 from typing import Any, Literal, NotRequired, Required, TypedDict, cast
 
+import orjson
+
 from webhook import engine
 from webhook.engine.types import Decision
 from webhook.policy.model import Policy
@@ -143,11 +145,9 @@ def parse_review(body: bytes) -> AdmissionRequest:
     if not body:
         raise MalformedReview("empty body: expected an AdmissionReview")
     try:
-        doc = json.loads(body)
+        doc = orjson.loads(body)
     except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError
         raise MalformedReview(f"body is not valid JSON: {_short(exc)}") from None
-    except RecursionError:
-        raise MalformedReview("body is not valid JSON: nested too deeply") from None
     if not isinstance(doc, dict):
         raise MalformedReview("body must be a JSON object (an AdmissionReview)")
     if doc.get("apiVersion") != API_VERSION or doc.get("kind") != KIND:
@@ -274,9 +274,7 @@ def review_response(
     response: AdmissionResponse = {"uid": uid, "allowed": allowed}
     if patch:
         response["patchType"] = "JSONPatch"
-        response["patch"] = base64.b64encode(
-            json.dumps(patch, separators=(",", ":")).encode()
-        ).decode("ascii")
+        response["patch"] = base64.b64encode(orjson.dumps(patch)).decode("ascii")
     if warnings:
         response["warnings"] = list(warnings)
     if audit_annotations:
@@ -291,17 +289,8 @@ def review_response(
 
 
 def encode_review(review_doc: AdmissionReview) -> bytes:
-    """The response body. The base64 patch is spliced in rather than re-encoded: it is
-    JSON-safe already, and escaping its few KB of characters one by one cost more than
-    encoding everything else in the review."""
-    response = review_doc["response"]
-    patch = response.get("patch")
-    if patch is None:
-        return json.dumps(review_doc, separators=(",", ":")).encode()
-    rest = {key: value for key, value in response.items() if key != "patch"}
-    head = json.dumps({**review_doc, "response": rest}, separators=(",", ":"))
-    assert head.endswith("}}")  # "response" is the last key of the review
-    return f'{head[:-2]},"patch":"{patch}"}}}}'.encode()
+    """The response body (orjson: several times faster than the json module here)."""
+    return orjson.dumps(review_doc)
 
 
 def _short(exc: Exception) -> str:

@@ -8,7 +8,6 @@ reload machinery in ``server.py``.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import time
@@ -16,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
 from flask import Flask, Response, request
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
@@ -218,4 +218,4 @@ def _publish_policy(state: PolicyState, result: bool | None) -> None:
 
 
 def _json(payload: Mapping[str, object], status: int) -> Response:
-    return Response(json.dumps(payload, separators=(",", ":")), status, mimetype=JSON_TYPE)
+    return Response(orjson.dumps(payload), status, mimetype=JSON_TYPE)

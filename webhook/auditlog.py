@@ -11,13 +11,14 @@ less than ``PIPE_BUF`` bytes is atomic).
 
 from __future__ import annotations
 
-import json
 import sys
 import threading
 import time
 from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import IO
+
+import orjson
 
 from webhook.admission import AdmissionRequest, Endpoint, Outcome
 
@@ -73,7 +74,7 @@ class AuditLog:
         self._lock = threading.Lock()
 
     def write(self, record: dict[str, object]) -> None:
-        line = json.dumps(record, separators=(",", ":"), ensure_ascii=False) + "\n"
+        line = orjson.dumps(record).decode() + "\n"
         stream = self._stream or sys.stdout
         with self._lock:
             try:
