@@ -23,6 +23,7 @@ import socket
 import ssl
 import subprocess
 import sys
+import textwrap
 import threading
 import time
 import uuid
@@ -589,3 +590,20 @@ def run_pod(name: str = "train", **spec: Any) -> dict[str, Any]:
     }
     pod["spec"].update(spec)
     return pod
+
+
+# ------------------------------------------------------------ policy directories
+
+
+@pytest.fixture
+def pol(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An empty policy directory ``pol``; the test runs next to it, so files print as pol/x."""
+    monkeypatch.chdir(tmp_path)
+    directory = tmp_path / "pol"
+    directory.mkdir()
+    return directory
+
+
+def write(directory: Path, name: str, text: str) -> None:
+    """A policy file, dedented (tests write them as indented string literals)."""
+    (directory / name).write_text(textwrap.dedent(text), encoding="utf-8")

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import json
-import textwrap
 from pathlib import Path
 
 import pytest
+from conftest import write
 
 from webhook.cli import main
 from webhook.policy import lint
@@ -33,18 +33,6 @@ spec:
   resources:
     requests: {cpu: 500m, memory: 1Gi}
 """
-
-
-@pytest.fixture
-def pol(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.chdir(tmp_path)
-    directory = tmp_path / "pol"
-    directory.mkdir()
-    return directory
-
-
-def write(directory: Path, name: str, text: str) -> None:
-    (directory / name).write_text(textwrap.dedent(text), encoding="utf-8")
 
 
 def warnings_of(directory: str = "pol") -> list[str]:

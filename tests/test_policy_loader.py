@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import json
 import os
-import textwrap
 from decimal import Decimal
 from pathlib import Path
 
 import pytest
 import yaml
+from conftest import write
 from jsonschema import Draft202012Validator
 
 from webhook.cli import main
@@ -38,19 +38,6 @@ spec:
   resources:
     requests: {cpu: 500m, memory: 1Gi}
 """
-
-
-@pytest.fixture
-def pol(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """An empty policy directory ``pol``; the test runs next to it, so files print as pol/x."""
-    monkeypatch.chdir(tmp_path)
-    directory = tmp_path / "pol"
-    directory.mkdir()
-    return directory
-
-
-def write(directory: Path, name: str, text: str) -> None:
-    (directory / name).write_text(textwrap.dedent(text), encoding="utf-8")
 
 
 def errors_of(directory: str | Path = "pol") -> list[str]:
