@@ -13,7 +13,7 @@ from typing import Any
 
 from webhook.engine.podspec import iter_containers
 from webhook.engine.types import JSON, Change
-from webhook.policy.model import Policy, Profile, matches_any
+from webhook.policy.model import Policy, Profile, SecurityConfig, matches_any
 from webhook.quantity import format_bytes_ceil_mi, parse
 
 MAIN_CONTAINER_ANNOTATION = "runguard.io/main-container"
@@ -320,14 +320,7 @@ def strip_root(pod: Pod) -> Change | None:
     if psc is None:
         psc = spec["securityContext"] = {}
     if strip:
-        for key, replacement in (
-            ("runAsUser", sec.run_as_user),
-            ("runAsGroup", sec.run_as_group),
-            ("fsGroup", sec.fs_group),
-        ):
-            if psc.get(key) == 0:
-                _replace_id(psc, key, replacement)
-                stripped.append(f"pod {key} 0")
+        _strip_root_ids(psc, ("runAsUser", "runAsGroup", "fsGroup"), sec, "pod", stripped)
     if psc.get("runAsNonRoot") is None:
         psc["runAsNonRoot"] = True
         filled.append("runAsNonRoot")
@@ -349,13 +342,7 @@ def strip_root(pod: Pod) -> Change | None:
         if sc is None:
             sc = container["securityContext"] = {}
         if strip:
-            for key, replacement in (
-                ("runAsUser", sec.run_as_user),
-                ("runAsGroup", sec.run_as_group),
-            ):
-                if sc.get(key) == 0:
-                    _replace_id(sc, key, replacement)
-                    stripped.append(f"{name} {key} 0")
+            _strip_root_ids(sc, ("runAsUser", "runAsGroup"), sec, name, stripped)
             if sc.get("runAsNonRoot") is False:
                 sc["runAsNonRoot"] = True
                 stripped.append(f"{name} runAsNonRoot false")
@@ -393,11 +380,23 @@ def strip_root(pod: Pod) -> Change | None:
     return None
 
 
-def _replace_id(sc: JSON, key: str, replacement: int | None) -> None:
-    if replacement is None:
-        del sc[key]
-    else:
-        sc[key] = replacement
+def _strip_root_ids(
+    sc: JSON, keys: tuple[str, ...], sec: SecurityConfig, where: str, stripped: list[str]
+) -> None:
+    """Replace uid/gid/fsGroup 0 by the policy's id for that key, or drop the field."""
+    replacements = {
+        "runAsUser": sec.run_as_user,
+        "runAsGroup": sec.run_as_group,
+        "fsGroup": sec.fs_group,
+    }
+    for key in keys:
+        if sc.get(key) == 0:
+            replacement = replacements[key]
+            if replacement is None:
+                del sc[key]
+            else:
+                sc[key] = replacement
+            stripped.append(f"{where} {key} 0")
 
 
 # -- 6. volumes -------------------------------------------------------------------------
