@@ -131,7 +131,8 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
         if current.policy is None:
             return _json(_unavailable(current), 503)
         status = "degraded" if current.rejected else "ready"
-        return _json({"status": status, **current.to_dict()}, 200)
+        # ``worker``: which process answered, so a rollout check can hear from each one
+        return _json({"status": status, "worker": os.getpid(), **current.to_dict()}, 200)
 
     @app.get("/metrics")
     def metrics_endpoint() -> Response:

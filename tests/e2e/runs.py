@@ -13,7 +13,7 @@ import copy
 import json
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +26,6 @@ REPO = Path(__file__).resolve().parents[2]
 PLATFORM_POLICY = REPO / "tests" / "cases" / "_policies" / "platform" / "policy.yaml"
 EXCLUDED_NAMESPACE = "rg-excluded"
 RUN_LABELS = {"app.kubernetes.io/managed-by": "dhcore", "dhcore/run": "r1"}
-RELOAD_INTERVAL = 1.0  # runguard checks its policy files at most this often per worker
 
 JSON = dict[str, Any]
 
@@ -60,17 +59,39 @@ class Webhook(Runguard):
         self.wait_for_policy(self.digest)
 
     def wait_for_policy(self, digest: str, timeout: float = 30.0) -> None:
+        """Until every worker serves ``digest`` with no rejected edit."""
+        self.wait_for_workers(
+            lambda ready: ready["policy"]["digest"] == digest and "rejected" not in ready,
+            f"policy {digest}",
+            timeout,
+        )
+
+    def wait_for_workers(
+        self, check: Callable[[dict[str, Any]], bool], what: str, timeout: float = 30.0
+    ) -> None:
+        """Until the latest /readyz answer of *every* worker passes ``check``. Each answer
+        names the worker that gave it (fresh connections land on either), so this waits
+        for word from each one rather than trusting the first."""
         deadline = time.monotonic() + timeout
+        latest: dict[int, dict[str, Any]] = {}
         while True:
             status, ready = self.readyz()
-            if status == 200 and ready["policy"]["digest"] == digest and "rejected" not in ready:
-                break
+            if status == 200:
+                latest[ready["worker"]] = ready
+            workers = self.worker_pids()
+            if workers and all(pid in latest and check(latest[pid]) for pid in workers):
+                return
             if time.monotonic() > deadline:
-                raise ClusterError(f"runguard still serves {ready} after {timeout:.0f}s")
-            time.sleep(0.1)
-        # One worker answered; the other checks the files before its next request at
-        # the latest one interval from now.
-        time.sleep(RELOAD_INTERVAL + 0.2)
+                raise ClusterError(f"{what}: runguard workers answered {latest} ({timeout:.0f}s)")
+            time.sleep(0.05)
+
+    def worker_pids(self) -> set[int]:
+        """The gunicorn workers: the server process's children."""
+        children = Path(f"/proc/{self.pid}/task/{self.pid}/children")
+        try:
+            return {int(pid) for pid in children.read_text().split()}
+        except OSError:
+            return set()
 
 
 # --- objects --------------------------------------------------------------------------

@@ -15,6 +15,8 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+from webhook.policy.loader import load_policy
+
 from .cluster import Cluster
 from .runs import (
     Webhook,
@@ -136,10 +138,11 @@ def test_policy_edit_applies_without_restart_and_a_broken_one_changes_nothing(
     runguard.write_policy(edited)
     poll("the edited default profile", lambda: dry_run_cpu(core, namespace) == "3")
     assert runguard.pid == master and runguard.running  # no restart
-    status, ready = runguard.readyz()
-    assert (status, ready["status"]) == (200, "ready")
-    good_digest = ready["policy"]["digest"]
+    good_digest = load_policy(runguard.policy_dir).digest
     assert good_digest != runguard.digest
+    runguard.wait_for_policy(good_digest)  # one worker answered; the apiserver may call either
+    status, ready = runguard.readyz()
+    assert (status, ready["status"], ready["policy"]["digest"]) == (200, "ready", good_digest)
 
     rootful = run_pod("rootful", securityContext={"runAsUser": 0})
     done = apply(cluster, excluded_now, rootful)
@@ -162,7 +165,7 @@ def test_policy_edit_applies_without_restart_and_a_broken_one_changes_nothing(
     broken = copy.deepcopy(edited)
     broken[0]["spec"]["resources"]["maximums"]["memory"] = "16Gi"
     runguard.write_policy(broken)
-    poll("the broken edit reported in /readyz", lambda: "rejected" in runguard.readyz()[1])
+    runguard.wait_for_workers(lambda ready: "rejected" in ready, "the broken edit in /readyz")
     status, ready = runguard.readyz()
     assert (status, ready["status"]) == (200, "degraded")
     errors = ready["rejected"]["errors"]
@@ -219,9 +222,6 @@ def test_a_broken_edit_keeps_the_last_good_policy_in_every_worker(
 
     edited[0]["spec"]["resources"]["maximums"]["memory"] = "16Gi"
     runguard.write_policy(edited)
-    poll(
-        "every worker rejecting the broken edit",
-        lambda: all("rejected" in answer for answer in readyz_answers(runguard, 8)),
-    )
+    runguard.wait_for_workers(lambda ready: "rejected" in ready, "every worker rejecting it")
     served = {answer["policy"]["digest"] for answer in readyz_answers(runguard)}
     assert served == {good}, f"workers serve {served}; the last good policy is {good}"
