@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from webhook.engine import evaluate, mutate, validate
+from webhook.engine import evaluate, mutate, podspec, validate
 from webhook.policy.loader import load_policy
 
 POLICIES = Path(__file__).parent / "cases" / "_policies"
@@ -255,3 +255,13 @@ def test_nothing_raises(obj: Any, policy: Any) -> None:
             assert decision.allowed is False
             assert all(v.message for v in decision.violations)
         assert "could not process" not in decision.message(), decision.message()
+
+
+@settings(max_examples=500, deadline=None)
+@given(obj=damaged_pods())
+def test_the_shape_fast_path_never_accepts_what_the_full_check_rejects(obj: Any) -> None:
+    """check_shape's fast path (no messages) and its full check must agree whenever the
+    fast path says "well formed"; the reverse only costs time."""
+    spec = obj.get("spec") if isinstance(obj, dict) else None
+    if isinstance(spec, dict) and podspec._well_formed(spec):
+        assert podspec._shape_problems(spec, "spec") == []
