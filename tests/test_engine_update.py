@@ -101,3 +101,26 @@ def test_a_metadata_only_update_needs_no_patch() -> None:
     new = copy.deepcopy(old)
     new["metadata"]["annotations"] = {"note": "x"}
     assert mutate(new, POLICY, old=old).patch == []
+
+
+def test_a_failing_step_is_an_engine_error_not_bad_input(monkeypatch: Any) -> None:
+    """A bug in a step denies the run (fail closed) as ``engine.error`` and hands the
+    exception to the caller to log; it is never blamed on the input."""
+    from webhook.engine import rules
+
+    def broken(pod: Any) -> None:
+        raise KeyError("injected")
+
+    monkeypatch.setattr(rules, "MUTATION_STEPS", (*rules.MUTATION_STEPS, broken))
+    job = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "train", "namespace": "ml"},
+        "spec": {"template": {"metadata": {"labels": dict(RUN)}, "spec": submitted()["spec"]}},
+    }
+    for fn, obj in ((mutate, submitted()), (validate, job)):
+        decision = fn(obj, POLICY)
+        assert decision.allowed is False
+        assert [v.rule for v in decision.violations] == ["engine.error"]
+        assert isinstance(decision.error, KeyError)
+        assert "input.invalid" not in decision.audit_annotations.get("violations", "")

@@ -1,7 +1,9 @@
 """The engine's entry points: ``mutate``, ``validate`` and ``evaluate`` (mutate, then validate).
 
-Pure and total: any input, however malformed, becomes a ``Decision``; an object that
-cannot be understood is denied with ``input.invalid``.
+Pure and total: any input, however malformed, becomes a ``Decision``. An object that
+cannot be understood is denied with ``input.invalid``; an exception inside a step is a
+bug in runguard, not in the input: it is denied as ``engine.error`` with the exception
+in ``Decision.error`` for the server to log and count.
 """
 
 from __future__ import annotations
@@ -12,29 +14,18 @@ from collections.abc import Callable
 from typing import Any, ParamSpec
 
 from webhook.engine.diff import make_patch
-from webhook.engine.mutation import (
-    PRIORITY_COMPUTED,
-    WARNING_LIMIT,
-    Pod,
-    profile_name,
-    run_steps,
-)
-from webhook.engine.mutation import warning as warning_text
-from webhook.engine.podspec import (
-    INVALID,
-    InvalidObject,
-    Target,
-    check_shape,
-    invalid,
-    locate,
-    object_meta,
-)
-from webhook.engine.types import JSON, Change, Decision, Violation
-from webhook.engine.validation import run_rules
+from webhook.engine.pod import WARNING_LIMIT, Pod
+from webhook.engine.pod import warning as warning_text
+from webhook.engine.podspec import InvalidObject, Target, locate, object_meta
+from webhook.engine.rules import run_checks, run_steps
+from webhook.engine.rules.profile import PRIORITY_COMPUTED
+from webhook.engine.shape import check_shape
+from webhook.engine.types import ENGINE_ERROR, INVALID, JSON, Change, Decision, Violation
 from webhook.policy.model import Policy
 
 P = ParamSpec("P")
 UPDATE_KEPT = "a running pod's spec cannot change: kept the values runguard set at creation"
+_ALWAYS_DENIED = frozenset({INVALID, ENGINE_ERROR})
 
 
 def copy_json(value: Any) -> Any:
@@ -82,12 +73,15 @@ def _select(
     return target, check_shape(target.spec, target.spec_path)
 
 
+def _pod(target: Target, policy: Policy, spec: JSON) -> Pod:
+    return Pod(spec, target.labels, target.annotations, policy, target.spec_path)
+
+
 def _mutated(target: Target, policy: Policy) -> tuple[JSON, Pod, list[Change]]:
     """Run the mutation steps on a copy of the target's pod spec."""
-    spec = copy_json(target.spec)
-    pod = Pod(spec=spec, labels=target.labels, annotations=target.annotations, policy=policy)
+    pod = _pod(target, policy, copy_json(target.spec))
     changes = run_steps(pod)
-    return spec, pod, changes
+    return pod.spec, pod, changes
 
 
 def _with_spec(obj: JSON, target: Target, spec: JSON) -> JSON:
@@ -102,7 +96,7 @@ def _with_spec(obj: JSON, target: Target, spec: JSON) -> JSON:
 
 
 def _guarded(fn: Callable[P, Decision]) -> Callable[P, Decision]:
-    """Last line of defence: a bug in a step denies the object instead of crashing the caller."""
+    """Last line of defence: a bug in a step denies the object (fail closed) and says so."""
 
     @functools.wraps(fn)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> Decision:
@@ -112,14 +106,18 @@ def _guarded(fn: Callable[P, Decision]) -> Callable[P, Decision]:
             obj, policy = args[0], args[1]
             assert isinstance(policy, Policy)
             namespace = kwargs.get("namespace")
-            message = f"runguard could not process this object ({type(exc).__name__})"
+            message = (
+                f"runguard failed on this object (internal error {type(exc).__name__}); "
+                "it is logged for the administrators: retry later or contact them"
+            )
             return _decision(
                 obj,
                 policy,
                 namespace if isinstance(namespace, str) else None,
                 applies=True,
                 allowed=False,
-                violations=[invalid("", message)],
+                violations=[Violation(ENGINE_ERROR, "", message)],
+                error=exc,
             )
 
     return wrapper
@@ -130,7 +128,7 @@ def _finish(decision: Decision, policy: Policy) -> Decision:
     if not decision.violations:
         decision.allowed = True
         return decision
-    if any(v.rule == INVALID for v in decision.violations):
+    if any(v.rule in _ALWAYS_DENIED for v in decision.violations):
         decision.allowed = False  # what cannot be understood is never let through
         return decision
     decision.allowed = policy.enforcement != "Deny"
@@ -144,9 +142,7 @@ def _violation_warning(v: Violation) -> str:
 
 
 @_guarded
-def mutate(
-    obj: Any, policy: Policy, *, namespace: str | None = None, old: Any = None
-) -> Decision:
+def mutate(obj: Any, policy: Policy, *, namespace: str | None = None, old: Any = None) -> Decision:
     """The mutating webhook: patch a run Pod. Never denies; other objects pass untouched.
 
     On UPDATE (``old`` given) a Pod's spec is immutable, so the patch is kept only when
@@ -206,12 +202,11 @@ def validate(
             _decision(obj, policy, namespace, applies=True, allowed=False, violations=problems),
             policy,
         )
-    pod = Pod(spec=target.spec, labels=target.labels, annotations=target.annotations, policy=policy)
+    pod = _pod(target, policy, target.spec)
     mutations: list[Change] = []
     if target.kind != "Pod":
-        spec, pod, mutations = _mutated(target, policy)
-    violations = run_rules(pod, target.spec_path)
-    profile = _profile_of(target, policy)
+        _, pod, mutations = _mutated(target, policy)
+    violations = run_checks(pod)
     decision = _decision(
         obj,
         policy,
@@ -219,7 +214,7 @@ def validate(
         applies=True,
         allowed=True,
         violations=violations,
-        profile=profile,
+        profile=pod.profile.name if pod.profile else None,
         warnings=[c.warning for c in mutations],
         mutations=mutations,
     )
@@ -236,22 +231,13 @@ def validate(
     return _finish(decision, policy)
 
 
-def _profile_of(target: Target, policy: Policy) -> str | None:
-    name = profile_name(target.labels, target.annotations, policy)
-    if (
-        name is not None
-        and name not in policy.profiles
-        and policy.profiles_config.unknown == "Default"
-    ):
-        return policy.profiles_config.default
-    return name if name in policy.profiles else None
-
-
 @_guarded
 def evaluate(obj: Any, policy: Policy, *, namespace: str | None = None) -> Decision:
     """``runguard apply``: what the cluster would do, mutating webhook then validating one."""
     mutation = mutate(obj, policy, namespace=namespace)
     if not mutation.applies:
+        return mutation
+    if mutation.error is not None:
         return mutation
     validation = validate(mutation.object, policy, namespace=namespace)
     return _decision(
@@ -265,6 +251,7 @@ def evaluate(obj: Any, policy: Policy, *, namespace: str | None = None) -> Decis
         mutations=[*mutation.mutations, *validation.mutations],
         violations=validation.violations,
         profile=mutation.profile or validation.profile,
+        error=validation.error,
     )
 
 

@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 JSON = dict[str, Any]
+INVALID = "input.invalid"  # the object cannot be understood: always denied
+ENGINE_ERROR = "engine.error"  # a bug in runguard: denied (fail closed), logged, counted
 
 
 @dataclass(frozen=True)
@@ -53,6 +55,9 @@ class Decision:
     violations: list[Violation] = field(default_factory=list)
     profile: str | None = None
     enforcement: str = "Deny"
+    # The exception of an engine bug (rule ``engine.error``), for the caller to log with
+    # its traceback and count; never part of the answer sent to the apiserver.
+    error: BaseException | None = field(default=None, repr=False, compare=False)
 
     @property
     def audit_annotations(self) -> dict[str, str]:

@@ -1,0 +1,159 @@
+"""The pod under judgement, and the small helpers every rule module shares.
+
+``Pod`` is built once per review: its profile is resolved here, once, and every
+mutation step and validation check reads it from there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from webhook.engine.types import JSON
+from webhook.policy.model import Policy, Profile
+from webhook.quantity import parse
+
+MAIN_CONTAINER_ANNOTATION = "runguard.io/main-container"
+WARNING_LIMIT = 120
+
+CONTAINER_LISTS = ("initContainers", "containers")
+# Ephemeral containers (``kubectl debug``) are added to a running Pod through the
+# ``pods/ephemeralcontainers`` subresource. They carry no resources, but they are judged
+# and hardened like the others.
+ALL_CONTAINER_LISTS = (*CONTAINER_LISTS, "ephemeralContainers")
+
+
+@dataclass
+class Pod:
+    """The pod spec being judged (mutated in place by steps), its identity and its profile.
+
+    ``profile_asked`` is the name the run gives (label, else annotation, else the
+    policy's default); ``profile`` the profile applied (None when unknown or none);
+    ``profile_fallback`` is True when an unknown name fell back to the default.
+    """
+
+    spec: JSON
+    labels: dict[str, str]
+    annotations: dict[str, str]
+    policy: Policy
+    spec_path: str = "spec"
+    profile_asked: str | None = field(init=False, default=None)
+    profile: Profile | None = field(init=False, default=None)
+    profile_fallback: bool = field(init=False, default=False)
+
+    def __post_init__(self) -> None:
+        cfg = self.policy.profiles_config
+        name = self.labels.get(cfg.label) or self.annotations.get(cfg.label) or cfg.default
+        self.profile_asked = name
+        if name is None:
+            return
+        self.profile = self.policy.profiles.get(name)
+        if (
+            self.profile is None
+            and cfg.unknown == "Default"
+            and cfg.default is not None
+            and cfg.default in self.policy.profiles
+        ):
+            self.profile = self.policy.profiles[cfg.default]
+            self.profile_fallback = True
+
+    @property
+    def meta_path(self) -> str:
+        """The pod metadata path next to the spec (``spec.template.spec`` -> ``...metadata``)."""
+        return self.spec_path[: -len("spec")] + "metadata"
+
+    def containers(
+        self, lists: tuple[str, ...] = CONTAINER_LISTS
+    ) -> Iterator[tuple[str, int, JSON]]:
+        return iter_containers(self.spec, lists)
+
+    def short(self, resource: str) -> str:
+        """How warnings name a resource: ``gpu`` for the policy's gpu resource."""
+        return "gpu" if resource == self.policy.resources.gpu_resource_name else resource
+
+
+def iter_containers(
+    spec: JSON, lists: tuple[str, ...] = CONTAINER_LISTS
+) -> Iterator[tuple[str, int, JSON]]:
+    """(list name, index, container) for init containers then containers (then ``lists``)."""
+    for list_name in lists:
+        for i, container in enumerate(spec.get(list_name) or ()):
+            yield list_name, i, container
+
+
+def warning(summary: str, details: Iterable[str] = ()) -> str:
+    """``runguard: summary: a, b, c`` cut to fit kubectl's 120 characters, with ``+N more``."""
+    items = list(details)
+    text = f"runguard: {summary}"
+    if not items:
+        return text[:WARNING_LIMIT]
+    shown: list[str] = []
+    for i, item in enumerate(items):
+        rest = len(items) - i - 1
+        candidate = f"{text}: {', '.join([*shown, item])}"
+        tail = f" (+{rest} more)" if rest else ""
+        if len(candidate) + len(tail) > WARNING_LIMIT:
+            break
+        shown.append(item)
+    hidden = len(items) - len(shown)
+    out = f"{text}: {', '.join(shown)}" if shown else text
+    if hidden:
+        out += f" (+{hidden} more)"
+    return out[:WARNING_LIMIT]
+
+
+def main_container(pod: Pod) -> JSON:
+    """The container the profile applies to: named by annotation, else the first."""
+    containers: list[JSON] = pod.spec["containers"]
+    wanted = pod.annotations.get(MAIN_CONTAINER_ANNOTATION)
+    for c in containers:
+        if c["name"] == wanted:
+            return c
+    return containers[0]
+
+
+def resources_of(container: JSON, part: str) -> dict[str, Any]:
+    """``container.resources[part]``, created empty when absent (pruned again after)."""
+    res = container.get("resources")
+    if res is None:
+        res = container["resources"] = {}
+    values = res.get(part)
+    if values is None:
+        values = res[part] = {}
+    out: dict[str, Any] = values
+    return out
+
+
+def same_quantity(a: Any, b: Any) -> bool:
+    return a is not None and b is not None and parse(a) == parse(b)
+
+
+def set_list(parent: JSON, key: str, items: list[Any]) -> None:
+    """Replace a list a step filtered; an emptied one is removed, as the apiserver stores it."""
+    if len(items) == len(parent[key]):
+        return
+    if items:
+        parent[key] = items
+    else:
+        del parent[key]
+
+
+def copy_value(value: Any) -> Any:
+    """A deep copy of policy data (tuples become lists) before it goes into a pod."""
+    if isinstance(value, dict):
+        return {k: copy_value(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [copy_value(v) for v in value]
+    return value
+
+
+def remove_volumes(spec: JSON, names: set[str]) -> None:
+    """Drop the named volumes and every mount or device of them, in every container."""
+    spec["volumes"] = [v for v in spec.get("volumes") or () if v["name"] not in names]
+    if not spec["volumes"]:
+        del spec["volumes"]
+    for _, _, container in iter_containers(spec, ALL_CONTAINER_LISTS):
+        for key in ("volumeMounts", "volumeDevices"):
+            if key in container and container[key]:
+                set_list(container, key, [m for m in container[key] if m["name"] not in names])

@@ -1,0 +1,57 @@
+"""The rules, one module per concern; each holds its mutation steps and its checks.
+
+A concern's fix and its check live side by side, so what mutation repairs and what
+validation refuses cannot drift apart. The order of ``MUTATION_STEPS`` is SPEC section
+2's; adding a step or a check is one line here and a function in its module.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from webhook.engine.pod import Pod
+from webhook.engine.rules import profile, resources, scheduling, secrets, security, volumes
+from webhook.engine.types import Change, Violation
+
+Step = Callable[[Pod], Change | None]
+Check = Callable[[Pod], list[Violation]]
+
+MUTATION_STEPS: tuple[Step, ...] = (
+    profile.note_profile_fallback,
+    profile.apply_profile,  # 1
+    resources.fill_defaults,  # 2
+    resources.derive_memory_limits,  # 3
+    resources.clamp_to_maximums,  # 4
+    security.strip_root,  # 5
+    volumes.drop_preexisting_volumes,  # 6
+    secrets.drop_forbidden_secrets,  # 7
+    scheduling.default_priority_class,  # 8a
+    scheduling.apply_preemption_mode,  # 8b
+)
+
+CHECKS: tuple[Check, ...] = (
+    profile.check_profile,
+    resources.check_resources,
+    security.check_security,
+    volumes.check_volumes,
+    secrets.check_secrets,
+    scheduling.check_scheduling,
+)
+
+
+def run_steps(pod: Pod) -> list[Change]:
+    """Every mutation step in order; the changes of those that changed something."""
+    changes = []
+    for step in MUTATION_STEPS:
+        change = step(pod)
+        if change is not None:
+            changes.append(change)
+    return changes
+
+
+def run_checks(pod: Pod) -> list[Violation]:
+    """Every violation of the pod, from every check."""
+    out: list[Violation] = []
+    for check in CHECKS:
+        out.extend(check(pod))
+    return out

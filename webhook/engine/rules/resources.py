@@ -1,0 +1,130 @@
+"""Steps 2-4 and rules ``resources.*``: defaults, memory limits, maximums, gpu request = limit."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from webhook.engine.pod import Pod, resources_of, same_quantity, warning
+from webhook.engine.types import JSON, Change, Violation
+from webhook.quantity import format_bytes_ceil_mi, parse
+
+
+def fill_defaults(pod: Pod) -> Change | None:
+    cfg = pod.policy.resources
+    filled: dict[str, int] = {}
+    for part, defaults in (("requests", cfg.default_requests), ("limits", cfg.default_limits)):
+        if not defaults:
+            continue
+        for _, _, container in pod.containers():
+            current = resources_of(container, part)
+            for resource, value in defaults.items():
+                if resource not in current:
+                    current[resource] = value
+                    label = f"{pod.short(resource)} {part[:-1]} {value}"
+                    filled[label] = filled.get(label, 0) + 1
+    _prune_empty_resources(pod)
+    if not filled:
+        return None
+    return Change("resources.defaults", warning("defaults filled", filled))
+
+
+def _prune_empty_resources(pod: Pod) -> None:
+    """Drop ``{}`` requests/limits this engine may have created, so mutation is idempotent."""
+    for _, _, container in pod.containers():
+        res = container.get("resources")
+        if not isinstance(res, dict):
+            continue
+        for part in ("requests", "limits"):
+            if part in res and res[part] == {}:
+                del res[part]
+
+
+def derive_memory_limits(pod: Pod) -> Change | None:
+    factor = pod.policy.resources.memory_limit_factor
+    if factor is None:
+        return None
+    set_limits: list[str] = []
+    for _, _, container in pod.containers():
+        res = container.get("resources") or {}
+        request = (res.get("requests") or {}).get("memory")
+        if request is None or "memory" in (res.get("limits") or {}):
+            continue
+        limit = format_bytes_ceil_mi(parse(request) * factor)
+        resources_of(container, "limits")["memory"] = limit
+        set_limits.append(f"{container['name']} {limit}")
+    if not set_limits:
+        return None
+    return Change(
+        "resources.memory-limit", warning(f"memory limit set to request x {factor}", set_limits)
+    )
+
+
+def clamp_to_maximums(pod: Pod) -> Change | None:
+    cfg = pod.policy.resources
+    gpu = cfg.gpu_resource_name
+    notes: list[str] = []
+    for _, _, container in pod.containers():
+        res = container.get("resources")
+        if not res:
+            continue
+        requests: dict[str, Any] = res.get("requests") or {}
+        limits: dict[str, Any] = res.get("limits") or {}
+        if cfg.on_exceed == "Clamp":
+            for part, values in (("request", requests), ("limit", limits)):
+                for resource, value in values.items():
+                    maximum = cfg.maximum_values.get(resource)
+                    if maximum is not None and parse(value) > maximum:
+                        values[resource] = cfg.maximums[resource]
+                        notes.append(
+                            f"{pod.short(resource)} {part} {value} -> {cfg.maximums[resource]}"
+                        )
+        for resource in list(requests):
+            if resource in limits and parse(requests[resource]) > parse(limits[resource]):
+                notes.append(f"{pod.short(resource)} request {requests[resource]} -> limit")
+                requests[resource] = limits[resource]
+        if gpu in requests or gpu in limits:
+            # A gpu cannot be shared: the request is the limit (the limit, if any, wins).
+            amount = limits.get(gpu, requests.get(gpu))
+            if not (
+                same_quantity(requests.get(gpu), amount) and same_quantity(limits.get(gpu), amount)
+            ):
+                resources_of(container, "requests")[gpu] = amount
+                resources_of(container, "limits")[gpu] = amount
+                notes.append(f"gpu request = limit {amount}")
+    if not notes:
+        return None
+    return Change("resources.clamped", warning("resources clamped", notes))
+
+
+def check_resources(pod: Pod) -> list[Violation]:
+    cfg = pod.policy.resources
+    gpu = cfg.gpu_resource_name
+    out: list[Violation] = []
+    for list_name, i, container in pod.containers():
+        res: JSON = container.get("resources") or {}
+        requests = res.get("requests") or {}
+        limits = res.get("limits") or {}
+        path = f"{pod.spec_path}.{list_name}[{i}].resources"
+        for part, values in (("requests", requests), ("limits", limits)):
+            for resource, value in values.items():
+                maximum = cfg.maximum_values.get(resource)
+                if maximum is not None and parse(value) > maximum:
+                    out.append(
+                        Violation(
+                            "resources.exceeded",
+                            f"{path}.{part}.{resource}",
+                            f"{value} is above the maximum {cfg.maximums[resource]}",
+                        )
+                    )
+        if (gpu in requests or gpu in limits) and (
+            gpu not in requests or gpu not in limits or parse(requests[gpu]) != parse(limits[gpu])
+        ):
+            out.append(
+                Violation(
+                    "resources.gpu-mismatch",
+                    f"{path}.requests.{gpu}",
+                    f"gpu request {requests.get(gpu, 'unset')} must equal gpu limit "
+                    f"{limits.get(gpu, 'unset')}",
+                )
+            )
+    return out
