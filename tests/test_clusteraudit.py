@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from webhook.clusteraudit import audit, to_policy_reports, to_rows, to_table
+from webhook.engine import mutate
 from webhook.policy.loader import load_policy
 
 POLICIES = Path(__file__).parent / "cases" / "_policies"
@@ -13,12 +14,17 @@ RUN = {"app.kubernetes.io/managed-by": "dhcore", "dhcore/run": "r1"}
 
 
 def pod(name: str, ns: str, labels: dict[str, str], **spec: Any) -> dict[str, Any]:
-    return {
+    """A pod as it runs: passed through runguard's mutation at creation (a no-op for pods
+    outside the selector), then given ``spec`` (what a policy edit since would judge)."""
+    created = {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": name, "namespace": ns, "labels": labels, "uid": f"uid-{name}"},
-        "spec": {"containers": [{"name": "main", "image": "x"}], **spec},
+        "spec": {"containers": [{"name": "main", "image": "x"}]},
     }
+    running: dict[str, Any] = mutate(created, load_policy(POLICIES / "platform")).object
+    running["spec"].update(spec)
+    return running
 
 
 OBJECTS = [

@@ -177,6 +177,17 @@ def test_after_mutation_only_unfixable_violations_remain(pod: dict[str, Any]) ->
 
 @SETTINGS
 @given(pod=pods(), policy=st.sampled_from(POLICY_SET))
+def test_validation_allows_only_what_mutation_would_leave_unchanged(
+    pod: dict[str, Any], policy: Any
+) -> None:
+    """The two webhooks tied together (SPEC section 6): a Pod validation allows on CREATE
+    is one mutation would not change, so skipping /mutate gains nothing."""
+    if validate(pod, policy).allowed and policy.enforcement == "Deny":
+        assert mutate(pod, policy).patch == []
+
+
+@SETTINGS
+@given(pod=pods(), policy=st.sampled_from(POLICY_SET))
 def test_patch_turns_the_input_into_the_result(pod: dict[str, Any], policy: Any) -> None:
     original = copy.deepcopy(pod)
     decision = mutate(pod, policy)

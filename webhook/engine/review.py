@@ -207,6 +207,8 @@ def validate(
     if target.kind != "Pod":
         _, pod, mutations = _mutated(target, policy)
     violations = run_checks(pod)
+    if target.kind == "Pod" and old is None:
+        violations.extend(_not_mutated(target, policy, violations))
     decision = _decision(
         obj,
         policy,
@@ -229,6 +231,29 @@ def validate(
         )
         decision.violations = kept
     return _finish(decision, policy)
+
+
+def _not_mutated(target: Target, policy: Policy, found: list[Violation]) -> list[Violation]:
+    """Validation is a complete backstop of mutation (SPEC section 6): a Pod created
+    without passing through ``/mutate`` (webhook bypassed, misordered, or a failure
+    policy of Ignore) is allowed only if mutating it would change nothing. Each step
+    that would still change something is a violation under its own rule id, unless a
+    check already reported a violation of that concern (``security``, ``resources``...),
+    which says the same thing more precisely."""
+    spec, _, changes = _mutated(target, policy)
+    if spec == target.spec:
+        return []
+    reported = {v.rule.partition(".")[0] for v in found}
+    return [
+        Violation(
+            c.rule,
+            target.spec_path,
+            f"not applied: {c.warning.removeprefix('runguard: ')} "
+            "(runguard's mutating webhook does this: was it bypassed?)",
+        )
+        for c in changes
+        if c.rule.partition(".")[0] not in reported
+    ]
 
 
 @_guarded
