@@ -1,17 +1,12 @@
 """gunicorn configuration of runguard, for ``gunicorn -c gunicorn.conf.py``.
 
-The settings are those of ``runguard serve`` (``webhook.server.gunicorn_options``), read
-from the same environment: RUNGUARD_POLICY_DIR, RUNGUARD_CERT_FILE, RUNGUARD_KEY_FILE,
-RUNGUARD_BIND, RUNGUARD_WORKERS, RUNGUARD_THREADS, RUNGUARD_MAX_BODY. ``runguard serve``
-is the same server with command-line flags and a policy check before it starts.
+The same server as ``runguard serve`` (``webhook.server.gunicorn_options``), set by the
+same environment variables (``webhook.settings.SETTINGS``; ``runguard serve --help``
+lists them). ``runguard serve`` adds flags and a policy check before it starts.
 """
 
-from webhook.server import (
-    ServeSettings,
-    configure_logging,
-    gunicorn_options,
-    prepare_multiprocess_metrics,
-)
+from webhook.server import configure_logging, gunicorn_options, prepare_multiprocess_metrics
+from webhook.settings import ServeSettings
 
 prepare_multiprocess_metrics()  # before the app (and prometheus_client) is loaded
 configure_logging()

@@ -354,7 +354,7 @@ def main() -> int:
     args.seconds = min(args.seconds, 120.0)
     args.rounds = max(1, min(args.rounds, 5))
 
-    from webhook.server import DEFAULT_THREADS, default_workers
+    from webhook.settings import DEFAULT_THREADS, default_workers
 
     workers = args.workers or default_workers()
     args.threads = args.threads or DEFAULT_THREADS

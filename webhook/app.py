@@ -1,9 +1,9 @@
 """The Flask application: admission endpoints, probes and metrics; routes only.
 
 ``create_app(config)`` reads its configuration when called, never at import time:
-``config`` keys first, then the environment (``RUNGUARD_POLICY_DIR``,
-``RUNGUARD_MAX_BODY``). The AdmissionReview rules live in ``admission.py``, the
-reload machinery in ``server.py``.
+``config`` first, then the environment, both through ``webhook.settings``. The
+AdmissionReview rules live in ``admission.py``, the policy reload in ``policystore.py``,
+the gunicorn side in ``server.py``.
 """
 
 from __future__ import annotations
@@ -22,13 +22,13 @@ from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 from webhook import admission, metrics
 from webhook.admission import AdmissionError, Endpoint
 from webhook.auditlog import AuditLog, audit_record
-from webhook.server import (
+from webhook.policystore import PolicyState, PolicyStore
+from webhook.settings import (
+    BY_NAME,
     DEFAULT_MAX_BODY,
     RELOAD_INTERVAL,
-    PolicyState,
-    PolicyStore,
     SettingsError,
-    byte_size,
+    read_settings,
 )
 
 __all__ = ["create_app"]
@@ -50,33 +50,29 @@ class Runguard:
 def create_app(config: Mapping[str, Any] | None = None) -> Flask:
     """The runguard WSGI application.
 
-    ``config`` keys: ``RUNGUARD_POLICY_DIR``, ``RUNGUARD_MAX_BODY`` (bytes, or ``4Mi``),
-    ``RUNGUARD_RELOAD_INTERVAL`` (seconds), ``RUNGUARD_BENCH_ENDPOINT`` (adds
-    ``POST /bench/allowed``, a fixed answer for ``bench/bench_http.py``), and
-    ``POLICY_STORE`` / ``AUDIT_STREAM`` to hand in a ready store or an audit stream.
-    A policy that does not load leaves the app unready (503) until a good one appears.
+    ``config``: settings by name (``webhook.settings.SETTINGS``: ``policy_dir``,
+    ``max_body``, ``reload_interval``, ``bench_endpoint`` adding ``POST /bench/allowed``,
+    a fixed answer for ``bench/bench_http.py``), each one not given read from its
+    environment variable; and ``policy_store`` / ``audit_stream`` to hand in a ready
+    store or an audit stream. A policy that does not load leaves the app unready (503)
+    until a good one appears.
     """
-    cfg: dict[str, Any] = {
-        key: os.environ[key]
-        for key in ("RUNGUARD_POLICY_DIR", "RUNGUARD_MAX_BODY", "RUNGUARD_BENCH_ENDPOINT")
-        if os.environ.get(key)
-    }
-    cfg.update(config or {})
+    config = config or {}
+    settings = read_settings(config)
 
     app = Flask("webhook")
-    app.config["MAX_CONTENT_LENGTH"] = byte_size(cfg.get("RUNGUARD_MAX_BODY", DEFAULT_MAX_BODY))
-    store = cfg.get("POLICY_STORE")
+    app.config["MAX_CONTENT_LENGTH"] = settings.get("max_body", DEFAULT_MAX_BODY)
+    store = config.get("policy_store")
     if store is None:
-        if not cfg.get("RUNGUARD_POLICY_DIR"):
-            raise SettingsError("RUNGUARD_POLICY_DIR is not set")
+        if "policy_dir" not in settings:
+            raise SettingsError(f"{BY_NAME['policy_dir'].env} is not set")
         store = PolicyStore(
-            cfg["RUNGUARD_POLICY_DIR"],
-            interval=float(cfg.get("RUNGUARD_RELOAD_INTERVAL", RELOAD_INTERVAL)),
+            settings["policy_dir"], interval=settings.get("reload_interval", RELOAD_INTERVAL)
         )
         _first_load(store)
     if store.observer is None:
         store.observer = _publish_policy
-    state = Runguard(store=store, audit=AuditLog(cfg.get("AUDIT_STREAM")))
+    state = Runguard(store=store, audit=AuditLog(config.get("audit_stream")))
     app.extensions["runguard"] = state
 
     def answer(endpoint: Endpoint) -> Response:
@@ -139,7 +135,7 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
         store.current()  # this process publishes its policy state before its first review
         return Response(metrics.exposition(), 200, mimetype=metrics.CONTENT_TYPE_LATEST)
 
-    if str(cfg.get("RUNGUARD_BENCH_ENDPOINT", "")).lower() in ("1", "true", "yes"):
+    if settings.get("bench_endpoint"):
 
         @app.post("/bench/allowed")
         def bench_allowed() -> Response:

@@ -1,4 +1,7 @@
-"""``runguard serve``: the admission webhook over TLS, in gunicorn (see webhook/server.py)."""
+"""``runguard serve``: the admission webhook over TLS, in gunicorn (see webhook/server.py).
+
+Its flags and the environment variables it reads are ``webhook.settings.SETTINGS``.
+"""
 
 from __future__ import annotations
 
@@ -7,11 +10,17 @@ import ssl
 import sys
 from typing import Any
 
-ENV_HELP = """\
-environment (for the container image; flags win):
-  RUNGUARD_POLICY_DIR, RUNGUARD_CERT_FILE, RUNGUARD_KEY_FILE, RUNGUARD_BIND,
-  RUNGUARD_WORKERS, RUNGUARD_THREADS, RUNGUARD_MAX_BODY
-"""
+from webhook.settings import SETTINGS
+
+
+def env_help() -> str:
+    """The epilog: each setting's environment variable."""
+    flagged = [s.env for s in SETTINGS if s.flags is not None]
+    lines = ["environment (for the container image; flags win):"]
+    lines += ["  " + ", ".join(flagged[i : i + 4]) for i in range(0, len(flagged), 4)]
+    lines.append("environment only:")
+    lines += [f"  {s.env}: {s.help}" for s in SETTINGS if s.flags is None]
+    return "\n".join(lines) + "\n"
 
 
 def register(subparsers: Any) -> None:
@@ -20,30 +29,30 @@ def register(subparsers: Any) -> None:
         help="serve the admission webhook over TLS",
         description="Serve POST /mutate and /validate, /healthz, /readyz and /metrics\n"
         "over TLS with gunicorn; policy and certificate files are reloaded when they change.",
-        epilog=ENV_HELP,
+        epilog=env_help(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("-p", "--policy-dir", metavar="DIR", help="policy directory")
-    parser.add_argument("--cert", dest="cert_file", metavar="FILE", help="serving certificate")
-    parser.add_argument("--key", dest="key_file", metavar="FILE", help="its private key")
-    parser.add_argument("--bind", metavar="HOST:PORT", help="default 127.0.0.1:8443")
-    parser.add_argument("--workers", metavar="N", help="worker processes (default: cores)")
-    parser.add_argument("--threads", metavar="N", help="threads per worker (default 2)")
-    parser.add_argument("--max-body", metavar="BYTES", help="request size limit (default 4Mi)")
+    for setting in SETTINGS:
+        if setting.flags is not None:
+            parser.add_argument(
+                *setting.option_strings,
+                dest=setting.name,
+                metavar=setting.metavar,
+                help=setting.help,
+            )
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from webhook.cli import EXIT_BAD_INPUT
+    from webhook.policystore import PolicyStore
     from webhook.server import (
-        PolicyStore,
         RunguardApplication,
-        ServeSettings,
-        SettingsError,
         configure_logging,
         prepare_multiprocess_metrics,
         remove_multiprocess_metrics,
     )
+    from webhook.settings import ServeSettings, SettingsError
 
     try:
         settings = ServeSettings.resolve(vars(args))

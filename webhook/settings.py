@@ -1,0 +1,212 @@
+"""The settings of the admission server, each declared once.
+
+``SETTINGS`` is the one list of what an operator can set: the ``ServeSettings`` field,
+its command-line flag and its environment variable (``RUNGUARD_`` and the field's name
+in capitals). ``runguard serve`` builds its flags and ``--help`` from it, ``create_app``
+and ``gunicorn.conf.py`` read the environment through it, so a new setting is one line
+here (and one field of ``ServeSettings``).
+
+Values are parsed the same wherever they come from; a parser takes a text or a value
+it made itself (``byte_size("4Mi")`` and ``byte_size(4194304)``), so settings handed on
+from ``ServeSettings`` to ``create_app`` read back unchanged.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "BY_NAME",
+    "DEFAULT_BIND",
+    "DEFAULT_MAX_BODY",
+    "DEFAULT_THREADS",
+    "RELOAD_INTERVAL",
+    "SETTINGS",
+    "ServeSettings",
+    "Setting",
+    "SettingsError",
+    "byte_size",
+    "default_workers",
+    "read_settings",
+]
+
+ENV_PREFIX = "RUNGUARD_"
+DEFAULT_BIND = "127.0.0.1:8443"
+DEFAULT_MAX_BODY = 4 * 1024 * 1024  # an UPDATE review carries object and oldObject
+DEFAULT_THREADS = 2  # CPU-bound reviews: more threads only queue on the GIL (docs/server.md)
+RELOAD_INTERVAL = 1.0  # seconds between checks of the policy and certificate files
+
+
+class SettingsError(ValueError):
+    """A ``runguard serve`` setting that is missing or unusable."""
+
+
+# ----------------------------------------------------------------------- parsers
+
+
+def default_workers() -> int:
+    """One worker per core, at least two (a killed worker never leaves none)."""
+    return max(2, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 2)
+
+
+def positive_int(value: object, name: str = "value") -> int:
+    try:
+        number = int(str(value))
+    except ValueError:
+        raise SettingsError(f"{name} must be a whole number, got {value!r}") from None
+    if number < 1:
+        raise SettingsError(f"{name} must be at least 1, got {number}")
+    return number
+
+
+def _seconds(value: object, name: str) -> float:
+    try:
+        seconds = float(str(value))
+    except ValueError:
+        raise SettingsError(f"{name} must be a number of seconds, got {value!r}") from None
+    if not 0 < seconds <= 3600:
+        raise SettingsError(f"{name} must be above 0 and at most 3600, got {seconds}")
+    return seconds
+
+
+def _switch(value: object, name: str) -> bool:
+    text = str(value).strip().lower()
+    if text not in ("1", "true", "yes", "0", "false", "no"):
+        raise SettingsError(f"{name} must be 1/true/yes or 0/false/no, got {value!r}")
+    return text in ("1", "true", "yes")
+
+
+_SIZE_SUFFIXES = {"": 1, "k": 1000, "ki": 1024, "m": 1000**2, "mi": 1024**2}
+
+
+def byte_size(value: object, name: str = "max body") -> int:
+    """Bytes, given as ``4194304``, ``4Mi`` or ``512Ki``."""
+    text = str(value).strip()
+    digits = text.rstrip("KkMmIi")
+    suffix = text[len(digits) :].lower()
+    if not digits.isdigit() or suffix not in _SIZE_SUFFIXES:
+        raise SettingsError(f"{name} must be bytes like 4194304 or 4Mi, got {text!r}")
+    size = int(digits) * _SIZE_SUFFIXES[suffix]
+    if size < 1024:
+        raise SettingsError(f"{name} must be at least 1Ki, got {text!r}")
+    return size
+
+
+# ------------------------------------------------------------------ declaration
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One setting: a ``ServeSettings`` field, its flag and its environment variable.
+
+    ``flags`` empty: ``--`` and the name with dashes; None: environment only.
+    """
+
+    name: str
+    help: str
+    parse: Callable[[object, str], object]
+    flags: tuple[str, ...] | None = ()
+    metavar: str = "VALUE"
+    required: bool = False
+
+    @property
+    def env(self) -> str:
+        return ENV_PREFIX + self.name.upper()
+
+    @property
+    def option_strings(self) -> tuple[str, ...]:
+        return self.flags or (f"--{self.name.replace('_', '-')}",)
+
+    @property
+    def label(self) -> str:
+        """How an error names it: ``--cert / RUNGUARD_CERT_FILE``."""
+        return f"{self.option_strings[-1]} / {self.env}" if self.flags is not None else self.env
+
+
+def _path(value: object, name: str) -> Path:
+    return Path(str(value))
+
+
+def _text(value: object, name: str) -> str:
+    return str(value)
+
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting("policy_dir", "policy directory", _path, ("-p", "--policy-dir"), "DIR", True),
+    Setting("cert_file", "serving certificate (PEM)", _path, ("--cert",), "FILE", True),
+    Setting("key_file", "its private key (PEM)", _path, ("--key",), "FILE", True),
+    Setting("bind", f"address to listen on (default {DEFAULT_BIND})", _text, metavar="HOST:PORT"),
+    Setting(
+        "workers", "worker processes (default: one per core, at least 2)", positive_int, metavar="N"
+    ),
+    Setting(
+        "threads", f"threads per worker (default {DEFAULT_THREADS})", positive_int, metavar="N"
+    ),
+    Setting("max_body", "request size limit (default 4Mi)", byte_size, metavar="BYTES"),
+    Setting(
+        "reload_interval",
+        f"seconds between checks of the policy and certificate files (default {RELOAD_INTERVAL:g})",
+        _seconds,
+        None,
+    ),
+    Setting(
+        "bench_endpoint",
+        "1 adds POST /bench/allowed, a fixed answer for bench/bench_http.py",
+        _switch,
+        None,
+    ),
+)
+
+BY_NAME: dict[str, Setting] = {setting.name: setting for setting in SETTINGS}
+
+
+def read_settings(
+    given: Mapping[str, object], env: Mapping[str, str] | None = None
+) -> dict[str, Any]:
+    """Each setting from ``given`` (by name; None is absent), else from its environment
+    variable (an empty one is unset), parsed; settings found in neither are left out."""
+    env = os.environ if env is None else env
+    values: dict[str, Any] = {}
+    for setting in SETTINGS:
+        value = given.get(setting.name)
+        if value is None and env.get(setting.env):
+            value = env[setting.env]
+        if value is not None:
+            values[setting.name] = setting.parse(value, setting.name.replace("_", " "))
+    return values
+
+
+@dataclass(frozen=True)
+class ServeSettings:
+    """What ``runguard serve`` needs: one field per entry of ``SETTINGS``."""
+
+    policy_dir: Path
+    cert_file: Path
+    key_file: Path
+    bind: str = DEFAULT_BIND
+    workers: int = field(default_factory=default_workers)
+    threads: int = DEFAULT_THREADS
+    max_body: int = DEFAULT_MAX_BODY
+    reload_interval: float = RELOAD_INTERVAL
+    bench_endpoint: bool = False
+
+    @classmethod
+    def resolve(
+        cls, given: Mapping[str, object], env: Mapping[str, str] | None = None
+    ) -> ServeSettings:
+        """Settings from ``given`` (command-line values, None when absent), else the env."""
+        values = read_settings(given, env)
+        missing = [s.label for s in SETTINGS if s.required and s.name not in values]
+        if missing:
+            raise SettingsError("missing " + ", ".join(missing))
+        settings = cls(**values)
+        if not settings.policy_dir.is_dir():
+            raise SettingsError(f"policy directory {settings.policy_dir} does not exist")
+        for path in (settings.cert_file, settings.key_file):
+            if not path.is_file():
+                raise SettingsError(f"{path} does not exist")
+        return settings
