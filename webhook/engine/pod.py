@@ -38,6 +38,9 @@ class Pod:
     annotations: dict[str, str]
     policy: Policy
     spec_path: str = "spec"
+    # (path, claim template) of a StatefulSet's volumeClaimTemplates: outside the pod spec,
+    # judged with it
+    claim_templates: tuple[tuple[str, JSON], ...] = ()
     profile_asked: str | None = field(init=False, default=None)
     profile: Profile | None = field(init=False, default=None)
     profile_fallback: bool = field(init=False, default=False)

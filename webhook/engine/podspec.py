@@ -38,6 +38,7 @@ class Target:
     spec: JSON
     spec_path: str  # dotted path of ``spec`` inside the object, for violation paths
     keys: tuple[str, ...]  # keys from the object to the pod template (empty for a Pod)
+    claim_templates: tuple[tuple[str, JSON], ...] = ()  # a StatefulSet's, with their paths
 
     @property
     def labels(self) -> dict[str, str]:
@@ -99,9 +100,22 @@ def locate(obj: Any) -> Target | None:
     spec_path = f"{prefix}.spec" if prefix else "spec"
     if not isinstance(spec, dict):
         problems.append(invalid(spec_path, f"{kind} has no pod spec"))
+    templates = _claim_templates(obj) if kind == "StatefulSet" else ()
+    if templates is None:
+        problems.append(invalid("spec.volumeClaimTemplates", "must be a list of objects"))
     if problems:
         raise InvalidObject(problems)
-    return Target(kind, metadata, spec, spec_path, keys)
+    return Target(kind, metadata, spec, spec_path, keys, templates or ())
+
+
+def _claim_templates(obj: JSON) -> tuple[tuple[str, JSON], ...] | None:
+    """A StatefulSet's ``volumeClaimTemplates`` with their paths; None when malformed."""
+    templates = obj["spec"].get("volumeClaimTemplates")
+    if templates is None:
+        return ()
+    if not isinstance(templates, list) or not all(isinstance(t, dict) for t in templates):
+        return None
+    return tuple((f"spec.volumeClaimTemplates[{i}]", t) for i, t in enumerate(templates))
 
 
 def _is_str_map(value: Any) -> bool:

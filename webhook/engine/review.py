@@ -74,7 +74,9 @@ def _select(
 
 
 def _pod(target: Target, policy: Policy, spec: JSON) -> Pod:
-    return Pod(spec, target.labels, target.annotations, policy, target.spec_path)
+    return Pod(
+        spec, target.labels, target.annotations, policy, target.spec_path, target.claim_templates
+    )
 
 
 def _mutated(target: Target, policy: Policy) -> tuple[JSON, Pod, list[Change]]:

@@ -324,6 +324,7 @@ VOLUME = Named(
         "projected": Obj(
             {"sources": ListOf(ObjectItem(Obj({"secret": Ref("name"), "configMap": Ref("name")})))}
         ),
+        "ephemeral": Obj({"volumeClaimTemplate": Obj({"spec": Obj()})}),
     },
     "a volume must be an object with a name",
 )
@@ -349,6 +350,7 @@ POD_SPEC = Obj(
                 )
             }
         ),
+        "imagePullSecrets": ListOf(ObjectItem(Obj({"name": STR}))),
         "priorityClassName": STR,
         "runtimeClassName": STR,
         "hostNetwork": BOOL,

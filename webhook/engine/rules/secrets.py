@@ -1,4 +1,10 @@
-"""Step 7 and rule ``secrets.forbidden``: only secrets the platform manages."""
+"""Step 7 and rule ``secrets.forbidden``: only secrets the platform manages.
+
+Every way a pod names a secret counts: env ``secretKeyRef``, ``envFrom.secretRef``,
+secret volumes, projected secret sources, and ``imagePullSecrets`` (a registry
+credential is a secret too; the ServiceAccount admission plugin adds the service
+account's pull secrets before runguard sees the pod, so admins list those as allowed).
+"""
 
 from __future__ import annotations
 
@@ -38,6 +44,9 @@ def secret_references(pod: Pod) -> Iterator[tuple[str, str]]:
             for j, source in enumerate(projected.get("sources") or ()):
                 if "secret" in source:
                     yield source["secret"]["name"], f"{base}.volumes[{i}].projected.sources[{j}]"
+    for i, ref in enumerate(pod.spec.get("imagePullSecrets") or ()):
+        if isinstance(ref.get("name"), str):
+            yield ref["name"], f"{base}.imagePullSecrets[{i}]"
 
 
 def drop_forbidden_secrets(pod: Pod) -> Change | None:
@@ -77,6 +86,13 @@ def drop_forbidden_secrets(pod: Pod) -> Change | None:
                     dropped_volumes.add(volume["name"])
     if dropped_volumes:
         remove_volumes(pod.spec, dropped_volumes)
+    if pod.spec.get("imagePullSecrets"):
+        kept = [
+            r
+            for r in pod.spec["imagePullSecrets"]
+            if not isinstance(r.get("name"), str) or ok(r["name"])
+        ]
+        set_list(pod.spec, "imagePullSecrets", kept)
     if not removed:
         return None
     return Change(

@@ -1,41 +1,92 @@
-"""Step 6 and rules ``volumes.*``: allowed volume types, no pre-existing claims or configMaps."""
+"""Step 6 and rules ``volumes.*``: allowed volume types, no existing data by any door.
+
+Existing data reaches a pod through a claim or configMap the platform did not create
+(by name), through a projected configMap source, or through a claim *template* (an
+ephemeral volume, a StatefulSet's ``volumeClaimTemplates``) that clones a claim,
+restores a snapshot or binds a chosen volume. All are pre-existing references.
+"""
 
 from __future__ import annotations
 
-from webhook.engine.pod import Pod, remove_volumes, warning
+from collections.abc import Iterator
+
+from webhook.engine.pod import Pod, remove_volumes, set_list, warning
 from webhook.engine.types import JSON, Change, Violation
 from webhook.policy.model import matches_any
 
 # Keys of a Volume that name its type (everything but ``name``).
 _NOT_TYPES = frozenset({"name"})
+# Claim template fields that bring existing data instead of a new, empty volume.
+CLAIM_DATA_FIELDS = ("dataSource", "dataSourceRef", "volumeName", "selector")
+# The apiserver's own projected source in every pod (the service account's CA bundle).
+ROOT_CA_CONFIGMAP = "kube-root-ca.crt"
+
+
+def _platform_config_map(name: str, pod: Pod) -> bool:
+    return matches_any(pod.policy.volumes.platform_config_maps, name, pod.labels)
+
+
+def claim_template_reference(template_spec: object) -> str | None:
+    """``"claim template with dataSource"`` when a claim template brings existing data."""
+    if not isinstance(template_spec, dict):
+        return None
+    used = [f for f in CLAIM_DATA_FIELDS if template_spec.get(f) not in (None, {}, "")]
+    return f"claim template with {', '.join(used)}" if used else None
 
 
 def preexisting_reference(volume: JSON, pod: Pod) -> str | None:
-    """``"pvc NAME"`` or ``"configMap NAME"`` when the volume is not one the platform made."""
-    cfg = pod.policy.volumes
+    """What existing data the volume (as a whole) reaches, or None for a platform volume."""
     if "persistentVolumeClaim" in volume:
         claim = volume["persistentVolumeClaim"]["claimName"]
-        if not matches_any(cfg.platform_claims, claim, pod.labels):
+        if not matches_any(pod.policy.volumes.platform_claims, claim, pod.labels):
             return f"pvc {claim}"
     if "configMap" in volume:
         name = volume["configMap"]["name"]
-        if not matches_any(cfg.platform_config_maps, name, pod.labels):
+        if not _platform_config_map(name, pod):
             return f"configMap {name}"
+    ephemeral = volume.get("ephemeral")
+    if isinstance(ephemeral, dict):
+        template = ephemeral.get("volumeClaimTemplate") or {}
+        return claim_template_reference(template.get("spec"))
     return None
+
+
+def _projected_config_maps(volume: JSON, pod: Pod) -> Iterator[tuple[int, str]]:
+    """(index, name) of projected configMap sources the platform did not make."""
+    projected = volume.get("projected")
+    if not isinstance(projected, dict):
+        return
+    for j, source in enumerate(projected.get("sources") or ()):
+        if "configMap" in source:
+            name = source["configMap"]["name"]
+            if name != ROOT_CA_CONFIGMAP and not _platform_config_map(name, pod):
+                yield j, name
 
 
 def drop_preexisting_volumes(pod: Pod) -> Change | None:
     if pod.policy.volumes.on_pre_existing != "Strip":
         return None
-    dropped = [
-        v["name"]
-        for v in pod.spec.get("volumes") or ()
-        if preexisting_reference(v, pod) is not None
-    ]
-    if not dropped:
+    dropped: list[str] = []
+    notes: list[str] = []
+    for volume in pod.spec.get("volumes") or ():
+        if preexisting_reference(volume, pod) is not None:
+            dropped.append(volume["name"])
+            notes.append(volume["name"])
+            continue
+        foreign = dict(_projected_config_maps(volume, pod))
+        if foreign:
+            projected = volume["projected"]
+            kept = [s for j, s in enumerate(projected["sources"]) if j not in foreign]
+            notes.extend(f"{volume['name']} configMap {name}" for name in foreign.values())
+            if kept:
+                set_list(projected, "sources", kept)
+            else:
+                dropped.append(volume["name"])
+    if not notes:
         return None
-    remove_volumes(pod.spec, set(dropped))
-    return Change("volumes.pre-existing", warning("pre-existing volumes removed", dropped))
+    if dropped:
+        remove_volumes(pod.spec, set(dropped))
+    return Change("volumes.pre-existing", warning("pre-existing volumes removed", notes))
 
 
 def check_volumes(pod: Pod) -> list[Violation]:
@@ -59,6 +110,24 @@ def check_volumes(pod: Pod) -> list[Violation]:
                     "volumes.pre-existing",
                     path,
                     f"volume {volume['name']!r} uses pre-existing {reference}",
+                )
+            )
+        for j, name in _projected_config_maps(volume, pod):
+            out.append(
+                Violation(
+                    "volumes.pre-existing",
+                    f"{path}.projected.sources[{j}].configMap",
+                    f"volume {volume['name']!r} projects pre-existing configMap {name}",
+                )
+            )
+    for path, template in pod.claim_templates:
+        reference = claim_template_reference(template.get("spec"))
+        if reference is not None:
+            out.append(
+                Violation(
+                    "volumes.pre-existing",
+                    f"{path}.spec",
+                    f"{reference}: runs get new, empty claims; copy data in from the platform",
                 )
             )
     return out
