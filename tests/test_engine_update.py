@@ -124,3 +124,46 @@ def test_a_failing_step_is_an_engine_error_not_bad_input(monkeypatch: Any) -> No
         assert [v.rule for v in decision.violations] == ["engine.error"]
         assert isinstance(decision.error, KeyError)
         assert "input.invalid" not in decision.audit_annotations.get("violations", "")
+
+
+def test_a_run_cannot_leave_the_selector_or_change_its_identity_labels() -> None:
+    """scope.labels: the selector's labels, the profile label and the labels the name
+    patterns use are frozen on a running run; other labels stay editable."""
+    old = running_pod()
+    for key, value in (
+        ("app.kubernetes.io/managed-by", None),  # leaves the selector
+        ("dhcore/run", "r2"),  # another run's volumes and secrets
+        ("dhcore/template", "1xa100"),  # a profile it was not admitted with
+    ):
+        new = copy.deepcopy(old)
+        labels = new["metadata"]["labels"]
+        if value is None:
+            labels.pop(key)
+        else:
+            labels[key] = value
+        decision = validate(new, POLICY, old=old)
+        assert decision.allowed is False, key
+        assert [v.rule for v in decision.violations] == ["scope.labels"], decision.message()
+        assert key in decision.violations[0].path
+    new = copy.deepcopy(old)
+    new["metadata"]["labels"]["team"] = "vision"
+    assert validate(new, POLICY, old=old).allowed
+
+
+def test_a_resize_never_lets_a_value_above_the_maximum_grow() -> None:
+    """pods/resize: a value already above the maximum (admitted under an older policy)
+    may stay or shrink, never grow; a new excess is denied."""
+    old = running_pod()
+    old["spec"]["containers"][0]["resources"] = {"limits": {"cpu": "20"}, "requests": {"cpu": "20"}}
+    for cpu, allowed in (("20", True), ("18", True), ("24", False)):
+        new = copy.deepcopy(old)
+        new["spec"]["containers"][0]["resources"] = {
+            "limits": {"cpu": cpu},
+            "requests": {"cpu": cpu},
+        }
+        assert validate(new, POLICY, old=old).allowed is allowed, cpu
+    new = copy.deepcopy(running_pod())
+    new["spec"]["containers"][0]["resources"] = {"limits": {"cpu": "32"}, "requests": {"cpu": "32"}}
+    decision = validate(new, POLICY, old=running_pod())
+    assert not decision.allowed
+    assert {v.rule for v in decision.violations} == {"resources.exceeded"}

@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import marshal
 from collections.abc import Callable
+from decimal import Decimal
 from typing import Any, ParamSpec
 
 from webhook.engine.diff import make_patch
@@ -19,6 +20,7 @@ from webhook.engine.pod import warning as warning_text
 from webhook.engine.podspec import InvalidObject, Target, locate, object_meta
 from webhook.engine.rules import run_checks, run_steps
 from webhook.engine.rules.profile import PRIORITY_COMPUTED
+from webhook.engine.rules.scope import check_scope_labels
 from webhook.engine.shape import check_shape
 from webhook.engine.types import ENGINE_ERROR, INVALID, JSON, Change, Decision, Violation
 from webhook.policy.model import Policy
@@ -197,6 +199,13 @@ def validate(
     object can still be edited.
     """
     target, problems = _select(obj, policy, namespace)
+    scope = _scope_violations(obj, old, policy, namespace) if old is not None else []
+    if scope and (target is None or problems):
+        # A run leaving the selector: judged by what it was.
+        return _finish(
+            _decision(obj, policy, namespace, applies=True, allowed=False, violations=scope),
+            policy,
+        )
     if target is None and not problems:
         return _decision(obj, policy, namespace, applies=False, allowed=True)
     if problems or target is None:
@@ -224,15 +233,40 @@ def validate(
     )
     if old is not None and violations:
         before = validate(old, policy, namespace=namespace)
-        known = {(v.rule, v.path) for v in before.violations}
-        kept = [v for v in violations if (v.rule, v.path) not in known]
+        known = {(v.rule, v.path): v.amount for v in before.violations}
+        present = [v for v in violations if _already_present(v, known)]
+        decision.violations = [v for v in violations if not _already_present(v, known)]
         decision.warnings.extend(
             f"runguard: allowed on update, already present: [{v.rule}] {v.path}"[:WARNING_LIMIT]
-            for v in violations
-            if (v.rule, v.path) in known
+            for v in present
         )
-        decision.violations = kept
+    decision.violations.extend(scope)
     return _finish(decision, policy)
+
+
+def _already_present(v: Violation, known: dict[tuple[str, str], Decimal | None]) -> bool:
+    """The old object had this violation, and (for an amount) at least as much of it."""
+    if (v.rule, v.path) not in known:
+        return False
+    before = known[(v.rule, v.path)]
+    return v.amount is None or (before is not None and v.amount <= before)
+
+
+def _scope_violations(obj: Any, old: Any, policy: Policy, namespace: str | None) -> list[Violation]:
+    """``scope.labels`` when an UPDATE changes the labels that make ``old`` a governed run."""
+    before, _ = _select(old, policy, namespace)
+    if before is None or before.kind != "Pod":
+        return []  # a controller's new template labels only shape pods judged at creation
+    try:
+        after = locate(obj)
+    except InvalidObject:
+        return []  # the new object's own problems are reported as input.invalid
+    labels = after.labels if after is not None else {}
+    return check_scope_labels(before.labels, labels, policy, _meta_path(before.spec_path))
+
+
+def _meta_path(spec_path: str) -> str:
+    return spec_path[: -len("spec")] + "metadata"
 
 
 def _not_mutated(target: Target, policy: Policy, found: list[Violation]) -> list[Violation]:

@@ -292,10 +292,16 @@ _POD_SECURITY = {
     "runAsGroup": INT,
     "runAsNonRoot": BOOL,
     "seccompProfile": Obj({"type": STR}),
+    "appArmorProfile": Obj({"type": STR}),
+    "seLinuxOptions": Obj({"type": STR, "user": STR, "role": STR}),
+    "windowsOptions": Obj({"hostProcess": BOOL}),
 }
+# A probe or lifecycle handler: the Pod Security Standards forbid a ``host`` in either.
+_HANDLER = Obj({"httpGet": Obj({"host": STR}), "tcpSocket": Obj({"host": STR})})
 CONTAINER = Named(
     {
         "resources": Obj({"requests": Quantities(), "limits": Quantities()}),
+        "restartPolicy": STR,
         "env": ListOf(
             Named(
                 {"valueFrom": Obj({"secretKeyRef": Ref("name")})},
@@ -311,8 +317,14 @@ CONTAINER = Named(
                 "privileged": BOOL,
                 "allowPrivilegeEscalation": BOOL,
                 "capabilities": Obj({"add": Strings(), "drop": Strings()}),
+                "procMount": STR,
             }
         ),
+        "ports": ListOf(ObjectItem(Obj({"hostPort": INT}))),
+        "livenessProbe": _HANDLER,
+        "readinessProbe": _HANDLER,
+        "startupProbe": _HANDLER,
+        "lifecycle": Obj({"postStart": _HANDLER, "preStop": _HANDLER}),
     },
     "a container needs a name",
 )
@@ -335,7 +347,15 @@ POD_SPEC = Obj(
     {
         "initContainers": ListOf(CONTAINER),
         "ephemeralContainers": ListOf(CONTAINER),
-        "securityContext": Obj({**_POD_SECURITY, "fsGroup": INT}),
+        "securityContext": Obj(
+            {
+                **_POD_SECURITY,
+                "fsGroup": INT,
+                "supplementalGroups": Ints(),
+                "sysctls": ListOf(Named(message="a sysctl must be an object with a name")),
+            }
+        ),
+        "os": Obj({"name": STR}),
         "volumes": ListOf(VOLUME),
         "nodeSelector": StrMap(),
         "tolerations": ListOf(ObjectItem()),
@@ -350,6 +370,7 @@ POD_SPEC = Obj(
                 )
             }
         ),
+        "resources": Obj({"requests": Quantities(), "limits": Quantities()}),
         "imagePullSecrets": ListOf(ObjectItem(Obj({"name": STR}))),
         "priorityClassName": STR,
         "runtimeClassName": STR,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any
 
 JSON = dict[str, Any]
@@ -25,6 +26,9 @@ class Violation:
     rule: str
     path: str
     message: str
+    # The quantity judged, for rules about amounts: on UPDATE an excess already present
+    # may stay or shrink, never grow (``pods/resize``).
+    amount: Decimal | None = field(default=None, compare=False, repr=False)
 
     def to_dict(self) -> dict[str, str]:
         return {"rule": self.rule, "path": self.path, "message": self.message}

@@ -32,6 +32,7 @@ MUTATION_STEPS: tuple[Step, ...] = (
 CHECKS: tuple[Check, ...] = (
     profile.check_profile,
     resources.check_resources,
+    resources.check_run_totals,
     security.check_security,
     volumes.check_volumes,
     secrets.check_secrets,

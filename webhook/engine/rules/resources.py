@@ -1,7 +1,13 @@
-"""Steps 2-4 and rules ``resources.*``: defaults, memory limits, maximums, gpu request = limit."""
+"""Steps 2-4 and rules ``resources.*``: defaults, memory limits, maximums, gpu request = limit.
+
+Maximums hold per container (clamped) and per run: the run's effective total, as the
+scheduler computes it, above a maximum is denied (there is no fair way to clamp a total
+across containers the user sized).
+"""
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import Any
 
 from webhook.engine.pod import Pod, resources_of, same_quantity, warning
@@ -108,12 +114,13 @@ def check_resources(pod: Pod) -> list[Violation]:
         for part, values in (("requests", requests), ("limits", limits)):
             for resource, value in values.items():
                 maximum = cfg.maximum_values.get(resource)
-                if maximum is not None and parse(value) > maximum:
+                if maximum is not None and (amount := parse(value)) > maximum:
                     out.append(
                         Violation(
                             "resources.exceeded",
                             f"{path}.{part}.{resource}",
                             f"{value} is above the maximum {cfg.maximums[resource]}",
+                            amount,
                         )
                     )
         if (gpu in requests or gpu in limits) and (
@@ -128,3 +135,77 @@ def check_resources(pod: Pod) -> list[Violation]:
                 )
             )
     return out
+
+
+def effective_totals(spec: JSON, part: str) -> dict[str, Decimal]:
+    """The pod's effective ``part`` (requests or limits) per resource, as the scheduler
+    computes it: regular containers and sidecars (init containers with ``restartPolicy:
+    Always``) summed; each other init container with the sidecars started before it; the
+    larger of the two; pod-level ``spec.resources`` where it sets a resource."""
+    totals: dict[str, Decimal] = {}
+    sidecars: dict[str, Decimal] = {}
+    init_peak: dict[str, Decimal] = {}
+    for container in spec.get("initContainers") or ():
+        values = _values(container, part)
+        if container.get("restartPolicy") == "Always":
+            for name, amount in values.items():
+                sidecars[name] = sidecars.get(name, Decimal(0)) + amount
+            during = dict(sidecars)
+        else:
+            during = {n: sidecars.get(n, Decimal(0)) + values.get(n, Decimal(0)) for n in values}
+            for name, amount in sidecars.items():
+                during.setdefault(name, amount)
+        for name, amount in during.items():
+            init_peak[name] = max(init_peak.get(name, Decimal(0)), amount)
+    for container in spec.get("containers") or ():
+        for name, amount in _values(container, part).items():
+            totals[name] = totals.get(name, Decimal(0)) + amount
+    for name, amount in sidecars.items():
+        totals[name] = totals.get(name, Decimal(0)) + amount
+    for name, amount in init_peak.items():
+        totals[name] = max(totals.get(name, Decimal(0)), amount)
+    totals.update(_values(spec, part))  # pod-level resources win where set
+    return totals
+
+
+def _values(holder: JSON, part: str) -> dict[str, Decimal]:
+    res = holder.get("resources")
+    values = res.get(part) if isinstance(res, dict) else None
+    return {k: parse(v) for k, v in values.items()} if isinstance(values, dict) else {}
+
+
+def check_run_totals(pod: Pod) -> list[Violation]:
+    """``resources.exceeded`` for a run whose total (not one container) is above a maximum."""
+    cfg = pod.policy.resources
+    if not cfg.maximum_values:
+        return []
+    out: list[Violation] = []
+    for part in ("requests", "limits"):
+        pod_level = _values(pod.spec, part)
+        largest: dict[str, Decimal] = {}
+        for _, _, container in pod.containers():
+            for name, amount in _values(container, part).items():
+                largest[name] = max(largest.get(name, Decimal(0)), amount)
+        for resource, amount in effective_totals(pod.spec, part).items():
+            maximum = cfg.maximum_values.get(resource)
+            if resource not in pod_level and amount == largest.get(resource):
+                continue  # one container holds it all: check_resources names that container
+            if maximum is not None and amount > maximum:
+                out.append(
+                    Violation(
+                        "resources.exceeded",
+                        f"{pod.spec_path}.resources.{part}.{resource}",
+                        f"the run's total {pod.short(resource)} {part[:-1]} {_show(resource, amount)}"
+                        f" (all containers, as the scheduler counts) is above the maximum "
+                        f"{cfg.maximums[resource]} for one run",
+                        amount,
+                    )
+                )
+    return out
+
+
+def _show(resource: str, amount: Decimal) -> str:
+    """A total as people write it: bytes in Mi/Gi, the rest as a plain number."""
+    if resource in ("memory", "ephemeral-storage") or resource.startswith("hugepages-"):
+        return format_bytes_ceil_mi(amount)
+    return f"{amount.normalize():f}"

@@ -1,0 +1,56 @@
+"""Rule ``scope.labels``: a run cannot leave runguard's sight by editing its own labels.
+
+Pod labels are mutable, and the selector, the profile and the name patterns all read
+them. On UPDATE of a run, the labels that decide *whether* and *how* it is governed
+(the selector's keys, the profile label, every label a name pattern uses) are frozen:
+otherwise removing ``managed-by`` would take a running run out of the webhooks'
+``objectSelector`` and open it to a privileged debug container.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from webhook.engine.types import Violation
+from webhook.policy.model import Policy
+
+
+def scope_label_keys(policy: Policy) -> list[str]:
+    """Every label key that decides whether and how a pod is governed, in a stable order."""
+    keys: list[str] = [*policy.selector.match_labels]
+    keys.extend(e["key"] for e in policy.selector.match_expressions)
+    keys.append(policy.profiles_config.label)
+    for patterns in (
+        policy.volumes.platform_claims,
+        policy.volumes.platform_config_maps,
+        policy.secrets.allowed,
+    ):
+        for pattern in patterns:
+            keys.extend(pattern.label_keys)
+    return list(dict.fromkeys(keys))
+
+
+def check_scope_labels(
+    old: Mapping[str, str], new: Mapping[str, str], policy: Policy, meta_path: str
+) -> list[Violation]:
+    """A violation per scope label a running run's update adds, removes or changes."""
+    out: list[Violation] = []
+    for key in scope_label_keys(policy):
+        before, after = old.get(key), new.get(key)
+        if before == after:
+            continue
+        if after is None:
+            what = f"removing label {key} ({before!r})"
+        elif before is None:
+            what = f"adding label {key} ({after!r})"
+        else:
+            what = f"changing label {key} from {before!r} to {after!r}"
+        out.append(
+            Violation(
+                "scope.labels",
+                f"{meta_path}.labels[{key}]",
+                f"{what} of a running run is not allowed: it decides how runguard governs the "
+                "run; delete the run and create a new one instead",
+            )
+        )
+    return out
