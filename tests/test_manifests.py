@@ -108,7 +108,7 @@ def test_mutating_configuration_field_by_field(policy: Policy) -> None:
                     "port": 443,
                 }
             },
-            "rules": [pod_rule(["CREATE", "UPDATE"], ["pods"])],
+            "rules": [pod_rule(["CREATE", "UPDATE"], ["pods", "pods/ephemeralcontainers"])],
             "failurePolicy": "Fail",
             "matchPolicy": "Equivalent",
             "sideEffects": "None",
@@ -144,7 +144,7 @@ def test_validating_configuration_field_by_field(policy: Policy) -> None:
     assert pods == {
         **common,
         "name": "validate.runguard.io",
-        "rules": [pod_rule(ops, ["pods", "pods/ephemeralcontainers"])],
+        "rules": [pod_rule(ops, ["pods", "pods/ephemeralcontainers", "pods/resize"])],
         "failurePolicy": "Fail",
         "objectSelector": EXPECTED_OBJECT_SELECTOR,
     }

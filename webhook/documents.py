@@ -30,7 +30,8 @@ def read_text(source: str) -> tuple[str, str]:
 
 
 def parse_objects(text: str, name: str = "<input>") -> list[Any]:
-    """Every object in ``text``: YAML documents (JSON is YAML), flattening ``kind: List``."""
+    """Every object in ``text``: YAML documents (JSON is YAML), flattening lists (``kind:
+    List``, ``PodList``...) item by item, as kubectl does."""
     stripped = text.lstrip()
     try:
         if stripped.startswith(("{", "[")):
@@ -48,15 +49,35 @@ def parse_objects(text: str, name: str = "<input>") -> list[Any]:
     for doc in docs:
         if isinstance(doc, list):
             objects.extend(doc)
-        elif (
-            isinstance(doc, dict)
-            and doc.get("kind") == "List"
-            and isinstance(doc.get("items"), list)
-        ):
-            objects.extend(doc["items"])
+        elif is_list(doc):
+            objects.extend(list_items(doc))
         else:
             objects.append(doc)
     return objects
+
+
+def is_list(doc: Any) -> bool:
+    """``kind: List`` or a typed list (``PodList``, ``JobList``...) with ``items``: kubectl
+    creates each item, so runguard judges each item."""
+    if not isinstance(doc, dict) or not isinstance(doc.get("items"), list):
+        return False
+    kind = doc.get("kind")
+    return isinstance(kind, str) and kind.endswith("List")
+
+
+def list_items(doc: dict[str, Any]) -> list[Any]:
+    """The items of a list; a typed list's items lacking ``kind``/``apiVersion`` (as the API
+    returns them) get the list's (``PodList`` -> ``Pod``)."""
+    kind: str = doc["kind"]
+    if kind == "List":
+        return list(doc["items"])
+    defaults = {"kind": kind[: -len("List")], "apiVersion": doc.get("apiVersion")}
+    return [
+        {**{k: v for k, v in defaults.items() if v is not None}, **item}
+        if isinstance(item, dict)
+        else item
+        for item in doc["items"]
+    ]
 
 
 def read_objects(source: str) -> list[Any]:

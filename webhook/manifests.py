@@ -57,6 +57,10 @@ VALIDATING_WEBHOOK = "validate.runguard.io"
 CONTROLLERS_WEBHOOK = "validate-controllers.runguard.io"
 MUTATE_PATH, VALIDATE_PATH = "/mutate", "/validate"
 CONFIG_MAP_NAME = "runguard-policies"
+# Pod subresources that change a Pod's spec after creation: each is a door into a running
+# run (``kubectl debug`` adds containers, ``pods/resize`` changes resources), so each is
+# routed to runguard. The e2e suite reads the real apiserver's list and fails on a new one.
+POD_SPEC_SUBRESOURCES = ("pods/ephemeralcontainers", "pods/resize")
 WEBHOOKS_FILE = "webhooks.yaml"
 CONFIG_MAP_FILE = "policy-configmap.yaml"
 TIMEOUT_SECONDS = 5
@@ -158,7 +162,8 @@ def mutating_webhook_configuration(
     hook = _webhook(
         MUTATING_WEBHOOK,
         MUTATE_PATH,
-        [_rule("", ["pods"], ["CREATE", "UPDATE"])],
+        # ephemeralcontainers: a debug container added with `kubectl debug` is hardened
+        [_rule("", ["pods", "pods/ephemeralcontainers"], ["CREATE", "UPDATE"])],
         policy,
         namespace,
         service,
@@ -190,8 +195,7 @@ def validating_webhook_configuration(
     pods = _webhook(
         VALIDATING_WEBHOOK,
         VALIDATE_PATH,
-        # ephemeralcontainers: `kubectl debug` adds containers to a running run Pod
-        [_rule("", ["pods", "pods/ephemeralcontainers"], ops)],
+        [_rule("", ["pods", *POD_SPEC_SUBRESOURCES], ops)],
         policy,
         namespace,
         service,

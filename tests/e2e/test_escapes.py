@@ -1,0 +1,144 @@
+"""Doors into a running run, tried through the real apiserver as a user with kubectl would
+(issue 9): every Pod subresource that changes a spec is routed to runguard, a resize past
+the maximums is refused, a run cannot relabel itself out of runguard's sight, and a
+PodList is judged item by item as kubectl creates it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from webhook.manifests import POD_SPEC_SUBRESOURCES
+
+from .cluster import Cluster
+from .runs import Webhook, apply, get, rule_ids, run_pod
+
+pytestmark = pytest.mark.e2e
+
+# Pod subresources that cannot change the spec: status, scheduling, eviction, streams.
+NOT_SPEC = {
+    "pods/status",
+    "pods/binding",
+    "pods/eviction",
+    "pods/log",
+    "pods/exec",
+    "pods/attach",
+    "pods/portforward",
+    "pods/proxy",
+}
+
+
+def test_every_pod_subresource_that_changes_the_spec_is_routed_to_runguard(
+    cluster: Cluster, runguard: Webhook
+) -> None:
+    """Read from the real apiserver's discovery: a subresource it gains fails this test
+    until it is classified, so a new door is never open by default."""
+    discovery = cluster.get_json("/api/v1")
+    writable = {
+        r["name"]
+        for r in discovery["resources"]
+        if r["name"].startswith("pods/") and {"update", "patch"} & set(r.get("verbs", []))
+    }
+    assert writable - NOT_SPEC == set(POD_SPEC_SUBRESOURCES)
+    installed = json.loads(
+        cluster.kubectl(
+            "get", "validatingwebhookconfiguration", "runguard", "-o", "json", check=True
+        ).stdout
+    )
+    routed = {
+        resource
+        for hook in installed["webhooks"]
+        for rule in hook["rules"]
+        for resource in rule["resources"]
+    }
+    assert set(POD_SPEC_SUBRESOURCES) <= routed
+
+
+def resize(
+    cluster: Cluster, namespace: str, name: str, cpu: str
+) -> subprocess.CompletedProcess[str]:
+    patch = {
+        "spec": {
+            "containers": [
+                {"name": "main", "resources": {"requests": {"cpu": cpu}, "limits": {"cpu": cpu}}}
+            ]
+        }
+    }
+    result: subprocess.CompletedProcess[str] = cluster.kubectl(
+        "patch", "-n", namespace, "pod", name, "--subresource", "resize", "-p", json.dumps(patch)
+    )
+    return result
+
+
+def test_a_resize_past_the_maximums_is_refused(
+    cluster: Cluster, runguard: Webhook, namespace: str
+) -> None:
+    body = run_pod("train")
+    body["spec"]["containers"][0]["resources"] = {
+        "requests": {"cpu": "1", "memory": "1Gi"},
+        "limits": {"cpu": "1", "memory": "1Gi"},
+    }
+    assert apply(cluster, namespace, body).returncode == 0
+    denied = resize(cluster, namespace, "train", "64")
+    assert denied.returncode != 0
+    assert "resources.exceeded" in rule_ids(denied.stderr), denied.stderr
+    assert (
+        get(cluster, namespace, "pod", "train")["spec"]["containers"][0]["resources"]["limits"][
+            "cpu"
+        ]
+        == "1"
+    )
+    within = resize(cluster, namespace, "train", "2")
+    assert within.returncode == 0, within.stderr
+
+
+def test_a_run_cannot_relabel_itself_out_of_sight(
+    cluster: Cluster, runguard: Webhook, namespace: str
+) -> None:
+    assert apply(cluster, namespace, run_pod("train")).returncode == 0
+    for change in ("dhcore/run-", "dhcore/run=another-run", "app.kubernetes.io/managed-by-"):
+        done = cluster.kubectl("label", "--overwrite", "-n", namespace, "pod", "train", change)
+        assert done.returncode != 0, change
+        assert "scope.labels" in rule_ids(done.stderr), done.stderr
+    labels = get(cluster, namespace, "pod", "train")["metadata"]["labels"]
+    assert labels["dhcore/run"] == run_pod("x")["metadata"]["labels"]["dhcore/run"]
+    edited = cluster.kubectl("label", "-n", namespace, "pod", "train", "team=vision")
+    assert edited.returncode == 0, edited.stderr
+
+
+def test_a_pod_list_is_judged_item_by_item_online_and_offline(
+    cluster: Cluster, runguard: Webhook, namespace: str, tmp_path: Path
+) -> None:
+    fixable = run_pod("fixable", securityContext={"runAsUser": 0})
+    denied = run_pod("denied", hostPID=True)
+    listing = {"apiVersion": "v1", "kind": "PodList", "items": [fixable, denied]}
+    done = cluster.kubectl("create", "-n", namespace, "-f", "-", input=json.dumps(listing))
+    assert done.returncode != 0
+    assert "security.host-namespace" in rule_ids(done.stderr), done.stderr
+    created = get(cluster, namespace, "pod", "fixable")
+    assert created["spec"]["securityContext"].get("runAsUser") != 0
+    source = tmp_path / "list.json"
+    source.write_text(json.dumps(listing))
+    offline = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "webhook",
+            "apply",
+            "-p",
+            str(runguard.policy_file.parent),
+            "-o",
+            "json",
+            str(source),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    verdicts = [(e["name"], e["allowed"]) for e in json.loads(offline.stdout)]
+    assert verdicts == [("fixable", True), ("denied", False)]
