@@ -1,0 +1,447 @@
+"""The real platforms are the users: every object under tests/platforms/, built as the
+platform's own code builds it, through the engine with the shipped policy.
+
+Each fixture ``NAME.yaml`` (one object) has an ``NAME.expect.yaml`` beside it; the format
+is described in tests/platforms/README.md. A fixture whose expectation records a known
+mismatch (``xfail:``) is marked ``xfail(strict=True)``: the suite stays green while the
+gap is visible, and the test fails loudly (XPASS) once the policy or the engine is fixed,
+so the marker is removed then.
+
+A pod controller is judged twice, as the cluster would: the object itself (the
+controllers' validating webhook) and the Pod its controller creates from the template
+(the Pod webhooks). Every Pod is judged as the webhooks receive it, after the built-in
+ServiceAccount admission plugin added the API token volume (``admitted_pod``).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from webhook.engine import Decision, evaluate
+from webhook.policy.loader import load_policy
+from webhook.policy.model import Policy
+
+REPO = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).parent / "platforms"
+EXPECT_SUFFIX = ".expect.yaml"
+EXPECT_KEYS = frozenset(
+    {
+        "description",
+        "policy",
+        "policyPatch",
+        "annotations",
+        "applies",
+        "allowed",
+        "violations",
+        "podViolations",
+        "unchanged",
+        "kept",
+        "removed",
+        "equals",
+        "xfail",
+        "because",
+    }
+)
+
+# kind -> keys from the object to its pod template
+TEMPLATES: dict[str, tuple[str, ...]] = {
+    "Pod": (),
+    "Job": ("spec", "template"),
+    "CronJob": ("spec", "jobTemplate", "spec", "template"),
+    "Deployment": ("spec", "template"),
+    "StatefulSet": ("spec", "template"),
+    "ReplicaSet": ("spec", "template"),
+}
+
+# What the controllers add to the Pods they create (kube-controller-manager 1.33).
+CONTROLLER_LABELS: dict[str, dict[str, str]] = {
+    "Job": {
+        "batch.kubernetes.io/controller-uid": "0b7a3c52-8d1e-4f7a-9a51-3c0f5d2e1b11",
+        "controller-uid": "0b7a3c52-8d1e-4f7a-9a51-3c0f5d2e1b11",
+    },
+    "CronJob": {
+        "batch.kubernetes.io/controller-uid": "0b7a3c52-8d1e-4f7a-9a51-3c0f5d2e1b12",
+        "controller-uid": "0b7a3c52-8d1e-4f7a-9a51-3c0f5d2e1b12",
+    },
+    "Deployment": {"pod-template-hash": "5d8f7c9b6d"},
+    "StatefulSet": {"apps.kubernetes.io/pod-index": "0"},
+    "ReplicaSet": {},
+}
+
+
+# ------------------------------------------------------------------------ fixtures
+
+
+def fixtures() -> Iterator[Any]:
+    for path in sorted(ROOT.glob("*/*.yaml")):
+        if path.name.endswith(EXPECT_SUFFIX):
+            continue
+        for name, expect in load_cases(path):
+            marks = []
+            if expect.get("xfail"):
+                marks.append(
+                    pytest.mark.xfail(
+                        strict=True, raises=KnownMismatch, reason=str(expect["xfail"])
+                    )
+                )
+            case_id = f"{path.parent.name}/{path.stem}" + (f"/{name}" if name else "")
+            yield pytest.param(path, name, id=case_id, marks=marks)
+
+
+class KnownMismatch(AssertionError):
+    """The failure an ``xfail`` expectation announces (its ``because`` text was found)."""
+
+
+def load_cases(path: Path) -> list[tuple[str, dict[str, Any]]]:
+    """(case name, expectation) pairs: one unnamed case, or the named ``cases``."""
+    expect_path = path.with_name(path.stem + EXPECT_SUFFIX)
+    doc = yaml.safe_load(expect_path.read_text(encoding="utf-8"))
+    assert isinstance(doc, dict), f"{expect_path}: not a mapping"
+    if "cases" not in doc:
+        return [("", check_expect(doc, expect_path))]
+    unknown = set(doc) - {"cases"}
+    assert not unknown, f"{expect_path}: with cases, nothing else at the top: {sorted(unknown)}"
+    out = []
+    for case in doc["cases"]:
+        assert isinstance(case, dict) and case.get("name"), f"{expect_path}: a case needs a name"
+        name = case.pop("name")
+        out.append((name, check_expect(case, expect_path)))
+    return out
+
+
+def check_expect(expect: dict[str, Any], where: Path) -> dict[str, Any]:
+    unknown = set(expect) - EXPECT_KEYS
+    assert not unknown, f"{where}: unknown keys {sorted(unknown)}"
+    assert "policy" in expect, f"{where}: no policy"
+    if expect.get("xfail"):
+        assert expect.get("because"), f"{where}: an xfail needs `because` (text of the failure)"
+    return expect
+
+
+def load_object(path: Path) -> dict[str, Any]:
+    docs = [d for d in yaml.safe_load_all(path.read_text(encoding="utf-8")) if d is not None]
+    assert len(docs) == 1, f"{path}: one object per fixture, found {len(docs)}"
+    obj = json.loads(json.dumps(docs[0]))  # no YAML anchors left shared between paths
+    assert isinstance(obj, dict) and obj.get("kind") in TEMPLATES, (
+        f"{path}: not a pod or controller"
+    )
+    return obj
+
+
+_POLICIES: dict[str, Policy] = {}
+
+
+def policy_for(expect: dict[str, Any], tmp_path: Path) -> Policy:
+    """The shipped policy directory, optionally with a JSON merge patch on its RunPolicy."""
+    directory = REPO / expect["policy"]
+    patch = expect.get("policyPatch")
+    if patch is None:
+        key = str(directory)
+        if key not in _POLICIES:
+            _POLICIES[key] = load_policy(directory)
+        return _POLICIES[key]
+    patched = tmp_path / "policy"
+    patched.mkdir()
+    for source in sorted(directory.glob("*.yaml")):
+        docs = [d for d in yaml.safe_load_all(source.read_text(encoding="utf-8")) if d]
+        for doc in docs:
+            if doc.get("kind") == "RunPolicy":
+                doc["spec"] = merge_patch(doc["spec"], patch)
+        (patched / source.name).write_text(yaml.safe_dump_all(docs), encoding="utf-8")
+    return load_policy(patched)
+
+
+def merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386 JSON merge patch."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    out = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = merge_patch(out.get(key), value)
+    return out
+
+
+# ------------------------------------------------------------ what the cluster adds
+
+
+def template_of(obj: dict[str, Any]) -> dict[str, Any]:
+    node = obj
+    for key in TEMPLATES[obj["kind"]]:
+        node = node[key]
+    return node
+
+
+def admitted_pod(obj: dict[str, Any]) -> dict[str, Any]:
+    """The Pod as the admission webhooks receive it.
+
+    For a controller: the Pod its controller creates from the template (template labels
+    plus the controller's own, generateName from the object's name). For every Pod: what
+    the ServiceAccount admission plugin adds before webhooks run (serviceAccountName
+    ``default`` when unset, the projected ``kube-api-access`` token volume mounted in
+    every container) unless automountServiceAccountToken is false.
+    """
+    if obj["kind"] == "Pod":
+        pod = copy.deepcopy(obj)
+    else:
+        template = copy.deepcopy(template_of(obj))
+        meta = template.get("metadata") or {}
+        labels = {**(meta.get("labels") or {}), **CONTROLLER_LABELS[obj["kind"]]}
+        if obj["kind"] in ("Job", "CronJob"):
+            job_name = obj["metadata"]["name"] + ("-29100000" if obj["kind"] == "CronJob" else "")
+            labels["batch.kubernetes.io/job-name"] = job_name
+            labels["job-name"] = job_name
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "generateName": obj["metadata"]["name"] + "-",
+                "namespace": obj["metadata"].get("namespace", "default"),
+                "labels": labels,
+                **({"annotations": meta["annotations"]} if meta.get("annotations") else {}),
+            },
+            "spec": template["spec"],
+        }
+    spec = pod["spec"]
+    spec.setdefault("serviceAccountName", spec.get("serviceAccount") or "default")
+    if spec.get("automountServiceAccountToken") is not False:
+        spec.setdefault("volumes", []).append(
+            {
+                "name": "kube-api-access-7xk2p",
+                "projected": {
+                    "defaultMode": 420,
+                    "sources": [
+                        {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
+                        {
+                            "configMap": {
+                                "name": "kube-root-ca.crt",
+                                "items": [{"key": "ca.crt", "path": "ca.crt"}],
+                            }
+                        },
+                        {
+                            "downwardAPI": {
+                                "items": [
+                                    {
+                                        "path": "namespace",
+                                        "fieldRef": {
+                                            "apiVersion": "v1",
+                                            "fieldPath": "metadata.namespace",
+                                        },
+                                    }
+                                ]
+                            }
+                        },
+                    ],
+                },
+            }
+        )
+        for key in ("initContainers", "containers"):
+            for container in spec.get(key) or ():
+                container.setdefault("volumeMounts", []).append(
+                    {
+                        "name": "kube-api-access-7xk2p",
+                        "readOnly": True,
+                        "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount",
+                    }
+                )
+    return pod
+
+
+def with_annotations(obj: dict[str, Any], annotations: dict[str, str]) -> dict[str, Any]:
+    """``obj`` with annotations on its pod (template) metadata."""
+    obj = copy.deepcopy(obj)
+    template = obj if obj["kind"] == "Pod" else template_of(obj)
+    meta = template.setdefault("metadata", {})
+    meta["annotations"] = {**(meta.get("annotations") or {}), **annotations}
+    return obj
+
+
+# ------------------------------------------------------------------------ paths
+
+_STEP = re.compile(r"""\.?([A-Za-z0-9_-]+)|\[(\d+)\]|\[['"]([^'"]+)['"]\]""")
+ABSENT = object()
+
+
+def get_path(obj: Any, path: str) -> Any:
+    """``spec.containers[0].env`` or ``metadata.labels['dhcore/run']``; ABSENT if missing."""
+    node = obj
+    pos = 0
+    while pos < len(path):
+        m = _STEP.match(path, pos)
+        assert m is not None, f"bad path {path!r} at {pos}"
+        pos = m.end()
+        key: Any = m.group(1) or m.group(3)
+        if m.group(2) is not None:
+            key = int(m.group(2))
+            if not isinstance(node, list) or key >= len(node):
+                return ABSENT
+        elif not isinstance(node, dict) or key not in node:
+            return ABSENT
+        node = node[key]
+    return node
+
+
+def as_list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def item_names(value: Any) -> list[Any]:
+    return [i.get("name") for i in as_list(value) if isinstance(i, dict)]
+
+
+def describe_items(items: list[Any]) -> str:
+    return ", ".join(
+        str(i.get("name")) if isinstance(i, dict) and "name" in i else show(i) for i in items
+    )
+
+
+def difference(before: Any, after: Any) -> str:
+    """What changed, by item name for lists of named items (env, volumes, mounts)."""
+    names_before, names_after = item_names(before), item_names(after)
+    if before is not ABSENT and after is not ABSENT and None not in names_before + names_after:
+        if names_before and (names_after or after == []):
+            lost = [n for n in names_before if n not in names_after]
+            added = [n for n in names_after if n not in names_before]
+            changed = [
+                n
+                for n in names_before
+                if n in names_after
+                and as_list(before)[names_before.index(n)] != as_list(after)[names_after.index(n)]
+            ]
+            parts = [
+                f"{label} {items}"
+                for label, items in (("lost", lost), ("added", added), ("changed", changed))
+                if items
+            ]
+            return "; ".join(parts) or "reordered"
+    return f"\n  from {show(before)}\n  to   {show(after)}"
+
+
+class _NoAliases(yaml.SafeDumper):
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
+def show(value: Any) -> str:
+    if value is ABSENT:
+        return "<absent>"
+    return yaml.dump(value, Dumper=_NoAliases, default_flow_style=True, width=100).strip()
+
+
+# -------------------------------------------------------------------------- test
+
+
+def rules(decision: Decision) -> list[str]:
+    return sorted({v.rule for v in decision.violations})
+
+
+def judge(obj: dict[str, Any], expect: dict[str, Any], policy: Policy) -> list[str]:
+    """Every way the engine's decision differs from the platform's expectations."""
+    failures: list[str] = []
+    applies = expect.get("applies", True)
+    allowed = expect.get("allowed", True)
+
+    pod_in = admitted_pod(obj)
+    pod_decision = evaluate(pod_in, policy)
+    decision = pod_decision if obj["kind"] == "Pod" else evaluate(obj, policy)
+    judged = [(obj["kind"], decision)] + ([("Pod", pod_decision)] if obj["kind"] != "Pod" else [])
+
+    for what, d in judged:
+        if d.applies != applies:
+            failures.append(f"{what}: applies is {d.applies}, expected {applies}")
+        if d.allowed != allowed:
+            failures.append(
+                f"{what}: allowed is {d.allowed}, expected {allowed}: "
+                + "; ".join(str(v) for v in d.violations)
+            )
+    if "violations" in expect and rules(decision) != sorted(expect["violations"]):
+        failures.append(
+            f"{obj['kind']}: violations {rules(decision)}, expected {expect['violations']}"
+        )
+    if (
+        "podViolations" in expect
+        and pod_decision is not decision
+        and rules(pod_decision) != sorted(expect["podViolations"])
+    ):
+        failures.append(
+            f"Pod: violations {rules(pod_decision)}, expected {expect['podViolations']}"
+        )
+
+    pod_out = pod_decision.object
+    removed: dict[str, list[str]] = expect.get("removed") or {}
+    for path, names in removed.items():
+        still = [n for n in names if n in item_names(get_path(pod_out, path))]
+        if still:
+            failures.append(f"Pod {path}: {still} should have been removed")
+    for path in expect.get("kept") or ():
+        after = get_path(pod_out, path)
+        after_items = after if isinstance(after, list) else []
+        gone = [
+            item
+            for item in as_list(get_path(pod_in, path))
+            if item not in after_items
+            and not (isinstance(item, dict) and item.get("name") in removed.get(path, ()))
+        ]
+        if gone:
+            failures.append(f"Pod {path}: lost {describe_items(gone)}")
+    for path in expect.get("unchanged") or ():
+        before, after = get_path(pod_in, path), get_path(pod_out, path)
+        if before != after:
+            failures.append(f"Pod {path} changed: {difference(before, after)}")
+    for path, wanted in (expect.get("equals") or {}).items():
+        actual = get_path(pod_out, path)
+        wanted_value = ABSENT if wanted is None else wanted
+        if actual != wanted_value:
+            failures.append(f"Pod {path} is {show(actual)}, expected {show(wanted_value)}")
+    if failures and pod_decision.warnings:
+        failures.append("warnings: " + " | ".join(pod_decision.warnings))
+    return failures
+
+
+@pytest.mark.parametrize(("path", "case"), list(fixtures()))
+def test_platform_fixture(path: Path, case: str, tmp_path: Path) -> None:
+    expect = dict(load_cases(path))[case]
+    obj = load_object(path)
+    if expect.get("annotations"):
+        obj = with_annotations(obj, expect["annotations"])
+    failures = judge(obj, expect, policy_for(expect, tmp_path))
+    if not failures:
+        return
+    text = "\n".join(failures)
+    because = expect.get("because")
+    if because is not None:
+        wanted = [because] if isinstance(because, str) else list(because)
+        if all(w in text for w in wanted):
+            raise KnownMismatch(text)
+        text += f"\n(the expected mismatch {wanted} was not the failure)"
+    raise AssertionError(text)
+
+
+def test_every_fixture_has_expectations_and_a_source() -> None:
+    found = [p for p in ROOT.glob("*/*.yaml") if not p.name.endswith(EXPECT_SUFFIX)]
+    assert len(found) >= 20
+    for path in found:
+        assert path.with_name(path.stem + EXPECT_SUFFIX).is_file(), f"{path}: no expectations"
+        header = path.read_text(encoding="utf-8").split("\n", 1)[0]
+        assert header.startswith("# Source:"), f"{path}: the first line must cite its source"
+    for expect in ROOT.glob(f"*/*{EXPECT_SUFFIX}"):
+        fixture = expect.with_name(expect.name[: -len(EXPECT_SUFFIX)] + ".yaml")
+        assert fixture.is_file(), f"{expect}: no fixture"
+
+
+def test_paths() -> None:
+    obj = {"metadata": {"labels": {"dhcore/run": "r1"}}, "spec": {"containers": [{"name": "a"}]}}
+    assert get_path(obj, "metadata.labels['dhcore/run']") == "r1"
+    assert get_path(obj, "spec.containers[0].name") == "a"
+    assert get_path(obj, "spec.containers[1].name") is ABSENT
+    assert get_path(obj, "spec.volumes") is ABSENT
