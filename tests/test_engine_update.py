@@ -4,7 +4,6 @@ manifest again), never a new change to an immutable Pod spec."""
 from __future__ import annotations
 
 import copy
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -86,8 +85,8 @@ def test_a_policy_change_is_never_forced_onto_a_running_pod() -> None:
     """The default profile now asks for 2 cpus: a running pod cannot take them, so an
     update (a label) is let through unpatched rather than refused by the apiserver."""
     default = POLICY.profiles["default"]
-    bigger = replace(default, requests={**default.requests, "cpu": "2"})
-    edited = replace(POLICY, profiles={**POLICY.profiles, "default": bigger})
+    bigger = default.model_copy(update={"requests": {**default.requests, "cpu": "2"}})
+    edited = POLICY.model_copy(update={"profiles": {**POLICY.profiles, "default": bigger}})
     old = running_pod()
     new = copy.deepcopy(old)
     new["metadata"]["labels"]["team"] = "vision"

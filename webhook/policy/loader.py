@@ -13,7 +13,7 @@ import datetime
 import difflib
 import math
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
@@ -22,14 +22,13 @@ from typing import Any
 import yaml
 from jsonschema import Draft202012Validator, ValidationError
 
+from webhook.policy import model
+from webhook.policy.declare import iter_keys
 from webhook.policy.errors import PolicyError, PolicyIssue
-from webhook.policy.model import Policy, build_policy, resolve_resource_name
-from webhook.policy.schema import (
-    FORMAT_PROBLEMS,
-    KINDS,
-    quantity_problem,
-    validator,
-)
+from webhook.policy.formats import FORMAT_PROBLEMS, quantity_problem
+from webhook.policy.kube import RESOURCE_LIST, resolve_resource_name
+from webhook.policy.model import KINDS, Policy, build_policy
+from webhook.policy.schema import validator
 from webhook.quantity import parse
 
 __all__ = [
@@ -479,8 +478,7 @@ def resource_values(doc: SourceDocument, path: Path_, gpu: str) -> dict[str, tup
 
 def gpu_resource_name(source: PolicySource) -> str:
     run_policy = source.run_policy
-    name = run_policy.get("spec", "resources", "gpuResourceName") if run_policy else None
-    return name if isinstance(name, str) else "nvidia.com/gpu"
+    return model.gpu_resource_name(run_policy.get("spec") if run_policy else None)
 
 
 def _cross_document_issues(source: PolicySource) -> list[PolicyIssue]:
@@ -516,7 +514,7 @@ def _cross_document_issues(source: PolicySource) -> list[PolicyIssue]:
 
     gpu = gpu_resource_name(source)
     for doc in source.documents:
-        for path in _resource_list_paths(doc):
+        for path in RESOURCE_LISTS.get(doc.kind or "", ()):
             issues.extend(_duplicate_resources(doc, path, gpu))
 
     for run_policy in run_policies:
@@ -573,14 +571,11 @@ def _run_policy_issues(
     return issues
 
 
-def _resource_list_paths(doc: SourceDocument) -> Iterator[Path_]:
-    if doc.kind == "RunPolicy":
-        yield ("spec", "resources", "maximums")
-        yield ("spec", "resources", "defaults", "requests")
-        yield ("spec", "resources", "defaults", "limits")
-    elif doc.kind == "Profile":
-        yield ("spec", "resources", "requests")
-        yield ("spec", "resources", "limits")
+# kind -> where its resource lists are: e.g. ("spec", "resources", "maximums")
+RESOURCE_LISTS: dict[str, tuple[Path_, ...]] = {
+    kind: tuple(("spec", *key.path) for key in iter_keys(spec) if key.uses(RESOURCE_LIST))
+    for kind, (spec, _) in KINDS.items()
+}
 
 
 def _duplicate_resources(doc: SourceDocument, path: Path_, gpu: str) -> list[PolicyIssue]:

@@ -1,334 +1,411 @@
-"""The Policy model: a RunPolicy and its Profiles, as the engine reads them.
+"""The policy model: each key of a RunPolicy and a Profile declared once; the Policy built of them.
 
-Built from documents that already passed the JSON Schema (see ``schema.py``), so the
-builders here trust shapes and only derive what the engine needs precomputed:
-parsed maximums, compiled name patterns, the gpu resource name resolved.
+Each key is one field below (type, default, description, constraints); the JSON Schema,
+the defaults, lint's lists of keys and ``docs/policy-reference.md`` are generated from
+these fields (``docs/contributing.md``). The engine reads the result, ``Policy``, as
+plain attributes: snake_case names, values precomputed at load (resource lists with
+``gpu`` resolved, maximums parsed to Decimal, name patterns compiled).
+
+Documents reach ``build_policy`` after the JSON Schema generated from this model has
+checked them (``loader.py``, which reports problems as ``file:line: key: message``);
+pydantic then builds the typed model from the valid data.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import re
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
 from decimal import Decimal
-from functools import lru_cache
-from typing import Any, Literal
+from functools import cached_property
+from typing import Annotated, Any, Literal, get_args
 
+from pydantic import BeforeValidator, ConfigDict, Field
+
+from webhook.policy.declare import UNIQUE, Section
+from webhook.policy.formats import (
+    LABEL_VALUE,
+    DnsLabel,
+    DnsSubdomain,
+    LabelKey,
+    LabelMap,
+    NamePatternText,
+    ResourceName,
+)
+from webhook.policy.kube import (
+    AffinityDict,
+    EnvVarDict,
+    LabelSelector,
+    Metadata,
+    ResourceList,
+    ResourceRequirements,
+    TolerationDict,
+    resolve_resource_name,
+)
+from webhook.policy.patterns import NamePattern, matches_any
 from webhook.quantity import parse
 
-Enforcement = Literal["Deny", "Warn", "Audit"]
+__all__ = [
+    "API_VERSION",
+    "KINDS",
+    "PREEMPTION_MODES",
+    "Document",
+    "LabelSelector",
+    "NamePattern",
+    "Policy",
+    "Profile",
+    "ProfileSpec",
+    "RunPolicySpec",
+    "build_policy",
+    "gpu_resource_name",
+    "matches_any",
+    "resolve_resource_name",
+]
+
 StripOrDeny = Literal["Strip", "Deny"]
-PREEMPTION_MODES = ("allow", "constrain", "prevent", "none")
-
-_PLACEHOLDER = re.compile(r"\{labels\[([^\]]+)\]\}")
-
-
-@dataclass(frozen=True)
-class NamePattern:
-    """A name pattern: ``*`` matches any run of characters, ``{labels[KEY]}`` the pod's label."""
-
-    text: str
-    label_keys: tuple[str, ...]
-    _parts: tuple[tuple[str, str], ...]  # ("lit", text) | ("star", "") | ("label", key)
-
-    @classmethod
-    def compile(cls, text: str) -> NamePattern:
-        parts: list[tuple[str, str]] = []
-        keys: list[str] = []
-        pos = 0
-        for m in _PLACEHOLDER.finditer(text):
-            parts.extend(_literal_parts(text[pos : m.start()]))
-            parts.append(("label", m.group(1)))
-            keys.append(m.group(1))
-            pos = m.end()
-        parts.extend(_literal_parts(text[pos:]))
-        return cls(text, tuple(keys), tuple(parts))
-
-    def matches(self, name: str, labels: Mapping[str, str]) -> bool:
-        """True when ``name`` matches; a pod lacking a label the pattern uses matches nothing."""
-        values = []
-        for key in self.label_keys:
-            value = labels.get(key)
-            if not isinstance(value, str) or value == "":
-                return False
-            values.append(value)
-        return _compiled(self.text, tuple(values)).fullmatch(name) is not None
+PreemptionMode = Literal["allow", "constrain", "prevent", "none"]
+PREEMPTION_MODES: tuple[str, ...] = get_args(PreemptionMode)
+VolumeType = Literal[
+    "awsElasticBlockStore", "azureDisk", "azureFile", "cephfs", "cinder", "configMap", "csi",
+    "downwardAPI", "emptyDir", "ephemeral", "fc", "flexVolume", "flocker", "gcePersistentDisk",
+    "gitRepo", "glusterfs", "hostPath", "image", "iscsi", "nfs", "persistentVolumeClaim",
+    "photonPersistentDisk", "portworxVolume", "projected", "quobyte", "rbd", "scaleIO", "secret",
+    "storageos", "vsphereVolume",
+]  # fmt: skip
+Id = Annotated[int, Field(ge=1, le=2147483647)]
+Capability = Annotated[str, Field(min_length=1)]
+NamePatterns = Annotated[tuple[NamePatternText, ...], UNIQUE]
 
 
-@lru_cache(maxsize=4096)
-def _compiled(text: str, label_values: tuple[str, ...]) -> re.Pattern[str]:
-    """The regex of pattern ``text`` for given label values (one per placeholder, in order).
-
-    Keyed by the text (a string hashes once) rather than the parsed parts."""
-    values = iter(label_values)
-    regex = []
-    for kind, part in NamePattern.compile(text)._parts:
-        if kind == "lit":
-            regex.append(re.escape(part))
-        elif kind == "star":
-            regex.append(".*")
-        else:
-            regex.append(re.escape(next(values)))
-    return re.compile("".join(regex), re.DOTALL)
+# --- RunPolicy -------------------------------------------------------------------------
 
 
-def _literal_parts(text: str) -> list[tuple[str, str]]:
-    parts: list[tuple[str, str]] = []
-    for i, chunk in enumerate(text.split("*")):
-        if i:
-            parts.append(("star", ""))
-        if chunk:
-            parts.append(("lit", chunk))
-    return parts
+class ProfilesConfig(Section):
+    """How a run names its hardware profile."""
+
+    label: LabelKey = Field(
+        default="runguard.io/profile", description="Label (else annotation) naming the profile."
+    )
+    default: str | None = Field(
+        default=None, description="Profile for a run that names none; omit for none."
+    )
+    unknown: Literal["Deny", "Default"] = Field(
+        default="Deny", description="A run naming an unknown profile: Deny it, or use the default."
+    )
 
 
-def matches_any(patterns: tuple[NamePattern, ...], name: str, labels: Mapping[str, str]) -> bool:
-    return any(p.matches(name, labels) for p in patterns)
+class ResourcesConfig(Section):
+    """Resource defaults and limits, per container."""
+
+    gpu_resource_name: ResourceName = Field(
+        default="nvidia.com/gpu", description="What `gpu` means in profiles and maximums."
+    )
+    defaults: ResourceRequirements = Field(
+        default_factory=ResourceRequirements,
+        description="Per container, only where the key is absent.",
+    )
+    memory_limit_factor: Decimal | None = Field(
+        default=None, ge=1, description="No memory limit: limit = ceil(request x factor)."
+    )
+    maximums: ResourceList = Field(
+        default_factory=dict, description="Highest request or limit allowed, per container."
+    )
+    on_exceed: Literal["Clamp", "Deny"] = Field(
+        default="Clamp", description="Above a maximum: clamp to it, or deny."
+    )
+
+    @cached_property
+    def default_requests(self) -> Mapping[str, str]:
+        return self.defaults.requests
+
+    @cached_property
+    def default_limits(self) -> Mapping[str, str]:
+        return self.defaults.limits
+
+    @cached_property
+    def maximum_values(self) -> Mapping[str, Decimal]:
+        return {name: parse(text) for name, text in self.maximums.items()}
 
 
-@dataclass(frozen=True)
-class LabelSelector:
-    """A Kubernetes LabelSelector (matchLabels and matchExpressions)."""
+class SecurityConfig(Section):
+    """No root, no privilege."""
 
-    match_labels: Mapping[str, str] = field(default_factory=dict)
-    match_expressions: tuple[Mapping[str, Any], ...] = ()
-
-    def matches(self, labels: Mapping[str, str]) -> bool:
-        for key, value in self.match_labels.items():
-            if labels.get(key) != value:
-                return False
-        for expr in self.match_expressions:
-            key, op = expr["key"], expr["operator"]
-            values = expr.get("values") or []
-            present = key in labels
-            if op == "In" and not (present and labels[key] in values):
-                return False
-            if op == "NotIn" and present and labels[key] in values:
-                return False
-            if op == "Exists" and not present:
-                return False
-            if op == "DoesNotExist" and present:
-                return False
-        return True
-
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        if self.match_labels:
-            out["matchLabels"] = dict(self.match_labels)
-        if self.match_expressions:
-            out["matchExpressions"] = [dict(e) for e in self.match_expressions]
-        return out
+    on_root: StripOrDeny = Field(default="Strip", description="Root: replace it, or deny.")
+    run_as_user: Id | None = Field(
+        default=None, description="Replaces uid 0; absent: field removed."
+    )
+    run_as_group: Id | None = Field(
+        default=None, description="Replaces gid 0; absent: field removed."
+    )
+    fs_group: Id | None = Field(default=None, description="Replaces fsGroup 0; absent: removed.")
+    seccomp_profile: Literal["RuntimeDefault", "Unconfined", None] = Field(
+        default="RuntimeDefault",
+        description="Seccomp profile type set on the pod; null: left alone.",
+    )
+    drop_capabilities: Annotated[tuple[Capability, ...], UNIQUE] = Field(
+        default=("ALL",), description="Capabilities dropped from every container."
+    )
+    allowed_capabilities: frozenset[Capability] = Field(
+        default=frozenset(),
+        description="Capabilities a container may add; others are stripped or denied.",
+    )
 
 
-@dataclass(frozen=True)
-class ProfilesConfig:
-    label: str = "runguard.io/profile"
-    default: str | None = None
-    unknown: Literal["Deny", "Default"] = "Deny"
+class VolumesConfig(Section):
+    """Volume types and pre-existing volumes."""
+
+    allowed_types: frozenset[VolumeType] = Field(
+        default=frozenset(
+            {
+                "persistentVolumeClaim",
+                "emptyDir",
+                "ephemeral",
+                "configMap",
+                "secret",
+                "downwardAPI",
+                "projected",
+            }
+        ),
+        description="Volume types a run may use; others are denied.",
+    )
+    platform_claims: NamePatterns = Field(
+        default=(), description="claimName patterns of the PVCs the platform creates."
+    )
+    platform_config_maps: NamePatterns = Field(
+        default=(), description="ConfigMap name patterns the platform creates."
+    )
+    on_pre_existing: StripOrDeny = Field(
+        default="Strip",
+        description="A PVC/ConfigMap outside the patterns: drop it and its mounts, or deny.",
+    )
 
 
-@dataclass(frozen=True)
-class ResourcesConfig:
-    gpu_resource_name: str = "nvidia.com/gpu"
-    default_requests: Mapping[str, str] = field(default_factory=dict)
-    default_limits: Mapping[str, str] = field(default_factory=dict)
-    memory_limit_factor: Decimal | None = None
-    maximums: Mapping[str, str] = field(default_factory=dict)  # resource name -> text
-    maximum_values: Mapping[str, Decimal] = field(default_factory=dict)
-    on_exceed: StripOrDeny | Literal["Clamp"] = "Clamp"
+class SecretsConfig(Section):
+    """Only platform-managed secrets."""
+
+    allowed: NamePatterns = Field(
+        default=(), description="Secret name patterns (env, envFrom, volumes, projected)."
+    )
+    on_forbidden: StripOrDeny = Field(
+        default="Strip", description="Another secret: remove the reference, or deny."
+    )
 
 
-@dataclass(frozen=True)
-class SecurityConfig:
-    on_root: StripOrDeny = "Strip"
-    run_as_user: int | None = None
-    run_as_group: int | None = None
-    fs_group: int | None = None
-    seccomp_profile: str | None = "RuntimeDefault"
-    drop_capabilities: tuple[str, ...] = ("ALL",)
-    allowed_capabilities: frozenset[str] = frozenset()
+class PriorityClasses(Section):
+    """Allowed priority classes."""
+
+    default: DnsSubdomain | None = Field(
+        default=None, description="Set when a run has none or a disallowed one."
+    )
+    allowed: frozenset[DnsSubdomain] | None = Field(
+        default=None, description="Allowed classes; absent: any."
+    )
 
 
-DEFAULT_ALLOWED_VOLUME_TYPES = frozenset(
-    {
-        "persistentVolumeClaim",
-        "emptyDir",
-        "ephemeral",
-        "configMap",
-        "secret",
-        "downwardAPI",
-        "projected",
-    }
-)
+class PreemptionConfig(Section):
+    """MLRun's preemption modes, on spot/preemptible nodes."""
+
+    annotation: LabelKey = Field(
+        default="runguard.io/preemption-mode", description="Annotation holding a run's mode."
+    )
+    default: PreemptionMode | None = Field(
+        default=None, description="Mode of a run that names none."
+    )
+    node_selector: LabelMap = Field(default_factory=dict, description="Node labels of spot nodes.")
+    tolerations: tuple[TolerationDict, ...] = Field(
+        default=(), description="Tolerations for the spot nodes' taints."
+    )
 
 
-@dataclass(frozen=True)
-class VolumesConfig:
-    allowed_types: frozenset[str] = DEFAULT_ALLOWED_VOLUME_TYPES
-    platform_claims: tuple[NamePattern, ...] = ()
-    platform_config_maps: tuple[NamePattern, ...] = ()
-    on_pre_existing: StripOrDeny = "Strip"
+class SchedulingConfig(Section):
+    """Priority classes and spot-node preemption."""
+
+    priority_classes: PriorityClasses = Field(
+        default_factory=PriorityClasses, description="Allowed priority classes."
+    )
+    preemption: PreemptionConfig | None = Field(
+        default=None,
+        description="MLRun's preemption modes, on spot/preemptible nodes; absent: off.",
+    )
+
+    @cached_property
+    def default_priority_class(self) -> str | None:
+        return self.priority_classes.default
+
+    @cached_property
+    def allowed_priority_classes(self) -> frozenset[str] | None:  # None: any
+        return self.priority_classes.allowed
 
 
-@dataclass(frozen=True)
-class SecretsConfig:
-    allowed: tuple[NamePattern, ...] = ()
-    on_forbidden: StripOrDeny = "Strip"
+class RunPolicySpec(Section):
+    """What runguard enforces on platform runs."""
+
+    # A document must say which Pods are runs; a Policy built by a program may omit it.
+    model_config = ConfigDict(json_schema_extra={"required": ["selector"]})
+
+    selector: LabelSelector = Field(
+        default_factory=LabelSelector,
+        description=(
+            "Which Pods are platform runs (a LabelSelector); the webhook "
+            "configurations' objectSelector is rendered from it."
+        ),
+    )
+    exclude_namespaces: frozenset[DnsLabel] = Field(
+        default=frozenset(), description="Namespaces whose Pods are never touched."
+    )
+    enforcement: Literal["Deny", "Warn", "Audit"] = Field(
+        default="Deny",
+        description="What a violation does: Deny rejects, Warn admits with warnings, Audit only "
+        "records it.",
+    )
+    profiles_config: ProfilesConfig = Field(
+        default_factory=ProfilesConfig,
+        alias="profiles",
+        description="How a run names its hardware profile.",
+    )
+    resources: ResourcesConfig = Field(
+        default_factory=ResourcesConfig, description="Resource defaults and limits, per container."
+    )
+    security: SecurityConfig = Field(
+        default_factory=SecurityConfig, description="No root, no privilege."
+    )
+    volumes: VolumesConfig = Field(
+        default_factory=VolumesConfig, description="Volume types and pre-existing volumes."
+    )
+    secrets: SecretsConfig = Field(
+        default_factory=SecretsConfig, description="Only platform-managed secrets."
+    )
+    scheduling: SchedulingConfig = Field(
+        default_factory=SchedulingConfig, description="Priority classes and spot-node preemption."
+    )
 
 
-@dataclass(frozen=True)
-class PreemptionConfig:
-    annotation: str = "runguard.io/preemption-mode"
-    default: str | None = None
-    node_selector: Mapping[str, str] = field(default_factory=dict)
-    tolerations: tuple[Mapping[str, Any], ...] = ()
+# --- Profile ---------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class SchedulingConfig:
-    default_priority_class: str | None = None
-    allowed_priority_classes: frozenset[str] | None = None  # None: any
-    preemption: PreemptionConfig | None = None
+def _none_if_empty(value: Any) -> Any:
+    return value or None
 
 
-@dataclass(frozen=True)
-class Profile:
+class ProfileSpec(Section):
+    """A hardware profile: its values win over the run's, key by key."""
+
+    description: str = Field(default="", description="Shown to users choosing a profile.")
+    resources: ResourceRequirements = Field(
+        default_factory=ResourceRequirements,
+        description="Requests and limits of the main container.",
+    )
+    node_selector: LabelMap = Field(default_factory=dict, description="Node labels, per key.")
+    tolerations: tuple[TolerationDict, ...] = Field(
+        default=(), description="Added; replaces a run's toleration with the same key and effect."
+    )
+    affinity: Annotated[AffinityDict | None, BeforeValidator(_none_if_empty)] = Field(
+        default=None, description="Replaces the run's affinity."
+    )
+    priority_class_name: DnsSubdomain | None = Field(
+        default=None, description="Replaces the run's priority class."
+    )
+    runtime_class_name: DnsSubdomain | None = Field(
+        default=None, description="Replaces the run's runtime class."
+    )
+    env: tuple[EnvVarDict, ...] = Field(
+        default=(), description="Environment of the main container, per name."
+    )
+
+    @cached_property
+    def requests(self) -> Mapping[str, str]:  # gpu already resolved
+        return self.resources.requests
+
+    @cached_property
+    def limits(self) -> Mapping[str, str]:
+        return self.resources.limits
+
+
+class Profile(ProfileSpec):
+    """A profile as the engine reads it: its spec and its name."""
+
     name: str
-    description: str = ""
-    requests: Mapping[str, str] = field(default_factory=dict)  # gpu already resolved
-    limits: Mapping[str, str] = field(default_factory=dict)
-    node_selector: Mapping[str, str] = field(default_factory=dict)
-    tolerations: tuple[Mapping[str, Any], ...] = ()
-    affinity: Mapping[str, Any] | None = None
-    priority_class_name: str | None = None
-    runtime_class_name: str | None = None
-    env: tuple[Mapping[str, Any], ...] = ()
 
 
-@dataclass(frozen=True)
-class Policy:
-    name: str
-    selector: LabelSelector
-    exclude_namespaces: frozenset[str] = frozenset()
-    enforcement: Enforcement = "Deny"
-    profiles_config: ProfilesConfig = field(default_factory=ProfilesConfig)
-    resources: ResourcesConfig = field(default_factory=ResourcesConfig)
-    security: SecurityConfig = field(default_factory=SecurityConfig)
-    volumes: VolumesConfig = field(default_factory=VolumesConfig)
-    secrets: SecretsConfig = field(default_factory=SecretsConfig)
-    scheduling: SchedulingConfig = field(default_factory=SchedulingConfig)
-    profiles: Mapping[str, Profile] = field(default_factory=dict)
+# --- documents -------------------------------------------------------------------------
+
+Kind = Literal["RunPolicy", "Profile"]
+
+
+class Document(Section):
+    """A RunPolicy (exactly one per policy directory) or a Profile."""
+
+    api_version: Literal["runguard.io/v1"] = Field(description="Always runguard.io/v1.")
+    kind: Kind = Field(description="RunPolicy or Profile.")
+    metadata: Metadata = Field(description="The document's name.")
+    spec: dict[str, Any] = Field(description="Depends on kind.")
+
+
+class ProfileMetadata(Metadata):
+    """A Profile's metadata: its name is written in a label."""
+
+    name: Annotated[str, Field(min_length=1), LABEL_VALUE] = Field(
+        description="The profile's name, as runs name it in the profile label."
+    )
+
+
+API_VERSION: str = get_args(Document.model_fields["api_version"].annotation)[0]
+# kind -> (its spec, its metadata): the schema checks each document against its kind's.
+KINDS: dict[str, tuple[type[Section], type[Metadata]]] = {
+    "RunPolicy": (RunPolicySpec, Metadata),
+    "Profile": (ProfileSpec, ProfileMetadata),
+}
+assert set(KINDS) == set(get_args(Kind))
+
+
+# --- the Policy ------------------------------------------------------------------------
+
+
+class Policy(RunPolicySpec):
+    """The RunPolicy's spec with its name, the profiles by name, and a digest of the sources."""
+
+    name: str = "runguard"
+    profiles: Mapping[str, Profile] = Field(default_factory=dict)
     digest: str = ""  # sha256 of the source documents, for /readyz and the audit log
 
 
-def resolve_resource_name(name: str, gpu_resource_name: str) -> str:
-    """Policy files say ``gpu`` for the cluster's gpu resource (``nvidia.com/gpu``)."""
-    return gpu_resource_name if name == "gpu" else name
+def gpu_resource_name(spec: object) -> str:
+    """The gpu resource name a RunPolicy ``spec`` (as written, maybe invalid) declares."""
+    field = ResourcesConfig.model_fields["gpu_resource_name"]
+    resources = (
+        spec.get(RunPolicySpec.model_fields["resources"].alias)
+        if isinstance(spec, Mapping)
+        else None
+    )
+    name = resources.get(field.alias) if isinstance(resources, Mapping) else None
+    return name if isinstance(name, str) else str(field.default)
 
 
-def _resources_map(raw: Mapping[str, Any] | None, gpu: str) -> dict[str, str]:
-    return {resolve_resource_name(k, gpu): str(v) for k, v in (raw or {}).items()}
+def build_policy(run_policy: Mapping[str, Any], profiles: Sequence[Mapping[str, Any]]) -> Policy:
+    """Build a Policy from schema-valid ``RunPolicy`` and ``Profile`` documents.
 
-
-def build_policy(run_policy: Mapping[str, Any], profiles: list[Mapping[str, Any]]) -> Policy:
-    """Build a Policy from schema-valid ``RunPolicy`` and ``Profile`` documents."""
-    spec = run_policy.get("spec") or {}
-    sel = spec.get("selector") or {}
-    prof = spec.get("profiles") or {}
-    res = spec.get("resources") or {}
-    sec = spec.get("security") or {}
-    vol = spec.get("volumes") or {}
-    secrets = spec.get("secrets") or {}
-    sched = spec.get("scheduling") or {}
-    gpu = res.get("gpuResourceName", "nvidia.com/gpu")
-
-    maximums = _resources_map(res.get("maximums"), gpu)
-    factor = res.get("memoryLimitFactor")
-    defaults = res.get("defaults") or {}
-    pc = sched.get("priorityClasses") or {}
-    pre = sched.get("preemption")
-
-    profile_objs = {}
+    Raises pydantic's ``ValidationError`` (a ``ValueError``) for data the schema would
+    have refused.
+    """
+    spec_data = run_policy.get("spec") or {}
+    context = {"gpu": gpu_resource_name(spec_data)}
+    spec = RunPolicySpec.model_validate(spec_data, context=context)
+    by_name = {}
     for doc in profiles:
-        pspec = doc.get("spec") or {}
-        presources = pspec.get("resources") or {}
         name = doc["metadata"]["name"]
-        profile_objs[name] = Profile(
-            name=name,
-            description=pspec.get("description", ""),
-            requests=_resources_map(presources.get("requests"), gpu),
-            limits=_resources_map(presources.get("limits"), gpu),
-            node_selector=dict(pspec.get("nodeSelector") or {}),
-            tolerations=tuple(pspec.get("tolerations") or ()),
-            affinity=pspec.get("affinity") or None,
-            priority_class_name=pspec.get("priorityClassName"),
-            runtime_class_name=pspec.get("runtimeClassName"),
-            env=tuple(pspec.get("env") or ()),
+        by_name[name] = Profile.model_validate(
+            {**(doc.get("spec") or {}), "name": name}, context=context
         )
-
     digest = hashlib.sha256(
         json.dumps([run_policy, profiles], sort_keys=True, default=str).encode()
     ).hexdigest()[:16]
-
-    return Policy(
-        name=(run_policy.get("metadata") or {}).get("name", "runguard"),
-        selector=LabelSelector(
-            match_labels=dict(sel.get("matchLabels") or {}),
-            match_expressions=tuple(sel.get("matchExpressions") or ()),
-        ),
-        exclude_namespaces=frozenset(spec.get("excludeNamespaces") or ()),
-        enforcement=spec.get("enforcement", "Deny"),
-        profiles_config=ProfilesConfig(
-            label=prof.get("label", "runguard.io/profile"),
-            default=prof.get("default"),
-            unknown=prof.get("unknown", "Deny"),
-        ),
-        resources=ResourcesConfig(
-            gpu_resource_name=gpu,
-            default_requests=_resources_map(defaults.get("requests"), gpu),
-            default_limits=_resources_map(defaults.get("limits"), gpu),
-            memory_limit_factor=None if factor is None else Decimal(str(factor)),
-            maximums=maximums,
-            maximum_values={k: parse(v) for k, v in maximums.items()},
-            on_exceed=res.get("onExceed", "Clamp"),
-        ),
-        security=SecurityConfig(
-            on_root=sec.get("onRoot", "Strip"),
-            run_as_user=sec.get("runAsUser"),
-            run_as_group=sec.get("runAsGroup"),
-            fs_group=sec.get("fsGroup"),
-            seccomp_profile=sec.get("seccompProfile", "RuntimeDefault"),
-            drop_capabilities=tuple(sec.get("dropCapabilities", ["ALL"])),
-            allowed_capabilities=frozenset(sec.get("allowedCapabilities") or ()),
-        ),
-        volumes=VolumesConfig(
-            allowed_types=frozenset(vol.get("allowedTypes", DEFAULT_ALLOWED_VOLUME_TYPES)),
-            platform_claims=tuple(NamePattern.compile(p) for p in vol.get("platformClaims", [])),
-            platform_config_maps=tuple(
-                NamePattern.compile(p) for p in vol.get("platformConfigMaps", [])
-            ),
-            on_pre_existing=vol.get("onPreExisting", "Strip"),
-        ),
-        secrets=SecretsConfig(
-            allowed=tuple(NamePattern.compile(p) for p in secrets.get("allowed", [])),
-            on_forbidden=secrets.get("onForbidden", "Strip"),
-        ),
-        scheduling=SchedulingConfig(
-            default_priority_class=pc.get("default"),
-            allowed_priority_classes=(
-                frozenset(pc["allowed"]) if pc.get("allowed") is not None else None
-            ),
-            preemption=None
-            if pre is None
-            else PreemptionConfig(
-                annotation=pre.get("annotation", "runguard.io/preemption-mode"),
-                default=pre.get("default"),
-                node_selector=dict(pre.get("nodeSelector") or {}),
-                tolerations=tuple(pre.get("tolerations") or ()),
-            ),
-        ),
-        profiles=profile_objs,
-        digest=digest,
+    return Policy.model_validate(
+        {
+            **{name: getattr(spec, name) for name in RunPolicySpec.model_fields},
+            "name": (run_policy.get("metadata") or {}).get("name", "runguard"),
+            "profiles": by_name,
+            "digest": digest,
+        },
+        by_alias=False,
+        by_name=True,
     )

@@ -1,0 +1,107 @@
+"""Name patterns: ``*`` and ``{labels[KEY]}`` in a Kubernetes name; the one place of their grammar.
+
+``split`` is the grammar: a pattern is literal text and placeholders. Everything else
+reads patterns through it: ``NamePattern`` (what the engine matches names with),
+``name_pattern_problem`` (the ``name-pattern`` format of the schema) and the lint rule
+about labels a pattern uses.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from functools import lru_cache
+
+__all__ = ["PLACEHOLDER", "NamePattern", "label_keys", "matches_any", "split"]
+
+PLACEHOLDER = re.compile(r"\{labels\[([^\]{}]*)\]\}")
+_LITERAL = re.compile(r"[a-z0-9.*-]*")  # what can stand in a Kubernetes name, plus *
+
+
+def split(text: str) -> tuple[list[str], list[str]]:
+    """``(literals, keys)``: the text around placeholders, and each placeholder's label key.
+
+    There is one more literal than keys: ``"v-{labels[run]}-*"`` -> ``(["v-", "-*"], ["run"])``.
+    """
+    literals: list[str] = []
+    keys: list[str] = []
+    pos = 0
+    for match in PLACEHOLDER.finditer(text):
+        literals.append(text[pos : match.start()])
+        keys.append(match.group(1))
+        pos = match.end()
+    literals.append(text[pos:])
+    return literals, keys
+
+
+def label_keys(text: str) -> list[str]:
+    """The label keys a pattern's placeholders name, in order."""
+    return split(text)[1]
+
+
+@dataclass(frozen=True)
+class NamePattern:
+    """A name pattern: ``*`` matches any run of characters, ``{labels[KEY]}`` the pod's label."""
+
+    text: str
+    label_keys: tuple[str, ...]
+
+    @classmethod
+    def compile(cls, text: str) -> NamePattern:
+        return cls(text, tuple(label_keys(text)))
+
+    def matches(self, name: str, labels: Mapping[str, str]) -> bool:
+        """True when ``name`` matches; a pod lacking a label the pattern uses matches nothing."""
+        values = []
+        for key in self.label_keys:
+            value = labels.get(key)
+            if not isinstance(value, str) or value == "":
+                return False
+            values.append(value)
+        return _compiled(self.text, tuple(values)).fullmatch(name) is not None
+
+
+@lru_cache(maxsize=4096)
+def _compiled(text: str, label_values: tuple[str, ...]) -> re.Pattern[str]:
+    """The regex of pattern ``text`` for given label values (one per placeholder, in order).
+
+    Keyed by the text (a string hashes once) rather than the parsed parts."""
+    literals, _ = split(text)
+    regex = [_literal_regex(literals[0])]
+    for value, literal in zip(label_values, literals[1:], strict=True):
+        regex.append(re.escape(value))
+        regex.append(_literal_regex(literal))
+    return re.compile("".join(regex), re.DOTALL)
+
+
+def _literal_regex(literal: str) -> str:
+    return ".*".join(re.escape(chunk) for chunk in literal.split("*"))
+
+
+def matches_any(patterns: tuple[NamePattern, ...], name: str, labels: Mapping[str, str]) -> bool:
+    return any(p.matches(name, labels) for p in patterns)
+
+
+def name_pattern_problem(
+    value: object, label_key_problem: Callable[[object], str | None]
+) -> str | None:
+    """Why ``value`` is not a name pattern (``*`` and ``{labels[KEY]}`` in a Kubernetes name)."""
+    if not isinstance(value, str):
+        return None
+    if not value:
+        return "an empty pattern matches no name"
+    literals, keys = split(value)
+    for key in keys:
+        problem = label_key_problem(key)
+        if problem:
+            return f'pattern "{value}": {problem}'
+    for part in literals:
+        if "{" in part or "}" in part:
+            return f'pattern "{value}": a brace must be part of a placeholder {{labels[KEY]}}'
+        if not _LITERAL.fullmatch(part):
+            return (
+                f'pattern "{value}" can never match a Kubernetes name '
+                '(only lowercase letters, digits, "-", "." and "*" besides {labels[KEY]})'
+            )
+    return None
