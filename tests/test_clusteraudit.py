@@ -44,8 +44,10 @@ def test_only_runs_are_judged_and_existing_pods_are_not_mutated_first() -> None:
     assert verdicts == {
         "good": ("pass", []),
         "host": ("fail", ["security.host-namespace", "security.host-namespace"]),
-        # an existing pod is judged as it is: root that mutation would strip is still reported
-        "root": ("fail", ["security.root"]),
+        # an existing pod is judged as it is: root that mutation would strip is still
+        # reported, and so is what its replaced securityContext no longer has (runAsNonRoot,
+        # seccomp: the Pod Security Standards' restricted level)
+        "root": ("fail", ["security.root", "security.root", "security.seccomp"]),
     }
 
 

@@ -21,6 +21,7 @@ from webhook.engine.podspec import InvalidObject, Target, locate, object_meta
 from webhook.engine.rules import run_checks, run_steps
 from webhook.engine.rules.profile import PRIORITY_COMPUTED
 from webhook.engine.rules.scope import check_scope_labels
+from webhook.engine.rules.security import harden_debug_containers
 from webhook.engine.shape import check_shape
 from webhook.engine.types import ENGINE_ERROR, INVALID, JSON, Change, Decision, Violation
 from webhook.policy.model import Policy
@@ -161,6 +162,9 @@ def mutate(obj: Any, policy: Policy, *, namespace: str | None = None, old: Any =
     if problems or target is None or target.kind != "Pod":
         # Controllers are judged by validate(); malformed pods are denied there too.
         return _decision(obj, policy, namespace, applies=True, allowed=True)
+    debug = _debug_containers_hardened(obj, target, policy, namespace, old) if old else None
+    if debug is not None:
+        return debug
     spec, pod, changes = _mutated(target, policy)
     if spec == target.spec:
         changes = []  # steps that undid each other changed nothing
@@ -184,6 +188,32 @@ def mutate(obj: Any, policy: Policy, *, namespace: str | None = None, old: Any =
         warnings=[c.warning for c in changes],
         mutations=changes,
         profile=pod.profile.name if pod.profile else None,
+    )
+
+
+def _debug_containers_hardened(
+    obj: JSON, target: Target, policy: Policy, namespace: str | None, old: Any
+) -> Decision | None:
+    """UPDATE of ``pods/ephemeralcontainers`` (``kubectl debug``): the ephemeral containers
+    added, the only part of a running Pod's spec that may change, get their hardening and
+    nothing else is patched. None when no container was added or none needs it."""
+    running = old.get("spec") if isinstance(old, dict) else None
+    if not isinstance(running, dict):
+        return None
+    hardened = harden_debug_containers(target.spec, running, policy)
+    if hardened is None:
+        return None
+    spec, change = hardened
+    result = _with_spec(obj, target, spec)
+    return _decision(
+        result,
+        policy,
+        namespace,
+        applies=True,
+        allowed=True,
+        patch=make_patch(obj, result),
+        warnings=[change.warning],
+        mutations=[change],
     )
 
 

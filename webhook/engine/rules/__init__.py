@@ -10,7 +10,15 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from webhook.engine.pod import Pod
-from webhook.engine.rules import profile, resources, scheduling, secrets, security, volumes
+from webhook.engine.rules import (
+    pod_security,
+    profile,
+    resources,
+    scheduling,
+    secrets,
+    security,
+    volumes,
+)
 from webhook.engine.types import Change, Violation
 
 Step = Callable[[Pod], Change | None]
@@ -23,6 +31,9 @@ MUTATION_STEPS: tuple[Step, ...] = (
     resources.derive_memory_limits,  # 3
     resources.clamp_to_maximums,  # 4
     security.strip_root,  # 5
+    pod_security.confine_apparmor,  # 5, Pod Security Standards
+    pod_security.confine_selinux,
+    pod_security.default_proc_mount,
     volumes.drop_preexisting_volumes,  # 6
     secrets.drop_forbidden_secrets,  # 7
     scheduling.default_priority_class,  # 8a
@@ -34,6 +45,7 @@ CHECKS: tuple[Check, ...] = (
     resources.check_resources,
     resources.check_run_totals,
     security.check_security,
+    pod_security.check_pod_security,
     volumes.check_volumes,
     secrets.check_secrets,
     scheduling.check_scheduling,

@@ -1,83 +1,140 @@
-"""Step 5 and rules ``security.*``: no root, no privileges, hardening fields filled."""
+"""Step 5 and rules ``security.*``: no root, no privileges, hardening fields filled.
+
+The checks are those of the Pod Security Standards at ``security.level`` for root,
+privileges, capabilities and seccomp (ported from ``k8s.io/pod-security-admission``
+v0.36.2, ``policy/check_*.go``, named beside each), plus runguard's own: gid,
+fsGroup and supplemental group 0. The rest of the standard is ``pod_security.py``.
+What the level requires and the policy leaves out (``seccompProfile: null``,
+``dropCapabilities: []``) is filled anyway: the level is a floor the policy's keys add
+to. A Windows Pod gets only the fields the apiserver accepts for Windows.
+"""
 
 from __future__ import annotations
 
-from webhook.engine.pod import ALL_CONTAINER_LISTS, Pod, warning
+from webhook.engine.pod import ALL_CONTAINER_LISTS, Pod, set_list, warning
+from webhook.engine.rules.pod_security import (
+    CONFINED_PROFILES,
+    Level,
+    allowed_capabilities,
+    hint,
+    is_windows,
+    level_of,
+)
 from webhook.engine.types import JSON, Change, Violation
-from webhook.policy.model import SecurityConfig
+from webhook.policy.model import Policy, SecurityConfig
+
+RUNTIME_DEFAULT = "RuntimeDefault"
+
+
+def seccomp_fill(policy: Policy) -> str | None:
+    """The seccomp type filled where none is set: the policy's, never ``Unconfined``;
+    ``RuntimeDefault`` when the level requires one and the policy names none."""
+    wanted = policy.security.seccomp_profile
+    if wanted in CONFINED_PROFILES:
+        return wanted
+    return RUNTIME_DEFAULT if level_of(policy) == "restricted" else None
+
+
+def drop_fill(policy: Policy) -> tuple[str, ...]:
+    """The capabilities every container drops: the policy's, and ALL at restricted."""
+    drop = policy.security.drop_capabilities
+    if level_of(policy) == "restricted" and "ALL" not in drop:
+        return (*drop, "ALL")
+    return drop
 
 
 def strip_root(pod: Pod) -> Change | None:
     """Harden the pod. Explicit root settings are fixed only with ``onRoot: Strip``
     (``security.root``); fields the user left out (runAsNonRoot, seccomp, dropped
     capabilities, no privilege escalation) are always filled (``security.defaults``)."""
-    sec = pod.policy.security
+    policy = pod.policy
+    sec = policy.security
     strip = sec.on_root == "Strip"
+    linux = not is_windows(pod.spec)
     stripped: list[str] = []
     filled: list[str] = []
     spec = pod.spec
     psc = spec.get("securityContext")
     if psc is None:
         psc = spec["securityContext"] = {}
-    if strip:
+    if strip and linux:
         _strip_root_ids(psc, ("runAsUser", "runAsGroup", "fsGroup"), sec, "pod", stripped)
+        groups = psc.get("supplementalGroups")
+        if groups and 0 in groups:
+            set_list(psc, "supplementalGroups", [g for g in groups if g != 0])
+            stripped.append("pod supplementalGroups 0")
     if psc.get("runAsNonRoot") is None:
         psc["runAsNonRoot"] = True
         filled.append("runAsNonRoot")
     elif strip and psc["runAsNonRoot"] is False:
         psc["runAsNonRoot"] = True
         stripped.append("runAsNonRoot false")
-    if sec.seccomp_profile:
+    seccomp = seccomp_fill(policy)
+    if linux:
         current = (psc.get("seccompProfile") or {}).get("type")
-        if current is None:
-            psc["seccompProfile"] = {"type": sec.seccomp_profile}
-            filled.append(f"seccomp {sec.seccomp_profile}")
+        if current is None and seccomp is not None:
+            psc["seccompProfile"] = {"type": seccomp}
+            filled.append(f"seccomp {seccomp}")
         elif strip and current == "Unconfined":
-            psc["seccompProfile"] = {"type": sec.seccomp_profile}
+            psc["seccompProfile"] = {"type": seccomp or RUNTIME_DEFAULT}
             stripped.append("seccomp Unconfined")
 
+    drop = drop_fill(policy)
+    allowed = allowed_capabilities(policy)
+    # Ephemeral containers are hardened when added (harden_debug_containers), never here:
+    # a running Pod's spec is immutable, and /mutate on UPDATE must find it unchanged.
     for _, _, container in pod.containers():
         name = container["name"]
         sc = container.get("securityContext")
         if sc is None:
             sc = container["securityContext"] = {}
         if strip:
-            _strip_root_ids(sc, ("runAsUser", "runAsGroup"), sec, name, stripped)
+            if linux:
+                _strip_root_ids(sc, ("runAsUser", "runAsGroup"), sec, name, stripped)
             if sc.get("runAsNonRoot") is False:
                 sc["runAsNonRoot"] = True
                 stripped.append(f"{name} runAsNonRoot false")
-            if sec.seccomp_profile and (sc.get("seccompProfile") or {}).get("type") == "Unconfined":
-                sc["seccompProfile"] = {"type": sec.seccomp_profile}
+        if not linux:
+            continue
+        if strip:
+            if (sc.get("seccompProfile") or {}).get("type") == "Unconfined":
+                sc["seccompProfile"] = {"type": seccomp or RUNTIME_DEFAULT}
                 stripped.append(f"{name} seccomp Unconfined")
-        for key in ("privileged", "allowPrivilegeEscalation"):
-            if sc.get(key) is None:
-                sc[key] = False
-                filled.append(f"{key} false")
-            elif strip and sc[key] is True:
-                sc[key] = False
-                stripped.append(f"{name} {key}")
-        caps: JSON | None = sc.get("capabilities")
-        if caps is None:
-            caps = sc["capabilities"] = {}
-        drop = caps.get("drop") or []
-        missing = [c for c in sec.drop_capabilities if c not in drop]
-        if missing:
-            caps["drop"] = [*drop, *missing]
-            filled.append(f"drop {','.join(missing)}")
-        add = caps.get("add")
-        if strip and add:
-            kept = [c for c in add if c in sec.allowed_capabilities]
-            if kept != add:
-                stripped.append(f"{name} add {','.join(c for c in add if c not in kept)}")
-                if kept:
-                    caps["add"] = kept
-                else:
-                    del caps["add"]
+            for key in ("privileged", "allowPrivilegeEscalation"):
+                if sc.get(key) is True:
+                    sc[key] = False
+                    stripped.append(f"{name} {key}")
+            caps = sc.get("capabilities")
+            add = caps.get("add") if caps is not None else None
+            if caps is not None and add:
+                kept = [c for c in add if c in allowed]
+                if kept != add:
+                    stripped.append(f"{name} add {','.join(c for c in add if c not in kept)}")
+                    set_list(caps, "add", kept)
+        filled.extend(_fill_container(sc, drop))
     if stripped:
         return Change("security.root", warning("root and privileges stripped", stripped))
     if filled:
         return Change("security.defaults", warning("security defaults set", dict.fromkeys(filled)))
     return None
+
+
+def _fill_container(sc: JSON, drop: tuple[str, ...]) -> list[str]:
+    """What a Linux container left out: no privileges, no escalation, capabilities dropped."""
+    filled = []
+    for key in ("privileged", "allowPrivilegeEscalation"):
+        if sc.get(key) is None:
+            sc[key] = False
+            filled.append(f"{key} false")
+    caps = sc.get("capabilities")
+    if caps is None:
+        caps = sc["capabilities"] = {}
+    have = caps.get("drop") or []
+    missing = [c for c in drop if c not in have]
+    if missing:
+        caps["drop"] = [*have, *missing]
+        filled.append(f"drop {','.join(missing)}")
+    return filled
 
 
 def _strip_root_ids(
@@ -99,47 +156,163 @@ def _strip_root_ids(
             stripped.append(f"{where} {key} 0")
 
 
+def harden_debug_containers(
+    spec: JSON, running: JSON, policy: Policy
+) -> tuple[JSON, Change] | None:
+    """``kubectl debug``: the ephemeral containers of ``spec`` not in the ``running`` spec
+    get what they left out of their securityContext, at container level where the pod's
+    does not already give it (runAsNonRoot, seccomp). Nothing is stripped: an ephemeral
+    container can never be removed, so one that asks for privileges is denied (and told
+    to use ``--profile=restricted``), not added weakened. The new spec, or None."""
+    before = running.get("ephemeralContainers")
+    old = {c.get("name") for c in before if type(c) is dict} if type(before) is list else set()
+    added = {c["name"] for c in spec.get("ephemeralContainers") or ()} - old
+    if not added:
+        return None
+    linux = not is_windows(spec)
+    psc = spec.get("securityContext") or {}
+    pod_seccomp = (psc.get("seccompProfile") or {}).get("type") in CONFINED_PROFILES
+    seccomp = seccomp_fill(policy)
+    drop = drop_fill(policy)
+    hardened, filled = [], []
+    for container in spec["ephemeralContainers"]:
+        if container["name"] not in added:
+            hardened.append(container)
+            continue
+        sc = dict(container.get("securityContext") or {})
+        before = dict(sc)
+        if psc.get("runAsNonRoot") is not True and sc.get("runAsNonRoot") is None:
+            sc["runAsNonRoot"] = True
+        if linux:
+            if not pod_seccomp and sc.get("seccompProfile") is None and seccomp is not None:
+                sc["seccompProfile"] = {"type": seccomp}
+            if sc.get("capabilities") is not None:
+                sc["capabilities"] = dict(sc["capabilities"])
+            _fill_container(sc, drop)
+        if sc != before:
+            filled.append(container["name"])
+            container = {**container, "securityContext": sc}
+        hardened.append(container)
+    if not filled:
+        return None
+    text = warning("debug container hardened (kubectl debug --profile=restricted)", filled)
+    return {**spec, "ephemeralContainers": hardened}, Change("security.debug-container", text)
+
+
 def check_security(pod: Pod) -> list[Violation]:
+    policy = pod.policy
+    restricted = level_of(policy) == "restricted"
+    level: Level = "restricted" if restricted else "baseline"
+    linux = not is_windows(pod.spec)
     base = pod.spec_path
-    allowed_caps = pod.policy.security.allowed_capabilities
+    allowed_caps = allowed_capabilities(policy)
     out: list[Violation] = []
     psc = pod.spec.get("securityContext") or {}
-    for key in ("runAsUser", "runAsGroup", "fsGroup"):
+    ppath = f"{base}.securityContext"
+    for key in ("runAsUser", "runAsGroup", "fsGroup"):  # check_runAsUser.go, and runguard's
         if psc.get(key) == 0:
             out.append(
-                Violation("security.root", f"{base}.securityContext.{key}", f"{key} 0 is root")
+                Violation("security.root", f"{ppath}.{key}", f"{key} 0 is root: set another id")
             )
-    if psc.get("runAsNonRoot") is False:
+    groups = psc.get("supplementalGroups")
+    if groups and 0 in groups:
         out.append(
-            Violation("security.root", f"{base}.securityContext.runAsNonRoot", "must not be false")
+            Violation(
+                "security.root", f"{ppath}.supplementalGroups", "group 0 is root's: remove it"
+            )
         )
-    for key in ("hostNetwork", "hostPID", "hostIPC"):
+    pod_non_root = psc.get("runAsNonRoot")
+    if pod_non_root is False:  # check_runAsNonRoot.go
+        out.append(
+            Violation("security.root", f"{ppath}.runAsNonRoot", "must not be false: set true")
+        )
+    pod_seccomp = psc.get("seccompProfile")
+    if pod_seccomp is not None and pod_seccomp.get("type") not in CONFINED_PROFILES:
+        out.append(_seccomp_violation(f"{ppath}.seccompProfile.type", pod_seccomp, ""))
+    for key in ("hostNetwork", "hostPID", "hostIPC"):  # check_hostNamespaces.go
         if pod.spec.get(key) is True:
             out.append(
-                Violation("security.host-namespace", f"{base}.{key}", f"{key} is not allowed")
+                Violation(
+                    "security.host-namespace",
+                    f"{base}.{key}",
+                    f"{key} shares the node's namespace: remove it",
+                )
             )
+    pod_seccomp_ok = pod_seccomp is not None and pod_seccomp.get("type") in CONFINED_PROFILES
     for list_name, i, container in pod.containers(ALL_CONTAINER_LISTS):
         sc = container.get("securityContext") or {}
         path = f"{base}.{list_name}[{i}].securityContext"
+        more = hint(list_name)
         for key in ("runAsUser", "runAsGroup"):
             if sc.get(key) == 0:
-                out.append(Violation("security.root", f"{path}.{key}", f"{key} 0 is root"))
-        if sc.get("runAsNonRoot") is False:
-            out.append(Violation("security.root", f"{path}.runAsNonRoot", "must not be false"))
-        for key in ("privileged", "allowPrivilegeEscalation"):
+                out.append(
+                    Violation("security.root", f"{path}.{key}", f"{key} 0 is root: remove it{more}")
+                )
+        non_root = sc.get("runAsNonRoot")
+        if non_root is False:
+            out.append(
+                Violation("security.root", f"{path}.runAsNonRoot", f"must not be false{more}")
+            )
+        elif restricted and non_root is None and pod_non_root is not True:
+            out.append(
+                Violation(
+                    "security.root",
+                    f"{path}.runAsNonRoot",
+                    f"must be true, here or in the pod's securityContext{more}",
+                )
+            )
+        for key in ("privileged", "allowPrivilegeEscalation"):  # check_privileged.go
             if sc.get(key) is True:
                 out.append(
-                    Violation("security.privileged", f"{path}.{key}", f"{key} is not allowed")
+                    Violation("security.privileged", f"{path}.{key}", f"{key} is not allowed{more}")
                 )
-        added = [
-            c for c in (sc.get("capabilities") or {}).get("add") or () if c not in allowed_caps
-        ]
-        if added:
+        if restricted and linux and sc.get("allowPrivilegeEscalation") is None:
+            out.append(  # check_allowPrivilegeEscalation.go
+                Violation(
+                    "security.privileged",
+                    f"{path}.allowPrivilegeEscalation",
+                    f"must be set to false{more}",
+                )
+            )
+        caps = sc.get("capabilities") or {}
+        added = [c for c in caps.get("add") or () if c not in allowed_caps]
+        if added:  # check_capabilities_baseline.go, check_capabilities_restricted.go
             out.append(
                 Violation(
                     "security.capabilities",
                     f"{path}.capabilities.add",
-                    f"capabilities {', '.join(added)} are not allowed",
+                    f"capabilities {', '.join(added)} are not allowed at level {level}: "
+                    f"remove them{more}",
+                )
+            )
+        if restricted and linux and "ALL" not in (caps.get("drop") or ()):
+            out.append(
+                Violation(
+                    "security.capabilities",
+                    f"{path}.capabilities.drop",
+                    f"must include ALL{more}",
+                )
+            )
+        seccomp = sc.get("seccompProfile")
+        if seccomp is not None:  # check_seccompProfile_baseline.go, _restricted.go
+            if seccomp.get("type") not in CONFINED_PROFILES:
+                out.append(_seccomp_violation(f"{path}.seccompProfile.type", seccomp, more))
+        elif restricted and linux and not pod_seccomp_ok:
+            out.append(
+                Violation(
+                    "security.seccomp",
+                    f"{path}.seccompProfile",
+                    "no seccomp profile: set seccompProfile.type RuntimeDefault here or in "
+                    f"the pod's securityContext{more}",
                 )
             )
     return out
+
+
+def _seccomp_violation(path: str, profile: JSON, more: str) -> Violation:
+    return Violation(
+        "security.seccomp",
+        path,
+        f"seccomp profile {profile.get('type')!r} is not allowed: "
+        f"set RuntimeDefault or Localhost{more}",
+    )

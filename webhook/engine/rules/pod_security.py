@@ -1,0 +1,345 @@
+"""Rules ``security.*`` of the Pod Security Standards beyond step 5 (``security.level``).
+
+Every run Pod runguard admits meets ``security.level`` (``restricted``, the default, or
+``baseline``) of the Pod Security Standards as the upstream PodSecurity admission plugin
+judges them at its latest version. The checks are ported from
+``k8s.io/pod-security-admission`` v0.36.2 (Kubernetes 1.36), ``policy/check_*.go``, each
+at its newest ``VersionedCheck``; the file is named beside each constant and check.
+Step 5 (``security.py``) holds root, privileges, capabilities and seccomp; this module
+holds the rest: AppArmor, SELinux, ``/proc`` mount, host ports, sysctls, Windows
+HostProcess, probe and lifecycle hosts, and the volume types of the level.
+
+What only takes privileges away is fixed under ``onRoot: Strip`` (AppArmor
+``Unconfined`` to ``RuntimeDefault``, ``procMount`` to ``Default``, SELinux user, role
+and unlisted types removed); what changes what the workload does is denied. Linux-only
+fields are never written into a Windows Pod (``spec.os.name: windows``): the apiserver
+refuses them there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any, Literal
+
+from webhook.engine.pod import ALL_CONTAINER_LISTS, Pod, warning
+from webhook.engine.types import JSON, Change, Violation
+from webhook.policy.model import Policy
+
+Level = Literal["restricted", "baseline"]
+DEFAULT_LEVEL: Level = "restricted"
+
+# check_seccompProfile_baseline.go validSeccomp, check_appArmorProfile.go allowedProfileType
+CONFINED_PROFILES = frozenset({"RuntimeDefault", "Localhost"})
+# check_capabilities_baseline.go capabilities_allowed_1_0
+BASELINE_CAPABILITIES = frozenset(
+    {
+        "AUDIT_WRITE",
+        "CHOWN",
+        "DAC_OVERRIDE",
+        "FOWNER",
+        "FSETID",
+        "KILL",
+        "MKNOD",
+        "NET_BIND_SERVICE",
+        "SETFCAP",
+        "SETGID",
+        "SETPCAP",
+        "SETUID",
+        "SYS_CHROOT",
+    }
+)
+# check_capabilities_restricted.go capabilityNetBindService
+RESTRICTED_CAPABILITIES = frozenset({"NET_BIND_SERVICE"})
+# check_sysctls.go sysctlsAllowedV1Dot32 (unchanged through 1.36)
+SAFE_SYSCTLS = frozenset(
+    {
+        "kernel.shm_rmid_forced",
+        "net.ipv4.ip_local_port_range",
+        "net.ipv4.tcp_syncookies",
+        "net.ipv4.ping_group_range",
+        "net.ipv4.ip_unprivileged_port_start",
+        "net.ipv4.ip_local_reserved_ports",
+        "net.ipv4.tcp_keepalive_time",
+        "net.ipv4.tcp_fin_timeout",
+        "net.ipv4.tcp_keepalive_intvl",
+        "net.ipv4.tcp_keepalive_probes",
+        "net.ipv4.tcp_rmem",
+        "net.ipv4.tcp_wmem",
+    }
+)
+# check_seLinuxOptions.go selinuxAllowedTypes1_31 ("" is an unset type)
+SELINUX_TYPES = frozenset(
+    {"", "container_t", "container_init_t", "container_kvm_t", "container_engine_t"}
+)
+# check_restrictedVolumes.go restrictedVolumes_1_0: the inline volume sources allowed
+RESTRICTED_VOLUME_TYPES = frozenset(
+    {
+        "configMap",
+        "csi",
+        "downwardAPI",
+        "emptyDir",
+        "ephemeral",
+        "image",
+        "persistentVolumeClaim",
+        "projected",
+        "secret",
+    }
+)
+# check_appArmorProfile.go: the deprecated per-container annotation and its allowed values
+APPARMOR_ANNOTATION = "container.apparmor.security.beta.kubernetes.io/"
+PROBES = ("livenessProbe", "readinessProbe", "startupProbe")
+LIFECYCLE_HANDLERS = ("postStart", "preStop")
+DEBUG_HINT = "; for a debug container use kubectl debug --profile=restricted"
+
+
+def level_of(policy: Policy) -> Level:
+    """The policy's ``security.level``; ``restricted`` where the policy does not say."""
+    level = getattr(policy.security, "level", DEFAULT_LEVEL)
+    return "baseline" if level == "baseline" else "restricted"
+
+
+def is_windows(spec: JSON) -> bool:
+    """``spec.os.name: windows``, the only OS signal the apiserver and PodSecurity use."""
+    os = spec.get("os")
+    return os is not None and os.get("name") == "windows"
+
+
+def allowed_capabilities(policy: Policy) -> frozenset[str]:
+    """What a container may add: the policy's list within the level's."""
+    level_set = (
+        RESTRICTED_CAPABILITIES if level_of(policy) == "restricted" else BASELINE_CAPABILITIES
+    )
+    return policy.security.allowed_capabilities & level_set
+
+
+def hint(list_name: str) -> str:
+    """What to do instead, for a violation in an ephemeral (debug) container."""
+    return DEBUG_HINT if list_name == "ephemeralContainers" else ""
+
+
+def _security_contexts(pod: Pod) -> Iterator[tuple[str, JSON]]:
+    """("pod", the pod's securityContext) then (container name, its securityContext), for
+    init containers and containers (ephemeral ones are only ever added, see security.py)."""
+    psc = pod.spec.get("securityContext")
+    if psc is not None:
+        yield "pod", psc
+    for _, _, container in pod.containers():
+        sc = container.get("securityContext")
+        if sc is not None:
+            yield container["name"], sc
+
+
+def _fixes(pod: Pod) -> bool:
+    """Steps here fix only with ``onRoot: Strip``, and never write into a Windows Pod."""
+    return pod.policy.security.on_root == "Strip" and not is_windows(pod.spec)
+
+
+# --- steps: what only takes privileges away ------------------------------------------
+
+
+def confine_apparmor(pod: Pod) -> Change | None:
+    """AppArmor ``Unconfined`` (pod or container field) becomes ``RuntimeDefault``."""
+    if not _fixes(pod):
+        return None
+    fixed = []
+    for where, sc in _security_contexts(pod):
+        profile = sc.get("appArmorProfile")
+        if profile is not None and profile.get("type") == "Unconfined":
+            sc["appArmorProfile"] = {"type": "RuntimeDefault"}
+            fixed.append(where)
+    if not fixed:
+        return None
+    return Change("security.apparmor", warning("AppArmor Unconfined set to RuntimeDefault", fixed))
+
+
+def confine_selinux(pod: Pod) -> Change | None:
+    """SELinux ``user`` and ``role``, and a ``type`` outside the standard's list, removed
+    (``level`` stays); an emptied ``seLinuxOptions`` is removed."""
+    if not _fixes(pod):
+        return None
+    fixed = []
+    for where, sc in _security_contexts(pod):
+        options = sc.get("seLinuxOptions")
+        if options is None:
+            continue
+        removed = [key for key in ("user", "role") if options.get(key)]
+        if (options.get("type") or "") not in SELINUX_TYPES:
+            removed.append("type")
+        if removed:
+            kept = {k: v for k, v in options.items() if k not in removed}
+            if kept:
+                sc["seLinuxOptions"] = kept
+            else:
+                del sc["seLinuxOptions"]
+            fixed.append(f"{where} {'/'.join(removed)}")
+    if not fixed:
+        return None
+    return Change("security.selinux", warning("SELinux options removed", fixed))
+
+
+def default_proc_mount(pod: Pod) -> Change | None:
+    """A ``procMount`` other than ``Default`` (``Unmasked``) becomes ``Default``."""
+    if not _fixes(pod):
+        return None
+    fixed = []
+    for _, _, container in pod.containers():
+        sc = container.get("securityContext")
+        if sc is not None and sc.get("procMount") not in (None, "Default"):
+            sc["procMount"] = "Default"
+            fixed.append(container["name"])
+    if not fixed:
+        return None
+    return Change("security.proc-mount", warning("procMount set to Default", fixed))
+
+
+# --- check: everything of the level that step 5's check does not cover ---------------
+
+
+def check_pod_security(pod: Pod) -> list[Violation]:
+    out: list[Violation] = []
+    base = pod.spec_path
+    psc = pod.spec.get("securityContext")
+    if psc is not None:
+        path = f"{base}.securityContext"
+        for i, sysctl in enumerate(psc.get("sysctls") or ()):
+            if sysctl["name"] not in SAFE_SYSCTLS:  # check_sysctls.go
+                out.append(
+                    Violation(
+                        "security.sysctls",
+                        f"{path}.sysctls[{i}].name",
+                        f"sysctl {sysctl['name']} is not in the Pod Security Standards' safe "
+                        f"set: remove it (safe: {', '.join(sorted(SAFE_SYSCTLS))})",
+                    )
+                )
+        _check_context(psc, path, "", out)
+    for key, value in pod.annotations.items():  # check_appArmorProfile.go, annotations
+        if key.startswith(APPARMOR_ANNOTATION) and not _allowed_apparmor_annotation(value):
+            out.append(
+                Violation(
+                    "security.apparmor",
+                    f"{pod.meta_path}.annotations[{key}]",
+                    f"AppArmor profile {value!r} is not allowed: remove the annotation "
+                    "(the runtime's default applies) or set runtime/default or localhost/NAME",
+                )
+            )
+    for list_name, i, container in pod.containers(ALL_CONTAINER_LISTS):
+        path = f"{base}.{list_name}[{i}]"
+        more = hint(list_name)
+        sc = container.get("securityContext")
+        if sc is not None:
+            _check_context(sc, f"{path}.securityContext", more, out)
+            proc_mount = sc.get("procMount")
+            if proc_mount not in (None, "Default"):  # check_procMount_restricted.go
+                out.append(
+                    Violation(
+                        "security.proc-mount",
+                        f"{path}.securityContext.procMount",
+                        f"procMount {proc_mount} unmasks /proc: remove it or set Default{more}",
+                    )
+                )
+        for j, port in enumerate(container.get("ports") or ()):
+            if port.get("hostPort"):  # check_hostPorts.go: any non-zero hostPort
+                out.append(
+                    Violation(
+                        "security.host-ports",
+                        f"{path}.ports[{j}].hostPort",
+                        f"hostPort {port['hostPort']} binds a port of the node: remove hostPort "
+                        "and reach the run through a Service",
+                    )
+                )
+        _check_probe_hosts(container, path, out)
+    _check_volume_types(pod, out)
+    return out
+
+
+def _check_context(sc: JSON, path: str, more: str, out: list[Violation]) -> None:
+    """A pod or container securityContext: AppArmor, SELinux, HostProcess."""
+    profile = sc.get("appArmorProfile")
+    if profile is not None and profile.get("type") not in CONFINED_PROFILES:
+        out.append(  # check_appArmorProfile.go, fields
+            Violation(
+                "security.apparmor",
+                f"{path}.appArmorProfile.type",
+                f"AppArmor profile {profile.get('type')!r} is not allowed: "
+                f"set RuntimeDefault or Localhost{more}",
+            )
+        )
+    options = sc.get("seLinuxOptions")
+    if options is not None:  # check_seLinuxOptions.go
+        selinux_type = options.get("type") or ""
+        if selinux_type not in SELINUX_TYPES:
+            out.append(
+                Violation(
+                    "security.selinux",
+                    f"{path}.seLinuxOptions.type",
+                    f"SELinux type {selinux_type} is not allowed: remove it or use one of "
+                    f"{', '.join(sorted(SELINUX_TYPES - {''}))}{more}",
+                )
+            )
+        for key in ("user", "role"):
+            if options.get(key):
+                out.append(
+                    Violation(
+                        "security.selinux",
+                        f"{path}.seLinuxOptions.{key}",
+                        f"a SELinux {key} may not be set: remove it{more}",
+                    )
+                )
+    windows_options = sc.get("windowsOptions")
+    if windows_options is not None and windows_options.get("hostProcess") is True:
+        out.append(  # check_windowsHostProcess.go
+            Violation(
+                "security.privileged",
+                f"{path}.windowsOptions.hostProcess",
+                "a HostProcess container runs on the host, outside any isolation: "
+                f"remove hostProcess{more}",
+            )
+        )
+
+
+def _check_probe_hosts(container: JSON, path: str, out: list[Violation]) -> None:
+    """check_hostProbesAndhostLifecycle.go (1.34+): probes and lifecycle handlers reach
+    the pod itself, never a ``host`` of the user's choosing (through the kubelet)."""
+    handlers: list[tuple[str, Any]] = [(key, container.get(key)) for key in PROBES]
+    lifecycle = container.get("lifecycle")
+    if lifecycle is not None:
+        handlers += [(f"lifecycle.{key}", lifecycle.get(key)) for key in LIFECYCLE_HANDLERS]
+    for where, handler in handlers:
+        if handler is None:
+            continue
+        for action in ("httpGet", "tcpSocket"):
+            target = handler.get(action)
+            if target is not None and target.get("host"):
+                out.append(
+                    Violation(
+                        "security.probe-host",
+                        f"{path}.{where}.{action}.host",
+                        f"host {target['host']} makes the kubelet connect to another "
+                        "machine: remove host (the pod's own IP is used)",
+                    )
+                )
+
+
+def _check_volume_types(pod: Pod, out: list[Violation]) -> None:
+    """The volume types the level forbids even where ``volumes.allowedTypes`` lists
+    them (check_hostPathVolumes.go, check_restrictedVolumes.go); the types the policy
+    does not list are ``volumes.py``'s to report."""
+    allowed = pod.policy.volumes.allowed_types
+    restricted = level_of(pod.policy) == "restricted"
+    for i, volume in enumerate(pod.spec.get("volumes") or ()):
+        for kind, source in volume.items():
+            if kind == "name" or source is None or kind not in allowed:
+                continue
+            if kind == "hostPath" or (restricted and kind not in RESTRICTED_VOLUME_TYPES):
+                out.append(
+                    Violation(
+                        "volumes.forbidden-type",
+                        f"{pod.spec_path}.volumes[{i}]",
+                        f"volume {volume['name']!r} of type {kind} is not allowed at Pod "
+                        f"Security level {level_of(pod.policy)}: use a persistentVolumeClaim",
+                    )
+                )
+
+
+def _allowed_apparmor_annotation(value: str) -> bool:
+    return value in ("", "runtime/default") or value.startswith("localhost/")
