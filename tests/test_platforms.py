@@ -366,7 +366,8 @@ def judge(obj: dict[str, Any], expect: dict[str, Any], policy: Policy) -> list[s
             )
     if "violations" in expect and rules(decision) != sorted(expect["violations"]):
         failures.append(
-            f"{obj['kind']}: violations {rules(decision)}, expected {expect['violations']}"
+            f"{obj['kind']}: violations {rules(decision)}, expected {expect['violations']}: "
+            + "; ".join(str(v) for v in decision.violations)
         )
     if (
         "podViolations" in expect
@@ -374,7 +375,8 @@ def judge(obj: dict[str, Any], expect: dict[str, Any], policy: Policy) -> list[s
         and rules(pod_decision) != sorted(expect["podViolations"])
     ):
         failures.append(
-            f"Pod: violations {rules(pod_decision)}, expected {expect['podViolations']}"
+            f"Pod: violations {rules(pod_decision)}, expected {expect['podViolations']}: "
+            + "; ".join(str(v) for v in pod_decision.violations)
         )
 
     pod_out = pod_decision.object
