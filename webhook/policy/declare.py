@@ -24,7 +24,7 @@ from pydantic.alias_generators import to_camel
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticCustomError, core_schema
 
-__all__ = ["UNIQUE", "AsWritten", "Key", "Section", "Shape", "iter_keys"]
+__all__ = ["UNIQUE", "AsWritten", "Key", "Section", "Shape", "iter_keys", "key_path"]
 
 
 class Section(BaseModel):
@@ -136,18 +136,32 @@ def iter_keys(model: type[Section], prefix: tuple[str, ...] = ()) -> Iterator[Ke
             yield from iter_keys(section, key.path)
 
 
+def key_path(model: type[Section], *names: str) -> tuple[str, ...]:
+    """The YAML path of the key reached through attribute ``names``.
+
+    ``key_path(RunPolicySpec, "profiles_config", "default")`` is ``("profiles", "default")``;
+    a name the model does not have is a KeyError at import, not a rule that never fires.
+    """
+    path = []
+    owner: Any = model
+    for name in names:
+        field = owner.model_fields[name]
+        path.append(field.alias or name)
+        owner = _model_of(field.annotation)
+    return tuple(path)
+
+
+def _model_of(annotation: Any) -> type[Section] | None:
+    if get_origin(annotation) in (Union, types.UnionType):
+        found = [_model_of(arg) for arg in get_args(annotation) if arg is not type(None)]
+        return found[0] if len(found) == 1 else None
+    return annotation if isinstance(annotation, type) and issubclass(annotation, Section) else None
+
+
 def section_of(annotation: Any) -> type[Section] | None:
     """The section a field holds (``X`` or ``X | None``), unless a Kubernetes shape."""
-    if get_origin(annotation) in (Union, types.UnionType):
-        found = [section_of(arg) for arg in get_args(annotation) if arg is not type(None)]
-        return found[0] if len(found) == 1 else None
-    if (
-        isinstance(annotation, type)
-        and issubclass(annotation, Section)
-        and not issubclass(annotation, Shape)
-    ):
-        return annotation
-    return None
+    model = _model_of(annotation)
+    return None if model is None or issubclass(model, Shape) else model
 
 
 def _mentions(annotation: Any, marker: object) -> bool:

@@ -4,34 +4,50 @@ A warning is a policy that is valid but very likely not what the admin meant: a 
 pattern using a label the selector does not guarantee (runs without it can never use
 their own volumes), a profile whose requests exceed its limits, a profile priority
 class that the scheduling step would replace, and so on.
+
+The rules read documents as written (for lines), at paths taken from the model: a rule
+names the attributes of the key it is about (``_run("security", "seccomp_profile")``),
+and the rule about name patterns applies to every key the model types as one.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from webhook.policy.consistency import gpu_resource_name, resource_values
+from webhook.policy.declare import iter_keys
 from webhook.policy.errors import PolicyIssue
-from webhook.policy.loader import (
-    PolicySource,
-    SourceDocument,
-    gpu_resource_name,
-    read_policy,
-    resource_values,
-)
-from webhook.policy.model import Policy
+from webhook.policy.formats import NAME_PATTERN
+from webhook.policy.loader import read_policy
+from webhook.policy.model import Policy, RunPolicySpec, profile_path, run_policy_path
+from webhook.policy.patterns import label_keys
+from webhook.policy.source import PolicySource, SourceDocument
 
 __all__ = ["LintReport", "lint"]
 
-_PLACEHOLDER = re.compile(r"\{labels\[([^\]{}]*)\]\}")
-_PATTERN_LISTS = (
-    ("spec", "volumes", "platformClaims"),
-    ("spec", "volumes", "platformConfigMaps"),
-    ("spec", "secrets", "allowed"),
+Path_ = tuple[str | int, ...]
+_run, _profile = run_policy_path, profile_path
+
+# Every list of name patterns in a RunPolicy, wherever the model declares one.
+_PATTERN_LISTS = tuple(
+    ("spec", *key.path) for key in iter_keys(RunPolicySpec) if key.uses(NAME_PATTERN)
 )
+_SELECTOR = _run("selector")
+_PROFILES = _run("profiles_config")
+_MAXIMUMS = _run("resources", "maximums")
+_DEFAULT_REQUESTS = _run("resources", "defaults", "requests")
+_DEFAULT_LIMITS = _run("resources", "defaults", "limits")
+_SECCOMP = _run("security", "seccomp_profile")
+_ALLOWED_TYPES = _run("volumes", "allowed_types")
+_PREEMPTION = _run("scheduling", "preemption")
+_ALLOWED_CLASSES = _run("scheduling", "priority_classes", "allowed")
+_REQUESTS = _profile("resources", "requests")
+_LIMITS = _profile("resources", "limits")
+_ENV = _profile("env")
+_PRIORITY_CLASS = _profile("priority_class_name")
 
 
 @dataclass
@@ -106,14 +122,14 @@ def guaranteed_labels(selector: Any) -> set[str]:
 
 
 def _run_policy_warnings(doc: SourceDocument, gpu: str) -> Iterator[PolicyIssue]:
-    selector = doc.get("spec", "selector")
+    selector = doc.get(*_SELECTOR)
     if (
         isinstance(selector, dict)
         and not selector.get("matchLabels")
         and not selector.get("matchExpressions")
     ):
         yield doc.issue(
-            ("spec", "selector"),
+            _SELECTOR,
             "an empty selector makes every Pod outside excludeNamespaces a platform run",
         )
 
@@ -127,7 +143,7 @@ def _run_policy_warnings(doc: SourceDocument, gpu: str) -> Iterator[PolicyIssue]
                 yield doc.issue(
                     (*list_path, i), f'pattern "{pattern}" matches every name: the rule is off'
                 )
-            for key in _PLACEHOLDER.findall(pattern):
+            for key in label_keys(pattern):
                 if key not in labels:
                     yield doc.issue(
                         (*list_path, i),
@@ -136,61 +152,57 @@ def _run_policy_warnings(doc: SourceDocument, gpu: str) -> Iterator[PolicyIssue]
                         f"{{key: {key}, operator: Exists}})",
                     )
 
-    profiles = doc.get("spec", "profiles")
+    profiles = doc.get(*_PROFILES)
     if (
         isinstance(profiles, dict)
         and profiles.get("unknown") == "Default"
         and not profiles.get("default")
     ):
         yield doc.issue(
-            ("spec", "profiles", "unknown"),
+            (*_PROFILES, "unknown"),
             "unknown: Default without profiles.default: an unknown profile means no profile",
         )
 
-    maximums = resource_values(doc, ("spec", "resources", "maximums"), gpu)
-    requests = resource_values(doc, ("spec", "resources", "defaults", "requests"), gpu)
-    limits = resource_values(doc, ("spec", "resources", "defaults", "limits"), gpu)
-    for part, values in (("requests", requests), ("limits", limits)):
-        path = ("spec", "resources", "defaults", part)
+    maximums = resource_values(doc, _MAXIMUMS, gpu)
+    requests = resource_values(doc, _DEFAULT_REQUESTS, gpu)
+    limits = resource_values(doc, _DEFAULT_LIMITS, gpu)
+    for path, values in ((_DEFAULT_REQUESTS, requests), (_DEFAULT_LIMITS, limits)):
         for name, (key, value) in values.items():
             if name in maximums and value > maximums[name][1]:
                 yield doc.issue(
                     (*path, key),
                     f"default is above the maximum {maximums[name][0]}: "
-                    f"{_text(doc, ('spec', 'resources', 'maximums', maximums[name][0]))}; "
+                    f"{_text(doc, (*_MAXIMUMS, maximums[name][0]))}; "
                     "every run would be clamped or denied",
                 )
             if name == gpu and value > 0:
                 yield doc.issue((*path, key), "a default gpu gives every container a GPU")
     for name, (key, value) in requests.items():
         if name in limits and value > limits[name][1]:
-            limit_path = ("spec", "resources", "defaults", "limits", limits[name][0])
+            limit_path = (*_DEFAULT_LIMITS, limits[name][0])
             yield doc.issue(
-                ("spec", "resources", "defaults", "requests", key),
+                (*_DEFAULT_REQUESTS, key),
                 f"default request is above the default limit {_text(doc, limit_path)}",
             )
 
-    security = doc.get("spec", "security")
-    if isinstance(security, dict) and security.get("seccompProfile") == "Unconfined":
-        yield doc.issue(
-            ("spec", "security", "seccompProfile"), "Unconfined turns seccomp off for every run"
-        )
-    allowed_types = doc.get("spec", "volumes", "allowedTypes")
+    if doc.get(*_SECCOMP) == "Unconfined":
+        yield doc.issue(_SECCOMP, "Unconfined turns seccomp off for every run")
+    allowed_types = doc.get(*_ALLOWED_TYPES)
     if isinstance(allowed_types, list) and "hostPath" in allowed_types:
         index = allowed_types.index("hostPath")
         yield doc.issue(
-            ("spec", "volumes", "allowedTypes", index),
+            (*_ALLOWED_TYPES, index),
             "hostPath lets a run read and write the node's filesystem",
         )
 
-    preemption = doc.get("spec", "scheduling", "preemption")
+    preemption = doc.get(*_PREEMPTION)
     if (
         isinstance(preemption, dict)
         and not preemption.get("nodeSelector")
         and not preemption.get("tolerations")
     ):
         yield doc.issue(
-            ("spec", "scheduling", "preemption"),
+            _PREEMPTION,
             "no nodeSelector or tolerations for spot nodes: preemption modes change nothing",
         )
 
@@ -198,47 +210,47 @@ def _run_policy_warnings(doc: SourceDocument, gpu: str) -> Iterator[PolicyIssue]
 def _profile_warnings(
     doc: SourceDocument, run_policy: SourceDocument | None, gpu: str
 ) -> Iterator[PolicyIssue]:
-    requests = resource_values(doc, ("spec", "resources", "requests"), gpu)
-    limits = resource_values(doc, ("spec", "resources", "limits"), gpu)
+    requests = resource_values(doc, _REQUESTS, gpu)
+    limits = resource_values(doc, _LIMITS, gpu)
     for name, (key, value) in requests.items():
         if name not in limits:
             continue
         limit_key, limit = limits[name]
-        path = ("spec", "resources", "requests", key)
+        path = (*_REQUESTS, key)
         if name == gpu and value != limit:
             yield doc.issue(
                 path,
                 f"gpu request {_text(doc, path)} differs from the gpu limit "
-                f"{_text(doc, ('spec', 'resources', 'limits', limit_key))}; runs get the limit",
+                f"{_text(doc, (*_LIMITS, limit_key))}; runs get the limit",
             )
         elif value > limit:
             yield doc.issue(
                 path,
                 f"request {_text(doc, path)} is above the limit "
-                f"{_text(doc, ('spec', 'resources', 'limits', limit_key))}",
+                f"{_text(doc, (*_LIMITS, limit_key))}",
             )
 
-    env = doc.get("spec", "env")
+    env = doc.get(*_ENV)
     seen: set[str] = set()
     for i, var in enumerate(env if isinstance(env, list) else []):
         var_name = var.get("name") if isinstance(var, dict) else None
         if isinstance(var_name, str):
             if var_name in seen:
-                yield doc.issue(("spec", "env", i, "name"), f'env "{var_name}" is set twice')
+                yield doc.issue((*_ENV, i, "name"), f'env "{var_name}" is set twice')
             seen.add(var_name)
 
     if run_policy is None:
         return
-    priority_class = doc.get("spec", "priorityClassName")
-    allowed = run_policy.get("spec", "scheduling", "priorityClasses", "allowed")
+    priority_class = doc.get(*_PRIORITY_CLASS)
+    allowed = run_policy.get(*_ALLOWED_CLASSES)
     if isinstance(priority_class, str) and isinstance(allowed, list):
         if priority_class not in allowed:
             yield doc.issue(
-                ("spec", "priorityClassName"),
+                _PRIORITY_CLASS,
                 f'priority class "{priority_class}" is not allowed by the RunPolicy '
                 f"({', '.join(map(str, allowed))}); the scheduling step replaces it",
             )
 
 
-def _text(doc: SourceDocument, path: tuple[str | int, ...]) -> str:
+def _text(doc: SourceDocument, path: Path_) -> str:
     return str(doc.get(*path))

@@ -22,7 +22,7 @@ from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BeforeValidator, ConfigDict, Field
 
-from webhook.policy.declare import UNIQUE, Section
+from webhook.policy.declare import UNIQUE, Section, key_path
 from webhook.policy.formats import (
     LABEL_VALUE,
     DnsLabel,
@@ -58,6 +58,8 @@ __all__ = [
     "RunPolicySpec",
     "build_policy",
     "gpu_resource_name",
+    "profile_path",
+    "run_policy_path",
     "matches_any",
     "resolve_resource_name",
 ]
@@ -367,6 +369,19 @@ class Policy(RunPolicySpec):
     name: str = "runguard"
     profiles: Mapping[str, Profile] = Field(default_factory=dict)
     digest: str = ""  # sha256 of the source documents, for /readyz and the audit log
+
+
+def run_policy_path(*names: str) -> tuple[str, ...]:
+    """Where a RunPolicy document holds the key with these attribute names.
+
+    ``run_policy_path("profiles_config", "default")`` is ``("spec", "profiles", "default")``.
+    """
+    return ("spec", *key_path(RunPolicySpec, *names))
+
+
+def profile_path(*names: str) -> tuple[str, ...]:
+    """Where a Profile document holds the key with these attribute names."""
+    return ("spec", *key_path(ProfileSpec, *names))
 
 
 def gpu_resource_name(spec: object) -> str:

@@ -1,0 +1,144 @@
+"""Checks across documents: one RunPolicy, unique profile names, profiles within the maximums.
+
+What one document's schema cannot see: the documents of a directory together (how
+many RunPolicies, duplicate profile names, a default profile that does not exist, a
+profile above the RunPolicy's maximums) and values the schema cannot compare (a
+default priority class outside the allowed ones, ``gpu`` beside its resource name).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from decimal import Decimal
+
+from webhook.policy import model
+from webhook.policy.declare import iter_keys
+from webhook.policy.errors import PolicyIssue
+from webhook.policy.formats import quantity_problem
+from webhook.policy.kube import RESOURCE_LIST, resolve_resource_name
+from webhook.policy.model import KINDS, run_policy_path
+from webhook.policy.schema_issues import describe, show_list
+from webhook.policy.source import Path_, PolicySource, SourceDocument
+from webhook.quantity import parse
+
+__all__ = ["RESOURCE_LISTS", "cross_document_issues", "gpu_resource_name", "resource_values"]
+
+
+def resource_values(doc: SourceDocument, path: Path_, gpu: str) -> dict[str, tuple[str, Decimal]]:
+    """Valid quantities of the resource list at ``path``: resolved name -> (key, value)."""
+    raw = doc.get(*path)
+    out: dict[str, tuple[str, Decimal]] = {}
+    if not isinstance(raw, dict):
+        return out
+    for key, value in raw.items():
+        is_scalar = isinstance(value, str | int | float) and not isinstance(value, bool)
+        if is_scalar and quantity_problem(value) is None:
+            out[resolve_resource_name(key, gpu)] = (key, parse(value))
+    return out
+
+
+def gpu_resource_name(source: PolicySource) -> str:
+    run_policy = source.run_policy
+    return model.gpu_resource_name(run_policy.get("spec") if run_policy else None)
+
+
+def cross_document_issues(source: PolicySource) -> list[PolicyIssue]:
+    issues: list[PolicyIssue] = []
+    run_policies = source.run_policies
+    if not run_policies:
+        issues.append(
+            PolicyIssue(
+                source.directory, None, "", "no RunPolicy document (exactly one is required)"
+            )
+        )
+    elif len(run_policies) > 1:
+        for doc in run_policies:
+            others = ", ".join(o.where for o in run_policies if o is not doc)
+            issues.append(
+                doc.issue(("kind",), f"more than one RunPolicy (also at {others}); keep one")
+            )
+
+    by_name: dict[str, list[SourceDocument]] = {}
+    for doc in source.profiles:
+        if doc.name is not None:
+            by_name.setdefault(doc.name, []).append(doc)
+    for name, docs in by_name.items():
+        for doc in docs if len(docs) > 1 else ():
+            others = ", ".join(
+                f"{o.file}:{o.line_of(('metadata', 'name'))}" for o in docs if o is not doc
+            )
+            issues.append(
+                doc.issue(
+                    ("metadata", "name"), f'duplicate profile name "{name}" (also at {others})'
+                )
+            )
+
+    gpu = gpu_resource_name(source)
+    for doc in source.documents:
+        for path in RESOURCE_LISTS.get(doc.kind or "", ()):
+            issues.extend(_duplicate_resources(doc, path, gpu))
+
+    for run_policy in run_policies:
+        issues.extend(_run_policy_issues(run_policy, source.profiles, set(by_name), gpu))
+    return issues
+
+
+def _run_policy_issues(
+    run_policy: SourceDocument, profiles: list[SourceDocument], names: set[str], gpu: str
+) -> list[PolicyIssue]:
+    issues: list[PolicyIssue] = []
+    default_path = run_policy_path("profiles_config", "default")
+    default = run_policy.get(*default_path)
+    if isinstance(default, str) and default not in names:
+        known = ", ".join(sorted(names)) or "none"
+        issues.append(
+            run_policy.issue(
+                default_path, f'profile "{default}" is not defined (profiles: {known})'
+            )
+        )
+    factor_path = run_policy_path("resources", "memory_limit_factor")
+    factor = run_policy.get(*factor_path)
+    if isinstance(factor, float) and not math.isfinite(factor):
+        issues.append(run_policy.issue(factor_path, "must be a finite number"))
+    allowed = run_policy.get(*run_policy_path("scheduling", "priority_classes", "allowed"))
+    class_path = run_policy_path("scheduling", "priority_classes", "default")
+    pc_default = run_policy.get(*class_path)
+    if isinstance(allowed, list) and isinstance(pc_default, str) and pc_default not in allowed:
+        issues.append(
+            run_policy.issue(
+                class_path,
+                f'"{pc_default}" is not in the allowed priority classes ({show_list(allowed)})',
+            )
+        )
+
+    maximums_path = run_policy_path("resources", "maximums")
+    maximums = resource_values(run_policy, maximums_path, gpu)
+    for doc in profiles:
+        for path in RESOURCE_LISTS["Profile"]:
+            for name, (key, value) in resource_values(doc, path, gpu).items():
+                if name in maximums and value > maximums[name][1]:
+                    max_key, _ = maximums[name]
+                    where = f"{run_policy.file}:{run_policy.line_of((*maximums_path, max_key))}"
+                    issues.append(
+                        doc.issue(
+                            (*path, key),
+                            f"{describe(doc.get(*path, key))} is above the maximum "
+                            f"{describe(run_policy.get(*maximums_path, max_key))} ({where})",
+                        )
+                    )
+    return issues
+
+
+# kind -> where its resource lists are: e.g. ("spec", "resources", "maximums")
+RESOURCE_LISTS: dict[str, tuple[Path_, ...]] = {
+    kind: tuple(("spec", *key.path) for key in iter_keys(spec) if key.uses(RESOURCE_LIST))
+    for kind, (spec, _) in KINDS.items()
+}
+
+
+def _duplicate_resources(doc: SourceDocument, path: Path_, gpu: str) -> list[PolicyIssue]:
+    raw = doc.get(*path)
+    if not isinstance(raw, Mapping) or "gpu" not in raw or gpu not in raw:
+        return []
+    return [doc.issue((*path, gpu), f'"gpu" and "{gpu}" name the same resource; keep one')]

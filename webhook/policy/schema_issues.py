@@ -1,0 +1,140 @@
+"""jsonschema's errors in runguard's words, at the key and line they are about.
+
+``schema_issues`` validates one document against the schema generated from the model
+(``schema.validator()``) and turns each error into a ``PolicyIssue``: an unknown key
+with the key it was probably meant to be, a wrong type with a hint to quote, an enum
+with its values, a Kubernetes format with what is wrong in it (``formats.py``).
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from typing import Any
+
+from jsonschema import ValidationError
+
+from webhook.policy.errors import PolicyIssue
+from webhook.policy.formats import FORMAT_PROBLEMS
+from webhook.policy.schema import validator
+from webhook.policy.source import Path_, SourceDocument
+
+__all__ = ["describe", "schema_issues", "show_list"]
+
+_TYPE_NAMES = {
+    "object": "a mapping",
+    "array": "a list",
+    "string": "a string",
+    "integer": "an integer",
+    "number": "a number",
+    "boolean": "true or false",
+    "null": "null",
+}
+# Keywords that only approximate a runguard format for editors: the format says it better.
+_SHADOWED_BY_FORMAT = {"pattern", "maxLength", "minLength", "minimum"}
+
+
+def describe(value: Any) -> str:
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, list):
+        return "a list"
+    if value is None:
+        return "nothing (null)"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return f'"{value}"'
+    return str(value)
+
+
+def show_list(values: Any) -> str:
+    return ", ".join("null" if v is None else str(v) for v in values)
+
+
+def schema_issues(doc: SourceDocument) -> list[PolicyIssue]:
+    """Every schema error of ``doc``, each once."""
+    issues: list[PolicyIssue] = []
+    for error in validator().iter_errors(doc.data):
+        issues.extend(_translate(error, doc))
+    return list(dict.fromkeys(issues))  # one missing key can be reported by several branches
+
+
+def _translate(error: ValidationError, doc: SourceDocument) -> list[PolicyIssue]:
+    path: Path_ = tuple(error.absolute_path)
+    keyword = error.validator
+    schema = error.schema if isinstance(error.schema, dict) else {}
+    fmt = schema.get("format")
+    if keyword in _SHADOWED_BY_FORMAT and fmt in FORMAT_PROBLEMS:
+        return []
+    instance = error.instance
+    if "propertyNames" in error.absolute_schema_path:
+        path = (*path, str(instance))  # the error is about the key itself
+
+    if keyword == "additionalProperties" and isinstance(instance, dict):
+        known = set(schema.get("properties", {}))
+        patterns = list(schema.get("patternProperties", {}))
+        return [
+            doc.issue((*path, key), _unknown_key(key, known, bool(patterns)))
+            for key in instance
+            if key not in known and not any(re.search(p, key) for p in patterns)
+        ]
+    if keyword == "required" and isinstance(instance, dict):
+        return [
+            doc.issue((*path, key), "required key is missing")
+            for key in error.validator_value
+            if key not in instance
+        ]
+    if keyword == "type":
+        return [doc.issue(path, _type_message(error.validator_value, instance, doc.raw.get(path)))]
+    if keyword == "enum":
+        message = f"{describe(instance)} is not one of {show_list(error.validator_value)}"
+    elif keyword == "const":
+        message = (
+            'must be empty with operator "Exists"'
+            if error.validator_value == ""
+            else f"must be {error.validator_value}, not {describe(instance)}"
+        )
+    elif keyword == "format":
+        problem = FORMAT_PROBLEMS.get(str(error.validator_value))
+        message = (problem(instance) if problem else None) or error.message
+    elif keyword in ("minItems", "minProperties"):
+        message = "must not be empty" if error.validator_value == 1 else error.message
+    elif keyword == "maxItems" and error.validator_value == 0:
+        message = "must be empty with this operator"
+    elif keyword == "maxProperties" and error.validator_value == 1:
+        message = "set exactly one of its keys"
+    elif keyword == "uniqueItems":
+        message = "has duplicate items"
+    elif keyword == "minimum":
+        message = f"{describe(instance)} is below the minimum {error.validator_value}"
+    elif keyword == "maximum":
+        message = f"{describe(instance)} is above the maximum {error.validator_value}"
+    elif keyword == "minLength" and error.validator_value == 1:
+        message = "must not be empty"
+    else:
+        message = error.message
+    return [doc.issue(path, message)]
+
+
+def _unknown_key(key: str, known: set[str], resource_list: bool) -> str:
+    message = f'unknown key "{key}"'
+    close = difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.6)
+    aliases = {"mem": "memory", "disk": "ephemeral-storage", "gpus": "gpu"}
+    hint = aliases.get(key) if resource_list else None
+    if hint or close:
+        message += f' (did you mean "{hint or close[0]}"?)'
+    elif resource_list:
+        message += " (cpu, memory, gpu, ephemeral-storage or an extended resource domain/name)"
+    elif known:
+        message += f" (expected one of {', '.join(sorted(known))})"
+    return message
+
+
+def _type_message(expected: Any, instance: Any, raw: str | None) -> str:
+    names = [expected] if isinstance(expected, str) else list(expected)
+    wanted = " or ".join(_TYPE_NAMES.get(n, n) for n in names)
+    message = f"expected {wanted}, got {describe(instance)}"
+    if names == ["string"] and raw is not None and not isinstance(instance, dict | list):
+        message += f'; quote it ("{raw}") to mean text'
+    return message
