@@ -1,16 +1,24 @@
 #!/usr/bin/env bash
-# Build kube-apiserver and etcd for the e2e tests, once per content of go.mod, go.sum,
-# cmd/*/main.go and this script, and print the folder holding them. Build output
-# goes to stderr.
+# Build the e2e cluster's binaries, once per content of go.mod, go.sum, cmd/*/main.go
+# and this script, and print the folder holding them. Build output goes to stderr.
+#
+#   kube-apiserver, kube-controller-manager, kube-scheduler, etcd: the e2e module
+#     (k8s.io/kubernetes and etcd pinned in go.mod), one `go build` per binary so the
+#     links (~2 GB each) run one after the other;
+#   kwok: sigs.k8s.io/kwok at KWOK_VERSION below, `go install`ed into its own cache
+#     folder keyed by that version, then linked into the bin folder.
 #
 #   RUNGUARD_E2E_CACHE   cache root (default ~/.cache/runguard/e2e)
 set -euo pipefail
+
+KWOK_VERSION=v0.8.0 # simulated nodes; its stage configs are tests/e2e/kwok-stages.yaml
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 cache="${RUNGUARD_E2E_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/runguard/e2e}"
 key="$(cd "$here" && cat go.mod go.sum cmd/*/main.go build.sh | sha256sum | cut -c1-16)"
 bin="$cache/$key/bin"
-binaries=(kube-apiserver etcd)
+kubernetes=(kube-apiserver kube-controller-manager kube-scheduler etcd)
+binaries=("${kubernetes[@]}" kwok)
 
 have_all() {
     local name
@@ -19,15 +27,39 @@ have_all() {
     done
 }
 
+# kwok into $cache/kwok-$KWOK_VERSION/bin/kwok (the same version is never built twice).
+build_kwok() {
+    local dir="$cache/kwok-$KWOK_VERSION"
+    [[ -x "$dir/bin/kwok" ]] && return
+    mkdir -p "$dir"
+    exec 8>"$dir/.lock"
+    flock 8
+    if [[ ! -x "$dir/bin/kwok" ]]; then
+        local tmp started
+        tmp="$(mktemp -d "$dir/bin.tmp.XXXXXX")"
+        started=$SECONDS
+        echo "building kwok $KWOK_VERSION into $dir/bin" >&2
+        # Outside any module: `go install pkg@version` builds kwok's own go.mod as is.
+        (cd "$tmp" && GOBIN="$tmp" CGO_ENABLED=0 go install -trimpath -ldflags="-s -w" \
+            "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION" >&2) || { rm -rf "$tmp"; return 1; }
+        chmod 755 "$tmp"
+        rm -rf "$dir/bin"
+        mv "$tmp" "$dir/bin"
+        echo "kwok built in $((SECONDS - started))s" >&2
+    fi
+    exec 8>&-
+}
+
 if ! have_all; then
     mkdir -p "$cache/$key"
     # One build at a time per key: a second caller waits, then finds the binaries.
     exec 9>"$cache/$key/.lock"
     flock 9
     if ! have_all; then
+        build_kwok
         tmp="$(mktemp -d "$cache/$key/bin.tmp.XXXXXX")"
         trap 'rm -rf "$tmp"' EXIT
-        echo "building kube-apiserver and etcd into $bin (cold build: see docs/e2e.md)" >&2
+        echo "building ${kubernetes[*]} into $bin (cold build: see docs/e2e.md)" >&2
         # Stamp the version as upstream's hack/lib/version.sh does: unstamped, the
         # apiserver says v0.0.0-master and kubectl (and its dispatcher) cannot parse it.
         version="$(awk '$1 == "k8s.io/kubernetes" { print $2 }' "$here/go.mod")"
@@ -37,10 +69,16 @@ if ! have_all; then
             ldflags+=" -X $pkg.gitVersion=$version -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
             ldflags+=" -X $pkg.gitTreeState=clean"
         done
-        (
-            cd "$here"
-            CGO_ENABLED=0 go build -trimpath -ldflags="$ldflags" -o "$tmp/" ./cmd/... >&2
-        )
+        for name in "${kubernetes[@]}"; do
+            started=$SECONDS
+            (
+                cd "$here"
+                CGO_ENABLED=0 go build -trimpath -ldflags="$ldflags" -o "$tmp/$name" "./cmd/$name" >&2
+            )
+            echo "$name built in $((SECONDS - started))s" >&2
+        done
+        ln "$cache/kwok-$KWOK_VERSION/bin/kwok" "$tmp/kwok" 2>/dev/null \
+            || cp "$cache/kwok-$KWOK_VERSION/bin/kwok" "$tmp/kwok"
         chmod 755 "$tmp"
         rm -rf "$bin"
         mv "$tmp" "$bin"
