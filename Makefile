@@ -48,8 +48,9 @@ cases: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/bench_engine.py
 
-# A local kube-apiserver + etcd (built once, cached) with runguard serving $(POLICY) in
-# place and registered; prints the `export KUBECONFIG=...` line (docs/e2e.md).
+# A local cluster (built once, cached): etcd, kube-apiserver, kube-controller-manager,
+# kube-scheduler and kwok's simulated CPU/GPU/spot nodes, with runguard serving
+# $(POLICY) in place and registered; prints the `export KUBECONFIG=...` line (docs/e2e.md).
 cluster: $(STAMP)
 	@$(BIN)/python tests/e2e/devcluster.py up --dir .cache/cluster --policy $(POLICY)
 

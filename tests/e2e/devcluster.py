@@ -4,14 +4,16 @@ configurations, and the cluster objects the shipped profiles name.
 Used by ``tests/e2e/conftest.py`` (one webhook per test session) and by ``make
 cluster``::
 
-    python tests/e2e/devcluster.py up --dir DIR [--policy DIR]
+    python tests/e2e/devcluster.py up --dir DIR [--policy DIR] [--admission-only]
     python tests/e2e/devcluster.py down --dir DIR
 
-``up`` starts etcd + kube-apiserver (``cluster.py``), then ``runguard certs --host
-127.0.0.1``, ``runguard serve`` on a free loopback port serving the policy directory
-*in place* (edit it and the next admission uses it), the PriorityClasses and the
-RuntimeClass the profiles name, and ``runguard manifests --url ... | kubectl apply``.
-It prints the ``export KUBECONFIG=...`` line on stdout; ``down`` stops everything.
+``up`` starts etcd + kube-apiserver and the whole path (``cluster.py``: the
+controller-manager, the scheduler and kwok's simulated CPU, GPU and spot nodes, unless
+``--admission-only``), then ``runguard certs --host 127.0.0.1``, ``runguard serve`` on
+a free loopback port serving the policy directory *in place* (edit it and the next
+admission uses it), the PriorityClasses and the RuntimeClass the profiles name, and
+``runguard manifests --url ... | kubectl apply``. It prints the ``export
+KUBECONFIG=...`` line on stdout; ``down`` stops everything.
 
 runguard is driven only through its command line, as an admin would drive it.
 """
@@ -33,6 +35,7 @@ from typing import Any
 
 if __package__:
     from .cluster import (
+        SIMULATED_NODES,
         Cluster,
         ClusterError,
         _die_with_parent,
@@ -43,6 +46,7 @@ if __package__:
     )
 else:  # run as a script: python tests/e2e/devcluster.py
     from cluster import (  # type: ignore[no-redef]
+        SIMULATED_NODES,
         Cluster,
         ClusterError,
         _die_with_parent,
@@ -282,7 +286,7 @@ def _up(args: argparse.Namespace) -> int:
         )
         return 1
     started = time.monotonic()
-    cluster = Cluster(directory, build_binaries(), owned=False)
+    cluster = Cluster(directory, build_binaries(), owned=False, whole_path=not args.admission_only)
     runguard = Runguard(directory / "runguard", policy, owned=False)
     try:
         cluster.start()
@@ -300,9 +304,16 @@ def _up(args: argparse.Namespace) -> int:
         runguard.stop()
         cluster.stop()
         raise
+    nodes = (
+        "  no controllers, scheduler or nodes (--admission-only): Pods stay Pending\n"
+        if args.admission_only
+        else f"  simulated nodes: {', '.join(n['metadata']['name'] for n in SIMULATED_NODES)}\n"
+        f"  controller-manager, scheduler, kwok logs in {directory}\n"
+    )
     print(
         f"kube-apiserver {cluster.server} and runguard {runguard.url} (policy {policy}) "
         f"ready after {time.monotonic() - started:.1f}s\n"
+        f"{nodes}"
         f"  runguard log:   {runguard.log}\n"
         f"  audit log:      {cluster.audit_log}\n"
         f"  policy edits in {policy} apply within seconds; stop with: make cluster-down",
@@ -323,7 +334,7 @@ def _down(args: argparse.Namespace) -> int:
     if (directory / "state.json").exists():
         Cluster.attach(directory).stop()
         (directory / "state.json").unlink()
-        stopped.append("kube-apiserver and etcd")
+        stopped.append("the cluster")
     print(
         f"stopped {' and '.join(stopped)} in {directory}"
         if stopped
@@ -342,6 +353,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     up = sub.add_parser("up", help="start cluster and runguard, register the webhooks")
     up.add_argument("--dir", required=True, help="state folder (certs, logs, kubeconfig, data)")
     up.add_argument("-p", "--policy", default="policies", help="policy directory, served in place")
+    up.add_argument(
+        "--admission-only",
+        action="store_true",
+        help="no controller-manager, scheduler or simulated nodes (Pods stay Pending)",
+    )
     up.set_defaults(func=_up)
     down = sub.add_parser("down", help="stop what up started")
     down.add_argument("--dir", required=True)
