@@ -1,0 +1,250 @@
+"""What runguard knows of the cluster: object metadata, and the read-only interface to it.
+
+Pure: no I/O, no clock, no Kubernetes client. The engine decides with a ``ClusterState``;
+where it comes from (a file offline, the watch cache online) is not its business.
+
+Only metadata is ever kept, and not all of it: kind, namespace, name, uid, labels,
+annotations and ownerReferences. ``meta_from_object`` is the one door into a record:
+it drops everything else (a Secret's ``data`` and ``stringData``, a ConfigMap's
+``binaryData``, specs, status, ``managedFields``) and the
+``kubectl.kubernetes.io/last-applied-configuration`` annotation, which holds the whole
+manifest ``kubectl apply`` sent, a Secret's data included.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, NamedTuple, Protocol, runtime_checkable
+
+__all__ = [
+    "CLUSTER_SCOPED",
+    "CONTROLLER_KINDS",
+    "KINDS",
+    "LAST_APPLIED",
+    "MAX_ANNOTATION_VALUE",
+    "REQUESTED_BY",
+    "RESOURCES",
+    "ClusterState",
+    "ClusterStateError",
+    "KindStats",
+    "Meta",
+    "OwnerRef",
+    "controller_chain",
+    "meta_from_object",
+]
+
+# The kinds runguard decides with, as the API names them (``kind`` of the object).
+KINDS: tuple[str, ...] = (
+    "PersistentVolumeClaim",
+    "Secret",
+    "ConfigMap",
+    "PriorityClass",
+    "RuntimeClass",
+    "Job",
+    "CronJob",
+    "ReplicaSet",
+    "Deployment",
+    "StatefulSet",
+    "DaemonSet",
+)
+# Where the API serves each kind: (group, version, resource).
+RESOURCES: dict[str, tuple[str, str, str]] = {
+    "PersistentVolumeClaim": ("", "v1", "persistentvolumeclaims"),
+    "Secret": ("", "v1", "secrets"),
+    "ConfigMap": ("", "v1", "configmaps"),
+    "PriorityClass": ("scheduling.k8s.io", "v1", "priorityclasses"),
+    "RuntimeClass": ("node.k8s.io", "v1", "runtimeclasses"),
+    "Job": ("batch", "v1", "jobs"),
+    "CronJob": ("batch", "v1", "cronjobs"),
+    "ReplicaSet": ("apps", "v1", "replicasets"),
+    "Deployment": ("apps", "v1", "deployments"),
+    "StatefulSet": ("apps", "v1", "statefulsets"),
+    "DaemonSet": ("apps", "v1", "daemonsets"),
+}
+CLUSTER_SCOPED = frozenset({"PriorityClass", "RuntimeClass"})
+# Kinds whose objects own Pods (directly or through another controller).
+CONTROLLER_KINDS = frozenset(
+    {"Job", "CronJob", "ReplicaSet", "Deployment", "StatefulSet", "DaemonSet"}
+)
+REQUESTED_BY = "runguard.io/requested-by"  # the stamp of who asked for a Pod or controller
+LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
+# An annotation value longer than this is not kept (memory stays bounded whatever other
+# tools write); runguard's own stamps are far shorter.
+MAX_ANNOTATION_VALUE = 4096
+
+_EMPTY: Mapping[str, str] = MappingProxyType({})
+
+
+class ClusterStateError(ValueError):
+    """Objects that cannot be read as cluster state; the message says which and why."""
+
+
+class OwnerRef(NamedTuple):
+    """One ``metadata.ownerReferences`` entry, as far as ownership needs it."""
+
+    kind: str
+    name: str
+    uid: str
+    controller: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Meta:
+    """The metadata of one object. ``namespace`` is ``""`` for a cluster-scoped kind."""
+
+    kind: str
+    namespace: str
+    name: str
+    uid: str
+    labels: Mapping[str, str] = field(default_factory=lambda: _EMPTY)
+    annotations: Mapping[str, str] = field(default_factory=lambda: _EMPTY)
+    owners: tuple[OwnerRef, ...] = ()
+
+    def controller(self) -> OwnerRef | None:
+        """The owner reference marked ``controller: true`` (at most one is allowed)."""
+        for owner in self.owners:
+            if owner.controller:
+                return owner
+        return None
+
+
+@dataclass(frozen=True)
+class KindStats:
+    """How the state of one kind is doing (``ClusterState.stats()``, for metrics)."""
+
+    objects: int = 0
+    synced: bool = False
+    last_event: float = 0.0  # unix time of the last change seen (0: none yet)
+    last_sync: float = 0.0  # unix time the last complete list ended
+    relists: int = 0  # complete lists after the first one (a 410 Gone, repeated errors)
+    watch_errors: int = 0
+    events: int = 0  # changes applied since the first list
+
+
+@runtime_checkable
+class ClusterState(Protocol):
+    """The read-only view of the cluster the engine decides with.
+
+    A lookup of a kind that is not ``synced`` answers None as if the object did not
+    exist: a decision that needs one must check ``synced(kind)`` first and fail closed,
+    naming the kind.
+    """
+
+    def get(self, kind: str, namespace: str, name: str) -> Meta | None:
+        """The object ``kind`` ``namespace/name`` (namespace ``""`` if cluster-scoped)."""
+        ...
+
+    def by_uid(self, uid: str) -> Meta | None:
+        """The object, of any kind, whose ``metadata.uid`` is ``uid``."""
+        ...
+
+    def has_priority_class(self, name: str) -> bool: ...
+
+    def has_runtime_class(self, name: str) -> bool: ...
+
+    def synced(self, kind: str) -> bool:
+        """True once every object of ``kind`` has been listed (and watched since)."""
+        ...
+
+    def stats(self) -> Mapping[str, KindStats]:
+        """By kind, for metrics and ``/readyz``."""
+        ...
+
+
+def controller_chain(state: ClusterState, meta: Meta, max_depth: int = 8) -> tuple[Meta, ...]:
+    """The controllers of ``meta`` by uid, nearest first: a Pod's ReplicaSet, then its
+    Deployment (a Job, then its CronJob).
+
+    A reference counts only if the object with its uid exists with the kind and name
+    the reference gives, in the same namespace: an ``ownerReferences`` entry is written
+    by whoever writes the object. Stops at a missing owner, a mismatch, a loop or
+    ``max_depth``.
+    """
+    chain: list[Meta] = []
+    seen = {meta.uid}
+    current = meta
+    while len(chain) < max_depth:
+        ref = current.controller()
+        if ref is None or ref.uid in seen:
+            break
+        owner = state.by_uid(ref.uid)
+        if (
+            owner is None
+            or owner.kind != ref.kind
+            or owner.name != ref.name
+            or owner.namespace != current.namespace
+        ):
+            break
+        chain.append(owner)
+        seen.add(owner.uid)
+        current = owner
+    return tuple(chain)
+
+
+def meta_from_object(obj: Any, kind: str | None = None) -> Meta:
+    """The ``Meta`` of an API object or a ``PartialObjectMetadata`` (``kind`` given),
+    keeping only what ownership decides with (see module doc)."""
+    if not isinstance(obj, Mapping):
+        raise ClusterStateError(f"an object must be a mapping, not {type(obj).__name__}")
+    kind = kind or obj.get("kind")
+    if kind not in KINDS:
+        raise ClusterStateError(
+            f"kind {kind!r} is not cluster state runguard uses (one of: {', '.join(KINDS)})"
+        )
+    metadata = obj.get("metadata")
+    if not isinstance(metadata, Mapping):
+        raise ClusterStateError(f"{kind} without metadata")
+    name = metadata.get("name")
+    if not isinstance(name, str) or not name:
+        raise ClusterStateError(f"{kind} without metadata.name")
+    namespace = "" if kind in CLUSTER_SCOPED else metadata.get("namespace") or "default"
+    uid = metadata.get("uid") or ""
+    where = f"{kind} {namespace + '/' if namespace else ''}{name}"
+    if not isinstance(namespace, str) or not isinstance(uid, str):
+        raise ClusterStateError(f"{where}: namespace and uid must be strings")
+    return Meta(
+        kind=kind,
+        namespace=namespace,
+        name=name,
+        uid=uid,
+        labels=_strings(metadata.get("labels"), where, "labels"),
+        annotations=_annotations(metadata.get("annotations"), where),
+        owners=_owners(metadata.get("ownerReferences"), where),
+    )
+
+
+def _strings(value: Any, where: str, key: str) -> Mapping[str, str]:
+    if value is None:
+        return _EMPTY
+    if not isinstance(value, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+    ):
+        raise ClusterStateError(f"{where}: metadata.{key} must map strings to strings")
+    return MappingProxyType(dict(value)) if value else _EMPTY
+
+
+def _annotations(value: Any, where: str) -> Mapping[str, str]:
+    kept = _strings(value, where, "annotations")
+    if any(k == LAST_APPLIED or len(v) > MAX_ANNOTATION_VALUE for k, v in kept.items()):
+        kept = MappingProxyType(
+            {k: v for k, v in kept.items() if k != LAST_APPLIED and len(v) <= MAX_ANNOTATION_VALUE}
+        )
+    return kept
+
+
+def _owners(value: Any, where: str) -> tuple[OwnerRef, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        raise ClusterStateError(f"{where}: metadata.ownerReferences must be a list")
+    owners = []
+    for ref in value:
+        if not isinstance(ref, Mapping):
+            raise ClusterStateError(f"{where}: an ownerReferences entry must be a mapping")
+        kind, name, uid = ref.get("kind"), ref.get("name"), ref.get("uid")
+        if not (isinstance(kind, str) and isinstance(name, str) and isinstance(uid, str)):
+            raise ClusterStateError(f"{where}: ownerReferences need kind, name and uid")
+        owners.append(OwnerRef(kind, name, uid, ref.get("controller") is True))
+    return tuple(owners)

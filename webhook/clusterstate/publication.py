@@ -1,0 +1,365 @@
+"""The watch process's cluster state, published in files every gunicorn worker maps.
+
+One writer (the watch process, ``Publisher``) and any number of readers
+(``SharedClusterState``, one per worker) share a private directory (``mkdtemp``: 0700),
+in ``/dev/shm`` beside the policy publication when there is one::
+
+    control               fixed size, mapped by all: per kind, the generation of its
+                          base, the bytes of its delta log, object count, synced flag,
+                          stats; the writer's pid and heartbeat
+    <Kind>.<gen>.base     a table base (``table.py``): records and indexes, mapped
+                          read-only by the readers, so its pages are in memory once
+    <Kind>.<gen>.delta    append-only changes since that base: (u32 length, u8 op,
+                          record) entries
+
+A reader compares the control block with the copy it last saw (one ~1 KB slice per
+lookup); when a kind moved on it maps the new base, or reads the new delta entries into
+its table's overlay. The writer bumps the control block only after the data it
+announces is written, and a delta entry is never rewritten, so a reader sees one
+consistent state or a later one. A new base (first list, relist after ``410 Gone``, or
+compaction when the overlay holds more than an eighth of the base) starts a new
+generation; the writer removes the files of the previous one, which readers that still
+map them keep until they move on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import mmap
+import os
+import struct
+import tempfile
+import threading
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import astuple, dataclass
+from pathlib import Path
+from typing import Any
+
+from webhook.clusterstate.model import KINDS, KindStats
+from webhook.clusterstate.static import TableState
+from webhook.clusterstate.table import Record, Table, record_ids, write_base
+
+__all__ = ["DELETE", "PUT", "KindPublisher", "Publisher", "SharedClusterState", "Slot", "create_directory"]
+
+CONTROL = "control"
+_MAGIC = b"RGCC"
+_HEAD = struct.Struct("<4sHHQd")  # magic, version, kinds, writer pid, heartbeat
+_SLOT = struct.Struct("<QQQQddQQQ32s")
+_ENTRY = struct.Struct("<IB")  # record length, op
+PUT, DELETE = 1, 0
+CONTROL_SIZE = _HEAD.size + _SLOT.size * len(KINDS)
+MIN_COMPACTION = 1024  # overlay entries before a new base is worth writing
+
+
+@dataclass
+class Slot:
+    """The control block's entry for one kind."""
+
+    generation: int = 0  # of the current base; 0: none yet
+    delta_size: int = 0  # bytes of its delta log readers may read
+    objects: int = 0
+    synced: int = 0
+    last_event: float = 0.0
+    last_sync: float = 0.0
+    relists: int = 0
+    watch_errors: int = 0
+    events: int = 0
+    # of the last change or bookmark applied: a restarted writer resumes its watch there
+    resource_version: bytes = b""  # (at most 32 bytes, else empty)
+
+    @classmethod
+    def read(cls, control: Any, kind: str) -> Slot:
+        g, d, o, s, e, t, r, w, n, version = _SLOT.unpack_from(control, _slot_offset(kind))
+        return cls(g, d, o, s, e, t, r, w, n, version.rstrip(b"\0"))
+
+    def write(self, control: Any, kind: str) -> None:
+        _SLOT.pack_into(control, _slot_offset(kind), *astuple(self))
+
+    def stats(self) -> KindStats:
+        return KindStats(
+            objects=self.objects,
+            synced=bool(self.synced),
+            last_event=self.last_event,
+            last_sync=self.last_sync,
+            relists=self.relists,
+            watch_errors=self.watch_errors,
+            events=self.events,
+        )
+
+
+def create_directory(parent: str | None = None) -> Path:
+    """A fresh private directory with an empty control block, for one writer and its
+    readers (the gunicorn master makes it before it forks anyone)."""
+    directory = Path(tempfile.mkdtemp(prefix="runguard-cluster-", dir=parent))
+    _write_empty_control(directory / CONTROL)
+    return directory
+
+
+def _write_empty_control(path: Path) -> None:
+    tmp = path.with_name(".control.tmp")
+    tmp.write_bytes(_HEAD.pack(_MAGIC, 1, len(KINDS), 0, 0.0) + b"\0" * (CONTROL_SIZE - _HEAD.size))
+    os.replace(tmp, path)
+
+
+def _slot_offset(kind: str) -> int:
+    return _HEAD.size + _SLOT.size * KINDS.index(kind)
+
+
+def _base_path(directory: Path, kind: str, generation: int) -> Path:
+    return directory / f"{kind}.{generation}.base"
+
+
+def _delta_path(directory: Path, kind: str, generation: int) -> Path:
+    return directory / f"{kind}.{generation}.delta"
+
+
+def _map(path: Path) -> mmap.mmap:
+    with open(path, "rb") as file:
+        return mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)
+
+
+def _read_delta(table: Table, fd: int, start: int, end: int) -> None:
+    """Apply the delta entries between ``start`` and ``end`` to ``table``."""
+    data = os.pread(fd, end - start, start)
+    offset = 0
+    while offset + _ENTRY.size <= len(data):
+        length, op = _ENTRY.unpack_from(data, offset)
+        record = data[offset + _ENTRY.size : offset + _ENTRY.size + length]
+        offset += _ENTRY.size + length
+        if op == PUT:
+            table.put(record)
+        else:
+            table.remove(*record_ids(record)[:2])
+
+
+# ----------------------------------------------------------------------------- writer
+
+
+class Publisher:
+    """The writer's side: one ``KindPublisher`` per kind, each used by one thread."""
+
+    def __init__(self, directory: Path | str) -> None:
+        self.directory = Path(directory)
+        control = self.directory / CONTROL
+        if not control.exists():
+            _write_empty_control(control)
+        self._file = open(control, "r+b")  # mapped for the writer's life
+        self.control = mmap.mmap(self._file.fileno(), CONTROL_SIZE)
+        self.kinds = {kind: KindPublisher(self, kind) for kind in KINDS}
+        self.beat()
+
+    def beat(self) -> None:
+        """Record that the writer is alive (readers report its age)."""
+        _HEAD.pack_into(self.control, 0, _MAGIC, 1, len(KINDS), os.getpid(), time.time())
+
+    def close(self) -> None:
+        for kind in self.kinds.values():
+            kind.close()
+        self.control.close()
+        self._file.close()
+
+
+class KindPublisher:
+    """The state of one kind as the writer keeps it: its table (the base it wrote,
+    mapped, and the overlay) and the delta log readers follow. Used by one thread."""
+
+    def __init__(self, publisher: Publisher, kind: str) -> None:
+        self.publisher = publisher
+        self.kind = kind
+        self.table = Table(kind)
+        self._delta: int | None = None  # descriptor of the current delta log
+
+    @property
+    def directory(self) -> Path:
+        return self.publisher.directory
+
+    @property
+    def slot(self) -> Slot:
+        return Slot.read(self.publisher.control, self.kind)
+
+    def _write(self, slot: Slot) -> None:
+        slot.write(self.publisher.control, self.kind)
+
+    def resume(self) -> str | None:
+        """Take over what a previous writer published (its base and delta log): the
+        resourceVersion to watch from, or None when there is nothing to resume."""
+        slot = self.slot
+        if not slot.generation or not slot.resource_version:
+            return None
+        try:
+            table = Table(self.kind, _map(_base_path(self.directory, self.kind, slot.generation)))
+            delta = os.open(_delta_path(self.directory, self.kind, slot.generation), os.O_RDWR)
+        except FileNotFoundError:
+            return None
+        _read_delta(table, delta, 0, slot.delta_size)
+        os.ftruncate(delta, slot.delta_size)  # what was written but never announced
+        os.lseek(delta, slot.delta_size, os.SEEK_SET)
+        self.table, self._delta = table, delta
+        return slot.resource_version.decode()
+
+    def replace(self, records: Iterable[Record], resource_version: str, *, relist: bool) -> int:
+        """A complete new state (a list, or a compaction): a new generation; synced."""
+        slot = self.slot
+        generation = slot.generation + 1
+        base = _base_path(self.directory, self.kind, generation)
+        tmp = base.with_name(f".{base.name}.tmp")
+        with open(tmp, "w+b") as out:
+            count = write_base(out, records)
+        os.replace(tmp, base)
+        delta = os.open(
+            _delta_path(self.directory, self.kind, generation),
+            os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND,
+            0o600,
+        )
+        old_delta = self._delta
+        self.table, self._delta = Table(self.kind, _map(base)), delta
+        old_generation = slot.generation
+        slot.generation, slot.delta_size, slot.objects, slot.synced = generation, 0, count, 1
+        slot.last_sync = time.time()
+        slot.relists += relist
+        slot.resource_version = _version_bytes(resource_version)
+        self._write(slot)
+        if old_delta is not None:
+            os.close(old_delta)
+        if old_generation:
+            for path in (
+                _base_path(self.directory, self.kind, old_generation),
+                _delta_path(self.directory, self.kind, old_generation),
+            ):
+                with contextlib.suppress(FileNotFoundError):
+                    path.unlink()
+        return count
+
+    def apply(self, changes: Iterable[tuple[int, Record]], resource_version: str) -> int:
+        """Apply (op, record) changes seen up to ``resource_version``; those that change
+        nothing kept (a status update) are dropped. Returns how many were not."""
+        if self._delta is None:
+            raise RuntimeError(f"{self.kind}: changes before the first list")
+        entries = []
+        for op, record in changes:
+            if op == PUT:
+                changed = self.table.put(record)
+            else:
+                changed = self.table.remove(*record_ids(record)[:2])
+            if changed:
+                entries.append(_ENTRY.pack(len(record), op) + record)
+        slot = self.slot
+        if entries:
+            data = b"".join(entries)
+            os.write(self._delta, data)
+            slot.delta_size += len(data)
+            slot.objects = self.table.count
+            slot.last_event = time.time()
+            slot.events += len(entries)
+        slot.resource_version = _version_bytes(resource_version)
+        self._write(slot)
+        if self.table.changes > max(MIN_COMPACTION, self.table.base_count // 8):
+            self.replace(self.table.records(), resource_version, relist=False)
+        return len(entries)
+
+    def bookmark(self, resource_version: str) -> None:
+        """Nothing changed up to ``resource_version`` (a watch bookmark)."""
+        slot = self.slot
+        slot.resource_version = _version_bytes(resource_version)
+        self._write(slot)
+
+    def count_error(self) -> None:
+        slot = self.slot
+        slot.watch_errors += 1
+        self._write(slot)
+
+    def close(self) -> None:
+        if self._delta is not None:
+            os.close(self._delta)
+            self._delta = None
+
+
+def _version_bytes(resource_version: str) -> bytes:
+    """As stored: one too long to store is forgotten (a restart then lists again)."""
+    encoded = resource_version.encode()
+    return encoded if len(encoded) <= 32 else b""
+
+
+# ----------------------------------------------------------------------------- reader
+
+
+class SharedClusterState(TableState):
+    """A worker's ``ClusterState``: the writer's publication, mapped; up to date on
+    every lookup (a lock only when something changed, taken by one thread while the
+    others answer from the state they have)."""
+
+    def __init__(self, directory: Path | str) -> None:
+        self.directory = Path(directory)
+        self._control: mmap.mmap | None = None
+        self._seen = b""
+        self._tables: dict[str, Table] = {}
+        self._generations: dict[str, int] = {}
+        self._offsets: dict[str, int] = {}
+        self._deltas: dict[str, int] = {}  # descriptors, by kind
+        self._lock = threading.Lock()
+
+    def tables(self) -> Mapping[str, Table]:
+        self.refresh()
+        return self._tables
+
+    def refresh(self) -> None:
+        control = self._control or self._open_control()
+        if control is None or control[:CONTROL_SIZE] == self._seen:
+            return
+        if not self._lock.acquire(blocking=False):
+            return
+        try:
+            seen = control[:CONTROL_SIZE]
+            complete = all([self._catch_up(kind, seen) for kind in KINDS])
+            self._seen = seen if complete else b""
+        finally:
+            self._lock.release()
+
+    def _open_control(self) -> mmap.mmap | None:
+        try:
+            self._control = _map(self.directory / CONTROL)
+        except (FileNotFoundError, ValueError):  # not made yet, or empty
+            return None
+        return self._control
+
+    def _catch_up(self, kind: str, control: bytes) -> bool:
+        """Take in what changed for ``kind``; False when it must be tried again."""
+        slot = Slot.read(control, kind)
+        generation, delta_size = slot.generation, slot.delta_size
+        if generation == 0:
+            return True
+        if generation != self._generations.get(kind):
+            try:
+                table = Table(kind, _map(_base_path(self.directory, kind, generation)))
+                delta = os.open(_delta_path(self.directory, kind, generation), os.O_RDONLY)
+            except FileNotFoundError:  # already replaced by a newer one: next time
+                return False
+            old = self._deltas.pop(kind, None)
+            if old is not None:
+                os.close(old)
+            self._deltas[kind], self._offsets[kind] = delta, 0
+            self._generations[kind] = generation
+            _read_delta(table, delta, 0, delta_size)
+            self._tables[kind] = table  # one assignment: lookups see old or new
+        elif delta_size > self._offsets[kind]:
+            _read_delta(self._tables[kind], self._deltas[kind], self._offsets[kind], delta_size)
+        self._offsets[kind] = delta_size
+        return True
+
+    def synced(self, kind: str) -> bool:
+        return self.stats().get(kind, KindStats()).synced
+
+    def stats(self) -> Mapping[str, KindStats]:
+        control = self._control or self._open_control()
+        if control is None:
+            return {kind: KindStats() for kind in KINDS}
+        return {kind: Slot.read(control, kind).stats() for kind in KINDS}
+
+    def writer(self) -> tuple[int, float]:
+        """(pid, last heartbeat) of the watch process; (0, 0.0) before it started."""
+        control = self._control or self._open_control()
+        if control is None:
+            return 0, 0.0
+        _, _, _, pid, heartbeat = _HEAD.unpack_from(control)
+        return int(pid), float(heartbeat)

@@ -1,0 +1,102 @@
+"""Cluster state from tables: the lookups every ``ClusterState`` here shares, and the
+offline one, read from a file (``runguard apply --cluster-state FILE``)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from webhook.clusterstate.model import (
+    CLUSTER_SCOPED,
+    KINDS,
+    ClusterStateError,
+    KindStats,
+    Meta,
+    meta_from_object,
+)
+from webhook.clusterstate.table import Table, encode_record, table_from_records
+from webhook.documents import InputError, is_list, list_items, read_objects
+
+__all__ = ["StaticClusterState", "TableState"]
+
+
+class TableState:
+    """A ``ClusterState`` over one ``Table`` per kind; ``tables()`` gives the current ones."""
+
+    def tables(self) -> Mapping[str, Table]:
+        raise NotImplementedError
+
+    def get(self, kind: str, namespace: str, name: str) -> Meta | None:
+        table = self.tables().get(kind)
+        if table is None:
+            return None
+        return table.get("" if kind in CLUSTER_SCOPED else namespace, name)
+
+    def by_uid(self, uid: str) -> Meta | None:
+        if not uid:
+            return None
+        for table in self.tables().values():
+            if table.count:
+                meta = table.by_uid(uid)
+                if meta is not None:
+                    return meta
+        return None
+
+    def has_priority_class(self, name: str) -> bool:
+        return self.get("PriorityClass", "", name) is not None
+
+    def has_runtime_class(self, name: str) -> bool:
+        return self.get("RuntimeClass", "", name) is not None
+
+
+class StaticClusterState(TableState):
+    """A fixed cluster state: exactly the objects given, every kind synced (an object
+    absent from them does not exist)."""
+
+    def __init__(self, metas: Iterable[Meta] = ()) -> None:
+        records: dict[str, list[bytes]] = {kind: [] for kind in KINDS}
+        for meta in metas:
+            records[meta.kind].append(encode_record(meta))
+        self._tables = {kind: table_from_records(kind, rs) for kind, rs in records.items()}
+
+    @classmethod
+    def from_documents(cls, objects: Iterable[Any]) -> StaticClusterState:
+        """From API objects (``kind: List`` and typed lists flattened); a Secret's
+        ``data``/``stringData`` and a ConfigMap's ``data``/``binaryData`` are never kept."""
+        metas = []
+        for index, obj in enumerate(_flatten(objects)):
+            try:
+                metas.append(meta_from_object(obj))
+            except ClusterStateError as exc:
+                raise ClusterStateError(f"object {index + 1}: {exc}") from None
+        return cls(metas)
+
+    @classmethod
+    def from_file(cls, path: Path | str) -> StaticClusterState:
+        """From a multi-document YAML or JSON file (``-``: stdin)."""
+        try:
+            objects = read_objects(str(path))
+        except InputError as exc:
+            raise ClusterStateError(str(exc)) from None
+        try:
+            return cls.from_documents(objects)
+        except ClusterStateError as exc:
+            raise ClusterStateError(f"{path}: {exc}") from None
+
+    def tables(self) -> Mapping[str, Table]:
+        return self._tables
+
+    def synced(self, kind: str) -> bool:
+        return kind in self._tables
+
+    def stats(self) -> Mapping[str, KindStats]:
+        return {k: KindStats(objects=t.count, synced=True) for k, t in self._tables.items()}
+
+
+def _flatten(objects: Iterable[Any]) -> Iterable[Any]:
+    for obj in objects:
+        if is_list(obj):
+            yield from _flatten(list_items(obj))
+        else:
+            yield obj
