@@ -171,7 +171,13 @@ def test_mutation_is_idempotent(pod: dict[str, Any], policy: Any) -> None:
 @given(pod=pods())
 def test_after_mutation_only_unfixable_violations_remain(pod: dict[str, Any]) -> None:
     mutated = mutate(pod, PLATFORM).object
-    rules = {v.rule for v in validate(mutated, PLATFORM).violations}
+    # A run's total above a maximum is denied, never clamped (SPEC section 6): clamping is
+    # per container, and there is no fair way to split a total the user sized.
+    rules = {
+        v.rule
+        for v in validate(mutated, PLATFORM).violations
+        if not (v.rule == "resources.exceeded" and v.path.startswith("spec.resources."))
+    }
     assert rules <= UNFIXABLE, rules - UNFIXABLE
 
 

@@ -10,6 +10,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from webhook.engine.context import NO_CONTEXT, OWNERSHIP_OFF, Context, Ownership
 from webhook.engine.types import JSON
 from webhook.policy.model import Policy, Profile
 from webhook.quantity import parse
@@ -41,6 +42,9 @@ class Pod:
     # (path, claim template) of a StatefulSet's volumeClaimTemplates: outside the pod spec,
     # judged with it
     claim_templates: tuple[tuple[str, JSON], ...] = ()
+    namespace: str = ""
+    context: Context = NO_CONTEXT
+    ownership: Ownership = OWNERSHIP_OFF  # whether the platform created this run
     profile_asked: str | None = field(init=False, default=None)
     profile: Profile | None = field(init=False, default=None)
     profile_fallback: bool = field(init=False, default=False)

@@ -14,11 +14,12 @@ from collections.abc import Callable
 from decimal import Decimal
 from typing import Any, ParamSpec
 
+from webhook.engine.context import NO_CONTEXT, STAMP, Context, Ownership
 from webhook.engine.diff import make_patch
 from webhook.engine.pod import WARNING_LIMIT, Pod
 from webhook.engine.pod import warning as warning_text
 from webhook.engine.podspec import InvalidObject, Target, locate, object_meta
-from webhook.engine.rules import run_checks, run_steps
+from webhook.engine.rules import ownership, run_checks, run_steps
 from webhook.engine.rules.profile import PRIORITY_COMPUTED
 from webhook.engine.rules.scope import check_scope_labels
 from webhook.engine.rules.security import harden_debug_containers
@@ -76,17 +77,52 @@ def _select(
     return target, check_shape(target.spec, target.spec_path)
 
 
-def _pod(target: Target, policy: Policy, spec: JSON) -> Pod:
+def _pod(target: Target, policy: Policy, spec: JSON, who: _Who) -> Pod:
     return Pod(
-        spec, target.labels, target.annotations, policy, target.spec_path, target.claim_templates
+        spec,
+        target.labels,
+        target.annotations,
+        policy,
+        target.spec_path,
+        target.claim_templates,
+        who.namespace,
+        who.context,
+        who.ownership,
     )
 
 
-def _mutated(target: Target, policy: Policy) -> tuple[JSON, Pod, list[Change]]:
+class _Who:
+    """Where the object lives, who asks, and whether the platform created it."""
+
+    def __init__(self, obj: Any, policy: Policy, namespace: str | None, context: Context):
+        self.namespace = namespace or object_meta(obj)[1]
+        self.context = context
+        meta = obj.get("metadata") if isinstance(obj, dict) else None
+        self.metadata: JSON = meta if isinstance(meta, dict) else {}
+        self.ownership: Ownership = ownership.ownership_of(
+            self.metadata, self.namespace, policy, context
+        )
+
+
+def _mutated(target: Target, policy: Policy, who: _Who) -> tuple[JSON, Pod, list[Change]]:
     """Run the mutation steps on a copy of the target's pod spec."""
-    pod = _pod(target, policy, copy_json(target.spec))
+    pod = _pod(target, policy, copy_json(target.spec), who)
     changes = run_steps(pod)
     return pod.spec, pod, changes
+
+
+def _stamped(obj: JSON, policy: Policy, context: Context) -> JSON | None:
+    """``obj`` stamped with the requester at CREATE (any value sent is overwritten), or None
+    when there is nothing to stamp (ownership off, an UPDATE, no requester known)."""
+    if not ownership.enabled(policy) or context.operation != "CREATE" or context.requester is None:
+        return None
+    metadata = dict(obj.get("metadata") or {})
+    annotations = dict(metadata.get("annotations") or {})
+    if annotations.get(STAMP) == context.requester.username:
+        return None
+    annotations[STAMP] = context.requester.username
+    metadata["annotations"] = annotations
+    return {**obj, "metadata": metadata}
 
 
 def _with_spec(obj: JSON, target: Target, spec: JSON) -> JSON:
@@ -147,7 +183,14 @@ def _violation_warning(v: Violation) -> str:
 
 
 @_guarded
-def mutate(obj: Any, policy: Policy, *, namespace: str | None = None, old: Any = None) -> Decision:
+def mutate(
+    obj: Any,
+    policy: Policy,
+    *,
+    namespace: str | None = None,
+    old: Any = None,
+    context: Context = NO_CONTEXT,
+) -> Decision:
     """The mutating webhook: patch a run Pod. Never denies; other objects pass untouched.
 
     On UPDATE (``old`` given) a Pod's spec is immutable, so the patch is kept only when
@@ -158,14 +201,14 @@ def mutate(obj: Any, policy: Policy, *, namespace: str | None = None, old: Any =
     """
     target, problems = _select(obj, policy, namespace)
     if target is None and not problems:
-        return _decision(obj, policy, namespace, applies=False, allowed=True)
+        return _stamp_only(obj, policy, namespace, context, applies=False)
     if problems or target is None or target.kind != "Pod":
         # Controllers are judged by validate(); malformed pods are denied there too.
-        return _decision(obj, policy, namespace, applies=True, allowed=True)
+        return _stamp_only(obj, policy, namespace, context, applies=True)
     debug = _debug_containers_hardened(obj, target, policy, namespace, old) if old else None
     if debug is not None:
         return debug
-    spec, pod, changes = _mutated(target, policy)
+    spec, pod, changes = _mutated(target, policy, _Who(obj, policy, namespace, context))
     if spec == target.spec:
         changes = []  # steps that undid each other changed nothing
     elif old is not None:
@@ -178,6 +221,10 @@ def mutate(obj: Any, policy: Policy, *, namespace: str | None = None, old: Any =
             return _decision(obj, policy, namespace, applies=True, allowed=True)
         changes = [Change("update.spec-kept", warning_text(UPDATE_KEPT))]
     result = _with_spec(obj, target, spec)
+    stamped = _stamped(result, policy, context)
+    if stamped is not None:
+        result = stamped
+        changes.append(Change("ownership.stamp", warning_text(f"stamped {STAMP}")))
     return _decision(
         result,
         policy,
@@ -219,7 +266,12 @@ def _debug_containers_hardened(
 
 @_guarded
 def validate(
-    obj: Any, policy: Policy, *, namespace: str | None = None, old: Any = None
+    obj: Any,
+    policy: Policy,
+    *,
+    namespace: str | None = None,
+    old: Any = None,
+    context: Context = NO_CONTEXT,
 ) -> Decision:
     """The validating webhook: every violation of the object as it arrives.
 
@@ -228,6 +280,12 @@ def validate(
     are reported as warnings instead of denying, so labels and annotations of an existing
     object can still be edited.
     """
+    reserved = ownership.check_reserved_name(obj, policy, context) if isinstance(obj, dict) else []
+    if reserved:
+        return _finish(
+            _decision(obj, policy, namespace, applies=True, allowed=False, violations=reserved),
+            policy,
+        )
     target, problems = _select(obj, policy, namespace)
     scope = _scope_violations(obj, old, policy, namespace) if old is not None else []
     if scope and (target is None or problems):
@@ -237,19 +295,31 @@ def validate(
             policy,
         )
     if target is None and not problems:
-        return _decision(obj, policy, namespace, applies=False, allowed=True)
+        return _outside_selector(obj, policy, namespace, old, context)
     if problems or target is None:
         return _finish(
             _decision(obj, policy, namespace, applies=True, allowed=False, violations=problems),
             policy,
         )
-    pod = _pod(target, policy, target.spec)
+    who = _Who(obj, policy, namespace, context)
+    pod = _pod(target, policy, target.spec, who)
     mutations: list[Change] = []
     if target.kind != "Pod":
-        _, pod, mutations = _mutated(target, policy)
+        _, pod, mutations = _mutated(target, policy, who)
     violations = run_checks(pod)
+    violations.extend(ownership.check_ownership(pod))
+    if old is not None and isinstance(old, dict):
+        violations.extend(
+            ownership.check_stamp(
+                who.metadata,
+                old.get("metadata") or {},
+                _in_scope(old, policy, namespace),
+                policy,
+                context,
+            )
+        )
     if target.kind == "Pod" and old is None:
-        violations.extend(_not_mutated(target, policy, violations))
+        violations.extend(_not_mutated(target, policy, violations, who))
     decision = _decision(
         obj,
         policy,
@@ -272,6 +342,39 @@ def validate(
         )
     decision.violations.extend(scope)
     return _finish(decision, policy)
+
+
+def _stamp_only(
+    obj: Any, policy: Policy, namespace: str | None, context: Context, *, applies: bool
+) -> Decision:
+    """A controller run, or a pod outside the selector naming the platform's objects: only
+    the stamp is written (SPEC section 7); anything else passes untouched."""
+    stamped = None
+    if isinstance(obj, dict) and (applies or _names_platform_objects(obj, policy)):
+        stamped = _stamped(obj, policy, context)
+    if stamped is None:
+        return _decision(obj, policy, namespace, applies=applies, allowed=True)
+    change = Change("ownership.stamp", warning_text(f"stamped {STAMP}"))
+    return _decision(
+        stamped,
+        policy,
+        namespace,
+        applies=True,
+        allowed=True,
+        patch=make_patch(obj, stamped),
+        warnings=[change.warning],
+        mutations=[change],
+    )
+
+
+def _names_platform_objects(obj: Any, policy: Policy) -> bool:
+    if not ownership.enabled(policy):
+        return False
+    try:
+        target = locate(obj)
+    except InvalidObject:
+        return False
+    return target is not None and bool(ownership.platform_references(target.spec, policy))
 
 
 def _already_present(v: Violation, known: dict[tuple[str, str], Decimal | None]) -> bool:
@@ -299,14 +402,61 @@ def _meta_path(spec_path: str) -> str:
     return spec_path[: -len("spec")] + "metadata"
 
 
-def _not_mutated(target: Target, policy: Policy, found: list[Violation]) -> list[Violation]:
+def _outside_selector(
+    obj: Any, policy: Policy, namespace: str | None, old: Any, context: Context
+) -> Decision:
+    """Not a run: allowed untouched, unless it uses the platform's objects without being
+    the platform's (``ownership.not-a-run``)."""
+    if not ownership.enabled(policy):
+        return _decision(obj, policy, namespace, applies=False, allowed=True)
+    try:
+        target = locate(obj)
+    except InvalidObject:
+        target = None
+    if target is None:
+        return _decision(obj, policy, namespace, applies=False, allowed=True)
+    who = _Who(obj, policy, namespace, context)
+    if who.namespace in policy.exclude_namespaces:
+        return _decision(obj, policy, namespace, applies=False, allowed=True)
+    violations = ownership.check_not_a_run(target.spec, target.spec_path, who.ownership, policy)
+    if (
+        old is not None
+        and isinstance(old, dict)
+        and ownership.platform_references(target.spec, policy)
+    ):
+        violations.extend(
+            ownership.check_stamp(
+                who.metadata,
+                old.get("metadata") or {},
+                _in_scope(old, policy, namespace),
+                policy,
+                context,
+            )
+        )
+    if not violations:
+        return _decision(obj, policy, namespace, applies=False, allowed=True)
+    return _finish(
+        _decision(obj, policy, namespace, applies=True, allowed=False, violations=violations),
+        policy,
+    )
+
+
+def _in_scope(obj: Any, policy: Policy, namespace: str | None) -> bool:
+    """Whether runguard governs ``obj``: a run, or an object naming the platform's objects."""
+    target, problems = _select(obj, policy, namespace)
+    return target is not None or bool(problems) or _names_platform_objects(obj, policy)
+
+
+def _not_mutated(
+    target: Target, policy: Policy, found: list[Violation], who: _Who
+) -> list[Violation]:
     """Validation is a complete backstop of mutation (SPEC section 6): a Pod created
     without passing through ``/mutate`` (webhook bypassed, misordered, or a failure
     policy of Ignore) is allowed only if mutating it would change nothing. Each step
     that would still change something is a violation under its own rule id, unless a
     check already reported a violation of that concern (``security``, ``resources``...),
     which says the same thing more precisely."""
-    spec, _, changes = _mutated(target, policy)
+    spec, _, changes = _mutated(target, policy, who)
     if spec == target.spec:
         return []
     reported = {v.rule.partition(".")[0] for v in found}
@@ -323,14 +473,16 @@ def _not_mutated(target: Target, policy: Policy, found: list[Violation]) -> list
 
 
 @_guarded
-def evaluate(obj: Any, policy: Policy, *, namespace: str | None = None) -> Decision:
+def evaluate(
+    obj: Any, policy: Policy, *, namespace: str | None = None, context: Context = NO_CONTEXT
+) -> Decision:
     """``runguard apply``: what the cluster would do, mutating webhook then validating one."""
-    mutation = mutate(obj, policy, namespace=namespace)
+    mutation = mutate(obj, policy, namespace=namespace, context=context)
     if not mutation.applies:
         return mutation
     if mutation.error is not None:
         return mutation
-    validation = validate(mutation.object, policy, namespace=namespace)
+    validation = validate(mutation.object, policy, namespace=namespace, context=context)
     return _decision(
         mutation.object,
         policy,

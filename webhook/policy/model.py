@@ -239,6 +239,33 @@ class SchedulingConfig(Section):
         return self.priority_classes.allowed
 
 
+_KCM = "system:serviceaccount:kube-system:"
+Identity = Annotated[str, Field(min_length=1)]
+
+
+class PlatformConfig(Section):
+    """Who the platform is: ownership of its volumes and secrets (SPEC section 7)."""
+
+    identities: Annotated[tuple[Identity, ...], UNIQUE] = Field(
+        default=(),
+        description="Users the platform acts as (group:NAME for a group). Set: only runs they "
+        "create use platform-named claims, configMaps and secrets; absent: names decide.",
+    )
+    controllers: Annotated[tuple[Identity, ...], UNIQUE] = Field(
+        default=tuple(
+            f"{_KCM}{name}-controller"
+            for name in ("job", "cronjob", "replicaset", "deployment", "statefulset", "daemonset")
+        ),
+        description="Controllers whose Pods are the platform's when their owner, found by uid, "
+        "carries a platform stamp.",
+    )
+    project_label: LabelKey | None = Field(
+        default=None,
+        description="Label naming a run's project: a claim with the run's value is a "
+        "project-shared volume of the project's platform runs.",
+    )
+
+
 class RunPolicySpec(Section):
     """What runguard enforces on platform runs."""
 
@@ -279,6 +306,9 @@ class RunPolicySpec(Section):
     )
     scheduling: SchedulingConfig = Field(
         default_factory=SchedulingConfig, description="Priority classes and spot-node preemption."
+    )
+    platform: PlatformConfig = Field(
+        default_factory=PlatformConfig, description="Who the platform is (ownership checks)."
     )
 
 

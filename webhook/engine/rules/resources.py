@@ -195,8 +195,9 @@ def check_run_totals(pod: Pod) -> list[Violation]:
                     Violation(
                         "resources.exceeded",
                         f"{pod.spec_path}.resources.{part}.{resource}",
-                        f"the run's total {pod.short(resource)} {part[:-1]} {_show(resource, amount)}"
-                        f" (all containers, as the scheduler counts) is above the maximum "
+                        f"the run's total {pod.short(resource)} {part[:-1]} "
+                        f"{_show(resource, amount)} (all containers, as the scheduler counts) "
+                        "is above the maximum "
                         f"{cfg.maximums[resource]} for one run",
                         amount,
                     )

@@ -16,7 +16,8 @@ from webhook.policy.model import matches_any
 
 
 def secret_allowed(name: str, pod: Pod) -> bool:
-    return matches_any(pod.policy.secrets.allowed, name, pod.labels)
+    """A secret the platform manages, used by a run the platform created."""
+    return pod.ownership.platform and matches_any(pod.policy.secrets.allowed, name, pod.labels)
 
 
 def env_secret(env: JSON) -> str | None:
@@ -102,7 +103,13 @@ def drop_forbidden_secrets(pod: Pod) -> Change | None:
 
 def check_secrets(pod: Pod) -> list[Violation]:
     return [
-        Violation("secrets.forbidden", path, f"secret {name!r} is not managed by the platform")
+        Violation("secrets.forbidden", path, _why(name, pod))
         for name, path in secret_references(pod)
         if not secret_allowed(name, pod)
     ]
+
+
+def _why(name: str, pod: Pod) -> str:
+    if matches_any(pod.policy.secrets.allowed, name, pod.labels):
+        return f"secret {name!r} is the platform's: only runs the platform creates may use it"
+    return f"secret {name!r} is not managed by the platform"

@@ -34,16 +34,41 @@ def claim_template_reference(template_spec: object) -> str | None:
     return f"claim template with {', '.join(used)}" if used else None
 
 
+NOT_THE_PLATFORMS = "only runs the platform creates may use it"
+
+
+def project_claim(pod: Pod, claim: str) -> bool | None:
+    """Whether ``claim`` is a project-shared volume of this run's project (the claim carries
+    the run's ``platform.projectLabel`` value); None when the cache cannot tell yet."""
+    key = pod.policy.platform.project_label
+    project = pod.labels.get(key) if key else None
+    state = pod.context.state
+    if not key or not project or not pod.ownership.platform or state is None:
+        return False
+    found = state.get("PersistentVolumeClaim", pod.namespace, claim)
+    if found is None:
+        return None if not state.synced("PersistentVolumeClaim") else False
+    return found.labels.get(key) == project
+
+
 def preexisting_reference(volume: JSON, pod: Pod) -> str | None:
-    """What existing data the volume (as a whole) reaches, or None for a platform volume."""
+    """What existing data the volume (as a whole) reaches, or None for a platform volume.
+
+    A platform-named claim or configMap is the platform's: a run the platform did not
+    create may not use it (``platform.identities``; without it names decide)."""
     if "persistentVolumeClaim" in volume:
         claim = volume["persistentVolumeClaim"]["claimName"]
-        if not matches_any(pod.policy.volumes.platform_claims, claim, pod.labels):
+        if matches_any(pod.policy.volumes.platform_claims, claim, pod.labels):
+            if not pod.ownership.platform:
+                return f"pvc {claim} ({NOT_THE_PLATFORMS})"
+        elif project_claim(pod, claim) is False:
             return f"pvc {claim}"
     if "configMap" in volume:
         name = volume["configMap"]["name"]
         if not _platform_config_map(name, pod):
             return f"configMap {name}"
+        if not pod.ownership.platform:
+            return f"configMap {name} ({NOT_THE_PLATFORMS})"
     ephemeral = volume.get("ephemeral")
     if isinstance(ephemeral, dict):
         template = ephemeral.get("volumeClaimTemplate") or {}
@@ -59,7 +84,9 @@ def _projected_config_maps(volume: JSON, pod: Pod) -> Iterator[tuple[int, str]]:
     for j, source in enumerate(projected.get("sources") or ()):
         if "configMap" in source:
             name = source["configMap"]["name"]
-            if name != ROOT_CA_CONFIGMAP and not _platform_config_map(name, pod):
+            if name != ROOT_CA_CONFIGMAP and not (
+                _platform_config_map(name, pod) and pod.ownership.platform
+            ):
                 yield j, name
 
 

@@ -1,0 +1,78 @@
+"""Who asks, and what the cluster holds: the context ownership decisions need (SPEC section 7).
+
+The engine stays pure: the server hands it the request's user and a read-only view of
+the cluster (a watch cache online, a file offline); nothing here does I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+STAMP = "runguard.io/requested-by"  # who created a run Pod or controller, set at CREATE
+
+
+class ObjectMeta(Protocol):
+    """What the engine reads of an object in the cluster: never more than metadata."""
+
+    @property
+    def kind(self) -> str: ...
+    @property
+    def namespace(self) -> str: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def uid(self) -> str: ...
+    @property
+    def labels(self) -> Mapping[str, str]: ...
+    @property
+    def annotations(self) -> Mapping[str, str]: ...
+    @property
+    def owner_references(
+        self,
+    ) -> Sequence[tuple[str, str, str, bool]]: ...  # kind, name, uid, controller
+
+
+class ClusterView(Protocol):
+    """A read-only view of the objects decisions need (``webhook.clusterstate``)."""
+
+    def get(self, kind: str, namespace: str, name: str) -> ObjectMeta | None: ...
+    def by_uid(self, uid: str) -> ObjectMeta | None: ...
+    def synced(self, kind: str) -> bool: ...
+
+
+@dataclass(frozen=True)
+class Requester:
+    """The user of the admission request (``request.userInfo``)."""
+
+    username: str
+    groups: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Context:
+    """Everything a decision may need beyond the object and the policy.
+
+    ``requester`` None: unknown (offline without ``--as``), never a platform identity.
+    ``state`` None: no cluster view (offline without ``--cluster-state``): an object the
+    decision needs is then missing, which fails closed.
+    """
+
+    requester: Requester | None = None
+    state: ClusterView | None = None
+    operation: str = "CREATE"
+
+
+NO_CONTEXT = Context()
+
+
+@dataclass(frozen=True)
+class Ownership:
+    """Whether the object is the platform's; ``unknown`` names what the cache lacks to say."""
+
+    platform: bool
+    unknown: str | None = None
+
+
+OWNERSHIP_OFF = Ownership(True)  # ownership checks off (no platform.identities): names decide
