@@ -59,8 +59,10 @@ def test_shipped_policy_loads() -> None:
     assert policy.name == "digitalhub"
     assert policy.selector.match_labels == {"app.kubernetes.io/managed-by": "dhcore"}
     assert policy.profiles_config.label == "dhcore/template"
-    assert policy.profiles_config.default == "default"
-    assert {"default", "1xa100", "1xt4", "cpu-large"} <= set(policy.profiles)
+    # DigitalHub's charts define no default template: a run naming none keeps its resources
+    # (docs/platforms.md, D5)
+    assert policy.profiles_config.default is None
+    assert {"1xa100", "1xt4", "cpu-large"} <= set(policy.profiles)
     assert policy.profiles["1xa100"].requests["nvidia.com/gpu"] == "1"
     assert policy.resources.maximum_values["memory"] == Decimal(64 * 1024**3)
     labels = {"dhcore/run": "r1"}
