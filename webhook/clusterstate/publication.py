@@ -31,7 +31,7 @@ import struct
 import tempfile
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import astuple, dataclass
 from pathlib import Path
 from typing import Any
@@ -40,7 +40,15 @@ from webhook.clusterstate.model import KINDS, KindStats
 from webhook.clusterstate.static import TableState
 from webhook.clusterstate.table import Record, Table, record_ids, write_base
 
-__all__ = ["DELETE", "PUT", "KindPublisher", "Publisher", "SharedClusterState", "Slot", "create_directory"]
+__all__ = [
+    "DELETE",
+    "PUT",
+    "KindPublisher",
+    "Publisher",
+    "SharedClusterState",
+    "Slot",
+    "create_directory",
+]
 
 CONTROL = "control"
 _MAGIC = b"RGCC"
@@ -198,15 +206,30 @@ class KindPublisher:
         self.table, self._delta = table, delta
         return slot.resource_version.decode()
 
-    def replace(self, records: Iterable[Record], resource_version: str, *, relist: bool) -> int:
-        """A complete new state (a list, or a compaction): a new generation; synced."""
+    def replace(
+        self,
+        records: Iterable[Record],
+        resource_version: str | Callable[[], str],
+        *,
+        relist: bool,
+    ) -> int:
+        """A complete new state (a list, or a compaction): a new generation; synced.
+        ``resource_version`` may be asked for once ``records`` are consumed (a paged list
+        knows its version after the first page). An error while consuming ``records``
+        leaves the published state as it was."""
         slot = self.slot
         generation = slot.generation + 1
         base = _base_path(self.directory, self.kind, generation)
         tmp = base.with_name(f".{base.name}.tmp")
-        with open(tmp, "w+b") as out:
-            count = write_base(out, records)
+        try:
+            with open(tmp, "w+b") as out:
+                count = write_base(out, records)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
         os.replace(tmp, base)
+        if callable(resource_version):
+            resource_version = resource_version()
         delta = os.open(
             _delta_path(self.directory, self.kind, generation),
             os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND,

@@ -1,0 +1,116 @@
+"""The watch process, as the gunicorn master runs it: started before the workers fork,
+restarted when it exits, stopped with the server.
+
+The process is a fresh interpreter (``python -m webhook.clusterstate.watch``), not a
+fork: the master has threads (policy and certificate watchers) a fork would copy
+mid-lock, and the ``kubernetes`` package stays out of the master and its workers. It
+exits on its own when the master is gone (it checks its parent every second). gunicorn
+reaps every child of the master, this one too (``waitpid(-1)``): this module only
+``poll()``s it, and a reaped one reads as exited with code 0.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from webhook.clusterstate.model import KINDS
+
+__all__ = ["WatchProcess"]
+
+log = logging.getLogger("runguard.server")
+
+RESTART_BACKOFF = (1.0, 30.0)  # seconds before a restart, doubling while it keeps exiting
+STABLE = 60.0  # a process that ran this long starts the backoff over
+
+
+class WatchProcess:
+    """One watch process publishing into ``directory``, from ``source`` (``in-cluster``
+    or a kubeconfig path), kept running until ``stop()``."""
+
+    def __init__(
+        self,
+        directory: Path | str,
+        source: str,
+        kinds: Sequence[str] = KINDS,
+        *,
+        backoff: tuple[float, float] = RESTART_BACKOFF,
+    ) -> None:
+        self.directory = Path(directory)
+        self.source = source
+        self.kinds = tuple(kinds)
+        self.backoff = backoff
+        self.restarts = 0
+        self._process: subprocess.Popen[bytes] | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process is not None else None
+
+    def command(self) -> list[str]:
+        return [
+            sys.executable,
+            "-m",
+            "webhook.clusterstate.watch",
+            "--dir",
+            str(self.directory),
+            "--source",
+            self.source,
+            "--parent",
+            str(os.getpid()),
+            "--kinds",
+            ",".join(self.kinds),
+        ]
+
+    def start(self) -> None:
+        self._spawn()
+        self._thread = threading.Thread(target=self._supervise, name="cluster-watch", daemon=True)
+        self._thread.start()
+
+    def _spawn(self) -> None:
+        self._process = subprocess.Popen(self.command(), stdin=subprocess.DEVNULL)
+        log.info("cluster state: watch process %d started", self._process.pid)
+
+    def _supervise(self) -> None:
+        delay = self.backoff[0]
+        started = time.monotonic()
+        while not self._stop.wait(1.0):
+            process = self._process
+            if process is None or process.poll() is None:
+                continue
+            if time.monotonic() - started > STABLE:
+                delay = self.backoff[0]
+            log.error(
+                "cluster state: watch process %d exited (code %s); restarting in %.0fs",
+                process.pid,
+                process.returncode,
+                delay,
+            )
+            if self._stop.wait(delay):
+                return
+            delay = min(self.backoff[1], delay * 2)
+            started = time.monotonic()
+            self.restarts += 1
+            self._spawn()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop supervising and end the process (SIGTERM, then SIGKILL after ``timeout``)."""
+        self._stop.set()
+        process = self._process
+        if process is not None and process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(timeout)
+        if self._thread is not None:
+            self._thread.join(timeout)

@@ -1,0 +1,411 @@
+"""The watch: each kind listed, then watched, on the apiserver, metadata only, into a
+``Publisher``. The one module of runguard that talks to Kubernetes.
+
+Runs in a process of its own (``python -m webhook.clusterstate.watch --dir DIR``),
+started and restarted by the gunicorn master (``process.py``): the ``kubernetes``
+package costs ~33 MB per process that imports it, so neither the master nor the
+workers ever do.
+
+Per kind, one thread, as client-go's reflector does:
+
+* **list** in pages (``limit``/``continue``), then **watch** from the list's
+  ``resourceVersion`` (bookmarks on; the server ends each watch after 5-10 minutes and
+  the next one resumes where it stopped);
+* **410 Gone** (on a watch, an expired ``continue``, or a resume from a version the
+  apiserver no longer has) lists again into a new base;
+* any other error (connection, timeout, a 5xx, a 403 while RBAC is missing) backs off
+  (0.5 s doubling to 30 s) and resumes the watch from the last version seen; three in a
+  row list again;
+* a restarted watch process resumes from the version the previous one published.
+
+Every request asks for ``PartialObjectMetadata`` (list: ``PartialObjectMetadataList``)
+and for nothing else, so the apiserver answers with metadata or with an error, never
+with a Secret's ``data``; the JSON is decoded straight into records
+(``meta_from_object``), which drop the ``last-applied-configuration`` annotation where
+``kubectl apply`` copies a whole manifest. Logs name kinds, counts and versions, never
+an object's content.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import random
+import signal
+import sys
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any
+from urllib.parse import urlencode
+
+import orjson
+
+from webhook.clusterstate.model import (
+    KINDS,
+    RESOURCES,
+    ClusterStateError,
+    meta_from_object,
+)
+from webhook.clusterstate.publication import DELETE, PUT, KindPublisher, Publisher
+from webhook.clusterstate.table import Record, encode_record
+
+__all__ = [
+    "LIST_ACCEPT",
+    "WATCH_ACCEPT",
+    "Api",
+    "ApiError",
+    "Gone",
+    "KindWatch",
+    "Watcher",
+    "api_client",
+    "main",
+    "resource_path",
+]
+
+log = logging.getLogger("runguard.clusterstate")
+
+LIST_ACCEPT = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
+WATCH_ACCEPT = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
+PAGE_SIZE = 500
+CONNECT_TIMEOUT = 10.0
+READ_TIMEOUT = 60.0  # a list page
+WATCH_SECONDS = (300, 600)  # the server ends a watch after a random time in this range
+BACKOFF = (0.5, 30.0)
+ERRORS_BEFORE_RELIST = 3
+MAX_LINE = 16 * 1024 * 1024  # one watch event; more is a broken stream
+MAX_MESSAGE = 300  # of an apiserver error, in logs
+
+
+class ApiError(Exception):
+    """The apiserver answered with an error status (or not at all)."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(f"HTTP {status}: {message}" if status else message)
+        self.status = status
+
+
+class Gone(ApiError):
+    """410: the resourceVersion (or the ``continue`` token) is too old: list again."""
+
+
+def resource_path(kind: str) -> str:
+    group, version, resource = RESOURCES[kind]
+    return f"/api/{version}/{resource}" if not group else f"/apis/{group}/{version}/{resource}"
+
+
+class Api:
+    """GET requests to the apiserver with a ``kubernetes`` client's configuration (host,
+    TLS, credentials refreshed as the client refreshes them), raw JSON back."""
+
+    def __init__(self, api_client: Any) -> None:
+        self._configuration = api_client.configuration
+        self._pool = api_client.rest_client.pool_manager
+
+    def get(self, path: str, query: dict[str, str], accept: str, read_timeout: float) -> Any:
+        """The open response to ``GET path?query`` (a urllib3 response, not read)."""
+        import urllib3
+
+        headers = {"Accept": accept, "User-Agent": "runguard-cluster-state"}
+        bearer = self._configuration.auth_settings().get("BearerToken")
+        if bearer and bearer.get("value"):
+            headers["Authorization"] = bearer["value"]
+        url = f"{self._configuration.host}{path}?{urlencode(query)}"
+        try:
+            response = self._pool.request(
+                "GET",
+                url,
+                headers=headers,
+                timeout=urllib3.Timeout(connect=CONNECT_TIMEOUT, read=read_timeout),
+                preload_content=False,
+                retries=False,
+            )
+        except urllib3.exceptions.HTTPError as exc:
+            raise ApiError(0, f"{type(exc).__name__}: {exc}") from None
+        if response.status != 200:
+            body = response.read(65536)
+            response.release_conn()
+            message = _status_message(body) or response.reason or ""
+            cls = Gone if response.status == 410 else ApiError
+            raise cls(response.status, message)
+        return response
+
+
+def _status_message(body: bytes) -> str:
+    try:
+        status = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return ""
+    message = status.get("message") if isinstance(status, dict) else None
+    return str(message)[:MAX_MESSAGE] if message else ""
+
+
+class KindWatch:
+    """List and watch one kind into its ``KindPublisher``, in a thread, until stopped."""
+
+    def __init__(
+        self,
+        api: Api,
+        publisher: KindPublisher,
+        stop: threading.Event,
+        *,
+        page_size: int = PAGE_SIZE,
+        watch_seconds: tuple[int, int] = WATCH_SECONDS,
+        resume: bool = True,
+    ) -> None:
+        self.api = api
+        self.publisher = publisher
+        self.kind = publisher.kind
+        self.path = resource_path(self.kind)
+        self.page_size = page_size
+        self.watch_seconds = watch_seconds
+        self.resume = resume
+        self._stop = stop
+        self._response: Any = None  # the watch being read, shut down by interrupt()
+        self.thread = threading.Thread(target=self.run, name=f"watch-{self.kind}", daemon=True)
+
+    def run(self) -> None:
+        version = self.publisher.resume() if self.resume else None
+        if version is not None:
+            log.info("%s: resuming the watch at resourceVersion %s", self.kind, version)
+        errors = 0
+        while not self._stop.is_set():
+            try:
+                if version is None:
+                    version = self.list_all()
+                version = self.watch(version)
+                errors = 0
+            except Gone as exc:
+                log.info("%s: %s; listing again", self.kind, exc)
+                version = None
+            except Exception as exc:  # noqa: BLE001  # every failure is retried, never fatal
+                if self._stop.is_set():
+                    break
+                errors += 1
+                self.publisher.count_error()
+                if errors >= ERRORS_BEFORE_RELIST:
+                    version = None
+                pause = min(BACKOFF[1], BACKOFF[0] * 2 ** (errors - 1)) * random.uniform(0.8, 1.2)
+                log.warning(
+                    "%s: %s: %s (error %d in a row, retrying in %.1fs%s)",
+                    self.kind,
+                    "list" if version is None else "watch",
+                    exc if isinstance(exc, ApiError) else f"{type(exc).__name__}: {exc}",
+                    errors,
+                    pause,
+                    ", listing again" if errors >= ERRORS_BEFORE_RELIST else "",
+                )
+                self._stop.wait(pause)
+
+    def list_all(self) -> str:
+        """List every object into a new base; the list's resourceVersion."""
+        started = time.monotonic()
+        relist = bool(self.publisher.slot.synced)
+        pages = _Pages(self)
+        count = self.publisher.replace(pages, lambda: pages.version, relist=relist)
+        log.info(
+            "%s: %d listed in %.2fs (%d pages) at resourceVersion %s",
+            self.kind,
+            count,
+            time.monotonic() - started,
+            pages.count,
+            pages.version,
+        )
+        return pages.version
+
+    def watch(self, version: str) -> str:
+        """Watch from ``version`` until the server ends the watch (or ``interrupt()``);
+        the last resourceVersion seen."""
+        seconds = random.randint(*self.watch_seconds)
+        query = {
+            "watch": "1",
+            "resourceVersion": version,
+            "allowWatchBookmarks": "true",
+            "timeoutSeconds": str(seconds),
+        }
+        response = self.api.get(self.path, query, WATCH_ACCEPT, seconds + 30)
+        self._response = response
+        try:
+            pending = b""
+            for chunk in response.stream(65536, decode_content=True):
+                if self._stop.is_set():
+                    break
+                *lines, pending = (pending + chunk).split(b"\n")
+                if len(pending) > MAX_LINE:
+                    raise ApiError(0, f"a watch event over {MAX_LINE} bytes")
+                version = self._take(lines, version)
+        finally:
+            self._response = None
+            response.release_conn()
+        return version
+
+    def _take(self, lines: list[bytes], version: str) -> str:
+        """Apply the events of ``lines`` as one batch; the resourceVersion after them."""
+        changes: list[tuple[int, Record]] = []
+        error: ApiError | None = None
+        for line in lines:
+            if not line.strip():
+                continue
+            event = orjson.loads(line)
+            kind, obj = event.get("type"), event.get("object") or {}
+            if kind == "ERROR":
+                message = str(obj.get("message", ""))[:MAX_MESSAGE]
+                code = int(obj.get("code") or 0)
+                error = (Gone if code == 410 else ApiError)(code, message)
+                break
+            version = (obj.get("metadata") or {}).get("resourceVersion") or version
+            if kind in ("ADDED", "MODIFIED", "DELETED"):
+                record = self._record(obj)
+                if record is not None:
+                    changes.append((DELETE if kind == "DELETED" else PUT, record))
+        if changes:
+            self.publisher.apply(changes, version)
+        elif lines:
+            self.publisher.bookmark(version)
+        if error is not None:
+            raise error
+        return version
+
+    def _record(self, obj: Any) -> Record | None:
+        try:
+            return encode_record(meta_from_object(obj, self.kind))
+        except ClusterStateError as exc:
+            log.warning("%s: an object skipped: %s", self.kind, exc)
+            return None
+
+    def interrupt(self) -> None:
+        """Unblock a watch waiting for the next event (on stop)."""
+        response = self._response
+        if response is not None:
+            try:
+                response.shutdown()
+            except Exception:  # noqa: BLE001  # already closed: nothing to unblock
+                pass
+
+
+class _Pages:
+    """The records of a paged list, fetched as they are consumed; ``version`` is the
+    list's resourceVersion once the first page is in."""
+
+    def __init__(self, watch: KindWatch) -> None:
+        self.watch = watch
+        self.version = ""
+        self.count = 0
+
+    def __iter__(self) -> Iterator[Record]:
+        token = ""
+        while True:
+            query = {"limit": str(self.watch.page_size)}
+            if token:
+                query["continue"] = token
+            response = self.watch.api.get(self.watch.path, query, LIST_ACCEPT, READ_TIMEOUT)
+            try:
+                page = orjson.loads(response.read())
+            finally:
+                response.release_conn()
+            self.count += 1
+            metadata = page.get("metadata") or {}
+            self.version = self.version or metadata.get("resourceVersion") or ""
+            for item in page.get("items") or ():
+                record = self.watch._record(item)
+                if record is not None:
+                    yield record
+            del page
+            token = metadata.get("continue") or ""
+            if not token:
+                return
+            if self.watch._stop.is_set():
+                raise ApiError(0, "stopped while listing")
+
+
+class Watcher:
+    """Every kind of ``kinds`` listed and watched, one thread each, into ``publisher``."""
+
+    def __init__(
+        self,
+        api: Api,
+        publisher: Publisher,
+        kinds: Sequence[str] = KINDS,
+        **options: Any,
+    ) -> None:
+        self.publisher = publisher
+        self._stop = threading.Event()
+        self.kinds = {
+            kind: KindWatch(api, publisher.kinds[kind], self._stop, **options) for kind in kinds
+        }
+
+    def start(self) -> None:
+        for watch in self.kinds.values():
+            watch.thread.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        for watch in self.kinds.values():
+            watch.interrupt()
+        deadline = time.monotonic() + timeout
+        for watch in self.kinds.values():
+            watch.thread.join(max(0.0, deadline - time.monotonic()))
+
+    def synced(self) -> bool:
+        return all(watch.publisher.slot.synced for watch in self.kinds.values())
+
+
+def api_client(source: str) -> Any:
+    """A ``kubernetes`` client: ``in-cluster`` (the pod's ServiceAccount) or the path
+    of a kubeconfig file (its current context)."""
+    from kubernetes import client, config
+
+    configuration = client.Configuration()
+    if source == "in-cluster":
+        config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+    else:
+        config.load_kube_config(config_file=source, client_configuration=configuration)  # type: ignore[no-untyped-call]
+    configuration.connection_pool_maxsize = len(KINDS) + 2  # a watch per kind, at once
+    return client.ApiClient(configuration)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The watch process: ``--dir`` its publication, ``--source`` the cluster."""
+    parser = argparse.ArgumentParser(
+        prog="python -m webhook.clusterstate.watch",
+        description="Watch the cluster state runguard decides with into DIR.",
+    )
+    parser.add_argument("--dir", required=True, help="the publication directory")
+    parser.add_argument("--source", required=True, help="in-cluster, or a kubeconfig file")
+    parser.add_argument("--parent", type=int, default=0, help="exit when this pid is gone")
+    parser.add_argument("--kinds", default=",".join(KINDS), help="comma-separated kinds")
+    args = parser.parse_args(argv)
+    kinds = [k for k in args.kinds.split(",") if k]
+    unknown = sorted(set(kinds) - set(KINDS))
+    if unknown:
+        parser.error(f"unknown kinds {unknown}; known: {', '.join(KINDS)}")
+
+    from webhook.logs import configure_logging
+
+    configure_logging()
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    try:
+        client = api_client(args.source)
+    except Exception as exc:  # noqa: BLE001  # a bad kubeconfig: said, and retried by the master
+        log.error("cluster state: no client for %s: %s: %s", args.source, type(exc).__name__, exc)
+        return 1
+    publisher = Publisher(args.dir)
+    watcher = Watcher(Api(client), publisher, kinds)
+    watcher.start()
+    log.info("cluster state: watching %s (%s)", ", ".join(kinds), args.source)
+    while not stop.wait(1.0):
+        publisher.beat()
+        if args.parent and os.getppid() != args.parent:
+            log.warning("cluster state: the server (pid %d) is gone; stopping", args.parent)
+            break
+    watcher.stop()
+    publisher.close()
+    client.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
