@@ -166,6 +166,7 @@ class VolumesConfig(Section):
                 "secret",
                 "downwardAPI",
                 "projected",
+                "image",  # an OCI image, read-only (Kubernetes 1.31+; restricted allows it)
             }
         ),
         description="Volume types a run may use; others are denied.",

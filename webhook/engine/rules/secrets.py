@@ -46,7 +46,7 @@ def secret_references(pod: Pod) -> Iterator[tuple[str, str]]:
                 if "secret" in source:
                     yield source["secret"]["name"], f"{base}.volumes[{i}].projected.sources[{j}]"
     for i, ref in enumerate(pod.spec.get("imagePullSecrets") or ()):
-        if isinstance(ref.get("name"), str):
+        if ref.get("name"):  # DigitalHub's Core sends [{name: ""}]: names no secret
             yield ref["name"], f"{base}.imagePullSecrets[{i}]"
 
 
@@ -91,7 +91,7 @@ def drop_forbidden_secrets(pod: Pod) -> Change | None:
         kept = [
             r
             for r in pod.spec["imagePullSecrets"]
-            if not isinstance(r.get("name"), str) or ok(r["name"])
+            if not r.get("name") or ok(r["name"])
         ]
         set_list(pod.spec, "imagePullSecrets", kept)
     if not removed:
