@@ -44,11 +44,19 @@ def run(args: argparse.Namespace) -> int:
         json.dump([d.to_dict() for d in decisions], sys.stdout, indent=2)
         sys.stdout.write("\n")
     elif args.output == "yaml":
-        yaml.safe_dump([d.to_dict() for d in decisions], sys.stdout, sort_keys=False)
+        yaml.dump([d.to_dict() for d in decisions], sys.stdout, Dumper=PlainDumper, sort_keys=False)
     else:
         for d in decisions:
             print(describe(d))
     return EXIT_OK if all(d.allowed for d in decisions) else EXIT_DENIED
+
+
+class PlainDumper(yaml.SafeDumper):
+    """Safe YAML without anchors: a patch value and the object share dicts, and
+    ``&id001`` / ``*id001`` would make the output unreadable (and unusable by kubectl)."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
 
 
 def describe(d: Decision) -> str:
