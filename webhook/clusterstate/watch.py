@@ -184,13 +184,14 @@ class KindWatch:
                     break
                 errors += 1
                 self.publisher.count_error()
+                doing = "list" if version is None else "watch"
                 if errors >= ERRORS_BEFORE_RELIST:
                     version = None
                 pause = min(BACKOFF[1], BACKOFF[0] * 2 ** (errors - 1)) * random.uniform(0.8, 1.2)
                 log.warning(
                     "%s: %s: %s (error %d in a row, retrying in %.1fs%s)",
                     self.kind,
-                    "list" if version is None else "watch",
+                    doing,
                     exc if isinstance(exc, ApiError) else f"{type(exc).__name__}: {exc}",
                     errors,
                     pause,
