@@ -545,7 +545,7 @@ def test_watch_errors_resume_then_relist(tmp_path: Path, monkeypatch: pytest.Mon
     api, reader = run_watch(tmp_path, script)
     assert len(api.requests) == 8
     assert reader.get("Secret", "ml", "b") is None and reader.get("Secret", "ml", "c") is not None
-    assert reader.stats()["Secret"].watch_errors == 4  # the end of the script, once stopped, is not one
+    assert reader.stats()["Secret"].watch_errors == 4  # the end of the script (stopped) is not
 
 
 def test_an_object_that_cannot_be_read_is_skipped(tmp_path: Path) -> None:
