@@ -76,6 +76,7 @@ VolumeType = Literal[
 ]  # fmt: skip
 Id = Annotated[int, Field(ge=1, le=2147483647)]
 Capability = Annotated[str, Field(min_length=1)]
+EnvName = Annotated[str, Field(min_length=1, pattern=r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")]
 NamePatterns = Annotated[tuple[NamePatternText, ...], UNIQUE]
 
 
@@ -114,6 +115,11 @@ class ResourcesConfig(Section):
     )
     on_exceed: Literal["Clamp", "Deny"] = Field(
         default="Clamp", description="Above a maximum: clamp to it, or deny."
+    )
+    device_env: Annotated[tuple[EnvName, ...], UNIQUE] = Field(
+        default=("NVIDIA_VISIBLE_DEVICES",),
+        description="Environment variables that select devices on the node: removed where "
+        "users set them (denied with security.onRoot Deny); a profile may still set them.",
     )
 
     @cached_property

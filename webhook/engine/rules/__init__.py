@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 from webhook.engine.pod import Pod
 from webhook.engine.rules import (
+    devices,
     pod_security,
     profile,
     resources,
@@ -31,6 +32,7 @@ MUTATION_STEPS: tuple[Step, ...] = (
     resources.derive_memory_limits,  # 3
     resources.clamp_to_maximums,  # 4
     security.strip_root,  # 5
+    devices.drop_device_env,  # 5, devices only through requests
     pod_security.confine_apparmor,  # 5, Pod Security Standards
     pod_security.confine_selinux,
     pod_security.default_proc_mount,
@@ -44,6 +46,7 @@ CHECKS: tuple[Check, ...] = (
     profile.check_profile,
     resources.check_resources,
     resources.check_run_totals,
+    devices.check_device_env,
     security.check_security,
     pod_security.check_pod_security,
     volumes.check_volumes,

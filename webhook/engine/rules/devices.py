@@ -1,0 +1,65 @@
+"""Rule ``resources.device-env``: devices only through resource requests (SPEC section 6).
+
+With the NVIDIA container runtime, ``NVIDIA_VISIBLE_DEVICES=all`` in a container exposes
+every GPU of the node, whatever the pod requested. The variables of
+``resources.deviceEnv`` are removed where users set them (with ``security.onRoot:
+Strip``) or denied; a profile's value for the main container stays, since the admin
+wrote it. Out of reach: a value coming from ``envFrom`` a configMap, whose keys the
+admission request does not show (the device plugin's own allocation still applies).
+"""
+
+from __future__ import annotations
+
+from webhook.engine.pod import ALL_CONTAINER_LISTS, Pod, main_container, set_list, warning
+from webhook.engine.types import JSON, Change, Violation
+
+
+def _from_profile(pod: Pod, container: JSON, env: JSON) -> bool:
+    """The entry is exactly what the run's profile sets in its main container."""
+    profile = pod.profile
+    return (
+        profile is not None
+        and container is main_container(pod)
+        and any(var == env for var in profile.env)
+    )
+
+
+def drop_device_env(pod: Pod) -> Change | None:
+    names = pod.policy.resources.device_env
+    if not names or pod.policy.security.on_root != "Strip":
+        return None
+    removed: list[str] = []
+    for _, _, container in pod.containers(ALL_CONTAINER_LISTS):
+        env = container.get("env")
+        if not env:
+            continue
+        kept = [e for e in env if e["name"] not in names or _from_profile(pod, container, e)]
+        if len(kept) != len(env):
+            removed.extend(f"{container['name']} {e['name']}" for e in env if e not in kept)
+            set_list(container, "env", kept)
+    if not removed:
+        return None
+    return Change(
+        "resources.device-env",
+        warning("device selection removed (request gpus instead)", removed),
+    )
+
+
+def check_device_env(pod: Pod) -> list[Violation]:
+    names = pod.policy.resources.device_env
+    out: list[Violation] = []
+    if not names:
+        return out
+    for list_name, i, container in pod.containers(ALL_CONTAINER_LISTS):
+        for j, env in enumerate(container.get("env") or ()):
+            if env["name"] in names and not _from_profile(pod, container, env):
+                out.append(
+                    Violation(
+                        "resources.device-env",
+                        f"{pod.spec_path}.{list_name}[{i}].env[{j}]",
+                        f"{env['name']} selects the node's devices outside the pod's requests: "
+                        f"remove it and request {pod.short(pod.policy.resources.gpu_resource_name)}"
+                        " in resources (or use a profile)",
+                    )
+                )
+    return out
