@@ -19,6 +19,7 @@ import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import IO
 
 from webhook.clusterstate.model import KINDS
 
@@ -41,11 +42,13 @@ class WatchProcess:
         kinds: Sequence[str] = KINDS,
         *,
         backoff: tuple[float, float] = RESTART_BACKOFF,
+        output: int | IO[bytes] | None = None,
     ) -> None:
         self.directory = Path(directory)
         self.source = source
         self.kinds = tuple(kinds)
         self.backoff = backoff
+        self.output = output  # where its log goes: the server's stderr unless given
         self.restarts = 0
         self._process: subprocess.Popen[bytes] | None = None
         self._stop = threading.Event()
@@ -76,7 +79,9 @@ class WatchProcess:
         self._thread.start()
 
     def _spawn(self) -> None:
-        self._process = subprocess.Popen(self.command(), stdin=subprocess.DEVNULL)
+        self._process = subprocess.Popen(
+            self.command(), stdin=subprocess.DEVNULL, stdout=self.output, stderr=self.output
+        )
         log.info("cluster state: watch process %d started", self._process.pid)
 
     def _supervise(self) -> None:
