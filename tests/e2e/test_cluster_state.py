@@ -37,7 +37,7 @@ def uid(cluster: Cluster, namespace: str, kind: str, name: str) -> str:
 
 
 def workload(namespace: str) -> list[dict[str, Any]]:
-    template = {
+    template: dict[str, Any] = {
         "metadata": {"labels": {"app": "train"}},
         "spec": {
             "restartPolicy": "Never",
