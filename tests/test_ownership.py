@@ -91,6 +91,7 @@ def run_pod(labels: dict[str, str] | None = None, **meta: Any) -> dict[str, Any]
 
 def kept(decision: Any) -> tuple[bool, bool]:
     """(claim kept, secret kept) in the mutated pod."""
+    assert decision.error is None, decision.message()
     spec = decision.object["spec"]
     claims = [v for v in spec.get("volumes", []) if "persistentVolumeClaim" in v]
     env = spec["containers"][0].get("env", [])

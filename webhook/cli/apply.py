@@ -10,8 +10,11 @@ from typing import Any
 import yaml
 
 from webhook.cli import EXIT_BAD_INPUT, EXIT_DENIED, EXIT_OK, load_policy_or_report
+from webhook.clusterstate.model import ClusterStateError
+from webhook.clusterstate.static import StaticClusterState
 from webhook.documents import InputError, read_objects
 from webhook.engine import Decision, evaluate
+from webhook.engine.context import Context, Requester
 
 
 def register(sub: Any) -> None:
@@ -26,8 +29,43 @@ def register(sub: Any) -> None:
     )
     p.add_argument("-o", "--output", choices=("text", "json", "yaml"), default="text")
     p.add_argument("-n", "--namespace", help="namespace to judge objects in (default: their own)")
+    p.add_argument(
+        "--cluster-state",
+        metavar="FILE",
+        help="objects the decisions need (claims, secrets and configMaps by metadata, "
+        "pod controllers with their stamps and uids), multi-document YAML or JSON; "
+        "absent: an empty cluster",
+    )
+    p.add_argument(
+        "--as",
+        dest="as_user",
+        metavar="USER",
+        help="the requesting user, as kubectl --as (default: nobody, never a platform identity)",
+    )
+    p.add_argument(
+        "--as-group",
+        action="append",
+        default=[],
+        metavar="GROUP",
+        help="a group of the requesting user (repeatable)",
+    )
     p.add_argument("files", nargs="+", metavar="FILE", help="YAML or JSON file, or - for stdin")
     p.set_defaults(func=run)
+
+
+def context_of(args: argparse.Namespace) -> Context:
+    """The requester and cluster state of ``--as``/``--as-group``/``--cluster-state``.
+    Raises InputError for an unreadable state file."""
+    try:
+        state = (
+            StaticClusterState.from_file(args.cluster_state)
+            if args.cluster_state
+            else StaticClusterState.from_documents([])
+        )
+    except (ClusterStateError, OSError) as exc:
+        raise InputError(f"--cluster-state: {exc}") from exc
+    requester = Requester(args.as_user, tuple(args.as_group)) if args.as_user else None
+    return Context(requester=requester, state=state)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -35,11 +73,14 @@ def run(args: argparse.Namespace) -> int:
     if policy is None:
         return EXIT_BAD_INPUT
     try:
+        context = context_of(args)
         objects = [obj for source in args.files for obj in read_objects(source)]
     except InputError as exc:
         print(f"runguard: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    decisions = [evaluate(obj, policy, namespace=args.namespace) for obj in objects]
+    decisions = [
+        evaluate(obj, policy, namespace=args.namespace, context=context) for obj in objects
+    ]
     if args.output == "json":
         json.dump([d.to_dict() for d in decisions], sys.stdout, indent=2)
         sys.stdout.write("\n")

@@ -29,9 +29,7 @@ class ObjectMeta(Protocol):
     @property
     def annotations(self) -> Mapping[str, str]: ...
     @property
-    def owner_references(
-        self,
-    ) -> Sequence[tuple[str, str, str, bool]]: ...  # kind, name, uid, controller
+    def owners(self) -> Sequence[tuple[str, str, str, bool]]: ...  # kind, name, uid, controller
 
 
 class ClusterView(Protocol):

@@ -479,7 +479,9 @@ def evaluate(
     """``runguard apply``: what the cluster would do, mutating webhook then validating one."""
     mutation = mutate(obj, policy, namespace=namespace, context=context)
     if not mutation.applies:
-        return mutation
+        # Not a run, but still judged: a reserved name, an unlabelled copy of a run.
+        validation = validate(obj, policy, namespace=namespace, context=context)
+        return validation if validation.applies else mutation
     if mutation.error is not None:
         return mutation
     validation = validate(mutation.object, policy, namespace=namespace, context=context)

@@ -100,7 +100,7 @@ def _owned_through(
     if found.annotations.get(STAMP) in policy.platform.controllers:
         refs = [
             {"kind": k, "name": n, "uid": u, "controller": c}
-            for k, n, u, c in found.owner_references
+            for k, n, u, c in found.owners
         ]
         return _owned_through(refs, namespace, policy, state, depth + 1)
     return Ownership(False)
