@@ -10,6 +10,7 @@ from conftest import write
 
 from webhook.cli import main
 from webhook.policy import lint
+from webhook.policy.model import ProfileSpec
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -33,6 +34,11 @@ spec:
   resources:
     requests: {cpu: 500m, memory: 1Gi}
 """
+
+
+def keys_of(section: type[ProfileSpec]) -> str:
+    """The keys of a section as an unknown-key message lists them (a new key adds itself)."""
+    return ", ".join(sorted(f.alias or n for n, f in section.model_fields.items()))
 
 
 def warnings_of(directory: str = "pol") -> list[str]:
@@ -217,9 +223,8 @@ def test_runguard_lint_prints_errors_then_warnings_then_summary(
     write(pol, "profiles.yaml", PROFILE + "  colour: red\n")
     assert main(["lint", "-p", "pol"]) == 2
     assert capsys.readouterr().out.splitlines() == [
-        'pol/profiles.yaml:7: spec.colour: unknown key "colour" (expected one of affinity, '
-        "description, env, nodeSelector, priorityClassName, resources, runtimeClassName, "
-        "tolerations)",
+        'pol/profiles.yaml:7: spec.colour: unknown key "colour" '
+        f"(expected one of {keys_of(ProfileSpec)})",
         'pol/runpolicy.yaml:10: warning: spec.secrets.allowed[0]: pattern uses label "run", '
         "which the selector does not require; a run without it matches no pattern (add a "
         "matchExpressions {key: run, operator: Exists})",
