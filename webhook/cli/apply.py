@@ -33,8 +33,8 @@ def register(sub: Any) -> None:
         "--cluster-state",
         metavar="FILE",
         help="objects the decisions need (claims, secrets and configMaps by metadata, "
-        "pod controllers with their stamps and uids), multi-document YAML or JSON; "
-        "absent: an empty cluster",
+        "pod controllers with their stamps and uids, priority and runtime classes), "
+        "multi-document YAML or JSON; absent: no cluster view",
     )
     p.add_argument(
         "--as",
@@ -57,11 +57,9 @@ def context_of(args: argparse.Namespace) -> Context:
     """The requester and cluster state of ``--as``/``--as-group``/``--cluster-state``.
     Raises InputError for an unreadable state file."""
     try:
-        state = (
-            StaticClusterState.from_file(args.cluster_state)
-            if args.cluster_state
-            else StaticClusterState.from_documents([])
-        )
+        # No file: no cluster view (decisions needing one fail closed, as online before
+        # the first sync), rather than an empty cluster that lacks every priority class.
+        state = StaticClusterState.from_file(args.cluster_state) if args.cluster_state else None
     except (ClusterStateError, OSError) as exc:
         raise InputError(f"--cluster-state: {exc}") from exc
     requester = Requester(args.as_user, tuple(args.as_group)) if args.as_user else None

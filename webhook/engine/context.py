@@ -38,6 +38,8 @@ class ClusterView(Protocol):
     def get(self, kind: str, namespace: str, name: str) -> ObjectMeta | None: ...
     def by_uid(self, uid: str) -> ObjectMeta | None: ...
     def synced(self, kind: str) -> bool: ...
+    def has_priority_class(self, name: str) -> bool: ...
+    def has_runtime_class(self, name: str) -> bool: ...
 
 
 @dataclass(frozen=True)
@@ -74,3 +76,14 @@ class Ownership:
 
 
 OWNERSHIP_OFF = Ownership(True)  # ownership checks off (no platform.identities): names decide
+
+
+def cluster_lacks(context: Context, kind: str, name: str) -> bool:
+    """True when the cluster view is known to lack ``name`` (SPEC section 7: the cluster must
+    have what runguard writes). No view, or one not synced yet: not known to lack it."""
+    state = context.state
+    if state is None or not state.synced(kind):
+        return False
+    if kind == "PriorityClass":
+        return not state.has_priority_class(name)
+    return not state.has_runtime_class(name)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from webhook.engine.context import cluster_lacks
 from webhook.engine.pod import (
     Pod,
     copy_value,
@@ -78,15 +79,25 @@ def apply_profile(pod: Pod) -> Change | None:
         ("priorityClassName", profile.priority_class_name),
         ("runtimeClassName", profile.runtime_class_name),
     )
+    lacking: list[str] = []
     for key, value in overrides:
+        kind = _CLUSTER_KINDS.get(key)
+        if value is not None and kind and cluster_lacks(pod.context, kind, value):
+            lacking.append(f"{kind} {value}")  # the apiserver would refuse the run
+            continue
         if value is not None and spec.get(key) != value:
             spec[key] = copy_value(value)
             if key == "priorityClassName":
                 forget_computed_priority(spec)
             changed.append(key)
+    # first, so the warning's 120 characters never hide it
+    changed[:0] = [f"not set: the cluster has no {what}" for what in lacking]
     if not changed:
         return None
     return Change("profile.applied", warning(f"profile {profile.name} applied", changed))
+
+
+_CLUSTER_KINDS = {"priorityClassName": "PriorityClass", "runtimeClassName": "RuntimeClass"}
 
 
 def merge_tolerations(spec: JSON, wanted: Iterable[Any]) -> bool:
