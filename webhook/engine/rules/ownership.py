@@ -98,10 +98,7 @@ def _owned_through(
     if stamped_by_platform(policy, found.annotations):
         return Ownership(True)
     if found.annotations.get(STAMP) in policy.platform.controllers:
-        refs = [
-            {"kind": k, "name": n, "uid": u, "controller": c}
-            for k, n, u, c in found.owners
-        ]
+        refs = [{"kind": k, "name": n, "uid": u, "controller": c} for k, n, u, c in found.owners]
         return _owned_through(refs, namespace, policy, state, depth + 1)
     return Ownership(False)
 

@@ -88,11 +88,7 @@ def drop_forbidden_secrets(pod: Pod) -> Change | None:
     if dropped_volumes:
         remove_volumes(pod.spec, dropped_volumes)
     if pod.spec.get("imagePullSecrets"):
-        kept = [
-            r
-            for r in pod.spec["imagePullSecrets"]
-            if not r.get("name") or ok(r["name"])
-        ]
+        kept = [r for r in pod.spec["imagePullSecrets"] if not r.get("name") or ok(r["name"])]
         set_list(pod.spec, "imagePullSecrets", kept)
     if not removed:
         return None
