@@ -1,13 +1,37 @@
-"""runguard audit's report building (the cluster listing itself is exercised in tests/e2e)."""
+"""runguard audit: judging, server-side selection, paging over raw JSON with a fake of the
+one list request, and the outputs (the real apiserver is in tests/e2e/test_audit_scale.py)."""
 
 from __future__ import annotations
 
+import gc
+import io
+import json
+import weakref
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from webhook.clusteraudit import audit, to_policy_reports, to_rows, to_table
+import pytest
+
+from webhook.clusteraudit import (
+    LISTINGS,
+    AuditError,
+    ContinueExpired,
+    JsonRowsWriter,
+    Listing,
+    TableWriter,
+    audit,
+    decode_page,
+    judged_pages,
+    label_selector,
+    list_query,
+    to_policy_reports,
+    to_rows,
+    to_table,
+)
 from webhook.engine import mutate
 from webhook.policy.loader import load_policy
+from webhook.policy.model import Policy, build_policy
 
 POLICIES = Path(__file__).parent / "cases" / "_policies"
 RUN = {"app.kubernetes.io/managed-by": "dhcore", "dhcore/run": "r1"}
@@ -38,9 +62,7 @@ OBJECTS = [
 
 def test_only_runs_are_judged_and_existing_pods_are_not_mutated_first() -> None:
     findings = audit(OBJECTS, load_policy(POLICIES / "platform"))
-    verdicts = {
-        f.decision.name: (f.result, [v.rule for v in f.decision.violations]) for f in findings
-    }
+    verdicts = {f.name: (f.result, [v.rule for v in f.violations]) for f in findings}
     assert verdicts == {
         "good": ("pass", []),
         "host": ("fail", ["security.host-namespace", "security.host-namespace"]),
@@ -53,7 +75,7 @@ def test_only_runs_are_judged_and_existing_pods_are_not_mutated_first() -> None:
 
 def test_warn_enforcement_reports_warn() -> None:
     findings = audit(OBJECTS, load_policy(POLICIES / "warn"))
-    assert {f.decision.name: f.result for f in findings}["host"] == "warn"
+    assert {f.name: f.result for f in findings}["host"] == "warn"
 
 
 def test_policy_reports_group_by_namespace_with_summaries() -> None:
@@ -85,3 +107,204 @@ def test_table_and_rows() -> None:
         "profile": "default",
         "violations": [],
     }
+
+
+# --- at cluster scale: selection, paging, raw JSON, flat memory -----------------------
+
+
+def selector_policy(selector: dict[str, Any], exclude: list[str] | None = None) -> Policy:
+    spec: dict[str, Any] = {"selector": selector}
+    if exclude is not None:
+        spec["excludeNamespaces"] = exclude
+    return build_policy({"kind": "RunPolicy", "metadata": {"name": "p"}, "spec": spec}, [])
+
+
+def test_label_selector_is_the_policy_selector_in_the_api_syntax() -> None:
+    policy = selector_policy(
+        {
+            "matchLabels": {"app.kubernetes.io/managed-by": "dhcore", "tier": "gpu"},
+            "matchExpressions": [
+                {"key": "dhcore/run", "operator": "Exists"},
+                {"key": "stage", "operator": "In", "values": ["dev", "prod"]},
+                {"key": "team", "operator": "NotIn", "values": ["x"]},
+                {"key": "legacy", "operator": "DoesNotExist"},
+            ],
+        }
+    )
+    assert label_selector(policy.selector) == (
+        "app.kubernetes.io/managed-by=dhcore,tier=gpu,dhcore/run,"
+        "stage in (dev,prod),team notin (x),!legacy"
+    )
+    assert label_selector(selector_policy({}).selector) == ""  # matches every Pod
+
+
+def test_pods_are_selected_server_side_controllers_only_by_namespace() -> None:
+    policy = selector_policy({"matchLabels": {"run": "yes"}}, exclude=["kube-system", "b-ns"])
+    pods, jobs = LISTINGS[0], LISTINGS[1]
+    namespaces = "metadata.namespace!=b-ns,metadata.namespace!=kube-system"
+    assert list_query(pods, policy, 50) == {
+        "limit": "50",
+        "labelSelector": "run=yes",
+        "fieldSelector": namespaces,
+    }
+    # The run labels of a controller are in its template: no server-side label selector.
+    assert list_query(jobs, policy, 50) == {"limit": "50", "fieldSelector": namespaces}
+    assert list_query(pods, selector_policy({}, exclude=[]), 7) == {"limit": "7"}
+
+
+class FakeApiserver:
+    """``fetch`` as the apiserver answers a paged list: raw JSON, items without kind
+    and apiVersion, in key order, a continue token while more remain; optionally a 410
+    for the continue tokens of the ``expire``-th pages (1-based, counting every request)."""
+
+    def __init__(
+        self, objects: dict[str, list[dict[str, Any]]], expire: frozenset[int] = frozenset()
+    ):
+        self.objects, self.expire = objects, expire
+        self.queries: list[tuple[str, dict[str, str]]] = []
+
+    def __call__(self, listing: Listing, namespace: str | None, query: Mapping[str, str]) -> bytes:
+        self.queries.append((listing.kind, dict(query)))
+        if "continue" in query and len(self.queries) in self.expire:
+            raise ContinueExpired("410")
+        items = sorted(
+            self.objects.get(listing.kind, []),
+            key=lambda o: f"{o['metadata']['namespace']}/{o['metadata']['name']}",
+        )
+        start = int(query.get("continue", "0"))
+        end = start + int(query["limit"])
+        page = [{k: v for k, v in o.items() if k not in ("kind", "apiVersion")} for o in items]
+        token = str(end) if end < len(items) else ""
+        body = {"kind": f"{listing.kind}List", "metadata": {"continue": token}}
+        return json.dumps({**body, "items": page[start:end]}).encode()
+
+
+def runs(count: int, ns: str = "ml") -> list[dict[str, Any]]:
+    return [pod(f"run-{i:03}", ns, RUN, priorityClassName="low") for i in range(count)]
+
+
+def test_paging_judges_every_object_once_from_raw_json() -> None:
+    policy = load_policy(POLICIES / "platform")
+    job = {
+        "metadata": {"name": "train", "namespace": "ml", "uid": "uid-job"},
+        "spec": {"template": {"metadata": {"labels": RUN}, "spec": {"containers": []}}},
+    }
+    fetch = FakeApiserver({"Pod": runs(11) + runs(3, "team"), "Job": [job]})
+    pages = list(judged_pages(fetch, policy, page_size=4))
+    pod_pages = [p for p in pages if p.listing.kind == "Pod"]
+    assert [p.listed for p in pod_pages] == [4, 4, 4, 2]
+    assert [p.number for p in pod_pages] == [1, 2, 3, 4]
+    names = [(f.namespace, f.name) for p in pod_pages for f in p.findings]
+    assert len(names) == len(set(names)) == 14
+    assert {f.result for p in pod_pages for f in p.findings} == {"pass"}
+    (job_finding,) = [f for p in pages if p.listing.kind == "Job" for f in p.findings]
+    # kind and apiVersion come from the listing: list items carry neither.
+    assert (job_finding.kind, job_finding.api_version) == ("Job", "batch/v1")
+    assert job_finding.uid == "uid-job"
+    # One request per page, the continue token of the previous one, every kind listed.
+    pod_queries = [q for kind, q in fetch.queries if kind == "Pod"]
+    assert [q.get("continue") for q in pod_queries] == [None, "4", "8", "12"]
+    assert {kind for kind, _ in fetch.queries} == {listing.kind for listing in LISTINGS}
+    assert all(q["limit"] == "4" for _, q in fetch.queries)
+
+
+def test_an_expired_continue_token_restarts_the_listing_skipping_what_was_judged() -> None:
+    policy = load_policy(POLICIES / "platform")
+    fetch = FakeApiserver({"Pod": runs(10)}, expire=frozenset({3}))  # the third request: page 3
+    notices: list[str] = []
+    pages = list(judged_pages(fetch, policy, page_size=3, notice=notices.append))
+    names = [f.name for p in pages for f in p.findings]
+    assert names == [f"run-{i:03}" for i in range(10)]  # each once, in order
+    (notice,) = notices
+    assert "pods expired after 2 pages (410 Gone" in notice
+    assert "again from the start" in notice
+    pod_queries = [q.get("continue") for kind, q in fetch.queries if kind == "Pod"]
+    assert pod_queries == [None, "3", "6", None, "3", "6", "9"]
+
+
+def test_a_listing_that_keeps_expiring_is_an_error() -> None:
+    policy = load_policy(POLICIES / "platform")
+    fetch = FakeApiserver({"Pod": runs(10)}, expire=frozenset(range(2, 100)))
+    with pytest.raises(AuditError, match=r"expired 4 times in a row"):
+        list(judged_pages(fetch, policy, page_size=3))
+
+
+def test_a_page_that_is_not_a_list_is_an_error() -> None:
+    pods = LISTINGS[0]
+    with pytest.raises(AuditError, match="not JSON"):
+        decode_page(pods, b"<html>")
+    with pytest.raises(AuditError, match="not a PodList"):
+        decode_page(pods, b'{"items": 3}')
+    assert decode_page(pods, b'{"metadata": {}}') == ([], "")
+
+
+def test_an_excluded_namespace_is_not_listed() -> None:
+    fetch = FakeApiserver({})
+    assert (
+        list(judged_pages(fetch, load_policy(POLICIES / "platform"), namespace="kube-system")) == []
+    )
+    assert fetch.queries == []
+
+
+def test_findings_keep_nothing_of_the_objects() -> None:
+    class Pod(dict[str, Any]):
+        """A dict that can be weakly referenced."""
+
+    objects = [Pod(o) for o in OBJECTS]
+    alive = [weakref.ref(o) for o in objects]
+    findings = audit(objects, load_policy(POLICIES / "platform"))
+    del objects
+    gc.collect()
+    assert findings and all(ref() is None for ref in alive)
+
+
+def test_streamed_json_is_the_rows_as_one_document() -> None:
+    findings = audit(OBJECTS, load_policy(POLICIES / "platform"))
+    for chunks in ([findings], [findings[:1], [], findings[1:]], []):
+        out = io.StringIO()
+        writer = JsonRowsWriter(out)
+        for chunk in chunks:
+            writer.write(chunk)
+        writer.close()
+        rows = [row for chunk in chunks for row in to_rows(chunk)]
+        assert out.getvalue() == json.dumps(rows, indent=2) + "\n"
+
+
+def test_streamed_table_sets_widths_from_the_first_rows() -> None:
+    findings = audit(OBJECTS, load_policy(POLICIES / "platform"))
+    out = io.StringIO()
+    table = TableWriter(out, buffer=1)  # the header and one row set the widths
+    table.write(findings[:2])
+    table.write(findings[2:])
+    table.close()
+    lines = out.getvalue().splitlines()
+    assert [line.split()[:4] for line in lines] == [
+        ["NAMESPACE", "KIND", "NAME", "RESULT"],
+        ["ml", "Pod", "good", "pass"],
+        ["ml", "Pod", "host", "fail"],
+        ["team", "Pod", "root", "fail"],
+    ]
+    assert lines[1].index("pass") == lines[0].index("RESULT")
+    assert to_table([]) == "NAMESPACE  KIND  NAME  RESULT  VIOLATIONS"
+
+
+def test_policy_reports_split_into_parts() -> None:
+    policy = load_policy(POLICIES / "platform")
+    findings = audit(OBJECTS + runs(4), policy)
+    whole = to_policy_reports(findings, policy)
+    parts = to_policy_reports(findings, policy, per_report=2)
+    assert [(r["metadata"]["namespace"], r["metadata"]["name"]) for r in parts] == [
+        ("ml", "runguard-platform"),
+        ("ml", "runguard-platform-2"),
+        ("ml", "runguard-platform-3"),
+        ("ml", "runguard-platform-4"),
+        ("team", "runguard-platform"),
+        ("team", "runguard-platform-2"),
+    ]
+    assert all(len(r["results"]) <= 2 for r in parts)
+    for namespace in ("ml", "team"):
+        (report,) = [r for r in whole if r["metadata"]["namespace"] == namespace]
+        split = [r for r in parts if r["metadata"]["namespace"] == namespace]
+        assert [x for r in split for x in r["results"]] == report["results"]
+        for key, total in report["summary"].items():
+            assert sum(r["summary"][key] for r in split) == total

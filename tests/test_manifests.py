@@ -493,8 +493,15 @@ def test_base_objects_refer_to_each_other() -> None:
 def test_webhook_service_account_has_no_role_and_audit_role_is_what_audit_lists() -> None:
     from webhook.cli.audit import LISTS
 
-    docs = [d for objects in base_documents().values() for d in objects]
-    assert not [d for d in docs if d["kind"] in ("Role", "RoleBinding", "ClusterRoleBinding")]
+    # The base binds nothing; the optional audit CronJob binds its own account, never
+    # the webhook's.
+    base = [d for name, objects in base_documents().items() if "/" not in name for d in objects]
+    assert not [d for d in base if d["kind"] in ("Role", "RoleBinding", "ClusterRoleBinding")]
+    webhook_account = deployment_pod()["spec"]["serviceAccountName"]
+    for objects in base_documents().values():
+        for d in objects:
+            if d["kind"] in ("RoleBinding", "ClusterRoleBinding"):
+                assert webhook_account not in {s["name"] for s in d["subjects"]}, d
     granted = {
         (group, resource, verb)
         for rule in base_object("ClusterRole", "runguard-audit")["rules"]
@@ -546,6 +553,163 @@ def test_kustomize_builds_the_base_with_certificates(tmp_path: Path) -> None:
             assert obj["metadata"]["namespace"] == "runguard", obj["kind"]
     image = by_kind["Deployment"]["spec"]["template"]["spec"]["containers"][0]["image"]
     assert image == f"runguard:{webhook.__version__}"
+
+
+# --- the optional components: audit CronJob, PolicyReport CRD ---------------------------
+
+COMPONENTS = ("audit-cronjob", "policyreport-crd")
+
+
+def component(name: str) -> dict[str, Any]:
+    data: dict[str, Any] = yaml.safe_load((BASE / name / "kustomization.yaml").read_text())
+    return data
+
+
+def component_objects(name: str) -> list[dict[str, Any]]:
+    return [
+        obj
+        for resource in component(name)["resources"]
+        for obj in base_documents()[f"{name}/{resource}"]
+    ]
+
+
+def test_components_are_optional_and_list_their_files() -> None:
+    for name in COMPONENTS:
+        kustomization_ = component(name)
+        assert kustomization_["kind"] == "Component", name
+        on_disk = {p.name for p in (BASE / name).glob("*.yaml")} - {"kustomization.yaml"}
+        assert set(kustomization_["resources"]) == on_disk, name
+        # Not in the base: a cluster that already has the CRD, or wants no CronJob,
+        # installs the base as it is.
+        assert name not in kustomization().get("components", []), name
+        assert not [r for r in kustomization()["resources"] if r.startswith(name)], name
+
+
+def granted(roles: list[dict[str, Any]]) -> set[tuple[str, str, str]]:
+    return {
+        (group, resource, verb)
+        for role in roles
+        for rule in role["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+
+
+def test_audit_cronjob_rbac_is_least_privilege() -> None:
+    from webhook.cli.audit import LISTS, REPORT_VERBS
+    from webhook.clusteraudit import REPORT_GROUP, REPORT_PLURAL
+
+    objects = component_objects("audit-cronjob")
+    (cronjob,) = [o for o in objects if o["kind"] == "CronJob"]
+    account = cronjob["spec"]["jobTemplate"]["spec"]["template"]["spec"]["serviceAccountName"]
+    assert [o for o in objects if o["kind"] == "ServiceAccount"][0]["metadata"]["name"] == account
+    bindings = [o for o in objects if o["kind"] in ("RoleBinding", "ClusterRoleBinding")]
+    assert all(
+        b["subjects"] == [{"kind": "ServiceAccount", "name": account}] for b in bindings
+    )  # the namespace is the base's, set by kustomize
+    roles = [
+        base_object("ClusterRole", b["roleRef"]["name"])
+        for b in bindings
+        if b["roleRef"]["kind"] == "ClusterRole"
+    ]
+    assert len(roles) == len(bindings)  # no Role, no binding to a role defined elsewhere
+    assert granted(roles) == {
+        (api_version.rpartition("/")[0], kind.lower() + "s", "list")
+        for kind, api_version, *_ in LISTS
+    } | {(REPORT_GROUP, REPORT_PLURAL, verb) for verb in REPORT_VERBS}
+    for role in roles:
+        for rule in role["rules"]:
+            assert "resourceNames" not in rule and "nonResourceURLs" not in rule
+            assert "*" not in rule["apiGroups"] + rule["resources"] + rule["verbs"]
+
+
+def test_audit_cronjob_runs_audit_write_like_the_webhook_runs_serve() -> None:
+    (cronjob,) = [o for o in component_objects("audit-cronjob") if o["kind"] == "CronJob"]
+    assert cronjob["spec"]["concurrencyPolicy"] == "Forbid"
+    job = cronjob["spec"]["jobTemplate"]["spec"]
+    assert job["activeDeadlineSeconds"] > 0 and job["backoffLimit"] <= 3
+    spec = job["template"]["spec"]
+    assert spec["restartPolicy"] == "Never"
+    (container,) = spec["containers"]
+    webhook_pod = deployment_pod()["spec"]
+    (webhook_container,) = webhook_pod["containers"]
+    assert container["image"] == webhook_container["image"]
+    assert spec["securityContext"] == webhook_pod["securityContext"]
+    assert container["securityContext"] == webhook_container["securityContext"]
+    assert set(container["resources"]["limits"]) == {"cpu", "memory"}
+    # The policy it judges with is the one the webhook serves.
+    args = container["args"]
+    assert container["command"] == ["runguard"] and args[0] == "audit" and "--write" in args
+    (mount,) = container["volumeMounts"]
+    (volume,) = spec["volumes"]
+    assert args[args.index("-p") + 1] == mount["mountPath"] and mount["readOnly"] is True
+    assert volume == {"name": mount["name"], "configMap": {"name": manifests.CONFIG_MAP_NAME}}
+
+
+def test_vendored_crd_accepts_the_reports_audit_writes() -> None:
+    import jsonschema
+
+    from webhook.clusteraudit import (
+        REPORT_GROUP,
+        REPORT_PLURAL,
+        REPORT_VERSION,
+        audit,
+        to_policy_reports,
+    )
+    from webhook.engine import mutate
+
+    (crd,) = component_objects("policyreport-crd")
+    text = (BASE / "policyreport-crd" / component("policyreport-crd")["resources"][0]).read_text()
+    assert "github.com/kubernetes-sigs/wg-policy-prototypes" in text  # its source, noted
+    assert re.search(r"at commit [0-9a-f]{40}", text)
+    assert crd["metadata"]["name"] == f"{REPORT_PLURAL}.{REPORT_GROUP}"
+    assert (crd["spec"]["group"], crd["spec"]["names"]["kind"]) == (REPORT_GROUP, "PolicyReport")
+    assert crd["spec"]["scope"] == "Namespaced"
+    (version,) = [v for v in crd["spec"]["versions"] if v["name"] == REPORT_VERSION]
+    assert version["served"] is True
+
+    # What `runguard audit` writes passes that version's schema: a pass, a fail, a warn.
+    def run(name: str, **spec: Any) -> dict[str, Any]:
+        return {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "namespace": "ml", "uid": f"uid-{name}",
+                         "labels": {"app.kubernetes.io/managed-by": "dhcore", "dhcore/run": "r"}},
+            "spec": {"containers": [{"name": "main", "image": "x"}], **spec},
+        }  # fmt: skip
+
+    policy = build_policy(RUN_POLICY, [])
+    warn = build_policy({**RUN_POLICY, "spec": {**RUN_POLICY["spec"], "enforcement": "Warn"}}, [])
+    findings = audit([mutate(run("ok"), policy).object, run("host", hostNetwork=True)], policy)
+    findings += audit([run("warned", hostNetwork=True)], warn)
+    (report,) = to_policy_reports(findings, policy)
+    assert {r["result"] for r in report["results"]} == {"pass", "fail", "warn"}
+    jsonschema.validate(report, version["schema"]["openAPIV3Schema"])
+
+
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="needs kubectl (kustomize)")
+def test_kustomize_builds_the_base_with_the_components(tmp_path: Path) -> None:
+    base = tmp_path / "manifests"
+    shutil.copytree(BASE, base, ignore=shutil.ignore_patterns("certs"))
+    assert main(["certs", "--out", str(base / "certs")]) == 0
+    with (base / "kustomization.yaml").open("a") as k:
+        k.write("components:\n" + "".join(f"  - {name}\n" for name in COMPONENTS))
+    built = subprocess.run(
+        ["kubectl", "kustomize", str(base)], capture_output=True, text=True, check=False
+    )
+    assert built.returncode == 0, built.stderr
+    objects = {(o["kind"], o["metadata"]["name"]): o for o in yaml.safe_load_all(built.stdout)}
+    cronjob = objects["CronJob", "runguard-audit"]
+    assert cronjob["metadata"]["namespace"] == "runguard"
+    pod = cronjob["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    assert pod["containers"][0]["image"] == f"runguard:{webhook.__version__}"
+    assert objects["ServiceAccount", "runguard-audit"]["metadata"]["namespace"] == "runguard"
+    for name in ("runguard-audit", "runguard-audit-reports"):
+        (subject,) = objects["ClusterRoleBinding", name]["subjects"]
+        assert subject == {"kind": "ServiceAccount", "name": "runguard-audit",
+                           "namespace": "runguard"}  # fmt: skip
+    assert ("CustomResourceDefinition", "policyreports.wgpolicyk8s.io") in objects
 
 
 # --- the Dockerfile ----------------------------------------------------------------------

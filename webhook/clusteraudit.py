@@ -1,129 +1,458 @@
-"""``runguard audit``: judge objects already in the cluster against the policy.
+"""``runguard audit``: judge the objects already in the cluster against the policy.
 
-Pure: takes objects (as listed from the API) and returns findings, and renders them as
-rows, JSON, or ``wgpolicyk8s.io/v1alpha2`` PolicyReports (the format Kyverno and
-Gatekeeper's reporters publish, read by Policy Reporter and similar tools).
+No I/O of its own. ``judged_pages`` pages through each listing with a ``fetch``
+function given by the caller (one list request: the raw JSON body of one page), judges
+every page as it arrives and keeps findings, never objects: memory stays flat however
+many objects the cluster holds. Pods are selected server-side by the policy's selector
+(the same LabelSelector the webhook's ``objectSelector`` is rendered from); pod
+controllers carry the run labels in their template only, so every one is listed and the
+engine picks the runs. Excluded namespaces are left out server-side for every kind.
+
+Findings render as table rows, JSON rows (both written as they come) or
+``wgpolicyk8s.io/v1alpha2`` PolicyReports (the format Kyverno and Gatekeeper's reporters
+publish, read by Policy Reporter and similar tools): one per namespace, split in parts
+of at most ``RESULTS_PER_REPORT`` results so that none nears etcd's 1.5 MiB object limit.
 """
 
 from __future__ import annotations
 
+import json
+import sys
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple, TextIO
 
-from webhook.engine import Decision, validate
+import orjson
+
+from webhook.engine import Decision, Violation, validate
+from webhook.policy.kube import LabelSelector
 from webhook.policy.model import Policy
 
-REPORT_API = "wgpolicyk8s.io/v1alpha2"
+REPORT_GROUP, REPORT_VERSION, REPORT_PLURAL = "wgpolicyk8s.io", "v1alpha2", "policyreports"
+REPORT_API = f"{REPORT_GROUP}/{REPORT_VERSION}"
+REPORT_LABELS = {"app.kubernetes.io/managed-by": "runguard"}
+RESULTS_PER_REPORT = 1000  # ~0.5 MB of JSON at most: well under etcd's 1.5 MiB per object
+PAGE_SIZE = 500  # kubectl's default --chunk-size
+MAX_RESTARTS = 3  # expired continue tokens in a row before a listing gives up
+MAX_PAGES = 200_000  # per pass of one listing: a bound far above any real cluster
 
 
-@dataclass(frozen=True)
-class Finding:
-    """One object's verdict under the policy."""
+class Listing(NamedTuple):
+    """One kind ``runguard audit`` lists, and the ``kubernetes`` client calls that list it."""
 
-    decision: Decision
+    kind: str
     api_version: str
-    uid: str
+    api_class: str
+    list_all: str
+    list_namespaced: str
 
     @property
-    def result(self) -> str:
-        if not self.decision.violations:
-            return "pass"
-        return "fail" if self.decision.enforcement == "Deny" else "warn"
+    def resource(self) -> str:
+        return self.kind.lower() + "s"
 
 
-def audit(objects: Iterable[Any], policy: Policy) -> list[Finding]:
-    """Findings for every run (Pods and pod controllers) among ``objects``; others are skipped."""
-    findings = []
-    for obj in objects:
-        decision = validate(obj, policy)
-        if not decision.applies:
-            continue
-        meta = obj.get("metadata") or {}  # validate() applied: obj is a dict
-        findings.append(Finding(decision, str(obj.get("apiVersion", "")), str(meta.get("uid", ""))))
-    return findings
+LISTINGS = (
+    Listing("Pod", "v1", "CoreV1Api", "list_pod_for_all_namespaces", "list_namespaced_pod"),
+    Listing("Job", "batch/v1", "BatchV1Api", "list_job_for_all_namespaces", "list_namespaced_job"),
+    Listing(
+        "CronJob",
+        "batch/v1",
+        "BatchV1Api",
+        "list_cron_job_for_all_namespaces",
+        "list_namespaced_cron_job",
+    ),
+    Listing(
+        "Deployment",
+        "apps/v1",
+        "AppsV1Api",
+        "list_deployment_for_all_namespaces",
+        "list_namespaced_deployment",
+    ),
+    Listing(
+        "StatefulSet",
+        "apps/v1",
+        "AppsV1Api",
+        "list_stateful_set_for_all_namespaces",
+        "list_namespaced_stateful_set",
+    ),
+    Listing(
+        "DaemonSet",
+        "apps/v1",
+        "AppsV1Api",
+        "list_daemon_set_for_all_namespaces",
+        "list_namespaced_daemon_set",
+    ),
+)
+
+# One list request: (listing, namespace or None for all, query) -> the response body.
+# Query keys are the API's: limit, continue, labelSelector, fieldSelector.
+Fetch = Callable[[Listing, str | None, Mapping[str, str]], bytes]
 
 
-def to_rows(findings: Iterable[Finding]) -> list[dict[str, Any]]:
-    return [
-        {
-            "namespace": f.decision.namespace,
-            "kind": f.decision.kind,
-            "name": f.decision.name,
-            "result": f.result,
-            "profile": f.decision.profile,
-            "violations": [v.to_dict() for v in f.decision.violations],
-        }
-        for f in findings
-    ]
+class AuditError(Exception):
+    """The cluster's objects could not be listed completely; the message says why."""
 
 
-def to_table(findings: Iterable[Finding]) -> str:
-    rows = [("NAMESPACE", "KIND", "NAME", "RESULT", "VIOLATIONS")]
-    for f in findings:
-        d = f.decision
-        rules = ",".join(dict.fromkeys(v.rule for v in d.violations)) or "-"
-        rows.append((d.namespace, d.kind, d.name, f.result, rules))
-    widths = [max(len(r[i]) for r in rows) for i in range(4)]
-    return "\n".join(
-        "  ".join(cell.ljust(widths[i]) for i, cell in enumerate(r[:4])) + "  " + r[4] for r in rows
+class ContinueExpired(Exception):
+    """The apiserver answered 410 Gone to a continue token (the snapshot it points to
+    was compacted away): the listing must start again."""
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """One run's verdict under the policy: what reports need, not the object."""
+
+    kind: str
+    namespace: str
+    name: str
+    api_version: str
+    uid: str
+    profile: str | None
+    result: str  # pass | fail | warn
+    violations: tuple[Violation, ...]
+
+
+def finding(obj: Any, decision: Decision) -> Finding:
+    obj = obj if isinstance(obj, dict) else {}
+    meta = obj.get("metadata")
+    meta = meta if isinstance(meta, dict) else {}
+    violations = tuple(decision.violations)
+    result = "pass" if not violations else "fail" if decision.enforcement == "Deny" else "warn"
+    # Interned: thousands of findings share a handful of these strings.
+    return Finding(
+        kind=sys.intern(decision.kind),
+        namespace=sys.intern(decision.namespace),
+        name=decision.name,
+        api_version=sys.intern(str(obj.get("apiVersion", ""))),
+        uid=str(meta.get("uid", "")),
+        profile=sys.intern(decision.profile) if decision.profile else None,
+        result=result,
+        violations=violations,
     )
 
 
-def to_policy_reports(findings: Iterable[Finding], policy: Policy) -> list[dict[str, Any]]:
-    """A PolicyReport per namespace: a result per (object, rule), a pass per clean object."""
-    by_namespace: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for f in findings:
-        d = f.decision
-        resource = {
-            "apiVersion": f.api_version,
-            "kind": d.kind,
-            "name": d.name,
-            "namespace": d.namespace,
-        }
-        if f.uid:
-            resource["uid"] = f.uid
-        if not d.violations:
-            by_namespace[d.namespace].append(
-                {
-                    "policy": policy.name,
-                    "rule": "run",
-                    "result": "pass",
-                    "source": "runguard",
-                    "resources": [resource],
-                    "message": "compliant",
-                }
-            )
-        for v in d.violations:
-            by_namespace[d.namespace].append(
-                {
-                    "policy": policy.name,
-                    "rule": v.rule,
-                    "result": f.result,
-                    "source": "runguard",
-                    "resources": [resource],
-                    "message": f"{v.path}: {v.message}",
-                    "properties": {"path": v.path},
-                }
-            )
-    reports = []
-    for namespace, results in sorted(by_namespace.items()):
-        summary = {
-            key: sum(r["result"] == key for r in results)
-            for key in ("pass", "fail", "warn", "error", "skip")
-        }
-        reports.append(
+def judge(objects: Iterable[Any], policy: Policy) -> Iterator[Finding]:
+    """Findings for the runs (Pods and pod controllers) among ``objects``; others are skipped."""
+    for obj in objects:
+        decision = validate(obj, policy)
+        if decision.applies:
+            yield finding(obj, decision)
+
+
+def audit(objects: Iterable[Any], policy: Policy) -> list[Finding]:
+    """Every finding at once, for objects already in memory (``runguard audit`` pages)."""
+    return list(judge(objects, policy))
+
+
+# --- listing: server-side selection and paging ---------------------------------------
+
+
+def label_selector(selector: LabelSelector) -> str:
+    """``selector`` in the API's ``labelSelector`` syntax (what kubectl ``-l`` takes);
+    empty for the empty selector, which matches everything, as for ``objectSelector``."""
+    terms = [f"{key}={value}" for key, value in selector.match_labels.items()]
+    for expr in selector.match_expressions:
+        key, op, values = expr["key"], expr["operator"], ",".join(expr.get("values") or [])
+        terms.append(
             {
-                "apiVersion": REPORT_API,
-                "kind": "PolicyReport",
-                "metadata": {
-                    "name": f"runguard-{policy.name}",
-                    "namespace": namespace,
-                    "labels": {"app.kubernetes.io/managed-by": "runguard"},
-                },
-                "summary": summary,
-                "results": results,
-            }
+                "In": f"{key} in ({values})",
+                "NotIn": f"{key} notin ({values})",
+                "Exists": key,
+                "DoesNotExist": f"!{key}",
+            }[op]
         )
-    return reports
+    return ",".join(terms)
+
+
+def list_query(listing: Listing, policy: Policy, page_size: int) -> dict[str, str]:
+    """The query of every page of ``listing``: what the server can select for the policy."""
+    query = {"limit": str(page_size)}
+    if listing.kind == "Pod" and (labels := label_selector(policy.selector)):
+        query["labelSelector"] = labels
+    if policy.exclude_namespaces:
+        query["fieldSelector"] = ",".join(
+            f"metadata.namespace!={ns}" for ns in sorted(policy.exclude_namespaces)
+        )
+    return query
+
+
+@dataclass(frozen=True)
+class Page:
+    """One page of a listing, judged: how many objects it held and the runs among them."""
+
+    listing: Listing
+    number: int  # pages of this listing so far, restarts included
+    listed: int
+    findings: list[Finding]
+
+
+def _key(obj: Any) -> str:
+    """Where the apiserver keeps ``obj`` (namespace/name): lists and their continue
+    tokens follow this order."""
+    meta = obj.get("metadata") if isinstance(obj, dict) else None
+    meta = meta if isinstance(meta, dict) else {}
+    return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+
+
+def decode_page(listing: Listing, body: bytes) -> tuple[list[Any], str]:
+    """The items of a raw list response (with their kind and apiVersion, which the API
+    leaves out of list items) and its continue token."""
+    try:
+        page = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise AuditError(f"the list of {listing.resource} is not JSON: {exc}") from None
+    if not isinstance(page, dict) or not isinstance(page.get("items") or [], list):
+        raise AuditError(f"the list of {listing.resource} is not a {listing.kind}List")
+    items: list[Any] = page.get("items") or []
+    for item in items:
+        if isinstance(item, dict):
+            item["kind"], item["apiVersion"] = listing.kind, listing.api_version
+    token = (page.get("metadata") or {}).get("continue") or ""
+    return items, str(token)
+
+
+def judged_pages(
+    fetch: Fetch,
+    policy: Policy,
+    *,
+    namespace: str | None = None,
+    page_size: int = PAGE_SIZE,
+    listings: Iterable[Listing] = LISTINGS,
+    notice: Callable[[str], None] = lambda message: None,
+) -> Iterator[Page]:
+    """Every listing, page by page, each page judged as it arrives.
+
+    A continue token that expires (410 Gone: the listing outlived the apiserver's
+    compaction window) restarts that listing from the start. Lists come in key order
+    (namespace/name: the order continue tokens resume in), so the objects already judged
+    are the ones up to the last key seen, and the new pass skips them: each object is
+    judged once.
+    """
+    if namespace is not None and namespace in policy.exclude_namespaces:
+        return
+    for listing in listings:
+        query = list_query(listing, policy, page_size)
+        judged: str | None = None  # after a restart: every key up to this one was judged
+        number = 0
+        for attempt in range(MAX_RESTARTS + 1):
+            last, ordered = "", True
+            try:
+                for items in _pass(fetch, listing, namespace, query):
+                    number += 1
+                    fresh = []
+                    for item in items:
+                        key = _key(item)
+                        ordered, last = ordered and key > last, max(last, key)
+                        if judged is None or key > judged:
+                            fresh.append(item)
+                    yield Page(listing, number, len(fresh), list(judge(fresh, policy)))
+                break
+            except ContinueExpired:
+                if not ordered:
+                    raise AuditError(
+                        f"the list of {listing.resource} expired (410 Gone) and cannot be "
+                        "resumed: the apiserver did not list it in key order"
+                    ) from None
+                if attempt == MAX_RESTARTS:
+                    raise AuditError(
+                        f"the list of {listing.resource} expired {attempt + 1} times in a "
+                        "row (410 Gone): the apiserver compacts its history faster than "
+                        "this listing can be read"
+                    ) from None
+                judged = last if judged is None else max(judged, last)
+                notice(
+                    f"the list of {listing.resource} expired after {number} pages (410 Gone: "
+                    f"its continue token is too old); listing {listing.resource} again from "
+                    "the start, skipping what was already judged"
+                )
+
+
+def _pass(
+    fetch: Fetch, listing: Listing, namespace: str | None, query: dict[str, str]
+) -> Iterator[list[Any]]:
+    """One pass through a listing: each page's items."""
+    token = ""
+    for _ in range(MAX_PAGES):
+        items, token = decode_page(
+            listing, fetch(listing, namespace, {**query, "continue": token} if token else query)
+        )
+        yield items
+        if not token:
+            return
+    raise AuditError(f"the list of {listing.resource} has more than {MAX_PAGES} pages")
+
+
+# --- rendering -------------------------------------------------------------------------
+
+
+def to_rows(findings: Iterable[Finding]) -> list[dict[str, Any]]:
+    return [_row(f) for f in findings]
+
+
+def _row(f: Finding) -> dict[str, Any]:
+    return {
+        "namespace": f.namespace,
+        "kind": f.kind,
+        "name": f.name,
+        "result": f.result,
+        "profile": f.profile,
+        "violations": [v.to_dict() for v in f.violations],
+    }
+
+
+class JsonRowsWriter:
+    """A JSON array of rows written as findings come (the text ``json.dump(rows,
+    indent=2)`` would write), so no row is held."""
+
+    def __init__(self, out: TextIO) -> None:
+        self.out, self.rows = out, 0
+
+    def write(self, findings: Iterable[Finding]) -> None:
+        for f in findings:
+            row = json.dumps(_row(f), indent=2).replace("\n", "\n  ")
+            self.out.write(("[\n  " if not self.rows else ",\n  ") + row)
+            self.rows += 1
+
+    def close(self) -> None:
+        self.out.write("[]\n" if not self.rows else "\n]\n")
+
+
+TABLE_HEADER = ("NAMESPACE", "KIND", "NAME", "RESULT", "VIOLATIONS")
+
+
+class TableWriter:
+    """The table, written as findings come: column widths are set by the first
+    ``buffer`` rows (a later, longer cell pushes its own row out), so no more than that
+    many rows are ever held."""
+
+    def __init__(self, out: TextIO, buffer: int = 1000) -> None:
+        self.out, self.buffer = out, buffer
+        self.pending: list[tuple[str, ...]] | None = [TABLE_HEADER]
+        self.widths: list[int] = []
+
+    def write(self, findings: Iterable[Finding]) -> None:
+        for f in findings:
+            rules = ",".join(dict.fromkeys(v.rule for v in f.violations)) or "-"
+            row = (f.namespace, f.kind, f.name, f.result, rules)
+            if self.pending is None:
+                self._emit(row)
+            else:
+                self.pending.append(row)
+                if len(self.pending) > self.buffer:
+                    self._flush()
+
+    def close(self) -> None:
+        self._flush()
+
+    def _flush(self) -> None:
+        if self.pending is None:
+            return
+        rows, self.pending = self.pending, None
+        self.widths = [max(len(r[i]) for r in rows) for i in range(4)]
+        for row in rows:
+            self._emit(row)
+
+    def _emit(self, row: tuple[str, ...]) -> None:
+        cells = "  ".join(cell.ljust(self.widths[i]) for i, cell in enumerate(row[:4]))
+        self.out.write(f"{cells}  {row[4]}\n")
+
+
+def to_table(findings: Iterable[Finding]) -> str:
+    import io
+
+    out = io.StringIO()
+    table = TableWriter(out, buffer=sys.maxsize)
+    table.write(findings)
+    table.close()
+    return out.getvalue().rstrip("\n")
+
+
+RESULTS = ("pass", "fail", "warn", "error", "skip")  # a PolicyReport summary's keys
+
+
+def report_name(policy: Policy, part: int) -> str:
+    """PolicyReport names: ``runguard-<policy>``, then ``-2``, ``-3``... for more parts."""
+    return f"runguard-{policy.name}" + (f"-{part}" if part > 1 else "")
+
+
+def policy_report(
+    policy: Policy, namespace: str, part: int, results: list[dict[str, Any]]
+) -> dict[str, Any]:
+    summary = dict.fromkeys(RESULTS, 0)
+    for r in results:
+        summary[r["result"]] += 1
+    return {
+        "apiVersion": REPORT_API,
+        "kind": "PolicyReport",
+        "metadata": {
+            "name": report_name(policy, part),
+            "namespace": namespace,
+            "labels": dict(REPORT_LABELS),
+        },
+        "summary": summary,
+        "results": results,
+    }
+
+
+def _results(f: Finding, policy: Policy) -> Iterator[dict[str, Any]]:
+    """A result per (object, rule), or one pass for a clean object."""
+    resource = {"apiVersion": f.api_version, "kind": f.kind, "name": f.name}
+    resource["namespace"] = f.namespace
+    if f.uid:
+        resource["uid"] = f.uid
+    if not f.violations:
+        yield {
+            "policy": policy.name,
+            "rule": "run",
+            "result": "pass",
+            "source": "runguard",
+            "resources": [resource],
+            "message": "compliant",
+        }
+    for v in f.violations:
+        yield {
+            "policy": policy.name,
+            "rule": v.rule,
+            "result": f.result,
+            "source": "runguard",
+            "resources": [dict(resource)],  # not shared: YAML would write anchors
+            "message": f"{v.path}: {v.message}",
+            "properties": {"path": v.path},
+        }
+
+
+class ReportBook:
+    """Findings by namespace, for PolicyReports: they list every run, passes too (a
+    resource without a result reads as "not audited"), so passes are kept here, as
+    findings (a few hundred bytes each), never as objects."""
+
+    def __init__(self) -> None:
+        self.by_namespace: dict[str, list[Finding]] = defaultdict(list)
+
+    def add(self, findings: Iterable[Finding]) -> None:
+        for f in findings:
+            self.by_namespace[f.namespace].append(f)
+
+    def reports(
+        self, policy: Policy, per_report: int = RESULTS_PER_REPORT
+    ) -> Iterator[dict[str, Any]]:
+        """The PolicyReports, namespace by namespace, each built only when asked for."""
+        for namespace in sorted(self.by_namespace):
+            part, results = 1, list[dict[str, Any]]()
+            for f in self.by_namespace[namespace]:
+                for result in _results(f, policy):
+                    if len(results) == per_report:
+                        yield policy_report(policy, namespace, part, results)
+                        part, results = part + 1, list[dict[str, Any]]()
+                    results.append(result)
+            yield policy_report(policy, namespace, part, results)
+
+
+def to_policy_reports(
+    findings: Iterable[Finding], policy: Policy, per_report: int = RESULTS_PER_REPORT
+) -> list[dict[str, Any]]:
+    """A PolicyReport per namespace (more parts past ``per_report`` results)."""
+    book = ReportBook()
+    book.add(findings)
+    return list(book.reports(policy, per_report))

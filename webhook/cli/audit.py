@@ -1,117 +1,380 @@
-"""``runguard audit``: scan the Pods and pod controllers already in the cluster."""
+"""``runguard audit``: judge the Pods and pod controllers already in the cluster.
+
+The shell around ``webhook.clusteraudit``: the ``kubernetes`` client's connection, one
+list request per page (raw JSON, ``_preload_content=False``: no typed-model round
+trip), progress on stderr when it is a terminal, and ``--write``: the PolicyReports
+server-side applied, one per namespace (and part).
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
-from collections.abc import Iterator
-from typing import Any
-
-import yaml
+import time
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from typing import Any, TextIO
 
 from webhook.cli import EXIT_BAD_INPUT, EXIT_DENIED, EXIT_OK, load_policy_or_report
-
-# (kind, apiVersion, client class, list-all method, list-namespaced method)
-LISTS = (
-    ("Pod", "v1", "CoreV1Api", "list_pod_for_all_namespaces", "list_namespaced_pod"),
-    ("Job", "batch/v1", "BatchV1Api", "list_job_for_all_namespaces", "list_namespaced_job"),
-    (
-        "CronJob",
-        "batch/v1",
-        "BatchV1Api",
-        "list_cron_job_for_all_namespaces",
-        "list_namespaced_cron_job",
-    ),
-    (
-        "Deployment",
-        "apps/v1",
-        "AppsV1Api",
-        "list_deployment_for_all_namespaces",
-        "list_namespaced_deployment",
-    ),
-    (
-        "StatefulSet",
-        "apps/v1",
-        "AppsV1Api",
-        "list_stateful_set_for_all_namespaces",
-        "list_namespaced_stateful_set",
-    ),
-    (
-        "DaemonSet",
-        "apps/v1",
-        "AppsV1Api",
-        "list_daemon_set_for_all_namespaces",
-        "list_namespaced_daemon_set",
-    ),
+from webhook.clusteraudit import (
+    LISTINGS,
+    PAGE_SIZE,
+    REPORT_GROUP,
+    REPORT_PLURAL,
+    REPORT_VERSION,
+    RESULTS_PER_REPORT,
+    AuditError,
+    ContinueExpired,
+    Fetch,
+    JsonRowsWriter,
+    Listing,
+    Page,
+    ReportBook,
+    TableWriter,
+    judged_pages,
+    policy_report,
+    report_name,
 )
+from webhook.policy.model import Policy
+
+LISTS = LISTINGS  # (kind, apiVersion, ...) per kind listed: the audit ClusterRole grants these
+# What --write does to policyreports (server-side apply: create or patch; get to find
+# parts no longer needed): exactly what the audit CronJob's ClusterRole grants.
+REPORT_VERBS = ("get", "create", "patch")
+FIELD_MANAGER = "runguard-audit"
+REQUEST_TIMEOUT = (10, 300)  # seconds: to connect, then to read one page or one write
+MAX_PARTS = 10_000  # PolicyReport parts probed per namespace when emptying stale ones
 
 
 def register(sub: Any) -> None:
     p: argparse.ArgumentParser = sub.add_parser(
         "audit",
         help="report what already in the cluster violates the policy",
-        description="List Pods, Jobs, CronJobs, Deployments, StatefulSets and DaemonSets and "
-        "judge the runs among them (controllers by their pod template after mutation). "
-        "Exit 0 all compliant, 1 violations found, 2 error.",
+        description="Page through Pods (selected server-side by the policy's selector), "
+        "Jobs, CronJobs, Deployments, StatefulSets and DaemonSets and judge the runs among "
+        "them (controllers by their pod template after mutation). Exit 0 all compliant, "
+        "1 violations found, 2 error; with --write, 0 once every report is stored.",
     )
     p.add_argument("-p", "--policy", default="policies", help="policy directory")
     p.add_argument("-n", "--namespace", help="only this namespace (default: all)")
-    p.add_argument("-o", "--output", choices=("table", "json", "policyreport"), default="table")
+    p.add_argument(
+        "-o",
+        "--output",
+        choices=("table", "json", "policyreport", "summary"),
+        default="table",
+        help="a row per run (table, json), the PolicyReports, or counts per namespace",
+    )
+    p.add_argument(
+        "--write",
+        action="store_true",
+        help="server-side apply the PolicyReports (wgpolicyk8s.io/v1alpha2) to the cluster",
+    )
+    p.add_argument(
+        "--page-size",
+        type=_positive,
+        default=PAGE_SIZE,
+        metavar="N",
+        help=f"objects per list request (default {PAGE_SIZE})",
+    )
+    p.add_argument(
+        "--results-per-report",
+        type=_positive,
+        default=RESULTS_PER_REPORT,
+        metavar="N",
+        help=f"results per PolicyReport before another part starts (default {RESULTS_PER_REPORT})",
+    )
     p.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, in-cluster)")
     p.add_argument("--context", help="kubeconfig context")
     p.set_defaults(func=run)
 
 
-def list_objects(api_client: Any, namespace: str | None) -> Iterator[dict[str, Any]]:
-    """Every object of the listed kinds, as plain dicts with kind and apiVersion set."""
-    from kubernetes import client
-
-    for kind, api_version, api_class, all_method, ns_method in LISTS:
-        api = getattr(client, api_class)(api_client)
-        if namespace:
-            items = getattr(api, ns_method)(namespace).items
-        else:
-            items = getattr(api, all_method)().items
-        for item in items:
-            obj: dict[str, Any] = api_client.sanitize_for_serialization(item)
-            obj["kind"], obj["apiVersion"] = kind, api_version
-            yield obj
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text}: must be 1 or more")
+    return value
 
 
 def run(args: argparse.Namespace) -> int:
-    from kubernetes import client, config
     from kubernetes.client.exceptions import ApiException
     from kubernetes.config.config_exception import ConfigException
+    from urllib3.exceptions import HTTPError
 
-    from webhook.clusteraudit import audit, to_policy_reports, to_rows, to_table
     policy = load_policy_or_report(args.policy)
     if policy is None:
         return EXIT_BAD_INPUT
+    doing = "list objects"
     try:
-        if args.kubeconfig or not _in_cluster():
-            config.load_kube_config(  # type: ignore[no-untyped-call]
-                config_file=args.kubeconfig, context=args.context
-            )
-        else:
-            config.load_incluster_config()  # type: ignore[no-untyped-call]
-        with client.ApiClient() as api_client:
-            findings = audit(list_objects(api_client, args.namespace), policy)
-    except (ConfigException, ApiException, OSError) as exc:
-        reason = getattr(exc, "reason", None) or exc
-        print(f"runguard audit: cannot list objects: {reason}", file=sys.stderr)
+        with _api_client(args) as api_client:
+            outcome = _audit(api_client, policy, args)
+            if args.write:
+                doing = "write PolicyReports"
+                _write_reports(api_client, outcome.book, policy, args.results_per_report)
+        if args.output == "policyreport":
+            _dump_reports(outcome.book.reports(policy, args.results_per_report), sys.stdout)
+        sys.stdout.flush()
+    except BrokenPipeError:  # stdout closed early (`| head`): nothing more to say
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_BAD_INPUT
-    if args.output == "json":
-        json.dump(to_rows(findings), sys.stdout, indent=2)
-        sys.stdout.write("\n")
-    elif args.output == "policyreport":
-        yaml.safe_dump_all(to_policy_reports(findings, policy), sys.stdout, sort_keys=False)
+    except (ConfigException, ApiException, AuditError, HTTPError, OSError) as exc:
+        print(f"runguard audit: cannot {doing}: {_reason(exc)}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    if args.write:
+        return EXIT_OK
+    return EXIT_DENIED if outcome.counts["fail"] + outcome.counts["warn"] else EXIT_OK
+
+
+def _api_client(args: argparse.Namespace) -> Any:
+    from kubernetes import client, config
+
+    if args.kubeconfig or not _in_cluster():
+        config.load_kube_config(  # type: ignore[no-untyped-call]
+            config_file=args.kubeconfig, context=args.context
+        )
     else:
-        print(to_table(findings))
-    return EXIT_DENIED if any(f.decision.violations for f in findings) else EXIT_OK
+        config.load_incluster_config()  # type: ignore[no-untyped-call]
+    return client.ApiClient()
 
 
 def _in_cluster() -> bool:
-    import os
-
     return "KUBERNETES_SERVICE_HOST" in os.environ and "KUBECONFIG" not in os.environ
+
+
+# --- listing ---------------------------------------------------------------------------
+
+
+def kube_fetch(api_client: Any) -> Fetch:
+    """One list request through the ``kubernetes`` client, its body left undecoded."""
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    apis: dict[str, Any] = {}
+
+    def fetch(listing: Listing, namespace: str | None, query: Mapping[str, str]) -> bytes:
+        api = apis.get(listing.api_class) or getattr(client, listing.api_class)(api_client)
+        apis[listing.api_class] = api
+        kwargs: dict[str, Any] = {
+            "limit": int(query["limit"]),
+            "_preload_content": False,
+            "_request_timeout": REQUEST_TIMEOUT,
+        }
+        for key, arg in (
+            ("continue", "_continue"),
+            ("labelSelector", "label_selector"),
+            ("fieldSelector", "field_selector"),
+        ):
+            if query.get(key):
+                kwargs[arg] = query[key]
+        try:
+            if namespace:
+                response = getattr(api, listing.list_namespaced)(namespace, **kwargs)
+            else:
+                response = getattr(api, listing.list_all)(**kwargs)
+        except ApiException as exc:
+            if exc.status == 410 and "continue" in query:
+                raise ContinueExpired(str(exc.reason)) from exc
+            raise
+        try:
+            return bytes(response.data)
+        finally:
+            response.release_conn()
+
+    return fetch
+
+
+class Outcome:
+    """What the listing leaves: counts per result and per namespace, and the findings
+    PolicyReports need (only when they are asked for)."""
+
+    def __init__(self, keep_findings: bool) -> None:
+        self.counts: Counter[str] = Counter()
+        self.by_namespace: dict[str, Counter[str]] = {}
+        self.book = ReportBook()
+        self.keep_findings = keep_findings
+        self.pages = self.listed = 0
+
+    def add(self, page: Page) -> None:
+        self.pages += 1
+        self.listed += page.listed
+        for f in page.findings:
+            self.counts[f.result] += 1
+            self.by_namespace.setdefault(f.namespace, Counter())[f.result] += 1
+        if self.keep_findings:
+            self.book.add(page.findings)
+
+    def describe(self) -> str:
+        runs = sum(self.counts.values())
+        return (
+            f"{runs:,} runs ({self.counts['pass']:,} pass, {self.counts['fail']:,} fail, "
+            f"{self.counts['warn']:,} warn) among {self.listed:,} objects listed in "
+            f"{self.pages:,} pages"
+        )
+
+
+def _audit(api_client: Any, policy: Policy, args: argparse.Namespace) -> Outcome:
+    out = sys.stdout
+    writer: TableWriter | JsonRowsWriter | None = None
+    if args.output == "table":
+        writer = TableWriter(out)
+    elif args.output == "json":
+        writer = JsonRowsWriter(out)
+    outcome = Outcome(keep_findings=args.write or args.output == "policyreport")
+    progress = Progress(sys.stderr) if sys.stderr.isatty() else None
+    started = time.monotonic()
+    for page in judged_pages(
+        kube_fetch(api_client),
+        policy,
+        namespace=args.namespace,
+        page_size=args.page_size,
+        notice=lambda message: _say(progress, message),
+    ):
+        outcome.add(page)
+        if writer is not None:
+            writer.write(page.findings)
+        if progress is not None:
+            progress.show(f"{page.listing.resource}: page {page.number}; {outcome.describe()}")
+    if writer is not None:
+        writer.close()
+    elif args.output == "summary":
+        _summary(outcome, out)
+    _say(progress, f"{outcome.describe()}, {time.monotonic() - started:.1f}s")
+    return outcome
+
+
+def _summary(outcome: Outcome, out: TextIO) -> None:
+    rows: list[tuple[str, ...]] = [("NAMESPACE", "PASS", "FAIL", "WARN")]
+    for namespace, counts in sorted(outcome.by_namespace.items()):
+        rows.append((namespace, *(str(counts[r]) for r in ("pass", "fail", "warn"))))
+    rows.append(("TOTAL", *(str(outcome.counts[r]) for r in ("pass", "fail", "warn"))))
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    for row in rows:
+        out.write("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip() + "\n")
+
+
+class Progress:
+    """One line on a terminal, rewritten in place."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+        self.started = time.monotonic()
+
+    def show(self, text: str) -> None:
+        elapsed = time.monotonic() - self.started
+        self.stream.write(f"\r\x1b[Krunguard audit: {text} ({elapsed:.0f}s)")
+        self.stream.flush()
+
+    def clear(self) -> None:
+        self.stream.write("\r\x1b[K")
+        self.stream.flush()
+
+
+def _say(progress: Progress | None, message: str) -> None:
+    """A line on stderr for the log, under the progress line when there is one."""
+    if progress is not None:
+        progress.clear()
+    print(f"runguard audit: {message}", file=sys.stderr)
+
+
+# --- PolicyReports ---------------------------------------------------------------------
+
+
+def _dump_reports(reports: Iterable[dict[str, Any]], out: TextIO) -> None:
+    import yaml
+
+    dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)  # libyaml: several times faster
+    for i, report in enumerate(reports):
+        if i:
+            out.write("---\n")
+        yaml.dump(report, out, Dumper=dumper, sort_keys=False)
+
+
+def _write_reports(api_client: Any, book: ReportBook, policy: Policy, per_report: int) -> None:
+    """Server-side apply each report (created, or replaced whole: ``results`` is an
+    atomic list), then empty the parts a namespace no longer needs. Needs ``create``,
+    ``patch`` and ``get`` on policyreports, nothing else (no list: a namespace left
+    without runs keeps its last report; see the README)."""
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    api = client.CustomObjectsApi(api_client)
+    progress = Progress(sys.stderr) if sys.stderr.isatty() else None
+    parts: Counter[str] = Counter()
+
+    def apply(report: dict[str, Any]) -> None:
+        meta = report["metadata"]
+        response: Any = api.patch_namespaced_custom_object(
+            REPORT_GROUP,
+            REPORT_VERSION,
+            meta["namespace"],
+            REPORT_PLURAL,
+            meta["name"],
+            report,
+            field_manager=FIELD_MANAGER,
+            force=True,
+            _content_type="application/apply-patch+yaml",
+            _preload_content=False,
+            _request_timeout=REQUEST_TIMEOUT,
+        )
+        _done(response)
+
+    def exists(namespace: str, name: str) -> bool:
+        try:
+            response: Any = api.get_namespaced_custom_object(
+                REPORT_GROUP,
+                REPORT_VERSION,
+                namespace,
+                REPORT_PLURAL,
+                name,
+                _preload_content=False,
+                _request_timeout=REQUEST_TIMEOUT,
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                return False
+            raise
+        _done(response)
+        return True
+
+    for report in book.reports(policy, per_report):
+        apply(report)
+        parts[report["metadata"]["namespace"]] += 1
+        if progress is not None:
+            progress.show(f"PolicyReports written: {parts.total():,}")
+    emptied = 0
+    for namespace, count in parts.items():
+        for part in range(count + 1, count + 1 + MAX_PARTS):
+            if not exists(namespace, report_name(policy, part)):
+                break
+            apply(policy_report(policy, namespace, part, []))
+            emptied += 1
+    _say(
+        progress,
+        f"{parts.total():,} PolicyReports written in {len(parts):,} namespaces"
+        + (f", {emptied:,} parts no longer needed emptied" if emptied else ""),
+    )
+
+
+def _done(response: Any) -> None:
+    """Read what is left of an answer (its connection goes back to the pool, where a
+    next request would otherwise read these bytes first) and release it."""
+    response.drain_conn()
+    response.release_conn()
+
+
+def _reason(exc: BaseException) -> str:
+    """An exception in a line: for the apiserver's answers, its Status message."""
+    body = getattr(exc, "body", None)
+    status = getattr(exc, "status", None)
+    if body:
+        try:
+            message = json.loads(body).get("message")
+        except (ValueError, AttributeError):
+            message = None
+        if message:
+            if status == 404 and "could not find the requested resource" in message:
+                message += f" (is the {REPORT_GROUP} CRD installed? see manifests/policyreport-crd)"
+            return f"{status}: {message}"
+    text = str(getattr(exc, "reason", None) or exc)
+    return text if len(text) <= 300 else text[:300] + "..."
