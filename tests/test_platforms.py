@@ -25,7 +25,9 @@ from typing import Any
 import pytest
 import yaml
 
+from webhook.clusterstate.static import StaticClusterState
 from webhook.engine import Decision, evaluate
+from webhook.engine.context import STAMP, Context, Requester
 from webhook.policy.loader import load_policy
 from webhook.policy.model import Policy
 
@@ -46,6 +48,8 @@ EXPECT_KEYS = frozenset(
         "kept",
         "removed",
         "equals",
+        "as",
+        "clusterState",
         "xfail",
         "because",
     }
@@ -180,6 +184,68 @@ def template_of(obj: dict[str, Any]) -> dict[str, Any]:
     for key in TEMPLATES[obj["kind"]]:
         node = node[key]
     return node
+
+
+KCM = "system:serviceaccount:kube-system:"
+# kind -> (the controller creating its Pods, owners from the Pod up: (kind, stamp) with
+# "platform" for the platform's identity)
+OWNER_CHAINS: dict[str, tuple[str, tuple[tuple[str, str], ...]]] = {
+    "Job": ("job", (("Job", "platform"),)),
+    "CronJob": ("job", (("Job", f"{KCM}cronjob-controller"), ("CronJob", "platform"))),
+    "Deployment": (
+        "replicaset",
+        (("ReplicaSet", f"{KCM}deployment-controller"), ("Deployment", "platform")),
+    ),
+    "StatefulSet": ("statefulset", (("StatefulSet", "platform"),)),
+    "ReplicaSet": ("replicaset", (("ReplicaSet", "platform"),)),
+    "DaemonSet": ("daemonset", (("DaemonSet", "platform"),)),
+}
+
+
+def contexts(
+    obj: dict[str, Any], pod: dict[str, Any], expect: dict[str, Any], policy: Policy
+) -> tuple[Context, Context]:
+    """Who creates the object and its Pod, and the cluster they see (SPEC section 7).
+
+    By default the platform's first identity creates the object; a controller's Pod comes
+    from the kube-controller-manager's controller, owned (by uid, in the cluster state)
+    by objects the platform stamped. ``as:`` names another requester (a user's kubectl),
+    ``clusterState:`` adds objects (claims a project owns)."""
+    identities = policy.platform.identities
+    user = expect.get("as") or (identities[0] if identities else "nobody")
+    extra = [copy.deepcopy(o) for o in expect.get("clusterState") or ()]
+    namespace = obj["metadata"].get("namespace", "default")
+    if obj["kind"] == "Pod":
+        state = StaticClusterState.from_documents(extra)
+        ctx = Context(Requester(user), state)
+        return ctx, ctx
+    controller, chain = OWNER_CHAINS[obj["kind"]]
+    owners: list[dict[str, Any]] = []
+    for i, (kind, stamp) in enumerate(chain):
+        owners.append(
+            {
+                "apiVersion": "v1",
+                "kind": kind,
+                "metadata": {
+                    "name": f"{obj['metadata']['name']}-{i}",
+                    "namespace": namespace,
+                    "uid": f"uid-{kind.lower()}-{i}",
+                    "annotations": {STAMP: user if stamp == "platform" else stamp},
+                },
+            }
+        )
+    for child, parent in zip(owners, owners[1:], strict=False):
+        child["metadata"]["ownerReferences"] = [_reference(parent)]
+    pod["metadata"]["ownerReferences"] = [_reference(owners[0])]
+    state = StaticClusterState.from_documents([*owners, *extra])
+    return Context(Requester(user), state), Context(
+        Requester(f"{KCM}{controller}-controller"), state
+    )
+
+
+def _reference(owner: dict[str, Any]) -> dict[str, Any]:
+    meta = owner["metadata"]
+    return {"kind": owner["kind"], "name": meta["name"], "uid": meta["uid"], "controller": True}
 
 
 def admitted_pod(obj: dict[str, Any]) -> dict[str, Any]:
@@ -352,8 +418,11 @@ def judge(obj: dict[str, Any], expect: dict[str, Any], policy: Policy) -> list[s
     allowed = expect.get("allowed", True)
 
     pod_in = admitted_pod(obj)
-    pod_decision = evaluate(pod_in, policy)
-    decision = pod_decision if obj["kind"] == "Pod" else evaluate(obj, policy)
+    object_context, pod_context = contexts(obj, pod_in, expect, policy)
+    pod_decision = evaluate(pod_in, policy, context=pod_context)
+    decision = (
+        pod_decision if obj["kind"] == "Pod" else evaluate(obj, policy, context=object_context)
+    )
     judged = [(obj["kind"], decision)] + ([("Pod", pod_decision)] if obj["kind"] != "Pod" else [])
 
     for what, d in judged:

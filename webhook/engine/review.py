@@ -359,7 +359,7 @@ def _stamp_only(
         stamped,
         policy,
         namespace,
-        applies=True,
+        applies=applies,  # a stamped pod outside the selector is still not a run
         allowed=True,
         patch=make_patch(obj, stamped),
         warnings=[change.warning],
