@@ -15,6 +15,9 @@ from typing import Any
 import requests
 from conftest import RunguardServer, Traffic, admission_review, run_pod, sample_policy
 
+from webhook import engine
+from webhook.policy.loader import load_policy
+
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
 
@@ -31,12 +34,14 @@ def post(session: requests.Session, server: RunguardServer, path: str, body: Any
     return resp.status_code
 
 
-def compliant_pod() -> dict[str, Any]:
-    pod = run_pod()
-    pod["spec"]["securityContext"] = {"runAsUser": 1000, "runAsNonRoot": True}
-    pod["spec"]["containers"][0].pop("env")
-    pod["spec"]["containers"][0]["securityContext"] = {"allowPrivilegeEscalation": False}
-    return pod
+def compliant_pod(directory: Path) -> dict[str, Any]:
+    """A run pod as /mutate leaves it under ``sample_policy()``: what /validate allows
+    (validation denies whatever mutation would still change)."""
+    directory.mkdir()
+    for name, text in sample_policy().items():
+        (directory / name).write_text(text)
+    result: dict[str, Any] = engine.mutate(run_pod(), load_policy(directory)).object
+    return result
 
 
 def test_metrics_add_up_across_workers_after_known_traffic(
@@ -54,7 +59,7 @@ def test_metrics_add_up_across_workers_after_known_traffic(
         [("/mutate", admission_review(run_pod()))] * 12
         + [("/mutate", admission_review(other))] * 5
         + [("/validate", admission_review(run_pod(hostPID=True)))] * 4
-        + [("/validate", admission_review(compliant_pod()))] * 3
+        + [("/validate", admission_review(compliant_pod(tmp_path / "policy")))] * 3
         + [("/mutate", b"{broken")] * 2
     )
     remaining = list(plan)
