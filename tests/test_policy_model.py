@@ -67,7 +67,8 @@ def as_json(value: Any) -> Any:
 def test_every_key_has_a_description() -> None:
     for section in sections():
         for name, field in section.model_fields.items():
-            assert field.description, f"{section.__name__}.{name}"
+            held = section_of(field.annotation)  # a section: its docstring, if not the field's
+            assert field.description or (held and held.__doc__), f"{section.__name__}.{name}"
 
 
 def test_the_defaults_a_policy_gets_are_the_ones_the_schema_publishes() -> None:

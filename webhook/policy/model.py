@@ -299,26 +299,13 @@ class RunPolicySpec(Section):
         description="What a violation does: Deny rejects, Warn admits with warnings, Audit only "
         "records it.",
     )
-    profiles_config: ProfilesConfig = Field(
-        default_factory=ProfilesConfig,
-        alias="profiles",
-        description="How a run names its hardware profile.",
-    )
-    resources: ResourcesConfig = Field(
-        default_factory=ResourcesConfig, description="Resource defaults and limits, per container."
-    )
-    security: SecurityConfig = Field(
-        default_factory=SecurityConfig, description="No root, no privilege."
-    )
-    volumes: VolumesConfig = Field(
-        default_factory=VolumesConfig, description="Volume types and pre-existing volumes."
-    )
-    secrets: SecretsConfig = Field(
-        default_factory=SecretsConfig, description="Only platform-managed secrets."
-    )
-    scheduling: SchedulingConfig = Field(
-        default_factory=SchedulingConfig, description="Priority classes and spot-node preemption."
-    )
+    # A section's description is its docstring.
+    profiles_config: ProfilesConfig = Field(default_factory=ProfilesConfig, alias="profiles")
+    resources: ResourcesConfig = Field(default_factory=ResourcesConfig)
+    security: SecurityConfig = Field(default_factory=SecurityConfig)
+    volumes: VolumesConfig = Field(default_factory=VolumesConfig)
+    secrets: SecretsConfig = Field(default_factory=SecretsConfig)
+    scheduling: SchedulingConfig = Field(default_factory=SchedulingConfig)
     platform: PlatformConfig = Field(
         default_factory=PlatformConfig, description="Who the platform is (ownership checks)."
     )

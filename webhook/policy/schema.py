@@ -112,6 +112,11 @@ def _schema() -> dict[str, Any]:
         "$defs": dict(sorted(defs.items())),
     }
     written: dict[str, Any] = _write_refs(schema)
+    for holder in (written, *written["$defs"].values()):
+        for prop in holder.get("properties", {}).values():
+            target = written["$defs"].get(prop.get("$ref", "").removeprefix(DEFS), {})
+            if "description" not in prop and "description" in target:
+                prop["description"] = target["description"]  # a section's docstring
     return written
 
 
