@@ -234,9 +234,7 @@ class PreemptionConfig(Section):
 class SchedulingConfig(Section):
     """Priority classes and spot-node preemption."""
 
-    priority_classes: PriorityClasses = Field(
-        default_factory=PriorityClasses, description="Allowed priority classes."
-    )
+    priority_classes: PriorityClasses = Field(default_factory=PriorityClasses)
     preemption: PreemptionConfig | None = Field(
         default=None,
         description="MLRun's preemption modes, on spot/preemptible nodes; absent: off.",
