@@ -218,10 +218,11 @@ def meta_from_object(obj: Any, kind: str | None = None) -> Meta:
 def _strings(value: Any, where: str, key: str) -> Mapping[str, str]:
     if value is None:
         return _EMPTY
-    if not isinstance(value, Mapping) or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
-    ):
+    if not isinstance(value, Mapping):
         raise ClusterStateError(f"{where}: metadata.{key} must map strings to strings")
+    for k, v in value.items():
+        if not (isinstance(k, str) and isinstance(v, str)):
+            raise ClusterStateError(f"{where}: metadata.{key} must map strings to strings")
     return MappingProxyType(dict(value)) if value else _EMPTY
 
 

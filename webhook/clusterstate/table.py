@@ -50,6 +50,8 @@ VERSION = 1
 _HEADER = struct.Struct("<4sHHQQQQ")  # magic, version, 0, count, records end, key idx, uid idx
 _LENGTH = struct.Struct("<I")
 _WORD = 8
+_OFFSET_BITS = 40  # a base is at most 1 TiB: hash << 40 | offset sorts by hash
+_OFFSET_MASK = (1 << _OFFSET_BITS) - 1
 
 
 def encode_record(meta: Meta) -> Record:
@@ -95,20 +97,22 @@ def record_ids(record: Record | memoryview) -> tuple[str, str, str]:
 
 def write_base(out: IO[bytes], records: Iterable[Record]) -> int:
     """Write a base holding ``records`` (each key once) to ``out`` (positioned at 0);
-    returns the object count. Streams: only the two indexes (32 bytes per object) are
-    held in memory."""
+    returns the object count. Streams the records: what is held in memory is the two
+    indexes, one Python int per object each (hash and offset in one, ~50 bytes)."""
     out.write(b"\0" * _HEADER.size)
-    keys: list[tuple[int, int]] = []
-    uids: list[tuple[int, int]] = []
+    keys: list[int] = []
+    uids: list[int] = []
     offset = _HEADER.size
     for record in records:
         namespace, name, uid = record_ids(record)
-        keys.append((key_hash(namespace, name), offset))
+        keys.append(key_hash(namespace, name) << _OFFSET_BITS | offset)
         if uid:
-            uids.append((uid_hash(uid), offset))
+            uids.append(uid_hash(uid) << _OFFSET_BITS | offset)
         out.write(_LENGTH.pack(len(record)))
         out.write(record)
         offset += _LENGTH.size + len(record)
+    if offset >= 1 << _OFFSET_BITS:
+        raise ValueError(f"a table of {offset} bytes is too large")
     end = offset
     pad = -offset % _WORD
     out.write(b"\0" * pad)
@@ -122,14 +126,14 @@ def write_base(out: IO[bytes], records: Iterable[Record]) -> int:
     return len(keys)
 
 
-def _write_index(out: IO[bytes], entries: list[tuple[int, int]]) -> int:
+def _write_index(out: IO[bytes], entries: list[int]) -> int:
     """A count, then the sorted hashes and their offsets, in this machine's byte order
-    (the readers' ``memoryview.cast`` reads them in place)."""
+    (the readers' ``memoryview.cast`` reads them in place). Sorts ``entries`` in place."""
     entries.sort()
     count = len(entries)
     out.write(struct.pack("<Q", count))
-    out.write(array("Q", (h for h, _ in entries)).tobytes())
-    out.write(array("Q", (o for _, o in entries)).tobytes())
+    out.write(array("Q", (e >> _OFFSET_BITS for e in entries)).tobytes())
+    out.write(array("Q", (e & _OFFSET_MASK for e in entries)).tobytes())
     return _WORD * (1 + 2 * count)
 
 

@@ -29,6 +29,7 @@ an object's content.
 from __future__ import annotations
 
 import argparse
+import ctypes
 import logging
 import os
 import random
@@ -205,6 +206,7 @@ class KindWatch:
         relist = bool(self.publisher.slot.synced)
         pages = _Pages(self)
         count = self.publisher.replace(pages, lambda: pages.version, relist=relist)
+        _release_memory()
         log.info(
             "%s: %d listed in %.2fs (%d pages) at resourceVersion %s",
             self.kind,
@@ -283,6 +285,15 @@ class KindWatch:
                 response.shutdown()
             except Exception:  # noqa: BLE001  # already closed: nothing to unblock
                 pass
+
+
+def _release_memory() -> None:
+    """Give back to the system what a list freed (glibc keeps freed heap otherwise: at
+    100k objects, ~70 bytes an object stay resident, ~27 after this)."""
+    try:
+        ctypes.CDLL(None).malloc_trim(0)
+    except (AttributeError, OSError):  # not glibc
+        pass
 
 
 class _Pages:
