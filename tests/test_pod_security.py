@@ -1,0 +1,829 @@
+"""The Pod Security Standards guarantee (SPEC section 6), as properties on generated Pods.
+
+``upstream_failures`` is an oracle written for this test from the upstream checks, not
+from runguard's code: a port of ``k8s.io/pod-security-admission`` v0.36.2 (Kubernetes
+1.36) ``policy/check_*.go``, each check at the version the ``latest`` policy evaluates,
+with Go's reading of JSON (an absent or null pointer is nil, an absent bool is false, an
+absent string is ""). ``UserNamespacesPodSecurityStandards`` is alpha and off by default,
+so the checks that it relaxes for ``hostUsers: false`` (runAsNonRoot, runAsUser,
+procMount) are ported without the relaxation.
+
+The property: whatever runguard admits as a run, the oracle finds nothing wrong with.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from webhook.engine import evaluate, mutate, validate
+from webhook.policy.loader import load_policy
+from webhook.policy.model import Policy
+
+JSON = dict[str, Any]
+POLICIES = Path(__file__).parent / "cases" / "_policies"
+
+# --- the oracle: upstream's checks, in Python ------------------------------------------
+
+
+def _containers(spec: JSON) -> Iterator[JSON]:
+    """visitor.go visitContainers: init containers, containers, ephemeral containers."""
+    for key in ("initContainers", "containers", "ephemeralContainers"):
+        yield from spec.get(key) or ()
+
+
+def _nil(value: Any) -> bool:
+    return value is None
+
+
+def _windows(spec: JSON) -> bool:
+    """``podSpec.OS != nil && podSpec.OS.Name == corev1.Windows``."""
+    return not _nil(spec.get("os")) and spec["os"].get("name") == "windows"
+
+
+def _sc(obj: JSON) -> Any:
+    """A securityContext, None when absent (Go: nil)."""
+    return obj.get("securityContext")
+
+
+def check_windows_host_process(meta: JSON, spec: JSON) -> bool:
+    """check_windowsHostProcess.go windowsHostProcess_1_0."""
+
+    def host_process(sc: Any) -> bool:
+        if _nil(sc) or _nil(sc.get("windowsOptions")):
+            return False
+        value = sc["windowsOptions"].get("hostProcess")
+        return value is True
+
+    if host_process(_sc(spec)):
+        return False
+    return not any(host_process(_sc(c)) for c in _containers(spec))
+
+
+def check_host_namespaces(meta: JSON, spec: JSON) -> bool:
+    """check_hostNamespaces.go hostNamespaces_1_0."""
+    return not any(spec.get(key) is True for key in ("hostNetwork", "hostPID", "hostIPC"))
+
+
+def check_privileged(meta: JSON, spec: JSON) -> bool:
+    """check_privileged.go privileged_1_0."""
+    for c in _containers(spec):
+        sc = _sc(c)
+        if not _nil(sc) and sc.get("privileged") is True:
+            return False
+    return True
+
+
+CAPABILITIES_ALLOWED_1_0 = {
+    "AUDIT_WRITE",
+    "CHOWN",
+    "DAC_OVERRIDE",
+    "FOWNER",
+    "FSETID",
+    "KILL",
+    "MKNOD",
+    "NET_BIND_SERVICE",
+    "SETFCAP",
+    "SETGID",
+    "SETPCAP",
+    "SETUID",
+    "SYS_CHROOT",
+}
+
+
+def check_capabilities_baseline(meta: JSON, spec: JSON) -> bool:
+    """check_capabilities_baseline.go capabilitiesBaseline_1_0."""
+    for c in _containers(spec):
+        sc = _sc(c)
+        if _nil(sc) or _nil(sc.get("capabilities")):
+            continue
+        for cap in sc["capabilities"].get("add") or ():
+            if cap not in CAPABILITIES_ALLOWED_1_0:
+                return False
+    return True
+
+
+def check_host_path_volumes(meta: JSON, spec: JSON) -> bool:
+    """check_hostPathVolumes.go hostPathVolumes_1_0."""
+    return all(_nil(v.get("hostPath")) for v in spec.get("volumes") or ())
+
+
+def check_host_ports(meta: JSON, spec: JSON) -> bool:
+    """check_hostPorts.go hostPorts_1_0: any ``HostPort != 0``."""
+    for c in _containers(spec):
+        for port in c.get("ports") or ():
+            if (port.get("hostPort") or 0) != 0:
+                return False
+    return True
+
+
+def check_app_armor(meta: JSON, spec: JSON) -> bool:
+    """check_appArmorProfile.go appArmorProfile_1_0: fields and annotations."""
+
+    def allowed_type(profile: JSON) -> bool:
+        return (profile.get("type") or "") in ("RuntimeDefault", "Localhost")
+
+    sc = _sc(spec)
+    if not _nil(sc) and not _nil(sc.get("appArmorProfile")):
+        if not allowed_type(sc["appArmorProfile"]):
+            return False
+    for c in _containers(spec):
+        csc = _sc(c)
+        if not _nil(csc) and not _nil(csc.get("appArmorProfile")):
+            if not allowed_type(csc["appArmorProfile"]):
+                return False
+    for key, value in (meta.get("annotations") or {}).items():
+        if key.startswith("container.apparmor.security.beta.kubernetes.io/"):
+            allowed = (
+                len(value) == 0 or value == "runtime/default" or value.startswith("localhost/")
+            )
+            if not allowed:
+                return False
+    return True
+
+
+SELINUX_ALLOWED_TYPES_1_31 = {
+    "",
+    "container_t",
+    "container_init_t",
+    "container_kvm_t",
+    "container_engine_t",
+}
+
+
+def check_selinux_options(meta: JSON, spec: JSON) -> bool:
+    """check_seLinuxOptions.go seLinuxOptions1_31."""
+
+    def valid(opts: JSON) -> bool:
+        return (
+            (opts.get("type") or "") in SELINUX_ALLOWED_TYPES_1_31
+            and len(opts.get("user") or "") == 0
+            and len(opts.get("role") or "") == 0
+        )
+
+    contexts = [_sc(spec), *(_sc(c) for c in _containers(spec))]
+    for sc in contexts:
+        if not _nil(sc) and not _nil(sc.get("seLinuxOptions")):
+            if not valid(sc["seLinuxOptions"]):
+                return False
+    return True
+
+
+def check_proc_mount(meta: JSON, spec: JSON) -> bool:
+    """check_procMount_baseline.go procMount_1_0 (1.35's version relaxes it only for
+    ``hostUsers: false`` with the alpha gate on) and check_procMount_restricted.go."""
+    for c in _containers(spec):
+        sc = _sc(c)
+        if _nil(sc) or _nil(sc.get("procMount")):
+            continue
+        if sc["procMount"] != "Default":
+            return False
+    return True
+
+
+def _valid_seccomp(profile: JSON) -> bool:
+    """check_seccompProfile_baseline.go validSeccomp."""
+    return (profile.get("type") or "") in ("Localhost", "RuntimeDefault")
+
+
+def check_seccomp_baseline(meta: JSON, spec: JSON) -> bool:
+    """check_seccompProfile_baseline.go seccompProfileBaseline_1_19."""
+    contexts = [_sc(spec), *(_sc(c) for c in _containers(spec))]
+    for sc in contexts:
+        if not _nil(sc) and not _nil(sc.get("seccompProfile")):
+            if not _valid_seccomp(sc["seccompProfile"]):
+                return False
+    return True
+
+
+SYSCTLS_ALLOWED_V1_32 = {
+    "kernel.shm_rmid_forced",
+    "net.ipv4.ip_local_port_range",
+    "net.ipv4.tcp_syncookies",
+    "net.ipv4.ping_group_range",
+    "net.ipv4.ip_unprivileged_port_start",
+    "net.ipv4.ip_local_reserved_ports",
+    "net.ipv4.tcp_keepalive_time",
+    "net.ipv4.tcp_fin_timeout",
+    "net.ipv4.tcp_keepalive_intvl",
+    "net.ipv4.tcp_keepalive_probes",
+    "net.ipv4.tcp_rmem",
+    "net.ipv4.tcp_wmem",
+}
+
+
+def check_sysctls(meta: JSON, spec: JSON) -> bool:
+    """check_sysctls.go sysctlsV1Dot32 (the newest version up to 1.36)."""
+    sc = _sc(spec)
+    if _nil(sc):
+        return True
+    return all(s.get("name") in SYSCTLS_ALLOWED_V1_32 for s in sc.get("sysctls") or ())
+
+
+def check_host_probes_and_lifecycle(meta: JSON, spec: JSON) -> bool:
+    """check_hostProbesAndhostLifecycle.go hostProbesAndHostLifecycleV1Dot34."""
+
+    def bad(handler: Any) -> bool:
+        if _nil(handler):
+            return False
+        for action in ("httpGet", "tcpSocket"):
+            target = handler.get(action)
+            if not _nil(target) and (target.get("host") or "") != "":
+                return True
+        return False
+
+    for c in _containers(spec):
+        if any(bad(c.get(p)) for p in ("livenessProbe", "readinessProbe", "startupProbe")):
+            return False
+        lifecycle: Any = c.get("lifecycle")
+        if not _nil(lifecycle) and (
+            bad(lifecycle.get("postStart")) or bad(lifecycle.get("preStop"))
+        ):
+            return False
+    return True
+
+
+RESTRICTED_VOLUME_SOURCES = (
+    "configMap",
+    "csi",
+    "downwardAPI",
+    "emptyDir",
+    "ephemeral",
+    "image",
+    "persistentVolumeClaim",
+    "projected",
+    "secret",
+)
+
+
+def check_restricted_volumes(meta: JSON, spec: JSON) -> bool:
+    """check_restrictedVolumes.go restrictedVolumes_1_0. A volume with no source at all
+    is an emptyDir by the time PodSecurity sees it (the apiserver's SetDefaults_Volume)."""
+    for volume in spec.get("volumes") or ():
+        sources = [k for k, v in volume.items() if k != "name" and not _nil(v)]
+        if not sources:
+            continue
+        if any(not _nil(volume.get(s)) for s in RESTRICTED_VOLUME_SOURCES):
+            continue
+        return False
+    return True
+
+
+def check_allow_privilege_escalation(meta: JSON, spec: JSON) -> bool:
+    """check_allowPrivilegeEscalation.go allowPrivilegeEscalation_1_25."""
+    if _windows(spec):
+        return True
+    for c in _containers(spec):
+        sc = _sc(c)
+        if _nil(sc) or _nil(sc.get("allowPrivilegeEscalation")):
+            return False
+        if sc["allowPrivilegeEscalation"]:
+            return False
+    return True
+
+
+def check_run_as_non_root(meta: JSON, spec: JSON) -> bool:
+    """check_runAsNonRoot.go runAsNonRoot_1_0."""
+    pod_run_as_non_root = False
+    sc = _sc(spec)
+    if not _nil(sc) and not _nil(sc.get("runAsNonRoot")):
+        if not sc["runAsNonRoot"]:
+            return False
+        pod_run_as_non_root = True
+    for c in _containers(spec):
+        csc = _sc(c)
+        if not _nil(csc) and not _nil(csc.get("runAsNonRoot")):
+            if not csc["runAsNonRoot"]:
+                return False
+        elif not pod_run_as_non_root:
+            return False
+    return True
+
+
+def check_run_as_user(meta: JSON, spec: JSON) -> bool:
+    """check_runAsUser.go runAsUser_1_23."""
+    contexts = [_sc(spec), *(_sc(c) for c in _containers(spec))]
+    for sc in contexts:
+        if not _nil(sc) and sc.get("runAsUser") == 0:
+            return False
+    return True
+
+
+def check_seccomp_restricted(meta: JSON, spec: JSON) -> bool:
+    """check_seccompProfile_restricted.go seccompProfileRestricted_1_25."""
+    if _windows(spec):
+        return True
+    pod_seccomp_set = False
+    sc = _sc(spec)
+    if not _nil(sc) and not _nil(sc.get("seccompProfile")):
+        if not _valid_seccomp(sc["seccompProfile"]):
+            return False
+        pod_seccomp_set = True
+    for c in _containers(spec):
+        csc = _sc(c)
+        if not _nil(csc) and not _nil(csc.get("seccompProfile")):
+            if not _valid_seccomp(csc["seccompProfile"]):
+                return False
+        elif not pod_seccomp_set:
+            return False
+    return True
+
+
+def check_capabilities_restricted(meta: JSON, spec: JSON) -> bool:
+    """check_capabilities_restricted.go capabilitiesRestricted_1_25."""
+    if _windows(spec):
+        return True
+    for c in _containers(spec):
+        sc = _sc(c)
+        if _nil(sc) or _nil(sc.get("capabilities")):
+            return False
+        caps = sc["capabilities"]
+        if "ALL" not in (caps.get("drop") or ()):
+            return False
+        if any(cap != "NET_BIND_SERVICE" for cap in caps.get("add") or ()):
+            return False
+    return True
+
+
+Check = Callable[[JSON, JSON], bool]
+BASELINE: dict[str, Check] = {
+    "windowsHostProcess": check_windows_host_process,
+    "hostNamespaces": check_host_namespaces,
+    "privileged": check_privileged,
+    "capabilities_baseline": check_capabilities_baseline,
+    "hostPathVolumes": check_host_path_volumes,
+    "hostPorts": check_host_ports,
+    "appArmorProfile": check_app_armor,
+    "seLinuxOptions": check_selinux_options,
+    "procMount": check_proc_mount,
+    "seccompProfile_baseline": check_seccomp_baseline,
+    "sysctls": check_sysctls,
+    "hostProbesAndHostLifecycle": check_host_probes_and_lifecycle,
+}
+RESTRICTED: dict[str, Check] = {
+    "restrictedVolumes": check_restricted_volumes,
+    "allowPrivilegeEscalation": check_allow_privilege_escalation,
+    "runAsNonRoot": check_run_as_non_root,
+    "runAsUser": check_run_as_user,
+    "seccompProfile_restricted": check_seccomp_restricted,
+    "capabilities_restricted": check_capabilities_restricted,
+    "procMount_restricted": check_proc_mount,
+}
+# registry.go: a restricted check's OverrideCheckIDs replace the baseline ones
+OVERRIDDEN = {
+    "restrictedVolumes": "hostPathVolumes",
+    "seccompProfile_restricted": "seccompProfile_baseline",
+    "capabilities_restricted": "capabilities_baseline",
+    "procMount_restricted": "procMount",
+}
+
+
+def upstream_failures(pod: JSON, level: str = "restricted") -> list[str]:
+    """The ids of the checks the Pod fails at ``level``, as the PodSecurity plugin runs them."""
+    meta, spec = pod.get("metadata") or {}, pod["spec"]
+    checks = dict(BASELINE)
+    if level == "restricted":
+        for overridden in OVERRIDDEN.values():
+            del checks[overridden]
+        checks.update(RESTRICTED)
+    return sorted(name for name, check in checks.items() if not check(meta, spec))
+
+
+# --- the oracle against upstream's own documented examples ---------------------------
+
+
+def _pod(spec: JSON, annotations: dict[str, str] | None = None) -> JSON:
+    meta: JSON = {"name": "p"}
+    if annotations:
+        meta["annotations"] = annotations
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
+
+
+RESTRICTED_OK: JSON = {
+    "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
+    "containers": [
+        {
+            "name": "c",
+            "securityContext": {
+                "allowPrivilegeEscalation": False,
+                "capabilities": {"drop": ["ALL"]},
+            },
+        }
+    ],
+}
+
+
+def test_the_oracle_passes_a_restricted_pod_and_fails_a_bare_one() -> None:
+    assert upstream_failures(_pod(RESTRICTED_OK)) == []
+    bare = _pod({"containers": [{"name": "c"}]})
+    assert upstream_failures(bare) == [
+        "allowPrivilegeEscalation",
+        "capabilities_restricted",
+        "runAsNonRoot",
+        "seccompProfile_restricted",
+    ]
+    assert upstream_failures(bare, "baseline") == []
+    windows = _pod({"os": {"name": "windows"}, "containers": [{"name": "c"}]})
+    assert upstream_failures(windows) == ["runAsNonRoot"]  # no OS exemption upstream
+
+
+# --- generated Pods ----------------------------------------------------------------------
+
+
+def maybe(strategy: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    """Absent half of the time (``None`` is dropped by ``put``)."""
+    return st.one_of(st.none(), st.none(), strategy)
+
+
+def put(target: JSON, key: str, value: Any) -> None:
+    if value is not None:
+        target[key] = value
+
+
+profile_types = st.sampled_from(["RuntimeDefault", "RuntimeDefault", "Localhost", "Unconfined"])
+
+
+@st.composite
+def seccomp_profiles(draw: Any) -> JSON:
+    kind = draw(profile_types)
+    return {"type": kind, "localhostProfile": "p.json"} if kind == "Localhost" else {"type": kind}
+
+
+@st.composite
+def apparmor_profiles(draw: Any) -> JSON:
+    kind = draw(profile_types)
+    return {"type": kind, "localhostProfile": "p"} if kind == "Localhost" else {"type": kind}
+
+
+@st.composite
+def selinux_options(draw: Any) -> JSON:
+    opts: JSON = {}
+    put(
+        opts,
+        "type",
+        draw(maybe(st.sampled_from(["container_t", "container_engine_t", "spc_t", ""]))),
+    )
+    put(opts, "user", draw(maybe(st.sampled_from(["system_u", ""]))))
+    put(opts, "role", draw(maybe(st.sampled_from(["system_r", ""]))))
+    put(opts, "level", draw(maybe(st.just("s0:c1,c2"))))
+    return opts
+
+
+ids = st.sampled_from([0, 1000])
+capability_names = st.sampled_from(
+    ["ALL", "NET_BIND_SERVICE", "CHOWN", "SYS_ADMIN", "NET_RAW", "SYS_PTRACE", "all"]
+)
+
+
+@st.composite
+def shared_context(draw: Any, sc: JSON) -> None:
+    """Fields a pod and a container securityContext share."""
+    put(sc, "runAsUser", draw(maybe(ids)))
+    put(sc, "runAsGroup", draw(maybe(ids)))
+    put(sc, "runAsNonRoot", draw(maybe(st.booleans())))
+    put(sc, "seccompProfile", draw(maybe(seccomp_profiles())))
+    put(sc, "appArmorProfile", draw(maybe(apparmor_profiles())))
+    put(sc, "seLinuxOptions", draw(maybe(selinux_options())))
+    if draw(st.integers(0, 11)) == 0:
+        sc["windowsOptions"] = {"hostProcess": draw(st.booleans())}
+
+
+@st.composite
+def container_contexts(draw: Any) -> JSON:
+    sc: JSON = {}
+    draw(shared_context(sc))
+    put(sc, "privileged", draw(maybe(st.booleans())))
+    put(sc, "allowPrivilegeEscalation", draw(maybe(st.booleans())))
+    put(sc, "procMount", draw(maybe(st.sampled_from(["Default", "Unmasked"]))))
+    if draw(st.booleans()):
+        caps: JSON = {}
+        put(caps, "add", draw(maybe(st.lists(capability_names, max_size=2, unique=True))))
+        put(caps, "drop", draw(maybe(st.lists(capability_names, max_size=2, unique=True))))
+        sc["capabilities"] = caps
+    return sc
+
+
+@st.composite
+def pod_contexts(draw: Any) -> JSON:
+    sc: JSON = {}
+    draw(shared_context(sc))
+    put(sc, "fsGroup", draw(maybe(ids)))
+    put(sc, "supplementalGroups", draw(maybe(st.sampled_from([[0], [0, 5], [5]]))))
+    if draw(st.booleans()):
+        names = st.sampled_from(
+            [
+                "net.ipv4.tcp_syncookies",
+                "kernel.shm_rmid_forced",
+                "kernel.msgmax",
+                "net.core.somaxconn",
+            ]
+        )
+        sc["sysctls"] = [
+            {"name": n, "value": "1"}
+            for n in draw(st.lists(names, min_size=1, max_size=2, unique=True))
+        ]
+    return sc
+
+
+@st.composite
+def handlers(draw: Any) -> JSON:
+    action = draw(st.sampled_from(["httpGet", "tcpSocket"]))
+    target: JSON = {"port": 8080}
+    put(target, "host", draw(maybe(st.sampled_from(["", "10.0.0.1", "metadata.google.internal"]))))
+    return {action: target}
+
+
+@st.composite
+def containers(draw: Any, name: str, kind: str) -> JSON:
+    c: JSON = {"name": name, "image": "python:3.11"}
+    if kind == "sidecar":
+        c["restartPolicy"] = "Always"
+    if draw(st.booleans()):
+        c["securityContext"] = draw(container_contexts())
+    if kind != "ephemeral":  # the apiserver allows neither ports nor probes there
+        if draw(st.integers(0, 5)) == 0:
+            port: JSON = {"containerPort": 8080}
+            put(port, "hostPort", draw(maybe(st.sampled_from([0, 8080]))))
+            c["ports"] = [port]
+        if draw(st.integers(0, 5)) == 0:
+            c[draw(st.sampled_from(["livenessProbe", "readinessProbe", "startupProbe"]))] = draw(
+                handlers()
+            )
+        if draw(st.integers(0, 7)) == 0:
+            c["lifecycle"] = {draw(st.sampled_from(["postStart", "preStop"])): draw(handlers())}
+    else:
+        c["targetContainerName"] = "c0"
+    return c
+
+
+VOLUME_SOURCES: dict[str, JSON] = {
+    "emptyDir": {},
+    "configMap": {"name": "init-config-map-r1"},
+    "secret": {"secretName": "sec-db-r1"},
+    "persistentVolumeClaim": {"claimName": "v-r1-data"},
+    "downwardAPI": {"items": []},
+    "csi": {"driver": "csi.example.com"},
+    "image": {"reference": "registry.example/data:1"},
+    "hostPath": {"path": "/var/run"},
+    "nfs": {"server": "nfs.example", "path": "/"},
+    "gitRepo": {"repository": "https://example/repo"},
+}
+
+
+@st.composite
+def volumes(draw: Any) -> list[JSON]:
+    kinds = draw(st.lists(st.sampled_from(sorted(VOLUME_SOURCES)), max_size=2))
+    return [{"name": f"v{i}", kind: dict(VOLUME_SOURCES[kind])} for i, kind in enumerate(kinds)]
+
+
+@st.composite
+def run_pods(draw: Any, *, ephemeral: bool = True) -> JSON:
+    spec: JSON = {
+        "containers": [draw(containers(f"c{i}", "main")) for i in range(draw(st.integers(1, 2)))]
+    }
+    init = [
+        draw(containers(f"i{i}", draw(st.sampled_from(["init", "sidecar"]))))
+        for i in range(draw(st.integers(0, 2)))
+    ]
+    if init:
+        spec["initContainers"] = init
+    if ephemeral and draw(st.integers(0, 3)) == 0:
+        spec["ephemeralContainers"] = [draw(containers("e0", "ephemeral"))]
+    put(spec, "securityContext", draw(st.one_of(st.none(), pod_contexts())))
+    put(spec, "os", draw(maybe(st.sampled_from([{"name": "linux"}, {"name": "windows"}]))))
+    for key in ("hostNetwork", "hostPID", "hostIPC"):
+        if draw(st.integers(0, 11)) == 0:
+            spec[key] = draw(st.booleans())
+    vols = draw(volumes())
+    if vols:
+        spec["volumes"] = vols
+    meta: JSON = {
+        "name": "run",
+        "namespace": "ml",
+        "labels": {"app.kubernetes.io/managed-by": "dhcore", "dhcore/run": "r1"},
+    }
+    if draw(st.integers(0, 3)) == 0:
+        names = [c["name"] for c in spec["containers"]]
+        value = draw(st.sampled_from(["runtime/default", "localhost/p", "unconfined", ""]))
+        meta["annotations"] = {
+            f"container.apparmor.security.beta.kubernetes.io/{draw(st.sampled_from(names))}": value
+        }
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
+
+
+@pytest.fixture(scope="module")
+def policies() -> dict[str, Policy]:
+    """Strip, Deny, and a policy looser than the level wherever a key allows it."""
+    return {name: load_policy(POLICIES / name) for name in ("platform", "strict", "permissive")}
+
+
+SETTINGS = settings(
+    max_examples=500,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+FEWER = settings(SETTINGS, max_examples=250)
+POLICY_NAMES = st.sampled_from(["platform", "strict", "permissive"])
+
+
+@SETTINGS
+@given(pod=run_pods(), name=POLICY_NAMES)
+def test_what_runguard_admits_the_pod_security_admission_admits(
+    pod: JSON, name: str, policies: dict[str, Policy]
+) -> None:
+    decision = evaluate(pod, policies[name])
+    assert decision.applies
+    if decision.allowed:
+        assert upstream_failures(decision.object) == [], decision.object["spec"]
+
+
+@FEWER
+@given(pod=run_pods(ephemeral=False), debug=containers("debugger", "ephemeral"), name=POLICY_NAMES)
+def test_a_debug_container_runguard_admits_keeps_the_pod_compliant(
+    pod: JSON, debug: JSON, name: str, policies: dict[str, Policy]
+) -> None:
+    """``kubectl debug``: /mutate then /validate on the UPDATE of pods/ephemeralcontainers."""
+    policy = policies[name]
+    created = evaluate(pod, policy)
+    if not created.allowed:
+        return
+    running = created.object
+    sent = copy.deepcopy(running)
+    sent["spec"]["ephemeralContainers"] = [debug]
+    patched = mutate(sent, policy, old=running)
+    assert patched.allowed
+    judged = validate(patched.object, policy, old=running)
+    if judged.allowed:
+        assert upstream_failures(patched.object) == [], patched.object["spec"]
+
+
+# One field at a time, every value, on every kind of container and OS: the combinations
+# above find interactions, this finds each single hole for sure.
+CONTEXT_VALUES: dict[str, list[Any]] = {
+    "runAsUser": [0, 1000],
+    "runAsGroup": [0],
+    "runAsNonRoot": [True, False],
+    "seccompProfile": [{"type": t} for t in ("RuntimeDefault", "Unconfined", "Bogus")]
+    + [{"type": "Localhost", "localhostProfile": "p.json"}, {}],
+    "appArmorProfile": [{"type": t} for t in ("RuntimeDefault", "Unconfined", "Bogus")]
+    + [{"type": "Localhost", "localhostProfile": "p"}],
+    "seLinuxOptions": [
+        {"type": "spc_t"},
+        {"type": "container_engine_t"},
+        {"user": "system_u"},
+        {"role": "system_r"},
+        {"level": "s0:c1"},
+        {"type": "container_t", "user": "u", "role": "r", "level": "s0"},
+    ],
+    "windowsOptions": [{"hostProcess": True}, {"hostProcess": False}],
+}
+POD_VALUES: dict[str, list[Any]] = {
+    **CONTEXT_VALUES,
+    "fsGroup": [0],
+    "supplementalGroups": [[0], [0, 5]],
+    "sysctls": [[{"name": n, "value": "1"}] for n in ("kernel.shm_rmid_forced", "kernel.msgmax")],
+}
+CONTAINER_VALUES: dict[str, list[Any]] = {
+    **CONTEXT_VALUES,
+    "privileged": [True, False],
+    "allowPrivilegeEscalation": [True, False],
+    "procMount": ["Default", "Unmasked"],
+    "capabilities": [
+        {"add": [cap]} for cap in ("NET_BIND_SERVICE", "CHOWN", "SYS_ADMIN", "NET_RAW")
+    ]
+    + [{"drop": ["all"]}, {"drop": ["NET_RAW"]}, {"add": ["SYS_ADMIN"], "drop": ["ALL"]}],
+}
+
+
+def single_field_pods() -> Iterator[tuple[str, JSON]]:
+    """(what was set, the Pod) for each field and value, on a Pod that is otherwise bare."""
+
+    def base(os_name: str | None) -> JSON:
+        pod = _pod({"containers": [{"name": "c0", "image": "python:3.11"}]})
+        pod["metadata"].update(
+            namespace="ml", labels={"app.kubernetes.io/managed-by": "dhcore", "dhcore/run": "r1"}
+        )
+        if os_name:
+            pod["spec"]["os"] = {"name": os_name}
+        return pod
+
+    for os_name in (None, "linux", "windows"):
+        for key, values in POD_VALUES.items():
+            for value in values:
+                pod = base(os_name)
+                pod["spec"]["securityContext"] = {key: copy.deepcopy(value)}
+                yield f"{os_name} pod {key}={value}", pod
+        for key in ("hostNetwork", "hostPID", "hostIPC"):
+            pod = base(os_name)
+            pod["spec"][key] = True
+            yield f"{os_name} {key}", pod
+        for kind in sorted(VOLUME_SOURCES):
+            pod = base(os_name)
+            pod["spec"]["volumes"] = [{"name": "v", kind: dict(VOLUME_SOURCES[kind])}]
+            yield f"{os_name} volume {kind}", pod
+        for value in ("runtime/default", "localhost/p", "unconfined", ""):
+            pod = base(os_name)
+            pod["metadata"]["annotations"] = {
+                "container.apparmor.security.beta.kubernetes.io/c0": value
+            }
+            yield f"{os_name} annotation {value!r}", pod
+        for list_name, extra in (
+            ("containers", {}),
+            ("initContainers", {}),
+            ("initContainers", {"restartPolicy": "Always"}),
+        ):
+            fields: list[tuple[str, Any]] = [
+                ("securityContext", {key: copy.deepcopy(value)})
+                for key, values in CONTAINER_VALUES.items()
+                for value in values
+            ]
+            fields += [("ports", [{"containerPort": 80, "hostPort": p}]) for p in (0, 8080)]
+            fields += [
+                (probe, {action: {"port": 80, "host": host}})
+                for probe in ("livenessProbe", "readinessProbe", "startupProbe")
+                for action in ("httpGet", "tcpSocket")
+                for host in ("", "10.0.0.1")
+            ]
+            fields += [
+                ("lifecycle", {hook: {"httpGet": {"port": 80, "host": "10.0.0.1"}}})
+                for hook in ("postStart", "preStop")
+            ]
+            for key, value in fields:
+                pod = base(os_name)
+                container = {"name": "x0", "image": "python:3.11", **extra, key: value}
+                pod["spec"].setdefault(list_name, []).append(container)
+                yield f"{os_name} {list_name}{extra} {key}={value}", pod
+
+
+SINGLE_FIELD_PODS = list(single_field_pods())
+
+
+@pytest.mark.parametrize("name", ["platform", "strict", "permissive"])
+def test_one_field_at_a_time(name: str, policies: dict[str, Policy]) -> None:
+    admitted = 0
+    for what, pod in SINGLE_FIELD_PODS:
+        decision = evaluate(pod, policies[name])
+        if decision.allowed:
+            admitted += 1
+            assert upstream_failures(decision.object) == [], (what, decision.object["spec"])
+    assert admitted > len(SINGLE_FIELD_PODS) // 3  # not vacuous: most are fixed or fine
+
+
+# The rules that stand for one upstream check each: runguard denies for them only what
+# upstream fails (no stricter reading of the standard than upstream's own).
+SAME_AS_UPSTREAM = {
+    "security.host-ports": "hostPorts",
+    "security.sysctls": "sysctls",
+    "security.selinux": "seLinuxOptions",
+    "security.apparmor": "appArmorProfile",
+    "security.proc-mount": "procMount_restricted",
+    "security.probe-host": "hostProbesAndHostLifecycle",
+}
+
+
+@FEWER
+@given(pod=run_pods(), name=POLICY_NAMES)
+def test_runguard_denies_for_the_standard_only_what_upstream_denies(
+    pod: JSON, name: str, policies: dict[str, Policy]
+) -> None:
+    failures = set(upstream_failures(pod))
+    for violation in validate(pod, policies[name]).violations:
+        check = SAME_AS_UPSTREAM.get(violation.rule)
+        if check is not None:
+            assert check in failures, (violation, failures)
+
+
+def test_kubectl_debug_without_a_profile_gets_a_compliant_container(
+    policies: dict[str, Policy],
+) -> None:
+    """The legacy profile sends no securityContext at all; runguard fills it."""
+    run = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": "run",
+            "namespace": "ml",
+            "labels": {"app.kubernetes.io/managed-by": "dhcore", "dhcore/run": "r1"},
+        },
+        "spec": {"containers": [{"name": "main", "image": "python:3.11"}]},
+    }
+    for name in ("platform", "strict"):
+        policy = policies[name]
+        running = evaluate(run, policy).object
+        sent = copy.deepcopy(running)
+        sent["spec"]["ephemeralContainers"] = [
+            {"name": "debugger", "image": "busybox:1.36", "targetContainerName": "main"}
+        ]
+        patched = mutate(sent, policy, old=running)
+        assert [m.rule for m in patched.mutations] == ["security.debug-container"]
+        assert {op["path"] for op in patched.patch} == {
+            "/spec/ephemeralContainers/0/securityContext"
+        }
+        assert validate(patched.object, policy, old=running).allowed
+        assert upstream_failures(patched.object) == []
