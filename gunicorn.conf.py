@@ -5,10 +5,12 @@ same environment variables (``webhook.settings.SETTINGS``; ``runguard serve --he
 lists them). ``runguard serve`` adds flags and a policy check before it starts.
 """
 
-from webhook.server import configure_logging, gunicorn_options, prepare_multiprocess_metrics
+from webhook.logs import configure_logging
+from webhook.server import gunicorn_options, prepare_multiprocess_metrics
 from webhook.settings import ServeSettings
 
+runguard_settings = ServeSettings.resolve({})
 prepare_multiprocess_metrics()  # before the app (and prometheus_client) is loaded
-configure_logging()
-globals().update(gunicorn_options(ServeSettings.resolve({})))
+configure_logging(capacity=runguard_settings.log_queue)
+globals().update(gunicorn_options(runguard_settings))
 wsgi_app = "webhook.app:create_app()"

@@ -19,12 +19,13 @@ import orjson
 from flask import Flask, Response, request
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
-from webhook import admission, metrics
+from webhook import admission, logs, metrics
 from webhook.admission import AdmissionError, Endpoint
 from webhook.auditlog import AuditLog, audit_record
 from webhook.policystore import PolicyState, PolicyStore
 from webhook.settings import (
     BY_NAME,
+    DEFAULT_LOG_QUEUE,
     DEFAULT_MAX_BODY,
     RELOAD_INTERVAL,
     SettingsError,
@@ -51,11 +52,11 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
     """The runguard WSGI application.
 
     ``config``: settings by name (``webhook.settings.SETTINGS``: ``policy_dir``,
-    ``max_body``, ``reload_interval``, ``bench_endpoint`` adding ``POST /bench/allowed``,
-    a fixed answer for ``bench/bench_http.py``), each one not given read from its
-    environment variable; and ``policy_store`` / ``audit_stream`` to hand in a ready
-    store or an audit stream. A policy that does not load leaves the app unready (503)
-    until a good one appears.
+    ``max_body``, ``log_queue``, ``reload_interval``, ``bench_endpoint``
+    adding ``POST /bench/allowed``, a fixed answer for ``bench/bench_http.py``), each
+    one not given read from its environment variable; and ``policy_store`` /
+    ``audit_stream`` to hand in a ready store or an audit stream. A policy that does not
+    load leaves the app unready (503) until a good one appears.
     """
     config = config or {}
     settings = read_settings(config)
@@ -72,7 +73,10 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
         _first_load(store)
     if store.observer is None:
         store.observer = _publish_policy
-    state = Runguard(store=store, audit=AuditLog(config.get("audit_stream")))
+    audit = AuditLog(
+        config.get("audit_stream"), capacity=settings.get("log_queue", DEFAULT_LOG_QUEUE)
+    )
+    state = Runguard(store=store, audit=audit)
     app.extensions["runguard"] = state
 
     def answer(endpoint: Endpoint) -> Response:
@@ -128,7 +132,8 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
             return _json(_unavailable(current), 503)
         status = "degraded" if current.rejected else "ready"
         # ``worker``: which process answered, so a rollout check can hear from each one
-        return _json({"status": status, "worker": os.getpid(), **current.to_dict()}, 200)
+        body = {"status": status, "worker": os.getpid(), **current.to_dict()}
+        return _json({**body, "logging": _logging_health(audit)}, 200)
 
     @app.get("/metrics")
     def metrics_endpoint() -> Response:
@@ -193,6 +198,13 @@ def _first_load(store: PolicyStore) -> None:
         log.error("policy in %s does not load: %d error(s)", store.directory, len(exc.errors))
         for issue in exc.errors:
             log.error("  %s", issue)
+
+
+def _logging_health(audit: AuditLog) -> dict[str, object]:
+    """Logs that drop lines degrade logging, not the webhook: still ready, but said."""
+    sinks: dict[str, dict[str, object]] = {**logs.stream_health(), "audit": audit.health()}
+    degraded = any(sink["status"] != "ok" for sink in sinks.values())
+    return {"status": "degraded" if degraded else "ok", **sinks}
 
 
 def _unavailable(state: PolicyState) -> dict[str, object]:

@@ -4,15 +4,18 @@ A line says who asked what and what runguard decided, by rule id, and nothing of
 object itself: never env values, secret names or data, container specs, warnings'
 text. The kube-apiserver audit log gets the same ids through ``auditAnnotations``.
 
-Each line is written with a single ``write`` + ``flush`` under a lock; lines from
-several gunicorn workers sharing the same stdout pipe stay whole (one ``write`` of
-less than ``PIPE_BUF`` bytes is atomic).
+Writing never holds up, or fails, the review that made the line: lines go through a
+``LineWriter`` (a bounded queue and a thread of its own, see ``linewriter.py``), so a
+stdout that is closed, full or read by nobody drops lines, counted in
+``runguard_log_lines_dropped_total{log="audit"}`` and in ``/readyz``, and reviews go on.
+Lines from several gunicorn workers sharing one stdout pipe stay whole (one ``write``
+of at most ``PIPE_BUF`` bytes is atomic).
 """
 
 from __future__ import annotations
 
+import io
 import sys
-import threading
 import time
 from collections.abc import Iterable
 from datetime import UTC, datetime
@@ -21,6 +24,8 @@ from typing import IO
 import orjson
 
 from webhook.admission import AdmissionRequest, Endpoint, Outcome
+from webhook.linewriter import LineWriter
+from webhook.settings import DEFAULT_LOG_QUEUE
 
 __all__ = ["AuditLog", "audit_record"]
 
@@ -67,18 +72,36 @@ def _unique(ids: Iterable[str]) -> list[str]:
 
 
 class AuditLog:
-    """Writes audit records as JSON lines to ``stream`` (stdout by default)."""
+    """Writes audit records as JSON lines to ``stream`` (stdout by default).
 
-    def __init__(self, stream: IO[str] | None = None) -> None:
-        self._stream = stream
-        self._lock = threading.Lock()
+    A stream with a file descriptor (stdout, a file, a pipe) is written by a
+    ``LineWriter``; an in-memory one (``io.StringIO``, in tests) cannot block and is
+    written at once.
+    """
+
+    def __init__(self, stream: IO[str] | None = None, *, capacity: int = DEFAULT_LOG_QUEUE) -> None:
+        target = sys.stdout if stream is None else stream  # None: stdout closed at start
+        self._memory: IO[str] | None = None
+        self.writer: LineWriter | None = None
+        try:
+            if target is not None:
+                target.fileno()
+        except io.UnsupportedOperation:  # no descriptor: in memory
+            self._memory = target
+            return
+        except (OSError, ValueError):  # closed: the writer says so
+            pass
+        self.writer = LineWriter.for_stream("audit", target, capacity=capacity)
 
     def write(self, record: dict[str, object]) -> None:
-        line = orjson.dumps(record).decode() + "\n"
-        stream = self._stream or sys.stdout
-        with self._lock:
-            try:
-                stream.write(line)
-                stream.flush()
-            except (OSError, ValueError):  # a closed or broken stdout must not fail a review
-                pass
+        line = orjson.dumps(record) + b"\n"
+        if self.writer is not None:
+            self.writer.put(line)
+        elif self._memory is not None:
+            self._memory.write(line.decode())
+
+    def health(self) -> dict[str, object]:
+        """``/readyz`` detail of the audit log (see ``LineWriter.health``)."""
+        if self.writer is None:
+            return {"status": "ok", "dropped": 0, "queued": 0}
+        return self.writer.health()

@@ -49,6 +49,7 @@ class Metrics:
     policy_last_success: Gauge
     policy_rejected: Gauge
     certificate_expiry: Gauge
+    log_lines_dropped: Counter
     registry: CollectorRegistry
     _children: dict[tuple[str, ...], Any] = field(default_factory=dict)
 
@@ -120,6 +121,13 @@ def get() -> Metrics:
             "Unix time the serving certificate expires (notAfter).",
             registry=registry,
             multiprocess_mode="livemostrecent",
+        ),
+        log_lines_dropped=Counter(
+            "runguard_log_lines_dropped",
+            "Log lines dropped, by log (audit: stdout, server: stderr), because the stream "
+            "was closed, full or not read fast enough; reviews never wait for a log.",
+            ["log"],
+            registry=registry,
         ),
         registry=registry,
     )

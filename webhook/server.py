@@ -11,29 +11,31 @@ tie the other modules to gunicorn's processes:
   (``post_fork``);
 * metrics are written by workers only (``PROMETHEUS_MULTIPROC_DIR``, a temporary
   directory made at start, see ``metrics.py``): the master never touches
-  ``prometheus_client``, whose process-wide lock a fork must not copy while held.
+  ``prometheus_client``, whose process-wide lock a fork must not copy while held;
+* logs never block (``logs.py``, ``auditlog.py``): gunicorn's own lines go through
+  ``GunicornLogger``, and a worker leaving gives its logs a bounded time to be written.
 """
 
 from __future__ import annotations
 
 import gc
-import logging
 import os
 import shutil
-import sys
 import tempfile
 from dataclasses import asdict
+from functools import partial
 from typing import Any
 
 from gunicorn.app.base import BaseApplication
 
+from webhook.linewriter import all_writers, flush_all
+from webhook.logs import GunicornLogger, configure_logging
 from webhook.policystore import PolicyPublication, PolicyStore
 from webhook.settings import ServeSettings
 from webhook.tls import CertificateStore, ContextFactory
 
 __all__ = [
     "RunguardApplication",
-    "configure_logging",
     "gunicorn_options",
     "prepare_multiprocess_metrics",
     "remove_multiprocess_metrics",
@@ -42,6 +44,7 @@ __all__ = [
 
 _MULTIPROC_DIR_OWNED: list[tuple[int, str]] = []  # (pid of the maker, directory or "")
 _MASTER_PID = [0]  # the gunicorn master records no metrics (see module doc)
+EXIT_FLUSH = 2.0  # seconds a leaving process gives its logs to be written
 
 
 # ------------------------------------------------------------------------ metrics
@@ -77,6 +80,12 @@ def _certificate_served(not_after: float) -> None:
         from webhook import metrics
 
         metrics.get().certificate_expiry.set(not_after)
+
+
+def _count_dropped(log: str, lines: int) -> None:
+    from webhook import metrics
+
+    metrics.get().log_lines_dropped.labels(log).inc(lines)
 
 
 # ------------------------------------------------------------------ certificates
@@ -125,9 +134,15 @@ def when_ready(arbiter: Any) -> None:
 
 
 def post_fork(arbiter: Any, worker: Any) -> None:
+    for writer in all_writers():  # a worker counts its dropped log lines (the master not)
+        writer.count_drops(partial(_count_dropped, writer.name))
     store = _runguard_store(arbiter)
     if store is not None and store.publication is not None:
         store.follow()  # the master decides; this worker serves what it published
+
+
+def worker_exit(arbiter: Any, worker: Any) -> None:
+    flush_all(EXIT_FLUSH)  # the audit lines of its last reviews, if the sink takes them
 
 
 def child_exit(arbiter: Any, worker: Any) -> None:
@@ -142,23 +157,7 @@ def on_exit(arbiter: Any) -> None:
     if store is not None:
         store.stop()
     remove_multiprocess_metrics()
-
-
-def configure_logging(level: str = "info") -> None:
-    """runguard's operational logs on stderr, next to gunicorn's; stdout is the audit log."""
-    logger = logging.getLogger("runguard")
-    if logger.handlers:
-        return
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(
-        logging.Formatter(
-            "[%(asctime)s] [%(process)d] [%(levelname)s] %(name)s: %(message)s",
-            "%Y-%m-%d %H:%M:%S %z",
-        )
-    )
-    logger.addHandler(handler)
-    logger.setLevel(level.upper())
-    logger.propagate = False
+    flush_all(EXIT_FLUSH)
 
 
 # ---------------------------------------------------------------------- gunicorn
@@ -189,11 +188,13 @@ def gunicorn_options(settings: ServeSettings) -> dict[str, Any]:
         "control_socket_disable": True,
         "accesslog": None,  # the audit log says more, without the noise of probes
         "errorlog": "-",
+        "logger_class": GunicornLogger,  # never blocks on a full or closed stderr
         "loglevel": "info",
         "proc_name": "runguard",
         "on_starting": on_starting,
         "when_ready": when_ready,
         "post_fork": post_fork,
+        "worker_exit": worker_exit,
         "child_exit": child_exit,
         "on_exit": on_exit,
     }

@@ -22,6 +22,7 @@ from typing import Any
 __all__ = [
     "BY_NAME",
     "DEFAULT_BIND",
+    "DEFAULT_LOG_QUEUE",
     "DEFAULT_MAX_BODY",
     "DEFAULT_THREADS",
     "RELOAD_INTERVAL",
@@ -38,6 +39,7 @@ ENV_PREFIX = "RUNGUARD_"
 DEFAULT_BIND = "127.0.0.1:8443"
 DEFAULT_MAX_BODY = 4 * 1024 * 1024  # an UPDATE review carries object and oldObject
 DEFAULT_THREADS = 2  # CPU-bound reviews: more threads only queue on the GIL (docs/server.md)
+DEFAULT_LOG_QUEUE = 4096  # log lines a process holds for a slow sink before it drops
 RELOAD_INTERVAL = 1.0  # seconds between checks of the policy and certificate files
 
 
@@ -148,6 +150,13 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting("max_body", "request size limit (default 4Mi)", byte_size, metavar="BYTES"),
     Setting(
+        "log_queue",
+        f"log lines a process holds while stdout or stderr is slow (default "
+        f"{DEFAULT_LOG_QUEUE}); more are dropped and counted, never waited for",
+        positive_int,
+        metavar="LINES",
+    ),
+    Setting(
         "reload_interval",
         f"seconds between checks of the policy and certificate files (default {RELOAD_INTERVAL:g})",
         _seconds,
@@ -191,6 +200,7 @@ class ServeSettings:
     workers: int = field(default_factory=default_workers)
     threads: int = DEFAULT_THREADS
     max_body: int = DEFAULT_MAX_BODY
+    log_queue: int = DEFAULT_LOG_QUEUE
     reload_interval: float = RELOAD_INTERVAL
     bench_endpoint: bool = False
 

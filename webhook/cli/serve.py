@@ -45,10 +45,10 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from webhook.cli import EXIT_BAD_INPUT
+    from webhook.logs import configure_logging
     from webhook.policystore import PolicyStore
     from webhook.server import (
         RunguardApplication,
-        configure_logging,
         prepare_multiprocess_metrics,
         remove_multiprocess_metrics,
     )
@@ -68,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
               file=sys.stderr)  # fmt: skip
         return EXIT_BAD_INPUT
 
-    configure_logging()
+    configure_logging(capacity=settings.log_queue)
     from webhook.policy.errors import PolicyError
 
     store = PolicyStore(settings.policy_dir, interval=settings.reload_interval)
