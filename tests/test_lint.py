@@ -251,7 +251,7 @@ def test_runguard_lint_json(pol: Path, capsys: pytest.CaptureFixture[str]) -> No
         "file": "pol",
         "line": None,
         "key": "",
-        "message": "no RunPolicy document (exactly one is required)",
+        "message": "no RunPolicy document (at least one is required)",
     }
     assert out["errors"][1]["line"] == 2 and out["errors"][1]["key"] == "kind"
 

@@ -317,16 +317,36 @@ def test_duplicate_profile_names_report_both_locations(pol: Path) -> None:
 
 def test_no_run_policy(pol: Path) -> None:
     write(pol, "profiles.yaml", PROFILE)
-    assert errors_of() == ["pol: no RunPolicy document (exactly one is required)"]
+    assert errors_of() == ["pol: no RunPolicy document (at least one is required)"]
 
 
-def test_two_run_policies_report_both(pol: Path) -> None:
+def test_two_run_policies_with_one_name_report_both(pol: Path) -> None:
+    """Several RunPolicies are tried in name order (SPEC section 1): names must differ."""
     valid(pol)
     write(pol, "other.yaml", RUN_POLICY)
     assert errors_of() == [
-        "pol/other.yaml:2: kind: more than one RunPolicy (also at pol/runpolicy.yaml:2); keep one",
-        "pol/runpolicy.yaml:2: kind: more than one RunPolicy (also at pol/other.yaml:2); keep one",
+        'pol/other.yaml:3: metadata.name: duplicate RunPolicy name "platform" (also at '
+        "pol/runpolicy.yaml:2): RunPolicies are tried in name order",
+        'pol/runpolicy.yaml:3: metadata.name: duplicate RunPolicy name "platform" (also at '
+        "pol/other.yaml:2): RunPolicies are tried in name order",
     ]
+
+
+def test_several_run_policies_load_in_name_order(pol: Path) -> None:
+    valid(pol)
+    write(pol, "builds.yaml", RUN_POLICY.replace("{name: platform}", "{name: builds}"))
+    policy = load_policy("pol")
+    assert [p.name for p in policy.run_policies()] == ["builds", "platform"]
+    assert policy.alternatives[0].profiles == policy.profiles  # profiles are shared
+
+
+def test_several_run_policies_must_agree_on_gpu(pol: Path) -> None:
+    valid(pol)
+    other = RUN_POLICY.replace("{name: platform}", "{name: amd}").replace(
+        "  resources:\n", "  resources:\n    gpuResourceName: amd.com/gpu\n"
+    )
+    write(pol, "amd.yaml", other)
+    assert any("every RunPolicy must name the same gpu resource" in e for e in errors_of())
 
 
 def test_default_profile_must_exist(pol: Path) -> None:
@@ -593,7 +613,7 @@ def test_missing_or_empty_directory(pol: Path) -> None:
     assert errors_of("nowhere") == ["nowhere: policy directory does not exist"]
     assert errors_of("pol") == ["pol: no policy files (*.yaml, *.yml)"]
     write(pol, "only-comments.yaml", "# nothing yet\n")
-    assert errors_of("pol") == ["pol: no RunPolicy document (exactly one is required)"]
+    assert errors_of("pol") == ["pol: no RunPolicy document (at least one is required)"]
 
 
 def test_alias_bomb_is_refused_quickly(pol: Path) -> None:

@@ -77,6 +77,20 @@ def _select(
     return target, check_shape(target.spec, target.spec_path)
 
 
+def _run_policy_for(obj: Any, policy: Policy, namespace: str | None) -> Policy:
+    """The RunPolicy that governs ``obj`` (SPEC section 1: the first by name whose selector
+    matches its pod's labels); ``policy`` itself when none does or there is no other."""
+    if not policy.alternatives:
+        return policy
+    try:
+        target = locate(obj)
+    except InvalidObject:
+        return policy
+    if target is None:
+        return policy
+    return policy.choose(target.labels, namespace or object_meta(obj)[1]) or policy
+
+
 def _pod(target: Target, policy: Policy, spec: JSON, who: _Who) -> Pod:
     return Pod(
         spec,
@@ -199,6 +213,9 @@ def mutate(
     at creation. Any other change (a policy edited since) is not made on UPDATE, which
     would make the apiserver refuse unrelated updates such as a finalizer removal.
     """
+    chosen = _run_policy_for(obj, policy, namespace)
+    if chosen is not policy:
+        return mutate(obj, chosen, namespace=namespace, old=old, context=context)
     target, problems = _select(obj, policy, namespace)
     if target is None and not problems:
         return _stamp_only(obj, policy, namespace, context, applies=False)
@@ -280,6 +297,9 @@ def validate(
     are reported as warnings instead of denying, so labels and annotations of an existing
     object can still be edited.
     """
+    chosen = _run_policy_for(obj, policy, namespace)
+    if chosen is not policy:
+        return validate(obj, chosen, namespace=namespace, old=old, context=context)
     reserved = ownership.check_reserved_name(obj, policy, context) if isinstance(obj, dict) else []
     if reserved:
         return _finish(

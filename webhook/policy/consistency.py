@@ -49,15 +49,10 @@ def cross_document_issues(source: PolicySource) -> list[PolicyIssue]:
     if not run_policies:
         issues.append(
             PolicyIssue(
-                source.directory, None, "", "no RunPolicy document (exactly one is required)"
+                source.directory, None, "", "no RunPolicy document (at least one is required)"
             )
         )
-    elif len(run_policies) > 1:
-        for doc in run_policies:
-            others = ", ".join(o.where for o in run_policies if o is not doc)
-            issues.append(
-                doc.issue(("kind",), f"more than one RunPolicy (also at {others}); keep one")
-            )
+    issues.extend(_several_run_policies(run_policies))
 
     by_name: dict[str, list[SourceDocument]] = {}
     for doc in source.profiles:
@@ -81,6 +76,34 @@ def cross_document_issues(source: PolicySource) -> list[PolicyIssue]:
 
     for run_policy in run_policies:
         issues.extend(_run_policy_issues(run_policy, source.profiles, set(by_name), gpu))
+    return issues
+
+
+def _several_run_policies(run_policies: list[SourceDocument]) -> list[PolicyIssue]:
+    """Several RunPolicies are tried by name, so names must differ; profiles are shared,
+    so every RunPolicy must mean the same resource by ``gpu``."""
+    issues: list[PolicyIssue] = []
+    for doc in run_policies:
+        same = [o for o in run_policies if o is not doc and o.name == doc.name]
+        if same and doc.name is not None:
+            others = ", ".join(o.where for o in same)
+            issues.append(
+                doc.issue(
+                    ("metadata", "name"),
+                    f'duplicate RunPolicy name "{doc.name}" (also at {others}): RunPolicies '
+                    "are tried in name order",
+                )
+            )
+    gpus = {model.gpu_resource_name(d.get("spec")) for d in run_policies}
+    if len(gpus) > 1:
+        for doc in run_policies:
+            issues.append(
+                doc.issue(
+                    run_policy_path("resources", "gpu_resource_name"),
+                    "every RunPolicy must name the same gpu resource (found "
+                    f"{', '.join(sorted(gpus))}): profiles are shared and say gpu for it",
+                )
+            )
     return issues
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from webhook.policy.consistency import cross_document_issues
 from webhook.policy.errors import PolicyError, PolicyIssue
-from webhook.policy.model import Policy, build_policy
+from webhook.policy.model import Policy, build_policy, with_alternatives
 from webhook.policy.schema_issues import schema_issues
 from webhook.policy.source import PolicySource, SourceDocument, format_key, read_documents
 
@@ -81,13 +81,16 @@ def read_policy(directory: str | Path) -> PolicySource:
     source.errors.sort(key=lambda i: (i.file, i.line or 0, i.key))
 
     if not source.errors:
-        run_policy = source.run_policy
-        assert run_policy is not None  # no errors: exactly one RunPolicy
-        try:
-            source.policy = build_policy(run_policy.data, [p.data for p in source.profiles])
-        except (KeyError, TypeError, ValueError, ArithmeticError) as exc:
-            # Schema-valid documents the model cannot build are a bug in the schema.
-            source.errors.append(
-                PolicyIssue(run_policy.file, run_policy.line, "", f"cannot build policy: {exc}")
-            )
+        profiles = [p.data for p in source.profiles]
+        built: list[Policy] = []
+        for run_policy in sorted(source.run_policies, key=lambda d: d.name or ""):
+            try:
+                built.append(build_policy(run_policy.data, profiles))
+            except (KeyError, TypeError, ValueError, ArithmeticError) as exc:
+                # Schema-valid documents the model cannot build are a bug in the schema.
+                source.errors.append(
+                    PolicyIssue(run_policy.file, run_policy.line, "", f"cannot build policy: {exc}")
+                )
+        if built and not source.errors:
+            source.policy = with_alternatives(built)
     return source

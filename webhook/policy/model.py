@@ -62,6 +62,7 @@ __all__ = [
     "ProfileSpec",
     "RunPolicySpec",
     "build_policy",
+    "with_alternatives",
     "gpu_resource_name",
     "profile_path",
     "run_policy_path",
@@ -229,6 +230,12 @@ class PreemptionConfig(Section):
     tolerations: tuple[TolerationDict, ...] = Field(
         default=(), description="Tolerations for the spot nodes' taints."
     )
+    infer: bool = Field(
+        default=False,
+        description="A run that states no mode gets the one its scheduling shows MLRun applied "
+        "(MLRun writes no annotation), else the default; prevent then relies on the spot taint, "
+        "as MLRun does. Read only from runs the platform created (platform.identities).",
+    )
 
 
 class SchedulingConfig(Section):
@@ -362,7 +369,7 @@ Kind = Literal["RunPolicy", "Profile"]
 
 
 class Document(Section):
-    """A RunPolicy (exactly one per policy directory) or a Profile."""
+    """A RunPolicy (one or more per policy directory, tried in name order) or a Profile."""
 
     api_version: Literal["runguard.io/v1"] = Field(description="Always runguard.io/v1.")
     kind: Kind = Field(description="RunPolicy or Profile.")
@@ -391,11 +398,36 @@ assert set(KINDS) == set(get_args(Kind))
 
 
 class Policy(RunPolicySpec):
-    """The RunPolicy's spec with its name, the profiles by name, and a digest of the sources."""
+    """The RunPolicy's spec with its name, the profiles by name, and a digest of the sources.
+
+    With several RunPolicies (SPEC section 1) the first by name is the Policy callers hold
+    and the others are its ``alternatives``, in name order: a Pod is judged by the first
+    of them whose selector matches it (``choose``)."""
 
     name: str = "runguard"
     profiles: Mapping[str, Profile] = Field(default_factory=dict)
     digest: str = ""  # sha256 of the source documents, for /readyz and the audit log
+    alternatives: tuple[Policy, ...] = ()
+
+    def run_policies(self) -> tuple[Policy, ...]:
+        """Every RunPolicy, in the order they are tried."""
+        return (self, *self.alternatives)
+
+    def choose(self, labels: Mapping[str, str], namespace: str) -> Policy | None:
+        """The RunPolicy governing a pod with these labels in this namespace, if any."""
+        for policy in (self, *self.alternatives):
+            if namespace not in policy.exclude_namespaces and policy.selector.matches(labels):
+                return policy
+        return None
+
+
+def with_alternatives(policies: Sequence[Policy]) -> Policy:
+    """The first of ``policies`` (in name order) holding the others; one digest for all."""
+    first, *rest = policies
+    if not rest:
+        return first
+    digest = hashlib.sha256("".join(p.digest for p in policies).encode()).hexdigest()[:16]
+    return first.model_copy(update={"alternatives": tuple(rest), "digest": digest})
 
 
 def run_policy_path(*names: str) -> tuple[str, ...]:

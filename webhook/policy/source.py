@@ -98,8 +98,10 @@ class PolicySource:
 
     @property
     def run_policy(self) -> SourceDocument | None:
-        found = self.run_policies
-        return found[0] if len(found) == 1 else None
+        """The first RunPolicy by name (SPEC section 1: a Pod is judged by the first whose
+        selector matches), which also says what ``gpu`` means in profiles."""
+        found = sorted(self.run_policies, key=lambda d: d.name or "")
+        return found[0] if found else None
 
 
 def format_key(path: Path_) -> str:
