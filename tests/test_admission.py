@@ -92,6 +92,27 @@ def test_errors_never_echo_large_input() -> None:
     assert len(str(caught.value)) < 200
 
 
+@pytest.mark.parametrize(
+    ("request_fields", "field"),
+    [
+        ({"kind": {"group": "", "version": "v1", "kind": "ConfigMap"}}, "request.object.kind"),
+        (
+            {"operation": "UPDATE", "oldObject": {**run_pod(), "kind": "Secret"}},
+            "request.oldObject.kind",
+        ),
+    ],
+)
+def test_an_object_of_another_kind_than_the_review_says_is_malformed(
+    request_fields: dict[str, Any], field: str
+) -> None:
+    """A Pod that says it is a ConfigMap is not judged as one (nor as a Pod): 400."""
+    with pytest.raises(MalformedReview, match=f"{field} .* does not match request.kind.kind"):
+        parse_review(body(**request_fields))
+    plain = run_pod()
+    del plain["kind"]  # no kind in the object: nothing to disagree with
+    assert parse_review(body(object=plain))["kind"]["kind"] == "Pod"
+
+
 def test_delete_needs_no_object() -> None:
     request = parse_review(body(operation="DELETE", object=None, oldObject=run_pod()))
     assert request["operation"] == "DELETE"

@@ -195,7 +195,7 @@ def test_gunicorn_conf_py_runs_the_same_server(start_runguard: Any) -> None:
     answer = server.review("/mutate", run_pod())
     assert answer["allowed"] is True and answer["patchType"] == "JSONPatch"
     assert server.metrics()[("runguard_certificate_expiry_timestamp_seconds", ())] > 0
-    assert "Using worker: gthread" in server.stderr
+    assert "Using worker: RunguardWorker" in server.stderr  # gthread, with JSON errors
 
 
 def test_serve_refuses_missing_settings(tmp_path: Path) -> None:

@@ -10,7 +10,8 @@ Two error families, as in kopf and Kyverno:
   ``failurePolicy``:
 
   - ``MalformedReview`` (400): empty body, not JSON, not an ``admission.k8s.io/v1``
-    AdmissionReview, no ``request``, no ``uid``, an object that is not a JSON object;
+    AdmissionReview, no ``request``, no ``uid``, an object that is not a JSON object,
+    an object whose ``kind`` is not the review's ``request.kind.kind``;
   - ``UnsupportedMediaType`` (415): a content type other than ``application/json``;
   - ``BodyTooLarge`` (413): a body over the configured limit;
 
@@ -177,7 +178,21 @@ def parse_review(body: bytes) -> AdmissionRequest:
     for key in ("kind", "userInfo"):
         if request.get(key) is not None and not isinstance(request[key], dict):
             raise MalformedReview(f"request.{key} must be a JSON object")
+    _check_kind(request)
     return cast(AdmissionRequest, request)
+
+
+def _check_kind(request: JSON) -> None:
+    """The object is of the kind the review says: the apiserver never sends otherwise,
+    and judging a Pod by the rules of the kind it claims to be would let it through."""
+    declared = (request.get("kind") or {}).get("kind")
+    for key in ("object", "oldObject"):
+        actual = (request.get(key) or {}).get("kind")
+        if declared is not None and actual is not None and actual != declared:
+            raise MalformedReview(
+                f"request.{key}.kind {_shown(actual)} does not match "
+                f"request.kind.kind {_shown(declared)}"
+            )
 
 
 INTERNAL_ERROR_MESSAGE = (

@@ -9,11 +9,14 @@ tie the other modules to gunicorn's processes:
   certificate fails at start) and publishes its policy decisions for the workers
   (``when_ready``; ``policystore.py`` has the protocol); a forked worker follows them
   (``post_fork``);
+* the master keeps the TLS context up to date too (``tls.py``), so a worker forked
+  later serves the last good certificate;
 * metrics are written by workers only (``PROMETHEUS_MULTIPROC_DIR``, a temporary
   directory made at start, see ``metrics.py``): the master never touches
   ``prometheus_client``, whose process-wide lock a fork must not copy while held;
 * logs never block (``logs.py``, ``auditlog.py``): gunicorn's own lines go through
-  ``GunicornLogger``, and a worker leaving gives its logs a bounded time to be written.
+  ``GunicornLogger``, errors gunicorn answers itself are JSON (``RunguardWorker``),
+  and a worker leaving gives its logs a bounded time to be written.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from webhook.logs import GunicornLogger, configure_logging
 from webhook.policystore import PolicyPublication, PolicyStore
 from webhook.settings import ServeSettings
 from webhook.tls import CertificateStore, ContextFactory
+from webhook.worker import RunguardWorker
 
 __all__ = [
     "RunguardApplication",
@@ -121,6 +125,8 @@ def when_ready(arbiter: Any) -> None:
     from gunicorn import sock
 
     sock.ssl_context(arbiter.cfg)
+    for certificates in _CERTIFICATES.values():
+        certificates.watch()  # so a worker forked later starts from the last good one
     store = _runguard_store(arbiter)
     if store is not None:
         # Before the first fork, so every worker starts from it; beside the workers'
@@ -156,6 +162,8 @@ def on_exit(arbiter: Any) -> None:
     store = _runguard_store(arbiter)
     if store is not None:
         store.stop()
+    for certificates in _CERTIFICATES.values():
+        certificates.stop()
     remove_multiprocess_metrics()
     flush_all(EXIT_FLUSH)
 
@@ -174,7 +182,7 @@ def gunicorn_options(settings: ServeSettings) -> dict[str, Any]:
     options: dict[str, Any] = {
         "bind": [settings.bind],
         "workers": settings.workers,
-        "worker_class": "gthread",
+        "worker_class": RunguardWorker,  # gthread, with JSON errors
         "threads": settings.threads,
         "keepalive": 75,  # the apiserver reuses its connections; idle ones close after 75 s
         "timeout": 30,  # a worker silent this long is killed and replaced

@@ -2,10 +2,16 @@
 
 gunicorn asks its ``ssl_context`` hook for a context on every new connection; its
 default builds a fresh one (reading and parsing the key each time). A
-``CertificateStore`` keeps one and checks the files at most once per ``interval``: a
-renewed certificate is served to new connections, while connections already open keep
-theirs. A half-written pair (certificate renewed, key not yet) fails to load and the
-previous context stays. Messages go to the ``runguard.server`` logger.
+``CertificateStore`` keeps one and checks the files (certificate, key, and the client
+CA of ``--client-ca``) at most once per ``interval``: a renewed certificate is served
+to new connections, while connections already open keep theirs. A half-written pair
+(certificate renewed, key not yet), or a missing file, fails to load and the previous
+context stays.
+
+In the gunicorn master a thread keeps the store up to date (``watch``), so that a
+worker forked later starts from the last good context, not from the one of the start;
+a fork waits for a reload under way (``os.register_at_fork``), never copying OpenSSL
+in the middle of one. Messages go to the ``runguard.server`` logger.
 """
 
 from __future__ import annotations
@@ -15,12 +21,13 @@ import os
 import ssl
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
 from webhook.settings import RELOAD_INTERVAL
-from webhook.watch import file_signature
+from webhook.watch import every, file_signature
 
 __all__ = ["CertificateObserver", "CertificateStore", "ContextFactory"]
 
@@ -51,20 +58,34 @@ class CertificateStore:
         self.interval = interval
         self.observer = observer
         self._context: ssl.SSLContext | None = None
+        self._factory: ContextFactory | None = None
         self._signature: tuple[object, ...] = ()
         self._not_after = 0.0
         self._next_check = 0.0
         self._lock = threading.Lock()
         self._pid = os.getpid()
+        self._stop = threading.Event()
+        _STORES.add(self)
 
     def _files_signature(self) -> tuple[object, ...]:
         return (file_signature(self.cert_file), file_signature(self.key_file))
 
+    def watch(self) -> None:
+        """Check the files every ``interval`` in a daemon thread (the gunicorn master,
+        after a first ``context()``), until ``stop()``."""
+        factory = self._factory
+        if factory is None:
+            raise ValueError("watch() before a first context(): nothing to rebuild with")
+        every(self.interval, lambda: self.context(factory), self._stop, "runguard-tls-watch")
+
+    def stop(self) -> None:
+        self._stop.set()
+
     def context(self, factory: ContextFactory) -> ssl.SSLContext:
-        if self._pid != os.getpid():  # first use in a forked worker
+        if self._pid != os.getpid():  # first use in a forked worker: it serves this one
             self._pid = os.getpid()
-            self._lock = threading.Lock()  # the master's could have been held at the fork
             self._tell()
+        self._factory = factory
         ctx = self._context
         if ctx is not None and time.monotonic() < self._next_check:
             return ctx
@@ -109,6 +130,36 @@ class CertificateStore:
     def _tell(self) -> None:
         if self._not_after and self.observer is not None:
             self.observer(self._not_after)
+
+    def _after_fork(self) -> None:
+        """In a child: the master's watcher is not there, and its lock is new (the
+        parent held it over the fork)."""
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+
+
+_STORES: weakref.WeakSet[CertificateStore] = weakref.WeakSet()
+
+
+def _before_fork() -> None:
+    for store in list(_STORES):
+        store._lock.acquire()  # wait for a reload under way in the watcher thread
+
+
+def _after_fork_in_parent() -> None:
+    for store in list(_STORES):
+        if store._lock.locked():
+            store._lock.release()
+
+
+def _after_fork_in_child() -> None:
+    for store in list(_STORES):
+        store._after_fork()
+
+
+os.register_at_fork(
+    before=_before_fork, after_in_parent=_after_fork_in_parent, after_in_child=_after_fork_in_child
+)
 
 
 def _certificate_summary(cert_file: str) -> tuple[float, str]:
