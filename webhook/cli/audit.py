@@ -234,7 +234,11 @@ def _audit(api_client: Any, policy: Policy, args: argparse.Namespace) -> Outcome
         if writer is not None:
             writer.write(page.findings)
         if progress is not None:
-            progress.show(f"{page.listing.resource}: page {page.number}; {outcome.describe()}")
+            progress.show(
+                f"{page.listing.resource} page {page.number}: {outcome.listed:,} listed, "
+                f"{outcome.counts.total():,} runs ({outcome.counts['fail']:,} fail, "
+                f"{outcome.counts['warn']:,} warn)"
+            )
     if writer is not None:
         writer.close()
     elif args.output == "summary":
