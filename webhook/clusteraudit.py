@@ -262,7 +262,8 @@ def judged_pages(
                     ) from None
                 judged = last if judged is None else max(judged, last)
                 notice(
-                    f"the list of {listing.resource} expired after {number} pages (410 Gone: "
+                    f"the list of {listing.resource} expired after {number} page"
+                    f"{'s' if number != 1 else ''} (410 Gone: "
                     f"its continue token is too old); listing {listing.resource} again from "
                     "the start, skipping what was already judged"
                 )

@@ -9,11 +9,13 @@ matches: creating them never reaches a webhook, whatever else the session regist
 
 from __future__ import annotations
 
+import base64
 import json
 import math
 import os
 import subprocess
-from collections.abc import Iterator
+import urllib.request
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -226,3 +228,48 @@ def test_the_audit_account_can_do_nothing_else(cluster: Cluster, audit_account: 
     for (verb, resource), expected in allowed.items():
         done = cluster.kubectl("auth", "can-i", verb, resource, "-A", f"--as={who}")
         assert done.stdout.strip() == expected, (verb, resource, done.stderr)
+
+
+def aged(token: str) -> str:
+    """``token`` as it reads once the snapshot it points to is compacted away: the same
+    place in the list at resourceVersion 2 (a continue token is base64url JSON)."""
+    state = json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
+    state["rv"] = 2
+    return base64.urlsafe_b64encode(json.dumps(state).encode()).decode().rstrip("=")
+
+
+def compact_etcd(cluster: Cluster) -> None:
+    """Compact etcd's history up to now (what the apiserver does every 5 minutes), through
+    etcd's JSON gateway at the address the apiserver was started with."""
+    argv = Path(f"/proc/{cluster.pids['kube-apiserver']}/cmdline").read_bytes().split(b"\0")
+    (etcd,) = [a.decode().split("=", 1)[1] for a in argv if a.startswith(b"--etcd-servers=")]
+
+    def post(path: str, body: dict[str, Any]) -> Any:
+        request = urllib.request.Request(f"{etcd}/v3/kv/{path}", json.dumps(body).encode())
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return json.load(response)
+
+    revision = post("range", {"key": base64.b64encode(b"/").decode()})["header"]["revision"]
+    post("compaction", {"revision": revision, "physical": True})
+
+
+def test_an_expired_continue_token_restarts_the_listing(
+    cluster: Cluster, api_client: Any, policy: Policy, runs: str
+) -> None:
+    """A 410 from the real apiserver, for a continue token whose snapshot etcd no longer
+    has: the listing starts again, and each run is still judged once."""
+    compact_etcd(cluster)
+    real = kube_fetch(api_client)
+    aged_once: list[str] = []
+
+    def fetch(listing: Any, namespace: str | None, query: Mapping[str, str]) -> bytes:
+        if "continue" in query and not aged_once and listing.kind == "Pod":
+            aged_once.append(query["continue"])
+            query = {**query, "continue": aged(query["continue"])}
+        return real(listing, namespace, query)
+
+    notices: list[str] = []
+    pages = list(judged_pages(fetch, policy, namespace=runs, page_size=40, notice=notices.append))
+    assert aged_once and len(notices) == 1 and "pods expired after 1 page (410 Gone" in notices[0]
+    names = [f.name for p in pages if p.listing.kind == "Pod" for f in p.findings]
+    assert names == [f"run-{i:04}" for i in range(RUNS)]
