@@ -394,6 +394,26 @@ def test_lookups_while_the_writer_publishes(shared: tuple[Publisher, SharedClust
     assert reader.stats()["Job"].objects == 301 and reader.get("Job", "ml", "j299") is not None
 
 
+def test_an_entry_being_written_is_read_once_complete(
+    shared: tuple[Publisher, SharedClusterState],
+) -> None:
+    writer, reader = shared
+    jobs = writer.kinds["Job"]
+    jobs.replace([], "1", relist=False)
+    assert reader.get("Job", "ml", "a") is None
+    entry = publication._ENTRY.pack(len(record("a", "ua")), PUT) + record("a", "ua")
+    delta = writer.directory / "Job.1.delta"
+    with open(delta, "ab") as file:
+        file.write(entry[:9])  # the writer is mid-write; the control block moved on
+        file.flush()
+        jobs.bookmark("2")
+        assert reader.get("Job", "ml", "a") is None
+        file.write(entry[9:])
+        file.flush()
+        jobs.bookmark("3")
+    assert reader.get("Job", "ml", "a") == Meta("Job", "ml", "a", "ua")
+
+
 def test_reader_without_a_control_block(tmp_path: Path) -> None:
     reader = SharedClusterState(tmp_path / "nothing")
     assert reader.get("Job", "ml", "a") is None and not reader.synced("Job")

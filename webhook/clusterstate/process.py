@@ -1,5 +1,6 @@
 """The watch process, as the gunicorn master runs it: started before the workers fork,
-restarted when it exits, stopped with the server.
+restarted when it exits, stopped with the server; and ``ClusterWatch``, what the server
+holds: that process, its private publication directory and the reader the workers use.
 
 The process is a fresh interpreter (``python -m webhook.clusterstate.watch``), not a
 fork: the master has threads (policy and certificate watchers) a fork would copy
@@ -11,8 +12,10 @@ reaps every child of the master, this one too (``waitpid(-1)``): this module onl
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -22,8 +25,9 @@ from pathlib import Path
 from typing import IO
 
 from webhook.clusterstate.model import KINDS
+from webhook.clusterstate.publication import SharedClusterState, create_directory
 
-__all__ = ["WatchProcess"]
+__all__ = ["ClusterWatch", "WatchProcess"]
 
 log = logging.getLogger("runguard.server")
 
@@ -119,3 +123,33 @@ class WatchProcess:
                 process.wait(timeout)
         if self._thread is not None:
             self._thread.join(timeout)
+
+
+class ClusterWatch:
+    """The cluster state of a server: ``state`` is the ``ClusterState`` its request
+    handlers read (every worker maps the same publication), kept by one watch process.
+
+    ``start()`` in the process that forks the workers (the gunicorn master, which loads
+    the app before forking): the watch process and its directory (in ``parent``,
+    ``/dev/shm`` when there is one) go away with that process (``stop()``, also at
+    exit); a forked worker inherits the reader and never stops anything.
+    """
+
+    def __init__(self, source: str, parent: str | None = None, kinds: Sequence[str] = KINDS):
+        if parent is None and os.path.isdir("/dev/shm"):
+            parent = "/dev/shm"
+        self.directory = create_directory(parent)
+        self.state = SharedClusterState(self.directory)
+        self.process = WatchProcess(self.directory, source, kinds)
+        self._owner = os.getpid()
+
+    def start(self) -> ClusterWatch:
+        self.process.start()
+        atexit.register(self.stop)
+        return self
+
+    def stop(self) -> None:
+        if os.getpid() != self._owner:
+            return
+        self.process.stop()
+        shutil.rmtree(self.directory, ignore_errors=True)

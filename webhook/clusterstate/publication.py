@@ -127,18 +127,25 @@ def _map(path: Path) -> mmap.mmap:
         return mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)
 
 
-def _read_delta(table: Table, fd: int, start: int, end: int) -> None:
-    """Apply the delta entries between ``start`` and ``end`` to ``table``."""
-    data = os.pread(fd, end - start, start)
+def _read_delta(table: Table, fd: int, start: int, end: int | None = None) -> int:
+    """Apply to ``table`` the complete delta entries from ``start`` (to ``end``, else to
+    the end of the file: the control block only says that there is more); returns
+    where the next entry starts. An entry still being written is left for next time."""
+    if end is None:
+        end = os.fstat(fd).st_size
+    data = os.pread(fd, max(0, end - start), start)
     offset = 0
     while offset + _ENTRY.size <= len(data):
         length, op = _ENTRY.unpack_from(data, offset)
+        if offset + _ENTRY.size + length > len(data):
+            break
         record = data[offset + _ENTRY.size : offset + _ENTRY.size + length]
         offset += _ENTRY.size + length
         if op == PUT:
             table.put(record)
         else:
             table.remove(*record_ids(record)[:2])
+    return start + offset
 
 
 # ----------------------------------------------------------------------------- writer
@@ -201,7 +208,7 @@ class KindPublisher:
         except FileNotFoundError:
             return None
         _read_delta(table, delta, 0, slot.delta_size)
-        os.ftruncate(delta, slot.delta_size)  # what was written but never announced
+        os.ftruncate(delta, slot.delta_size)  # written but never announced: not applied
         os.lseek(delta, slot.delta_size, os.SEEK_SET)
         self.table, self._delta = table, delta
         return slot.resource_version.decode()
@@ -309,8 +316,8 @@ def _version_bytes(resource_version: str) -> bytes:
 
 class SharedClusterState(TableState):
     """A worker's ``ClusterState``: the writer's publication, mapped; up to date on
-    every lookup (a lock only when something changed, taken by one thread while the
-    others answer from the state they have)."""
+    every lookup (one comparison of the control block; the lock only when something
+    changed)."""
 
     def __init__(self, directory: Path | str) -> None:
         self.directory = Path(directory)
@@ -327,17 +334,26 @@ class SharedClusterState(TableState):
         return self._tables
 
     def refresh(self) -> None:
+        """Catch up with the writer if the control block changed since the last look.
+
+        A thread that finds another catching up waits for it: a lookup never answers
+        from a state older than the control block it read (after ``synced()`` said
+        yes, the kind's objects are there). The control block is only a hint, read
+        without a lock while the writer may be changing it: what a reader takes in is
+        decided by the files (the base named by a generation, the delta log's complete
+        entries), so a torn read costs a second look, never a change missed.
+        """
         control = self._control or self._open_control()
         if control is None or control[:CONTROL_SIZE] == self._seen:
             return
-        if not self._lock.acquire(blocking=False):
-            return
-        try:
-            seen = control[:CONTROL_SIZE]
-            complete = all([self._catch_up(kind, seen) for kind in KINDS])
-            self._seen = seen if complete else b""
-        finally:
-            self._lock.release()
+        with self._lock:
+            for _ in range(5):  # a generation replaced while being opened: look again
+                seen = control[:CONTROL_SIZE]
+                if seen == self._seen:
+                    return
+                if all([self._catch_up(kind, seen) for kind in KINDS]):
+                    self._seen = seen
+                    return
 
     def _open_control(self) -> mmap.mmap | None:
         try:
@@ -348,26 +364,25 @@ class SharedClusterState(TableState):
 
     def _catch_up(self, kind: str, control: bytes) -> bool:
         """Take in what changed for ``kind``; False when it must be tried again."""
-        slot = Slot.read(control, kind)
-        generation, delta_size = slot.generation, slot.delta_size
+        generation = Slot.read(control, kind).generation
         if generation == 0:
             return True
         if generation != self._generations.get(kind):
             try:
                 table = Table(kind, _map(_base_path(self.directory, kind, generation)))
                 delta = os.open(_delta_path(self.directory, kind, generation), os.O_RDONLY)
-            except FileNotFoundError:  # already replaced by a newer one: next time
+            except FileNotFoundError:  # already replaced by a newer one: look again
                 return False
-            old = self._deltas.pop(kind, None)
+            offset = _read_delta(table, delta, 0)
+            old = self._deltas.get(kind)
+            self._tables[kind] = table  # one assignment: lookups see old or new
+            self._deltas[kind], self._offsets[kind] = delta, offset
+            self._generations[kind] = generation
             if old is not None:
                 os.close(old)
-            self._deltas[kind], self._offsets[kind] = delta, 0
-            self._generations[kind] = generation
-            _read_delta(table, delta, 0, delta_size)
-            self._tables[kind] = table  # one assignment: lookups see old or new
-        elif delta_size > self._offsets[kind]:
-            _read_delta(self._tables[kind], self._deltas[kind], self._offsets[kind], delta_size)
-        self._offsets[kind] = delta_size
+        else:
+            table, delta = self._tables[kind], self._deltas[kind]
+            self._offsets[kind] = _read_delta(table, delta, self._offsets[kind])
         return True
 
     def synced(self, kind: str) -> bool:
