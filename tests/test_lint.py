@@ -36,6 +36,16 @@ spec:
 """
 
 
+# Every test policy below names platform objects without platform.identities: lint
+# says names alone can be forged (SPEC section 7), on the line of ``spec:``.
+NAMES_ALONE = (
+    "spec: no platform.identities: platform names alone decide what a run may use, and "
+    "names and labels are written by whoever writes the manifest (a Pod labelled with "
+    "another run's id gets that run's volumes and secrets); list the platform's user "
+    "(SPEC section 7)"
+)
+
+
 def keys_of(section: type[ProfileSpec]) -> str:
     """The keys of a section as an unknown-key message lists them (a new key adds itself)."""
     return ", ".join(sorted(f.alias or n for n, f in section.model_fields.items()))
@@ -76,9 +86,10 @@ def test_pattern_label_the_selector_does_not_guarantee(pol: Path) -> None:
     )
     write(pol, "profiles.yaml", PROFILE)
     assert warnings_of() == [
+        f"pol/runpolicy.yaml:4: {NAMES_ALONE}",
         'pol/runpolicy.yaml:11: spec.volumes.platformClaims[0]: pattern uses label "dhcore/run", '
         "which the selector does not require; a run without it matches no pattern (add a "
-        "matchExpressions {key: dhcore/run, operator: Exists})"
+        "matchExpressions {key: dhcore/run, operator: Exists})",
     ]
 
 
@@ -94,7 +105,7 @@ def test_pattern_label_guaranteed_by_a_match_expression(pol: Path, expression: s
         f"    matchExpressions: [{expression}]\n",
     )
     write(pol, "runpolicy.yaml", text + '  secrets: {allowed: ["sec-{labels[dhcore/run]}"]}\n')
-    assert warnings_of() == []
+    assert warnings_of() == [f"pol/runpolicy.yaml:4: {NAMES_ALONE}"]
 
 
 def test_not_in_and_does_not_exist_guarantee_nothing(pol: Path) -> None:
@@ -107,7 +118,8 @@ def test_not_in_and_does_not_exist_guarantee_nothing(pol: Path) -> None:
     secrets = '  secrets: {allowed: ["{labels[dhcore/run]}-{labels[team]}"]}\n'
     write(pol, "runpolicy.yaml", text + secrets)
     write(pol, "profiles.yaml", PROFILE)
-    warnings = warnings_of()
+    names_alone, *warnings = warnings_of()
+    assert names_alone == f"pol/runpolicy.yaml:4: {NAMES_ALONE}"
     assert len(warnings) == 2
     assert all(w.startswith("pol/runpolicy.yaml:12: spec.secrets.allowed[0]: ") for w in warnings)
 
@@ -169,6 +181,7 @@ def test_run_policy_warnings(pol: Path) -> None:
         """,
     )
     assert warnings_of() == [
+        f"pol/runpolicy.yaml:4: {NAMES_ALONE}",
         "pol/runpolicy.yaml:5: spec.selector: an empty selector makes every Pod outside "
         "excludeNamespaces a platform run",
         "pol/runpolicy.yaml:6: spec.profiles.unknown: unknown: Default without "
@@ -225,10 +238,11 @@ def test_runguard_lint_prints_errors_then_warnings_then_summary(
     assert capsys.readouterr().out.splitlines() == [
         'pol/profiles.yaml:7: spec.colour: unknown key "colour" '
         f"(expected one of {keys_of(ProfileSpec)})",
+        f"pol/runpolicy.yaml:4: warning: {NAMES_ALONE}",
         'pol/runpolicy.yaml:10: warning: spec.secrets.allowed[0]: pattern uses label "run", '
         "which the selector does not require; a run without it matches no pattern (add a "
         "matchExpressions {key: run, operator: Exists})",
-        "pol: 1 RunPolicy, 1 profile: 1 error, 1 warning",
+        "pol: 1 RunPolicy, 1 profile: 1 error, 2 warnings",
     ]
 
 
@@ -239,7 +253,7 @@ def test_runguard_lint_warnings_alone_pass_unless_strict(
     write(pol, "profiles.yaml", PROFILE)
     assert main(["lint", "-p", "pol"]) == 0
     assert main(["lint", "-p", "pol", "--strict"]) == 2
-    assert "0 errors, 1 warning" in capsys.readouterr().out
+    assert "0 errors, 2 warnings" in capsys.readouterr().out
 
 
 def test_runguard_lint_json(pol: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -261,3 +275,13 @@ def test_runguard_lint_missing_directory(
 ) -> None:
     assert main(["lint", "-p", str(tmp_path / "nope")]) == 2
     assert "policy directory does not exist" in capsys.readouterr().out
+
+
+def test_names_alone_are_a_warning_until_the_platform_is_named(pol: Path) -> None:
+    """Without platform.identities, platform names decide, and anyone can write names."""
+    named = RUN_POLICY + '  secrets: {allowed: ["sec-{labels[app.kubernetes.io/managed-by]}"]}\n'
+    write(pol, "runpolicy.yaml", named)
+    write(pol, "profiles.yaml", PROFILE)
+    assert warnings_of() == [f"pol/runpolicy.yaml:4: {NAMES_ALONE}"]
+    write(pol, "runpolicy.yaml", named + "  platform: {identities: [core]}\n")
+    assert warnings_of() == []

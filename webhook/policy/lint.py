@@ -36,6 +36,7 @@ _PATTERN_LISTS = tuple(
     ("spec", *key.path) for key in iter_keys(RunPolicySpec) if key.uses(NAME_PATTERN)
 )
 _SELECTOR = _run("selector")
+_IDENTITIES = run_policy_path("platform", "identities")
 _PROFILES = _run("profiles_config")
 _MAXIMUMS = _run("resources", "maximums")
 _DEFAULT_REQUESTS = _run("resources", "defaults", "requests")
@@ -103,8 +104,8 @@ def lint(directory: str | Path) -> LintReport:
 def _warnings(source: PolicySource) -> Iterator[PolicyIssue]:
     run_policy = source.run_policy
     gpu = gpu_resource_name(source)
-    if run_policy is not None:
-        yield from _run_policy_warnings(run_policy, gpu)
+    for doc in source.run_policies:
+        yield from _run_policy_warnings(doc, gpu)
     for profile in source.profiles:
         yield from _profile_warnings(profile, run_policy, gpu)
 
@@ -151,6 +152,17 @@ def _run_policy_warnings(doc: SourceDocument, gpu: str) -> Iterator[PolicyIssue]
                         "run without it matches no pattern (add a matchExpressions "
                         f"{{key: {key}, operator: Exists}})",
                     )
+
+    identities = doc.get(*_IDENTITIES)
+    named = [doc.get(*path) for path in _PATTERN_LISTS]
+    if not identities and any(isinstance(p, list) and p for p in named):
+        yield doc.issue(
+            ("spec",),
+            "no platform.identities: platform names alone decide what a run may use, and "
+            "names and labels are written by whoever writes the manifest (a Pod labelled "
+            "with another run's id gets that run's volumes and secrets); list the "
+            "platform's user (SPEC section 7)",
+        )
 
     profiles = doc.get(*_PROFILES)
     if (
