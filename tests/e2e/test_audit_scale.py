@@ -13,6 +13,7 @@ import base64
 import json
 import math
 import os
+import shutil
 import subprocess
 import urllib.request
 from collections.abc import Iterator, Mapping
@@ -273,3 +274,35 @@ def test_an_expired_continue_token_restarts_the_listing(
     assert aged_once and len(notices) == 1 and "pods expired after 1 page (410 Gone" in notices[0]
     names = [f.name for p in pages if p.listing.kind == "Pod" for f in p.findings]
     assert names == [f"run-{i:04}" for i in range(RUNS)]
+
+
+def test_the_components_pass_server_dry_run_as_restricted_pods(
+    cluster: Cluster, audit_account: Path, tmp_path: Path
+) -> None:
+    """The base with both optional components: every object accepted by the apiserver,
+    the CronJob's Pods within the restricted Pod Security Standard of runguard's
+    namespace."""
+    base = tmp_path / "manifests"
+    shutil.copytree(REPO / "manifests", base, ignore=shutil.ignore_patterns("certs"))
+    subprocess.run(
+        [runguard_command(), "certs", "--out", str(base / "certs")],
+        check=True, capture_output=True, timeout=60,
+    )  # fmt: skip
+    with (base / "kustomization.yaml").open("a") as kustomization:
+        kustomization.write("components:\n  - audit-cronjob\n  - policyreport-crd\n")
+    # A dry run creates no namespace: create it, warning on what restricted forbids.
+    cluster.kubectl("create", "namespace", "runguard")
+    cluster.kubectl("label", "namespace", "runguard", "--overwrite",
+                    "pod-security.kubernetes.io/warn=restricted", check=True)  # fmt: skip
+    done = cluster.kubectl("apply", "-k", str(base), "--dry-run=server", "-o", "json")
+    assert done.returncode == 0, done.stderr
+    assert "PodSecurity" not in done.stderr, done.stderr
+    names = {(item["kind"], item["metadata"]["name"]) for item in json.loads(done.stdout)["items"]}
+    assert {
+        ("CronJob", "runguard-audit"),
+        ("ServiceAccount", "runguard-audit"),
+        ("ClusterRole", "runguard-audit-reports"),
+        ("ClusterRoleBinding", "runguard-audit"),
+        ("ClusterRoleBinding", "runguard-audit-reports"),
+        ("CustomResourceDefinition", "policyreports.wgpolicyk8s.io"),
+    } <= names
