@@ -205,10 +205,10 @@ class Outcome:
             self.book.add(page.findings)
 
     def describe(self) -> str:
-        runs = sum(self.counts.values())
+        counts = self.counts
         return (
-            f"{runs:,} runs ({self.counts['pass']:,} pass, {self.counts['fail']:,} fail, "
-            f"{self.counts['warn']:,} warn) among {self.listed:,} objects listed in "
+            f"{counts.total():,} runs ({counts['pass']:,} pass, {counts['fail']:,} fail, "
+            f"{counts['warn']:,} warn) among {self.listed:,} objects listed in "
             f"{self.pages:,} pages"
         )
 
@@ -223,27 +223,32 @@ def _audit(api_client: Any, policy: Policy, args: argparse.Namespace) -> Outcome
     outcome = Outcome(keep_findings=args.write or args.output == "policyreport")
     progress = Progress(sys.stderr) if sys.stderr.isatty() else None
     started = time.monotonic()
-    for page in judged_pages(
+    pages = judged_pages(
         kube_fetch(api_client),
         policy,
         namespace=args.namespace,
         page_size=args.page_size,
         notice=lambda message: _say(progress, message),
-    ):
-        outcome.add(page)
-        if writer is not None:
-            writer.write(page.findings)
+    )
+    try:
+        for page in pages:
+            outcome.add(page)
+            if writer is not None:
+                writer.write(page.findings)
+            if progress is not None:
+                progress.show(
+                    f"{page.listing.resource} page {page.number}: {outcome.listed:,} listed, "
+                    f"{outcome.counts.total():,} runs ({outcome.counts['fail']:,} fail, "
+                    f"{outcome.counts['warn']:,} warn)"
+                )
+    finally:
         if progress is not None:
-            progress.show(
-                f"{page.listing.resource} page {page.number}: {outcome.listed:,} listed, "
-                f"{outcome.counts.total():,} runs ({outcome.counts['fail']:,} fail, "
-                f"{outcome.counts['warn']:,} warn)"
-            )
+            progress.clear()
     if writer is not None:
         writer.close()
     elif args.output == "summary":
         _summary(outcome, out)
-    _say(progress, f"{outcome.describe()}, {time.monotonic() - started:.1f}s")
+    _say(None, f"{outcome.describe()}, {time.monotonic() - started:.1f}s")
     return outcome
 
 
@@ -341,20 +346,24 @@ def _write_reports(api_client: Any, book: ReportBook, policy: Policy, per_report
         _done(response)
         return True
 
-    for report in book.reports(policy, per_report):
-        apply(report)
-        parts[report["metadata"]["namespace"]] += 1
-        if progress is not None:
-            progress.show(f"PolicyReports written: {parts.total():,}")
     emptied = 0
-    for namespace, count in parts.items():
-        for part in range(count + 1, count + 1 + MAX_PARTS):
-            if not exists(namespace, report_name(policy, part)):
-                break
-            apply(policy_report(policy, namespace, part, []))
-            emptied += 1
+    try:
+        for report in book.reports(policy, per_report):
+            apply(report)
+            parts[report["metadata"]["namespace"]] += 1
+            if progress is not None:
+                progress.show(f"PolicyReports written: {parts.total():,}")
+        for namespace, count in parts.items():
+            for part in range(count + 1, count + 1 + MAX_PARTS):
+                if not exists(namespace, report_name(policy, part)):
+                    break
+                apply(policy_report(policy, namespace, part, []))
+                emptied += 1
+    finally:
+        if progress is not None:
+            progress.clear()
     _say(
-        progress,
+        None,
         f"{parts.total():,} PolicyReports written in {len(parts):,} namespaces"
         + (f", {emptied:,} parts no longer needed emptied" if emptied else ""),
     )
