@@ -32,7 +32,10 @@ ENV VIRTUAL_ENV=/opt/runguard \
     RUNGUARD_CERT_FILE=/etc/runguard/tls/tls.crt \
     RUNGUARD_KEY_FILE=/etc/runguard/tls/tls.key \
     RUNGUARD_BIND=0.0.0.0:8443 \
-    RUNGUARD_WORKERS=2
+    RUNGUARD_WORKERS=2 \
+    RUNGUARD_CLIENT_CA=
+# RUNGUARD_CLIENT_CA empty: no client certificate asked for. A CA file there requires
+# the apiserver's certificate (mTLS, docs/server.md); probes stay open.
 COPY --from=build /opt/runguard /opt/runguard
 # Numeric, so the kubelet can check runAsNonRoot without reading /etc/passwd.
 USER 10001:10001

@@ -31,12 +31,19 @@ from webhook.settings import (
     SettingsError,
     read_settings,
 )
+from webhook.tls import peer_verified
 
 __all__ = ["create_app"]
 
 log = logging.getLogger("runguard.app")
 
 JSON_TYPE = "application/json"
+PROBES = ("/healthz", "/readyz")  # open to the kubelet, which sends no client certificate
+CLIENT_CERTIFICATE_REQUIRED = {
+    "error": "ClientCertificateRequired",
+    "code": 403,
+    "message": "a client certificate signed by the webhook's client CA is required",
+}
 _ALLOWED = b'{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{"uid":"","allowed":true}}'  # noqa: E501
 
 
@@ -52,11 +59,15 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
     """The runguard WSGI application.
 
     ``config``: settings by name (``webhook.settings.SETTINGS``: ``policy_dir``,
-    ``max_body``, ``log_queue``, ``reload_interval``, ``bench_endpoint``
+    ``max_body``, ``client_ca``, ``log_queue``, ``reload_interval``, ``bench_endpoint``
     adding ``POST /bench/allowed``, a fixed answer for ``bench/bench_http.py``), each
     one not given read from its environment variable; and ``policy_store`` /
     ``audit_stream`` to hand in a ready store or an audit stream. A policy that does not
     load leaves the app unready (503) until a good one appears.
+
+    With ``client_ca`` (mTLS), every path but the probes answers 403 to a connection
+    without a verified client certificate; the TLS layer (``server.py``) asks for one
+    and refuses one from another CA.
     """
     config = config or {}
     settings = read_settings(config)
@@ -78,6 +89,15 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
     )
     state = Runguard(store=store, audit=audit)
     app.extensions["runguard"] = state
+
+    if settings.get("client_ca") is not None:
+
+        @app.before_request
+        def client_certificate_required() -> Response | None:
+            if request.path in PROBES or peer_verified(request.environ):
+                return None
+            log.warning("%s refused: no client certificate", request.path[:100])
+            return _json(CLIENT_CERTIFICATE_REQUIRED, 403)
 
     def answer(endpoint: Endpoint) -> Response:
         start = time.perf_counter()

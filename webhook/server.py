@@ -24,6 +24,7 @@ from __future__ import annotations
 import gc
 import os
 import shutil
+import ssl
 import tempfile
 from dataclasses import asdict
 from functools import partial
@@ -94,12 +95,12 @@ def _count_dropped(log: str, lines: int) -> None:
 
 # ------------------------------------------------------------------ certificates
 
-_CERTIFICATES: dict[tuple[str, str], CertificateStore] = {}
+_CERTIFICATES: dict[tuple[str, str, str | None], CertificateStore] = {}
 
 
 def ssl_context(conf: Any, default_ssl_context_factory: ContextFactory) -> Any:
     """gunicorn ``ssl_context`` hook: the process's cached context, TLS 1.2 or newer."""
-    key = (conf.certfile, conf.keyfile)
+    key = (conf.certfile, conf.keyfile, conf.ca_certs)
     store = _CERTIFICATES.get(key)
     if store is None:
         store = _CERTIFICATES.setdefault(key, CertificateStore(*key, observer=_certificate_served))
@@ -191,6 +192,10 @@ def gunicorn_options(settings: ServeSettings) -> dict[str, Any]:
         "certfile": str(settings.cert_file),
         "keyfile": str(settings.key_file),
         "ssl_context": ssl_context,
+        # mTLS: ask for a client certificate, verify one that is sent; the app refuses
+        # every path but the probes without one (docs/server.md)
+        "ca_certs": str(settings.client_ca) if settings.client_ca else None,
+        "cert_reqs": ssl.CERT_OPTIONAL if settings.client_ca else ssl.CERT_NONE,
         "limit_request_line": 4094,
         "limit_request_fields": 100,
         "control_socket_disable": True,

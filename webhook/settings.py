@@ -141,6 +141,13 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("policy_dir", "policy directory", _path, ("-p", "--policy-dir"), "DIR", True),
     Setting("cert_file", "serving certificate (PEM)", _path, ("--cert",), "FILE", True),
     Setting("key_file", "its private key (PEM)", _path, ("--key",), "FILE", True),
+    Setting(
+        "client_ca",
+        "require a client certificate signed by this CA on every path but /healthz "
+        "and /readyz (mTLS for the apiserver; the kubelet's probes stay open)",
+        _path,
+        metavar="FILE",
+    ),
     Setting("bind", f"address to listen on (default {DEFAULT_BIND})", _text, metavar="HOST:PORT"),
     Setting(
         "workers", "worker processes (default: one per core, at least 2)", positive_int, metavar="N"
@@ -196,6 +203,7 @@ class ServeSettings:
     policy_dir: Path
     cert_file: Path
     key_file: Path
+    client_ca: Path | None = None
     bind: str = DEFAULT_BIND
     workers: int = field(default_factory=default_workers)
     threads: int = DEFAULT_THREADS
@@ -216,7 +224,7 @@ class ServeSettings:
         settings = cls(**values)
         if not settings.policy_dir.is_dir():
             raise SettingsError(f"policy directory {settings.policy_dir} does not exist")
-        for path in (settings.cert_file, settings.key_file):
-            if not path.is_file():
+        for path in (settings.cert_file, settings.key_file, settings.client_ca):
+            if path is not None and not path.is_file():
                 raise SettingsError(f"{path} does not exist")
         return settings

@@ -12,6 +12,10 @@ In the gunicorn master a thread keeps the store up to date (``watch``), so that 
 worker forked later starts from the last good context, not from the one of the start;
 a fork waits for a reload under way (``os.register_at_fork``), never copying OpenSSL
 in the middle of one. Messages go to the ``runguard.server`` logger.
+
+mTLS: with a client CA, the context asks for a client certificate and verifies one
+that is sent (``CERT_OPTIONAL``: a certificate from another CA fails the handshake);
+``peer_verified`` tells the application whether the connection presented one.
 """
 
 from __future__ import annotations
@@ -22,14 +26,15 @@ import ssl
 import threading
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from webhook.settings import RELOAD_INTERVAL
 from webhook.watch import every, file_signature
 
-__all__ = ["CertificateObserver", "CertificateStore", "ContextFactory"]
+__all__ = ["CertificateObserver", "CertificateStore", "ContextFactory", "peer_verified"]
 
 log = logging.getLogger("runguard.server")
 
@@ -49,12 +54,14 @@ class CertificateStore:
         self,
         cert_file: str,
         key_file: str,
+        ca_file: str | None = None,
         *,
         interval: float = RELOAD_INTERVAL,
         observer: CertificateObserver | None = None,
     ) -> None:
         self.cert_file = cert_file
         self.key_file = key_file
+        self.ca_file = ca_file
         self.interval = interval
         self.observer = observer
         self._context: ssl.SSLContext | None = None
@@ -68,7 +75,8 @@ class CertificateStore:
         _STORES.add(self)
 
     def _files_signature(self) -> tuple[object, ...]:
-        return (file_signature(self.cert_file), file_signature(self.key_file))
+        files = (self.cert_file, self.key_file) + ((self.ca_file,) if self.ca_file else ())
+        return tuple(file_signature(path) for path in files)
 
     def watch(self) -> None:
         """Check the files every ``interval`` in a daemon thread (the gunicorn master,
@@ -160,6 +168,20 @@ def _after_fork_in_child() -> None:
 os.register_at_fork(
     before=_before_fork, after_in_parent=_after_fork_in_parent, after_in_child=_after_fork_in_child
 )
+
+
+def peer_verified(environ: Mapping[str, Any]) -> bool:
+    """Whether the connection of a WSGI request (gunicorn's) presented a client
+    certificate its context verified (under ``CERT_OPTIONAL``, a certificate that is
+    sent is verified or the handshake fails)."""
+    sock = environ.get("gunicorn.socket")
+    getpeercert = getattr(sock, "getpeercert", None)
+    if getpeercert is None:
+        return False
+    try:
+        return bool(getpeercert())
+    except (OSError, ValueError):  # not connected any more
+        return False
 
 
 def _certificate_summary(cert_file: str) -> tuple[float, str]:

@@ -59,13 +59,15 @@ def run(args: argparse.Namespace) -> int:
     except SettingsError as exc:
         print(f"runguard serve: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    files = (settings.cert_file, settings.key_file, settings.client_ca)
     try:
-        ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(
-            settings.cert_file, settings.key_file
-        )
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context.load_cert_chain(settings.cert_file, settings.key_file)
+        if settings.client_ca is not None:
+            context.load_verify_locations(settings.client_ca)
     except (OSError, ssl.SSLError) as exc:
-        print(f"runguard serve: cannot use {settings.cert_file} / {settings.key_file}: {exc}",
-              file=sys.stderr)  # fmt: skip
+        shown = " / ".join(str(f) for f in files if f is not None)
+        print(f"runguard serve: cannot use {shown}: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
 
     configure_logging(capacity=settings.log_queue)
