@@ -551,11 +551,12 @@ def containers(draw: Any, name: str, kind: str) -> JSON:
             port: JSON = {"containerPort": 8080}
             put(port, "hostPort", draw(maybe(st.sampled_from([0, 8080]))))
             c["ports"] = [port]
-        if draw(st.integers(0, 5)) == 0:
+        probes = kind != "init"  # a plain init container may not have them either
+        if probes and draw(st.integers(0, 5)) == 0:
             c[draw(st.sampled_from(["livenessProbe", "readinessProbe", "startupProbe"]))] = draw(
                 handlers()
             )
-        if draw(st.integers(0, 7)) == 0:
+        if probes and draw(st.integers(0, 7)) == 0:
             c["lifecycle"] = {draw(st.sampled_from(["postStart", "preStop"])): draw(handlers())}
     else:
         c["targetContainerName"] = "c0"
@@ -614,7 +615,48 @@ def run_pods(draw: Any, *, ephemeral: bool = True) -> JSON:
         meta["annotations"] = {
             f"container.apparmor.security.beta.kubernetes.io/{draw(st.sampled_from(names))}": value
         }
+    if _windows(spec) and draw(st.integers(0, 2)):
+        drop_linux_only(spec)  # mostly what a Windows user really sends: a valid Pod
     return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
+
+
+# What the apiserver refuses in a Windows Pod (k8s.io/kubernetes pkg/apis/core/validation
+# validateWindows, 1.33).
+LINUX_ONLY_POD = (
+    "appArmorProfile",
+    "seLinuxOptions",
+    "seccompProfile",
+    "fsGroup",
+    "fsGroupChangePolicy",
+    "sysctls",
+    "runAsUser",
+    "runAsGroup",
+    "supplementalGroups",
+    "supplementalGroupsPolicy",
+    "seLinuxChangePolicy",
+)
+LINUX_ONLY_CONTAINER = (
+    "appArmorProfile",
+    "seLinuxOptions",
+    "seccompProfile",
+    "capabilities",
+    "readOnlyRootFilesystem",
+    "privileged",
+    "allowPrivilegeEscalation",
+    "procMount",
+    "runAsUser",
+    "runAsGroup",
+)
+
+
+def drop_linux_only(spec: JSON) -> None:
+    for key in ("hostPID", "hostIPC", "hostUsers", "shareProcessNamespace"):
+        spec.pop(key, None)
+    for key in LINUX_ONLY_POD:
+        (spec.get("securityContext") or {}).pop(key, None)
+    for c in _containers(spec):
+        for key in LINUX_ONLY_CONTAINER:
+            (c.get("securityContext") or {}).pop(key, None)
 
 
 @pytest.fixture(scope="module")
@@ -773,6 +815,27 @@ def test_one_field_at_a_time(name: str, policies: dict[str, Policy]) -> None:
             admitted += 1
             assert upstream_failures(decision.object) == [], (what, decision.object["spec"])
     assert admitted > len(SINGLE_FIELD_PODS) // 3  # not vacuous: most are fixed or fine
+
+
+def linux_only_fields(spec: JSON) -> set[str]:
+    """Paths of the fields a Windows Pod may not carry."""
+    found = {key for key in ("hostPID", "hostIPC", "hostUsers") if key in spec}
+    psc = spec.get("securityContext") or {}
+    found |= {f"securityContext.{key}" for key in LINUX_ONLY_POD if key in psc}
+    for c in _containers(spec):
+        sc = c.get("securityContext") or {}
+        found |= {f"{c['name']}.{key}" for key in LINUX_ONLY_CONTAINER if key in sc}
+    return found
+
+
+@FEWER
+@given(pod=run_pods(), name=POLICY_NAMES)
+def test_a_windows_pod_gets_only_what_the_apiserver_accepts_for_windows(
+    pod: JSON, name: str, policies: dict[str, Policy]
+) -> None:
+    pod["spec"]["os"] = {"name": "windows"}
+    result = mutate(pod, policies[name]).object
+    assert linux_only_fields(result["spec"]) <= linux_only_fields(pod["spec"])
 
 
 # The rules that stand for one upstream check each: runguard denies for them only what

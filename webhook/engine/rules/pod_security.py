@@ -138,17 +138,25 @@ def _fixes(pod: Pod) -> bool:
 
 
 def confine_apparmor(pod: Pod) -> Change | None:
-    """AppArmor ``Unconfined`` (pod or container field) becomes ``RuntimeDefault``."""
+    """AppArmor ``Unconfined`` (pod or container field) becomes ``RuntimeDefault``. Not
+    beside an ``unconfined`` annotation: the apiserver refuses a field and an annotation
+    that disagree (with a message that would hide runguard's), and the annotation is
+    denied anyway."""
     if not _fixes(pod):
         return None
-    fixed = []
-    for where, sc in _security_contexts(pod):
-        profile = sc.get("appArmorProfile")
-        if profile is not None and profile.get("type") == "Unconfined":
-            sc["appArmorProfile"] = {"type": "RuntimeDefault"}
-            fixed.append(where)
-    if not fixed:
+    unconfined = [
+        (where, sc)
+        for where, sc in _security_contexts(pod)
+        if (sc.get("appArmorProfile") or {}).get("type") == "Unconfined"
+    ]
+    if not unconfined or any(
+        key.startswith(APPARMOR_ANNOTATION) and value == "unconfined"
+        for key, value in pod.annotations.items()
+    ):
         return None
+    for _, sc in unconfined:
+        sc["appArmorProfile"] = {"type": "RuntimeDefault"}
+    fixed = [where for where, _ in unconfined]
     return Change("security.apparmor", warning("AppArmor Unconfined set to RuntimeDefault", fixed))
 
 
