@@ -29,6 +29,7 @@ from typing import Any, Literal, NotRequired, Required, TypedDict, cast
 import orjson
 
 from webhook import engine
+from webhook.engine.context import ClusterView, Context, Requester
 from webhook.engine.types import Decision
 from webhook.policy.model import Policy
 
@@ -207,7 +208,7 @@ class Outcome:
 
     response: AdmissionReview
     decision: Decision | None
-    error: Exception | None = None  # an engine failure, for the caller to log
+    error: BaseException | None = None  # an engine failure, for the caller to log
 
     @property
     def label(self) -> str:
@@ -220,20 +221,46 @@ class Outcome:
         return "patched" if "patch" in resp else "allowed"
 
 
-def review(endpoint: Endpoint, request: AdmissionRequest, policy: Policy) -> Outcome:
-    """Judge one admission request with ``policy``; never raises (see ``_judge``).
+def review(
+    endpoint: Endpoint,
+    request: AdmissionRequest,
+    policy: Policy,
+    cluster: ClusterView | None = None,
+) -> Outcome:
+    """Judge one admission request with ``policy`` (and the cluster state ownership needs,
+    when the server keeps one); never raises (see ``_judge``).
 
-    The engine promises not to raise; if it does anyway the request is denied (fail
-    closed, like ``failurePolicy: Fail``) and the caller logs the traceback.
+    The engine does not raise: a bug in a step comes back as an ``engine.error`` denial
+    with the exception in ``Decision.error``, which becomes ``Outcome.error`` for the
+    caller to log with its traceback and count. Anything raised here anyway is denied the
+    same way (fail closed, like ``failurePolicy: Fail``).
     """
     try:
-        return _judge(endpoint, request, policy)
+        outcome = _judge(endpoint, request, policy, cluster)
+        if outcome.decision is not None and outcome.decision.error is not None:
+            return Outcome(outcome.response, outcome.decision, error=outcome.decision.error)
+        return outcome
     except Exception as exc:  # the caller logs it; the apiserver gets a clear denial
         denial = review_response(request["uid"], allowed=False, message=INTERNAL_ERROR_MESSAGE)
         return Outcome(denial, None, error=exc)
 
 
-def _judge(endpoint: Endpoint, request: AdmissionRequest, policy: Policy) -> Outcome:
+def context_of(request: AdmissionRequest, cluster: ClusterView | None) -> Context:
+    """Who asks (``request.userInfo``), what for, and the cluster view, for the engine."""
+    info = request.get("userInfo") or {}
+    username = info.get("username")
+    groups = info.get("groups") or []
+    requester = (
+        Requester(username, tuple(g for g in groups if isinstance(g, str)))
+        if isinstance(username, str) and username
+        else None
+    )
+    return Context(requester=requester, state=cluster, operation=request["operation"])
+
+
+def _judge(
+    endpoint: Endpoint, request: AdmissionRequest, policy: Policy, cluster: ClusterView | None
+) -> Outcome:
     """Judge one admission request with ``policy`` and build the response.
 
     ``/mutate`` patches CREATE; on UPDATE it passes ``oldObject`` and the engine patches
@@ -249,12 +276,13 @@ def _judge(endpoint: Endpoint, request: AdmissionRequest, policy: Policy) -> Out
     if obj is None or operation in ("DELETE", "CONNECT"):
         return Outcome(review_response(uid, allowed=True), None)
     old = request.get("oldObject") if operation == "UPDATE" else None
+    context = context_of(request, cluster)
     if endpoint == "mutate":
         if operation == "UPDATE" and old is None:
             return Outcome(review_response(uid, allowed=True), None)
-        decision = engine.mutate(obj, policy, namespace=namespace, old=old)
+        decision = engine.mutate(obj, policy, namespace=namespace, old=old, context=context)
         return Outcome(_from_decision(uid, decision, patch=True), decision)
-    decision = engine.validate(obj, policy, namespace=namespace, old=old)
+    decision = engine.validate(obj, policy, namespace=namespace, old=old, context=context)
     return Outcome(_from_decision(uid, decision, patch=False), decision)
 
 

@@ -22,6 +22,7 @@ from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 from webhook import admission, logs, metrics
 from webhook.admission import AdmissionError, Endpoint
 from webhook.auditlog import AuditLog, audit_record
+from webhook.engine.context import ClusterView
 from webhook.policystore import PolicyState, PolicyStore
 from webhook.settings import (
     BY_NAME,
@@ -53,6 +54,9 @@ class Runguard:
 
     store: PolicyStore
     audit: AuditLog
+    # What ownership decisions read beyond the review (SPEC section 7): the watch cache,
+    # or None when the server keeps none (decisions needing it then fail closed).
+    cluster_state: ClusterView | None = None
 
 
 def create_app(config: Mapping[str, Any] | None = None) -> Flask:
@@ -87,7 +91,7 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
     audit = AuditLog(
         config.get("audit_stream"), capacity=settings.get("log_queue", DEFAULT_LOG_QUEUE)
     )
-    state = Runguard(store=store, audit=audit)
+    state = Runguard(store=store, audit=audit, cluster_state=config.get("cluster"))
     app.extensions["runguard"] = state
 
     if settings.get("client_ca") is not None:
@@ -112,7 +116,7 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
         if policy is None:
             m.observe_review(endpoint, "unavailable", None)
             return _json(_unavailable(store.state), 503)
-        outcome = admission.review(endpoint, req, policy)
+        outcome = admission.review(endpoint, req, policy, state.cluster_state)
         body = admission.encode_review(outcome.response)
         elapsed = time.perf_counter() - start
         m.observe_review(endpoint, outcome.label, elapsed)
