@@ -4,7 +4,9 @@ in tests/e2e/test_cluster_state.py)."""
 
 from __future__ import annotations
 
+import re
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -574,3 +576,94 @@ def test_an_object_that_cannot_be_read_is_skipped(tmp_path: Path) -> None:
     ]
     _, reader = run_watch(tmp_path, script)
     assert reader.stats()["Secret"].objects == 1
+
+
+# --- the server's side: settings, readiness, metrics, the handlers' object --------------
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def readyz(answer: Any) -> dict[str, Any]:
+    body: dict[str, Any] = answer.json
+    return body
+
+
+def test_app_hands_the_state_to_its_handlers_and_waits_for_the_first_sync(
+    shared: tuple[Publisher, SharedClusterState],
+) -> None:
+    from webhook.app import create_app
+
+    writer, reader = shared
+    app = create_app({"policy_dir": REPO / "policies", "cluster": reader})
+    assert app.extensions["runguard"].cluster_state is reader
+    client = app.test_client()
+    answer = client.get("/readyz")
+    assert answer.status_code == 503
+    assert readyz(answer)["message"] == "cluster state not synced yet: " + ", ".join(KINDS)
+    for kind in KINDS[:-1]:
+        writer.kinds[kind].replace([], "1", relist=False)
+    answer = client.get("/readyz")
+    assert answer.status_code == 503
+    assert readyz(answer)["clusterState"]["waiting"] == [KINDS[-1]]
+    writer.kinds[KINDS[-1]].replace(
+        [encode_record(Meta(KINDS[-1], "ml", "d", "u"))], "1", relist=False
+    )
+    answer = client.get("/readyz")
+    assert answer.status_code == 200 and readyz(answer)["status"] == "ready"
+    assert readyz(answer)["clusterState"]["objects"][KINDS[-1]] == 1
+    # Without a cluster state nothing changes.
+    plain = create_app({"policy_dir": REPO / "policies"})
+    assert plain.extensions["runguard"].cluster_state is None
+    assert "clusterState" not in readyz(plain.test_client().get("/readyz"))
+
+
+def test_the_setting_starts_a_watch_process_that_reports_in_metrics(tmp_path: Path) -> None:
+    from webhook.app import create_app
+
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+        "clusters: [{name: c, cluster: {server: 'https://127.0.0.1:9'}}]\n"  # nobody there
+        "users: [{name: u, user: {token: t}}]\n"
+        "contexts: [{name: c, context: {cluster: c, user: u}}]\n"
+    )
+    app = create_app({"policy_dir": REPO / "policies", "cluster_state": str(kubeconfig)})
+    watch = app.extensions["runguard"].cluster_watch
+    assert watch is not None and app.extensions["runguard"].cluster_state is watch.state
+    try:
+        client = app.test_client()
+        assert client.get("/readyz").status_code == 503
+        errors = re.compile(r'runguard_cluster_state_watch_errors_total\{kind="Secret"\} (\S+)')
+        deadline = time.monotonic() + 30
+        text = ""
+        while time.monotonic() < deadline:
+            text = client.get("/metrics").get_data(as_text=True)
+            if (found := errors.search(text)) and float(found[1]) >= 1:
+                break
+            time.sleep(0.2)
+        assert (found := errors.search(text)) and float(found[1]) >= 1, text
+        assert 'runguard_cluster_state_synced{kind="Secret"} 0.0' in text
+        assert "runguard_cluster_state_watch_heartbeat_age_seconds " in text
+        assert watch.process.pid is not None
+    finally:
+        watch.stop()
+    assert not watch.directory.exists()
+    assert watch.process._process is not None and watch.process._process.poll() is not None
+
+
+def test_the_setting_is_in_cluster_or_a_kubeconfig(tmp_path: Path) -> None:
+    from webhook.settings import ServeSettings, SettingsError
+
+    (tmp_path / "tls.crt").write_text("x")
+    base = {
+        "policy_dir": tmp_path,
+        "cert_file": tmp_path / "tls.crt",
+        "key_file": tmp_path / "tls.crt",
+    }
+    assert ServeSettings.resolve(base, env={}).cluster_state is None
+    given = ServeSettings.resolve({**base, "cluster_state": "in-cluster"}, env={})
+    assert given.cluster_state == "in-cluster"
+    env = {"RUNGUARD_CLUSTER_STATE": str(tmp_path / "tls.crt")}
+    assert ServeSettings.resolve(base, env=env).cluster_state == str(tmp_path / "tls.crt")
+    with pytest.raises(SettingsError, match="kubeconfig .*missing does not exist"):
+        ServeSettings.resolve({**base, "cluster_state": str(tmp_path / "missing")}, env={})

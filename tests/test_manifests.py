@@ -494,13 +494,17 @@ def test_webhook_service_account_has_no_role_and_audit_role_is_what_audit_lists(
     from webhook.cli.audit import LISTS
 
     # The base binds nothing; the optional audit CronJob binds its own account, never
-    # the webhook's.
+    # the webhook's; only the optional cluster-state component binds the webhook's, to
+    # its read-only role (test_cluster_state_rbac_is_read_only_for_exactly_its_kinds).
     base = [d for name, objects in base_documents().items() if "/" not in name for d in objects]
     assert not [d for d in base if d["kind"] in ("Role", "RoleBinding", "ClusterRoleBinding")]
     webhook_account = deployment_pod()["spec"]["serviceAccountName"]
-    for objects in base_documents().values():
+    for name, objects in base_documents().items():
         for d in objects:
             if d["kind"] in ("RoleBinding", "ClusterRoleBinding"):
+                if name == "cluster-state/rbac.yaml":
+                    assert d["roleRef"]["name"] == "runguard-cluster-state", d
+                    continue
                 assert webhook_account not in {s["name"] for s in d["subjects"]}, d
     granted = {
         (group, resource, verb)
@@ -557,7 +561,7 @@ def test_kustomize_builds_the_base_with_certificates(tmp_path: Path) -> None:
 
 # --- the optional components: audit CronJob, PolicyReport CRD ---------------------------
 
-COMPONENTS = ("audit-cronjob", "policyreport-crd")
+COMPONENTS = ("audit-cronjob", "policyreport-crd", "cluster-state")
 
 
 def component(name: str) -> dict[str, Any]:
@@ -948,3 +952,37 @@ def test_image_install_step_and_entrypoint_work(tmp_path: Path) -> None:
             server.wait()
         if server.stderr:
             server.stderr.close()
+
+
+def test_cluster_state_rbac_is_read_only_for_exactly_its_kinds() -> None:
+    """The watch cache's role grants get, list and watch on exactly the resources the
+    cache watches (``webhook.clusterstate.RESOURCES``), bound to the webhook's account,
+    whose token the component mounts, and the component turns the cache on."""
+    from webhook.clusterstate.model import RESOURCES
+    from webhook.settings import BY_NAME
+
+    objects = component_objects("cluster-state")
+    (role,) = [o for o in objects if o["kind"] == "ClusterRole"]
+    (binding,) = [o for o in objects if o["kind"] == "ClusterRoleBinding"]
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "ClusterRole",
+        "name": role["metadata"]["name"],
+    }
+    account = deployment_pod()["spec"]["serviceAccountName"]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account}]
+    assert granted([role]) == {
+        (group, resource, verb)
+        for group, _, resource in RESOURCES.values()
+        for verb in ("get", "list", "watch")
+    }
+    for rule in role["rules"]:
+        assert "resourceNames" not in rule and "nonResourceURLs" not in rule
+    (patch,) = component("cluster-state")["patches"]
+    assert patch["target"] == {"kind": "Deployment", "name": "runguard"}
+    operations = {op["path"]: op["value"] for op in yaml.safe_load(patch["patch"])}
+    assert operations["/spec/template/spec/automountServiceAccountToken"] is True
+    assert operations["/spec/template/spec/containers/0/env/-"] == {
+        "name": BY_NAME["cluster_state"].env,
+        "value": "in-cluster",
+    }

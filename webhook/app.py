@@ -22,6 +22,9 @@ from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 from webhook import admission, logs, metrics
 from webhook.admission import AdmissionError, Endpoint
 from webhook.auditlog import AuditLog, audit_record
+from webhook.clusterstate import ClusterState
+from webhook.clusterstate.metrics import ClusterStateCollector
+from webhook.clusterstate.process import ClusterWatch
 from webhook.engine.context import ClusterView
 from webhook.policystore import PolicyState, PolicyStore
 from webhook.settings import (
@@ -57,6 +60,8 @@ class Runguard:
     # What ownership decisions read beyond the review (SPEC section 7): the watch cache,
     # or None when the server keeps none (decisions needing it then fail closed).
     cluster_state: ClusterView | None = None
+    # The watch process keeping it (``webhook.clusterstate``), when this app started one.
+    cluster_watch: ClusterWatch | None = None
 
 
 def create_app(config: Mapping[str, Any] | None = None) -> Flask:
@@ -68,6 +73,12 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
     one not given read from its environment variable; and ``policy_store`` /
     ``audit_stream`` to hand in a ready store or an audit stream. A policy that does not
     load leaves the app unready (503) until a good one appears.
+
+    ``cluster_state`` (``in-cluster`` or a kubeconfig) starts the watch process of the
+    cluster state (``webhook.clusterstate``), or ``cluster`` hands in a ready view; the
+    handlers find it in ``app.extensions["runguard"].cluster_state`` (the engine gets it
+    with each review), and with a ``ClusterState`` ``/readyz`` is 503 until every kind
+    has been listed once.
 
     With ``client_ca`` (mTLS), every path but the probes answers 403 to a connection
     without a verified client certificate; the TLS layer (``server.py``) asks for one
@@ -91,7 +102,9 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
     audit = AuditLog(
         config.get("audit_stream"), capacity=settings.get("log_queue", DEFAULT_LOG_QUEUE)
     )
-    state = Runguard(store=store, audit=audit, cluster_state=config.get("cluster"))
+    cluster_state, cluster_watch = _cluster_state(config, settings)
+    cluster_metrics = (ClusterStateCollector(cluster_watch.state),) if cluster_watch else ()
+    state = Runguard(store, audit, cluster_state, cluster_watch)
     app.extensions["runguard"] = state
 
     if settings.get("client_ca") is not None:
@@ -157,12 +170,19 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
         status = "degraded" if current.rejected else "ready"
         # ``worker``: which process answered, so a rollout check can hear from each one
         body = {"status": status, "worker": os.getpid(), **current.to_dict()}
+        if isinstance(cluster_state, ClusterState):
+            body["clusterState"] = cluster = cluster_health(cluster_state)
+            if cluster["waiting"]:
+                waiting = ", ".join(cluster["waiting"])
+                message = f"cluster state not synced yet: {waiting}"
+                return _json({**body, "status": "unavailable", "message": message}, 503)
         return _json({**body, "logging": _logging_health(audit)}, 200)
 
     @app.get("/metrics")
     def metrics_endpoint() -> Response:
         store.current()  # this process publishes its policy state before its first review
-        return Response(metrics.exposition(), 200, mimetype=metrics.CONTENT_TYPE_LATEST)
+        text = metrics.exposition(*cluster_metrics)
+        return Response(text, 200, mimetype=metrics.CONTENT_TYPE_LATEST)
 
     if settings.get("bench_endpoint"):
 
@@ -209,6 +229,28 @@ def _read_body(limit: int) -> bytes:
     while drained < DRAIN_LIMIT and (chunk := stream.read(65536)):
         drained += len(chunk)
     raise admission.BodyTooLarge(f"body larger than the {limit} byte limit")
+
+
+def _cluster_state(
+    config: Mapping[str, Any], settings: Mapping[str, Any]
+) -> tuple[ClusterView | None, ClusterWatch | None]:
+    """The handed-in ``cluster`` view, else the state the ``cluster_state`` setting
+    watches (its watch process started here: in the gunicorn master, which loads the
+    app before forking the workers), else None."""
+    given: ClusterView | None = config.get("cluster")
+    if given is not None or settings.get("cluster_state") is None:
+        return given, None
+    watch = ClusterWatch(settings["cluster_state"]).start()
+    return watch.state, watch
+
+
+def cluster_health(cluster: ClusterState) -> dict[str, Any]:
+    """The ``/readyz`` detail: kinds still waiting for their first sync, objects by kind."""
+    stats = cluster.stats()
+    return {
+        "waiting": [kind for kind, kind_stats in stats.items() if not kind_stats.synced],
+        "objects": {kind: kind_stats.objects for kind, kind_stats in stats.items()},
+    }
 
 
 def _first_load(store: PolicyStore) -> None:

@@ -28,6 +28,7 @@ from prometheus_client import (
     generate_latest,
 )
 from prometheus_client import multiprocess as _multiprocess
+from prometheus_client.registry import Collector
 
 __all__ = ["CONTENT_TYPE_LATEST", "Metrics", "exposition", "get", "mark_process_dead"]
 
@@ -133,13 +134,21 @@ def get() -> Metrics:
     )
 
 
-def exposition() -> bytes:
-    """The text exposition for ``GET /metrics``: all workers' values when multiprocess."""
+def exposition(*collectors: Collector) -> bytes:
+    """The text exposition for ``GET /metrics``: all workers' values when multiprocess,
+    then what ``collectors`` read at scrape time (values every worker shares)."""
     if os.environ.get(MULTIPROC_ENV):
         registry = CollectorRegistry()
         _multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
-        return generate_latest(registry)
-    return generate_latest(get().registry)
+        text = generate_latest(registry)
+    else:
+        text = generate_latest(get().registry)
+    if collectors:
+        shared = CollectorRegistry(auto_describe=False)
+        for collector in collectors:
+            shared.register(collector)
+        text += generate_latest(shared)
+    return text
 
 
 def mark_process_dead(pid: int) -> None:

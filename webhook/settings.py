@@ -25,6 +25,7 @@ __all__ = [
     "DEFAULT_LOG_QUEUE",
     "DEFAULT_MAX_BODY",
     "DEFAULT_THREADS",
+    "IN_CLUSTER",
     "RELOAD_INTERVAL",
     "SETTINGS",
     "ServeSettings",
@@ -41,6 +42,7 @@ DEFAULT_MAX_BODY = 4 * 1024 * 1024  # an UPDATE review carries object and oldObj
 DEFAULT_THREADS = 2  # CPU-bound reviews: more threads only queue on the GIL (docs/server.md)
 DEFAULT_LOG_QUEUE = 4096  # log lines a process holds for a slow sink before it drops
 RELOAD_INTERVAL = 1.0  # seconds between checks of the policy and certificate files
+IN_CLUSTER = "in-cluster"  # cluster_state: the pod's own ServiceAccount
 
 
 class SettingsError(ValueError):
@@ -175,6 +177,14 @@ SETTINGS: tuple[Setting, ...] = (
         _switch,
         None,
     ),
+    Setting(
+        "cluster_state",
+        "watch the cluster state ownership decides with (claims', secrets' and "
+        "configMaps' metadata, classes, pod controllers): in-cluster (the pod's "
+        "ServiceAccount) or a kubeconfig FILE; /readyz waits for its first sync",
+        _text,
+        metavar="in-cluster|FILE",
+    ),
 )
 
 BY_NAME: dict[str, Setting] = {setting.name: setting for setting in SETTINGS}
@@ -211,6 +221,7 @@ class ServeSettings:
     log_queue: int = DEFAULT_LOG_QUEUE
     reload_interval: float = RELOAD_INTERVAL
     bench_endpoint: bool = False
+    cluster_state: str | None = None
 
     @classmethod
     def resolve(
@@ -227,4 +238,7 @@ class ServeSettings:
         for path in (settings.cert_file, settings.key_file, settings.client_ca):
             if path is not None and not path.is_file():
                 raise SettingsError(f"{path} does not exist")
+        source = settings.cluster_state
+        if source is not None and source != IN_CLUSTER and not Path(source).is_file():
+            raise SettingsError(f"cluster state: kubeconfig {source} does not exist")
         return settings

@@ -19,10 +19,12 @@ from webhook.clusterstate.publication import Publisher, SharedClusterState, crea
 from webhook.clusterstate.watch import Api, Watcher, api_client
 
 from .cluster import Cluster
+from .devcluster import Runguard
 from .runs import poll, until
 
 pytestmark = pytest.mark.e2e
 
+REPO = Path(__file__).resolve().parents[2]
 WATCH_SECONDS = (20, 30)  # short server-side watches: the tests also see them renewed
 
 
@@ -300,3 +302,49 @@ def test_secret_data_never_reaches_the_watch(
 
 def _b64(text: str) -> str:
     return base64.b64encode(text.encode()).decode()
+
+
+def _watch_processes() -> dict[int, list[str]]:
+    """The running cluster state watch processes: pid -> command line."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                argv = (entry / "cmdline").read_bytes().decode().split("\0")
+            except OSError:
+                continue
+            if "webhook.clusterstate.watch" in argv:
+                found[int(entry.name)] = argv
+    return found
+
+
+def test_served_workers_share_one_watch(
+    cluster: Cluster, namespace: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    before = set(_watch_processes())
+    monkeypatch.setenv("RUNGUARD_CLUSTER_STATE", str(cluster.kubeconfig))
+    server = Runguard(tmp_path / "runguard", REPO / "policies", workers=2)
+    server.start()  # ready: the policy loaded and every kind listed once
+    try:
+        watches = {pid: argv for pid, argv in _watch_processes().items() if pid not in before}
+        assert len(watches) == 1, watches  # one for the server, not one per worker
+        ((pid, argv),) = watches.items()
+        directory = Path(argv[argv.index("--dir") + 1])
+        assert argv[argv.index("--parent") + 1] == str(server.pid)
+        status, body = server.readyz()
+        assert status == 200 and body["clusterState"]["waiting"] == []
+        base = body["clusterState"]["objects"]["ConfigMap"]
+        create(cluster, namespace, {"apiVersion": "v1", "kind": "ConfigMap",
+                                    "metadata": {"name": "seen-by-all"}})  # fmt: skip
+        seen: dict[int, int] = {}
+
+        def every_worker_sees_it() -> bool:
+            status, body = server.readyz()  # a new connection each time: any worker
+            seen[body["worker"]] = body["clusterState"]["objects"]["ConfigMap"]
+            return len(seen) == 2 and all(count == base + 1 for count in seen.values())
+
+        poll("both workers count the new configMap", every_worker_sees_it, timeout=20)
+    finally:
+        server.stop()
+    until("the watch process gone with the server", lambda: pid not in _watch_processes(), 10)
+    assert not directory.exists()

@@ -1,5 +1,8 @@
 """The watch process's cluster state, published in files every gunicorn worker maps.
 
+One job: the file protocol, writer and reader side by side (each side's guarantees are
+what the other relies on), hence a little over 400 lines.
+
 One writer (the watch process, ``Publisher``) and any number of readers
 (``SharedClusterState``, one per worker) share a private directory (``mkdtemp``: 0700),
 in ``/dev/shm`` beside the policy publication when there is one::
