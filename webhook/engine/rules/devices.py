@@ -14,29 +14,39 @@ from webhook.engine.pod import ALL_CONTAINER_LISTS, Pod, main_container, set_lis
 from webhook.engine.types import JSON, Change, Violation
 
 
-def _from_profile(pod: Pod, container: JSON, env: JSON) -> bool:
-    """The entry is exactly what the run's profile sets in its main container."""
+def _profile_env(pod: Pod) -> tuple[JSON | None, list[JSON]]:
+    """The main container and the env entries the run's profile sets in it (looked up
+    once per step: per entry would make the step quadratic)."""
     profile = pod.profile
-    return (
-        profile is not None
-        and container is main_container(pod)
-        and any(var == env for var in profile.env)
-    )
+    if profile is None or not profile.env:
+        return None, []
+    return main_container(pod), list(profile.env)
+
+
+def _from_profile(
+    container: JSON, env: JSON, main: JSON | None, set_by_profile: list[JSON]
+) -> bool:
+    """The entry is exactly what the run's profile sets in its main container."""
+    return container is main and env in set_by_profile
 
 
 def drop_device_env(pod: Pod) -> Change | None:
     names = pod.policy.resources.device_env
     if not names or pod.policy.security.on_root != "Strip":
         return None
+    main, set_by_profile = _profile_env(pod)
     removed: list[str] = []
     for _, _, container in pod.containers(ALL_CONTAINER_LISTS):
         env = container.get("env")
         if not env:
             continue
-        kept = [e for e in env if e["name"] not in names or _from_profile(pod, container, e)]
-        if len(kept) != len(env):
-            removed.extend(f"{container['name']} {e['name']}" for e in env if e not in kept)
-            set_list(container, "env", kept)
+        kept = []
+        for e in env:
+            if e["name"] not in names or _from_profile(container, e, main, set_by_profile):
+                kept.append(e)
+            else:
+                removed.append(f"{container['name']} {e['name']}")
+        set_list(container, "env", kept)
     if not removed:
         return None
     return Change(
@@ -50,9 +60,10 @@ def check_device_env(pod: Pod) -> list[Violation]:
     out: list[Violation] = []
     if not names:
         return out
+    main, set_by_profile = _profile_env(pod)
     for list_name, i, container in pod.containers(ALL_CONTAINER_LISTS):
         for j, env in enumerate(container.get("env") or ()):
-            if env["name"] in names and not _from_profile(pod, container, env):
+            if env["name"] in names and not _from_profile(container, env, main, set_by_profile):
                 out.append(
                     Violation(
                         "resources.device-env",

@@ -105,14 +105,11 @@ def merge_tolerations(spec: JSON, wanted: Iterable[Any]) -> bool:
     tolerations: list[JSON] = spec.get("tolerations") or []
     before = list(tolerations)
     for t in wanted:
-        same = [
-            u
-            for u in tolerations
-            if u.get("key") == t.get("key") and u.get("effect") == t.get("effect")
-        ]
+        key, effect = t.get("key"), t.get("effect")
+        same = [u for u in tolerations if u.get("key") == key and u.get("effect") == effect]
         if same == [t]:
             continue
-        tolerations = [u for u in tolerations if u not in same]
+        tolerations = [u for u in tolerations if u.get("key") != key or u.get("effect") != effect]
         tolerations.append(dict(t))
     if tolerations != before:
         spec["tolerations"] = tolerations

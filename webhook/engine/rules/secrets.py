@@ -53,13 +53,12 @@ def secret_references(pod: Pod) -> Iterator[tuple[str, str]]:
 def drop_forbidden_secrets(pod: Pod) -> Change | None:
     if pod.policy.secrets.on_forbidden != "Strip":
         return None
-    removed: list[str] = []
+    removed: dict[str, None] = {}  # ordered, and linear however many references repeat
 
     def ok(name: str) -> bool:
         if secret_allowed(name, pod):
             return True
-        if name not in removed:
-            removed.append(name)
+        removed[name] = None
         return False
 
     for _, _, container in pod.containers():

@@ -109,7 +109,7 @@ def strip_root(pod: Pod) -> Change | None:
             if caps is not None and add:
                 kept = [c for c in add if c in allowed]
                 if kept != add:
-                    stripped.append(f"{name} add {','.join(c for c in add if c not in kept)}")
+                    stripped.append(f"{name} add {','.join(c for c in add if c not in allowed)}")
                     set_list(caps, "add", kept)
         filled.extend(_fill_container(sc, drop))
     if stripped:
