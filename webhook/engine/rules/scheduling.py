@@ -1,13 +1,41 @@
-"""Step 8 and rules ``scheduling.*``: priority classes and MLRun's preemption modes."""
+"""Step 8 and rules ``scheduling.*``: priority classes and MLRun's preemption modes.
+
+The modes are MLRun's own algorithm, ``enrich_function_preemption_spec``
+(``mlrun/runtimes/pod.py``, transcribed in docs/platforms.md section 2.2), on the
+policy's spot ``nodeSelector`` (``S``) and ``tolerations`` (``T``):
+
+- ``prevent``: drop the spot tolerations, the spot ``In`` requirements and the spot
+  nodeSelector entries; without ``T``, the required node affinity becomes one term of
+  ``NotIn`` requirements. With ``T``, MLRun relies on the spot taint; runguard adds the
+  ``NotIn`` requirements to every required term anyway unless the policy follows MLRun
+  (``infer``) and no toleration left on the pod tolerates a spot taint.
+- ``constrain``: merge ``T``; the required node affinity becomes one ``In`` term per
+  spot label (ORed).
+- ``allow``: drop the spot ``In`` and ``NotIn`` requirements and the spot nodeSelector
+  entries; merge ``T``.
+- ``none``: nothing.
+
+The mode is the annotation (else label) ``preemption.annotation``; else, with
+``preemption.infer``, the mode MLRun's output shows (``inferred_mode``); else
+``preemption.default``. docs/choices.md "Preemption modes" says why each choice.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from webhook.engine.pod import Pod, copy_value, warning
 from webhook.engine.rules.profile import forget_computed_priority
 from webhook.engine.types import JSON, Change, Violation
-from webhook.policy.model import PREEMPTION_MODES
+from webhook.policy.model import PREEMPTION_MODES, PreemptionConfig
+
+SCHEDULING = ("tolerations", "affinity", "nodeSelector")  # what a mode may change
+REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
+PREFERRED = "preferredDuringSchedulingIgnoredDuringExecution"
+# Modes that leave a trace MLRun's output can be read from, in no particular order: on a
+# given pod at most one of them changes nothing (docs/choices.md, "Preemption modes").
+INFERABLE = ("constrain", "allow", "prevent")
 
 
 def default_priority_class(pod: Pod) -> Change | None:
@@ -31,11 +59,59 @@ def default_priority_class(pod: Pod) -> Change | None:
     )
 
 
+# --- which mode -----------------------------------------------------------------------
+
+
+def stated_mode(pod: Pod, cfg: PreemptionConfig) -> tuple[str, str] | None:
+    """(mode, where) when the run states one: its annotation, else its label."""
+    if pod.annotations.get(cfg.annotation):
+        return pod.annotations[cfg.annotation], "annotations"
+    if pod.labels.get(cfg.annotation):
+        return pod.labels[cfg.annotation], "labels"
+    return None
+
+
 def preemption_mode(pod: Pod) -> str | None:
+    """The run's mode: stated, else read from MLRun's output (``infer``), else the default.
+
+    Inference reads only a run the platform created (``pod.ownership``; with no
+    ``platform.identities`` names decide, as everywhere else).
+    """
     cfg = pod.policy.scheduling.preemption
     if cfg is None:
         return None
-    return pod.annotations.get(cfg.annotation) or pod.labels.get(cfg.annotation) or cfg.default
+    stated = stated_mode(pod, cfg)
+    if stated is not None:
+        return stated[0]
+    if cfg.infer and pod.ownership.platform:
+        inferred = inferred_mode(cfg, scheduling_of(pod.spec))
+        if inferred is not None:
+            return inferred
+    return cfg.default
+
+
+def inferred_mode(cfg: PreemptionConfig, scheduling: JSON) -> str | None:
+    """The mode whose output ``scheduling`` already is, among those that leave a trace.
+
+    A mode leaves a trace when it writes something on every pod: constrain its ``In``
+    terms (spot labels configured), allow its tolerations (tolerations configured),
+    prevent its ``NotIn`` term (labels and no tolerations configured). Anything else,
+    including what no mode writes (a hand-written toleration, a spot nodeSelector,
+    mixed terms), states no mode: None.
+    """
+    spot = Spot(cfg)
+    for mode in INFERABLE:
+        if spot.leaves_trace(mode) and spot.enriched(mode, scheduling) == scheduling:
+            return mode
+    return None
+
+
+def scheduling_of(spec: JSON) -> JSON:
+    """A copy of the fields a mode may change; null ones are absent (as stored)."""
+    return {k: copy_value(spec[k]) for k in SCHEDULING if spec.get(k) is not None}
+
+
+# --- applying it ----------------------------------------------------------------------
 
 
 def apply_preemption_mode(pod: Pod) -> Change | None:
@@ -44,66 +120,201 @@ def apply_preemption_mode(pod: Pod) -> Change | None:
     mode = preemption_mode(pod)
     if cfg is None or mode not in ("allow", "constrain", "prevent"):
         return None  # "none", no mode, or an unknown one (denied by validation)
-    before = copy_value({k: pod.spec.get(k) for k in ("tolerations", "affinity", "nodeSelector")})
-    spec = pod.spec
-    spot_tolerations = [dict(t) for t in cfg.tolerations]
-    tolerations = [t for t in spec.get("tolerations") or () if t not in spot_tolerations]
-    if mode in ("allow", "constrain"):
-        tolerations.extend(spot_tolerations)
-    if tolerations:
-        spec["tolerations"] = tolerations
-    else:
-        spec.pop("tolerations", None)
-    if mode == "prevent" and spec.get("nodeSelector"):
-        for key, value in cfg.node_selector.items():
-            if spec["nodeSelector"].get(key) == value:
-                del spec["nodeSelector"][key]
-        if not spec["nodeSelector"]:
-            del spec["nodeSelector"]
-    operator = {"prevent": "NotIn", "constrain": "In", "allow": None}[mode]
-    _set_spot_affinity(spec, cfg.node_selector, operator)
-    after = {k: spec.get(k) for k in ("tolerations", "affinity", "nodeSelector")}
+    before = scheduling_of(pod.spec)
+    after = Spot(cfg).enriched(mode, before)
     if after == before:
         return None
+    for key in SCHEDULING:
+        if key in after:
+            pod.spec[key] = after[key]
+        else:
+            pod.spec.pop(key, None)
     return Change("scheduling.preemption-mode", warning(f"preemption mode {mode} applied"))
 
 
-def _set_spot_affinity(spec: JSON, spot: dict[str, str] | Any, operator: str | None) -> None:
-    """Make every required node selector term carry exactly the spot expression of the mode."""
-    keys = set(spot)
-    affinity = spec.get("affinity") or {}
-    node_affinity = affinity.get("nodeAffinity") or {}
-    required = node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or {}
-    terms: list[JSON] = list(required.get("nodeSelectorTerms") or ())
-    wanted = (
-        [{"key": k, "operator": operator, "values": [v]} for k, v in spot.items()]
-        if operator
-        else []
-    )
+class Spot:
+    """The policy's spot nodes, and MLRun's enrichment of a pod's scheduling for them."""
+
+    def __init__(self, cfg: PreemptionConfig):
+        self.node_selector: dict[str, str] = dict(cfg.node_selector)
+        self.tolerations: list[JSON] = [copy_value(t) for t in cfg.tolerations]
+        self.relies_on_taint = cfg.infer and bool(self.tolerations)
+        self._tolerations = [_normal(t) for t in self.tolerations]
+
+    @property
+    def configured(self) -> bool:
+        return bool(self.node_selector) or bool(self.tolerations)
+
+    def leaves_trace(self, mode: str) -> bool:
+        if mode == "constrain":
+            return bool(self.node_selector)
+        if mode == "allow":
+            return bool(self.tolerations)
+        return mode == "prevent" and bool(self.node_selector) and not self.tolerations
+
+    def requirements(self, operator: str) -> list[JSON]:
+        """One requirement per spot label, in the policy's order (k8s_utils.py L39-61)."""
+        return [
+            {"key": k, "operator": operator, "values": [v]} for k, v in self.node_selector.items()
+        ]
+
+    def enriched(self, mode: str, scheduling: JSON) -> JSON:
+        """``scheduling`` (``scheduling_of``) as ``mode`` leaves it; the input is not changed."""
+        out: JSON = copy_value(scheduling)
+        if not self.configured or mode not in INFERABLE:
+            return out  # MLRun: nothing configured, or mode none
+        if mode == "prevent":
+            _prune_tolerations(out, self._tolerations)
+            _prune_requirements(out, self.requirements("In"))
+            _prune_node_selector(out, self.node_selector)
+            if self.node_selector and not self.tolerations:
+                _set_required(out, [{"matchExpressions": self.requirements("NotIn")}])
+            elif self.node_selector and not (
+                self.relies_on_taint and not self._tolerated(out.get("tolerations") or ())
+            ):
+                _require_in_every_term(out, self.requirements("NotIn"))
+        elif mode == "constrain":
+            _merge_tolerations(out, self.tolerations)
+            if self.node_selector:  # MLRun would write an empty, invalid, list of terms
+                _set_required(out, [{"matchExpressions": [r]} for r in self.requirements("In")])
+        else:  # allow
+            _prune_requirements(out, self.requirements("NotIn"))
+            _prune_requirements(out, self.requirements("In"))
+            _prune_node_selector(out, self.node_selector)
+            _merge_tolerations(out, self.tolerations)
+        affinity = out.get("affinity")
+        if affinity is not None and all(
+            affinity.get(k) is None for k in ("nodeAffinity", "podAffinity", "podAntiAffinity")
+        ):
+            del out["affinity"]
+        if "tolerations" in out and not out["tolerations"]:
+            del out["tolerations"]
+        return out
+
+    def _tolerated(self, tolerations: Iterable[JSON]) -> bool:
+        """Whether some toleration may tolerate a taint a spot toleration is for."""
+        return any(_may_tolerate(p, t) for p in tolerations for t in self.tolerations)
+
+
+# --- MLRun's helpers (mlrun/runtimes/pod.py), on JSON ------------------------------------
+
+
+def _normal(item: Mapping[str, Any]) -> JSON:
+    """A toleration or requirement as MLRun compares them: absent and null are the same."""
+    return {k: v for k, v in item.items() if v is not None}
+
+
+def _merge_tolerations(scheduling: JSON, spot: Sequence[JSON]) -> None:
+    """L539-564: the spot tolerations the pod lacks, appended in order."""
+    if not spot:
+        return
+    current = scheduling.get("tolerations")
+    if not current:
+        scheduling["tolerations"] = copy_value(spot)
+        return
+    present = [_normal(t) for t in current]
+    scheduling["tolerations"] = [
+        *current,
+        *(copy_value(t) for t in spot if _normal(t) not in present),
+    ]
+
+
+def _prune_tolerations(scheduling: JSON, spot: Sequence[JSON]) -> None:
+    """L864-891: the tolerations equal to a spot one, removed."""
+    current = scheduling.get("tolerations")
+    if not spot or not current:
+        return
+    scheduling["tolerations"] = [t for t in current if _normal(t) not in spot]
+
+
+def _prune_node_selector(scheduling: JSON, spot: Mapping[str, str]) -> None:
+    """L893-911: nodeSelector entries equal to a spot label, removed."""
+    current = scheduling.get("nodeSelector")
+    if not spot or not current:
+        return
+    for key, value in spot.items():
+        if value and current.get(key) and current.get(key) == value:
+            del current[key]
+    if not current:
+        del scheduling["nodeSelector"]  # the apiserver stores no empty map
+
+
+def _prune_requirements(scheduling: JSON, requirements: list[JSON]) -> None:
+    """L769-862: required expressions equal to one of ``requirements`` removed; a term left
+    with nothing is dropped, and the node affinity with nothing is removed."""
+    affinity = scheduling.get("affinity")
+    if affinity is None or not requirements:
+        return
+    node_affinity = affinity.get("nodeAffinity")
+    if node_affinity is None:
+        return
+    terms: list[JSON] = []
+    if node_affinity.get(REQUIRED) is not None:
+        for term in node_affinity[REQUIRED].get("nodeSelectorTerms") or ():
+            expressions = [
+                e for e in term.get("matchExpressions") or () if _normal(e) not in requirements
+            ]
+            fields = term.get("matchFields")
+            if expressions or fields:
+                new_term: JSON = {}
+                if expressions:
+                    new_term["matchExpressions"] = expressions
+                if fields:
+                    new_term["matchFields"] = fields
+                terms.append(new_term)
+    if not node_affinity.get(PREFERRED) and not terms:
+        del affinity["nodeAffinity"]
+        return
+    if terms:
+        node_affinity[REQUIRED] = {"nodeSelectorTerms": terms}
+    else:
+        node_affinity.pop(REQUIRED, None)
+
+
+def _node_affinity(scheduling: JSON) -> JSON:
+    """``affinity.nodeAffinity``, created when absent (L566-575's initialisation)."""
+    affinity = scheduling.setdefault("affinity", {})
+    if affinity.get("nodeAffinity") is None:
+        affinity["nodeAffinity"] = {}
+    node_affinity: JSON = affinity["nodeAffinity"]
+    return node_affinity
+
+
+def _set_required(scheduling: JSON, terms: list[JSON]) -> None:
+    """L566-575: the required node affinity replaced by ``terms``; the rest kept."""
+    _node_affinity(scheduling)[REQUIRED] = {"nodeSelectorTerms": copy_value(terms)}
+
+
+def _require_in_every_term(scheduling: JSON, requirements: list[JSON]) -> None:
+    """runguard's anti-affinity where MLRun relies on the taint: ``requirements`` added to
+    every required term (terms are ORed), or one term of them; nothing else removed."""
+    node_affinity = _node_affinity(scheduling)
+    required = node_affinity.get(REQUIRED) or {}
+    terms = required.get("nodeSelectorTerms") or [{}]
     new_terms = []
-    for term in terms or ([{}] if wanted else []):
-        expressions = [e for e in term.get("matchExpressions") or () if e.get("key") not in keys]
-        expressions.extend(wanted)
-        new_term = {k: v for k, v in term.items() if k != "matchExpressions"}
-        if expressions:
-            new_term["matchExpressions"] = expressions
-        if new_term:
-            new_terms.append(new_term)
-    if new_terms == terms:
-        return
-    if new_terms:
-        spec["affinity"] = affinity
-        affinity["nodeAffinity"] = node_affinity
-        node_affinity["requiredDuringSchedulingIgnoredDuringExecution"] = {
-            **required,
-            "nodeSelectorTerms": new_terms,
-        }
-        return
-    node_affinity.pop("requiredDuringSchedulingIgnoredDuringExecution", None)
-    if not node_affinity:
-        affinity.pop("nodeAffinity", None)
-    if not affinity:
-        spec.pop("affinity", None)
+    for term in terms:
+        expressions = list(term.get("matchExpressions") or ())
+        present = [_normal(e) for e in expressions]
+        expressions.extend(copy_value(r) for r in requirements if r not in present)
+        new_terms.append({**term, "matchExpressions": expressions})
+    node_affinity[REQUIRED] = {**required, "nodeSelectorTerms": new_terms}
+
+
+def _may_tolerate(toleration: JSON, spot: JSON) -> bool:
+    """Whether ``toleration`` tolerates some taint ``spot`` tolerates (the scheduler's
+    ``ToleratesTaint``; a value or effect the spot toleration leaves open matches any)."""
+    effect, spot_effect = toleration.get("effect") or "", spot.get("effect") or ""
+    if effect and spot_effect and effect != spot_effect:
+        return False
+    key, spot_key = toleration.get("key") or "", spot.get("key") or ""
+    if key and spot_key and key != spot_key:
+        return False
+    if "Exists" in (toleration.get("operator"), spot.get("operator")):
+        return True
+    return (toleration.get("value") or "") == (spot.get("value") or "")
+
+
+# --- validation -------------------------------------------------------------------------
 
 
 def check_scheduling(pod: Pod) -> list[Violation]:
@@ -119,12 +330,13 @@ def check_scheduling(pod: Pod) -> list[Violation]:
             )
         )
     preemption = pod.policy.scheduling.preemption
-    mode = preemption_mode(pod)
-    if preemption is not None and mode is not None and mode not in PREEMPTION_MODES:
+    stated = stated_mode(pod, preemption) if preemption is not None else None
+    if preemption is not None and stated is not None and stated[0] not in PREEMPTION_MODES:
+        mode, where = stated
         out.append(
             Violation(
                 "scheduling.preemption-mode",
-                f"{pod.meta_path}.annotations[{preemption.annotation}]",
+                f"{pod.meta_path}.{where}[{preemption.annotation}]",
                 f"preemption mode {mode!r} is not one of {', '.join(PREEMPTION_MODES)}",
             )
         )
