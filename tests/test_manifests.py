@@ -986,3 +986,11 @@ def test_cluster_state_rbac_is_read_only_for_exactly_its_kinds() -> None:
         "name": BY_NAME["cluster_state"].env,
         "value": "in-cluster",
     }
+    assert operations["/spec/template/spec/volumes/-"] == {
+        "name": "shm",
+        "emptyDir": {"medium": "Memory", "sizeLimit": "256Mi"},
+    }  # the runtime's 64 MB /dev/shm holds ~130k objects; this one ~500k
+    assert operations["/spec/template/spec/containers/0/volumeMounts/-"] == {
+        "name": "shm",
+        "mountPath": "/dev/shm",
+    }
