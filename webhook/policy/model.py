@@ -163,6 +163,11 @@ class SecurityConfig(Section):
         default=frozenset(),
         description="Capabilities a container may add; others are stripped or denied.",
     )
+    level: Literal["restricted", "baseline"] = Field(
+        default="restricted",
+        description="Pod Security Standards level every admitted run meets, as the "
+        "PodSecurity admission plugin judges its latest version; a floor under the keys above.",
+    )
 
 
 class VolumesConfig(Section):

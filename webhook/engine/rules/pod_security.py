@@ -19,14 +19,11 @@ refuses them there.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any, Literal
+from typing import Any
 
 from webhook.engine.pod import ALL_CONTAINER_LISTS, Pod, warning
 from webhook.engine.types import JSON, Change, Violation
 from webhook.policy.model import Policy
-
-Level = Literal["restricted", "baseline"]
-DEFAULT_LEVEL: Level = "restricted"
 
 # check_seccompProfile_baseline.go validSeccomp, check_appArmorProfile.go allowedProfileType
 CONFINED_PROFILES = frozenset({"RuntimeDefault", "Localhost"})
@@ -92,12 +89,6 @@ LIFECYCLE_HANDLERS = ("postStart", "preStop")
 DEBUG_HINT = "; for a debug container use kubectl debug --profile=restricted"
 
 
-def level_of(policy: Policy) -> Level:
-    """The policy's ``security.level``; ``restricted`` where the policy does not say."""
-    level = getattr(policy.security, "level", DEFAULT_LEVEL)
-    return "baseline" if level == "baseline" else "restricted"
-
-
 def is_windows(spec: JSON) -> bool:
     """``spec.os.name: windows``, the only OS signal the apiserver and PodSecurity use."""
     os = spec.get("os")
@@ -107,7 +98,7 @@ def is_windows(spec: JSON) -> bool:
 def allowed_capabilities(policy: Policy) -> frozenset[str]:
     """What a container may add: the policy's list within the level's."""
     level_set = (
-        RESTRICTED_CAPABILITIES if level_of(policy) == "restricted" else BASELINE_CAPABILITIES
+        RESTRICTED_CAPABILITIES if policy.security.level == "restricted" else BASELINE_CAPABILITIES
     )
     return policy.security.allowed_capabilities & level_set
 
@@ -333,18 +324,20 @@ def _check_volume_types(pod: Pod, out: list[Violation]) -> None:
     them (check_hostPathVolumes.go, check_restrictedVolumes.go); the types the policy
     does not list are ``volumes.py``'s to report."""
     allowed = pod.policy.volumes.allowed_types
-    restricted = level_of(pod.policy) == "restricted"
+    level = pod.policy.security.level
     for i, volume in enumerate(pod.spec.get("volumes") or ()):
         for kind, source in volume.items():
             if kind == "name" or source is None or kind not in allowed:
                 continue
-            if kind == "hostPath" or (restricted and kind not in RESTRICTED_VOLUME_TYPES):
+            if kind == "hostPath" or (
+                level == "restricted" and kind not in RESTRICTED_VOLUME_TYPES
+            ):
                 out.append(
                     Violation(
                         "volumes.forbidden-type",
                         f"{pod.spec_path}.volumes[{i}]",
                         f"volume {volume['name']!r} of type {kind} is not allowed at Pod "
-                        f"Security level {level_of(pod.policy)}: use a persistentVolumeClaim",
+                        f"Security level {level}: use a persistentVolumeClaim",
                     )
                 )
 

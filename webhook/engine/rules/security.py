@@ -14,11 +14,9 @@ from __future__ import annotations
 from webhook.engine.pod import ALL_CONTAINER_LISTS, Pod, set_list, warning
 from webhook.engine.rules.pod_security import (
     CONFINED_PROFILES,
-    Level,
     allowed_capabilities,
     hint,
     is_windows,
-    level_of,
 )
 from webhook.engine.types import JSON, Change, Violation
 from webhook.policy.model import Policy, SecurityConfig
@@ -32,13 +30,13 @@ def seccomp_fill(policy: Policy) -> str | None:
     wanted = policy.security.seccomp_profile
     if wanted in CONFINED_PROFILES:
         return wanted
-    return RUNTIME_DEFAULT if level_of(policy) == "restricted" else None
+    return RUNTIME_DEFAULT if policy.security.level == "restricted" else None
 
 
 def drop_fill(policy: Policy) -> tuple[str, ...]:
     """The capabilities every container drops: the policy's, and ALL at restricted."""
     drop = policy.security.drop_capabilities
-    if level_of(policy) == "restricted" and "ALL" not in drop:
+    if policy.security.level == "restricted" and "ALL" not in drop:
         return (*drop, "ALL")
     return drop
 
@@ -201,8 +199,8 @@ def harden_debug_containers(
 
 def check_security(pod: Pod) -> list[Violation]:
     policy = pod.policy
-    restricted = level_of(policy) == "restricted"
-    level: Level = "restricted" if restricted else "baseline"
+    level = policy.security.level
+    restricted = level == "restricted"
     linux = not is_windows(pod.spec)
     base = pod.spec_path
     allowed_caps = allowed_capabilities(policy)
