@@ -4,6 +4,7 @@ in tests/e2e/test_cluster_state.py)."""
 
 from __future__ import annotations
 
+import os
 import re
 import threading
 import time
@@ -414,6 +415,25 @@ def test_an_entry_being_written_is_read_once_complete(
         file.flush()
         jobs.bookmark("3")
     assert reader.get("Job", "ml", "a") == Meta("Job", "ml", "a", "ua")
+
+
+def test_a_failed_write_publishes_nothing_and_forgets_nothing(
+    shared: tuple[Publisher, SharedClusterState], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    writer, reader = shared
+    jobs = writer.kinds["Job"]
+    jobs.replace([record("a", "ua")], "1", relist=False)
+    real_write = os.write
+    monkeypatch.setattr(os, "write", lambda fd, data: real_write(fd, data[:3]))
+    with pytest.raises(OSError, match="delta log full"):
+        jobs.apply([(PUT, record("b", "ub")), (DELETE, record("a", "ua"))], "2")
+    monkeypatch.setattr(os, "write", real_write)
+    assert jobs.table.get("ml", "b") is None and jobs.table.get("ml", "a") is not None
+    assert jobs.slot.resource_version == b"1"
+    assert reader.get("Job", "ml", "b") is None and reader.get("Job", "ml", "a") is not None
+    # The same events again (the watch resumes from version 1) are not taken as known.
+    assert jobs.apply([(PUT, record("b", "ub")), (DELETE, record("a", "ua"))], "2") == 2
+    assert reader.get("Job", "ml", "b") is not None and reader.get("Job", "ml", "a") is None
 
 
 def test_reader_without_a_control_block(tmp_path: Path) -> None:

@@ -28,6 +28,7 @@ map them keep until they move on.
 from __future__ import annotations
 
 import contextlib
+import errno
 import mmap
 import os
 import struct
@@ -203,18 +204,25 @@ class KindPublisher:
         """Take over what a previous writer published (its base and delta log): the
         resourceVersion to watch from, or None when there is nothing to resume."""
         slot = self.slot
-        if not slot.generation or not slot.resource_version:
+        if not slot.generation or not slot.resource_version or not self._load(slot):
             return None
+        return slot.resource_version.decode()
+
+    def _load(self, slot: Slot) -> bool:
+        """Make the table and the delta log what readers see (``slot``): on a resume, and
+        after a failed write. False when that generation is gone."""
         try:
             table = Table(self.kind, _map(_base_path(self.directory, self.kind, slot.generation)))
             delta = os.open(_delta_path(self.directory, self.kind, slot.generation), os.O_RDWR)
         except FileNotFoundError:
-            return None
+            return False
         _read_delta(table, delta, 0, slot.delta_size)
         os.ftruncate(delta, slot.delta_size)  # written but never announced: not applied
         os.lseek(delta, slot.delta_size, os.SEEK_SET)
-        self.table, self._delta = table, delta
-        return slot.resource_version.decode()
+        old, self.table, self._delta = self._delta, table, delta
+        if old is not None:
+            os.close(old)
+        return True
 
     def replace(
         self,
@@ -280,7 +288,13 @@ class KindPublisher:
         slot = self.slot
         if entries:
             data = b"".join(entries)
-            os.write(self._delta, data)
+            try:
+                written = os.write(self._delta, data)
+                if written != len(data):  # a full file system writes what fits
+                    raise OSError(errno.ENOSPC, f"{self.kind}: delta log full")
+            except OSError:
+                self._load(slot)  # back to what readers see; the caller retries
+                raise
             slot.delta_size += len(data)
             slot.objects = self.table.count
             slot.last_event = time.time()

@@ -164,30 +164,31 @@ class KindWatch:
         self.resume = resume
         self._stop = stop
         self._response: Any = None  # the watch being read, shut down by interrupt()
+        self.version: str | None = None  # the resourceVersion published last (None: list)
         self.thread = threading.Thread(target=self.run, name=f"watch-{self.kind}", daemon=True)
 
     def run(self) -> None:
-        version = self.publisher.resume() if self.resume else None
-        if version is not None:
-            log.info("%s: resuming the watch at resourceVersion %s", self.kind, version)
+        self.version = self.publisher.resume() if self.resume else None
+        if self.version is not None:
+            log.info("%s: resuming the watch at resourceVersion %s", self.kind, self.version)
         errors = 0
         while not self._stop.is_set():
             try:
-                if version is None:
-                    version = self.list_all()
-                version = self.watch(version)
+                if self.version is None:
+                    self.version = self.list_all()
+                self.watch(self.version)
                 errors = 0
             except Gone as exc:
                 log.info("%s: %s; listing again", self.kind, exc)
-                version = None
+                self.version = None
             except Exception as exc:  # noqa: BLE001  # every failure is retried, never fatal
                 if self._stop.is_set():
                     break
                 errors += 1
                 self.publisher.count_error()
-                doing = "list" if version is None else "watch"
+                doing = "list" if self.version is None else "watch"
                 if errors >= ERRORS_BEFORE_RELIST:
-                    version = None
+                    self.version = None
                 pause = min(BACKOFF[1], BACKOFF[0] * 2 ** (errors - 1)) * random.uniform(0.8, 1.2)
                 log.warning(
                     "%s: %s: %s (error %d in a row, retrying in %.1fs%s)",
@@ -217,9 +218,9 @@ class KindWatch:
         )
         return pages.version
 
-    def watch(self, version: str) -> str:
+    def watch(self, version: str) -> None:
         """Watch from ``version`` until the server ends the watch (or ``interrupt()``);
-        the last resourceVersion seen."""
+        ``self.version`` follows what is published, so a failure resumes from there."""
         seconds = random.randint(*self.watch_seconds)
         query = {
             "watch": "1",
@@ -238,10 +239,10 @@ class KindWatch:
                 if len(pending) > MAX_LINE:
                     raise ApiError(0, f"a watch event over {MAX_LINE} bytes")
                 version = self._take(lines, version)
+                self.version = version
         finally:
             self._response = None
             response.release_conn()
-        return version
 
     def _take(self, lines: list[bytes], version: str) -> str:
         """Apply the events of ``lines`` as one batch; the resourceVersion after them."""
