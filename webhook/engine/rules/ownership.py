@@ -93,8 +93,8 @@ def _owned_through(
         if not state.synced(kind):
             return Ownership(False, f"runguard's cache has not synced {kind} objects yet")
         return Ownership(False)  # no such owner: the reference is forged or stale
-    if found.kind != kind or found.namespace != namespace:
-        return Ownership(False)
+    if found.kind != kind or found.namespace != namespace or found.name != name:
+        return Ownership(False)  # a uid borrowed from another object proves nothing
     if stamped_by_platform(policy, found.annotations):
         return Ownership(True)
     if found.annotations.get(STAMP) in policy.platform.controllers:
