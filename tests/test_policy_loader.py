@@ -366,7 +366,7 @@ def test_default_profile_must_exist(pol: Path) -> None:
         (
             "  security: {onRoot: Clamp}",
             "spec.security.onRoot",
-            '"Clamp" is not one of Strip, Deny',
+            '"Clamp" is not one of Strip, Deny, Allow',
         ),
         (
             "  volumes: {onPreExisting: Keep}",

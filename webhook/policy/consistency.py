@@ -121,6 +121,15 @@ def _run_policy_issues(
             )
         )
     factor_path = run_policy_path("resources", "memory_limit_factor")
+    on_root_path = run_policy_path("security", "on_root")
+    level = run_policy.get(*run_policy_path("security", "level"))
+    if run_policy.get(*on_root_path) == "Allow" and level in (None, "restricted"):
+        issues.append(
+            run_policy.issue(
+                on_root_path,
+                "onRoot: Allow needs security.level: baseline (restricted requires non-root)",
+            )
+        )
     factor = run_policy.get(*factor_path)
     if isinstance(factor, float) and not math.isfinite(factor):
         issues.append(run_policy.issue(factor_path, "must be a finite number"))

@@ -144,7 +144,12 @@ class ResourcesConfig(Section):
 class SecurityConfig(Section):
     """No root, no privilege."""
 
-    on_root: StripOrDeny = Field(default="Strip", description="Root: replace it, or deny.")
+    on_root: Literal["Strip", "Deny", "Allow"] = Field(
+        default="Strip",
+        description="Root: replace it, or deny; Allow (level baseline only, for the "
+        "platform's image builds) leaves root and runguard's own hardening out, the Pod "
+        "Security level still applies.",
+    )
     run_as_user: Id | None = Field(
         default=None, description="Replaces uid 0; absent: field removed."
     )

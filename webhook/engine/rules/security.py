@@ -47,6 +47,8 @@ def strip_root(pod: Pod) -> Change | None:
     capabilities, no privilege escalation) are always filled (``security.defaults``)."""
     policy = pod.policy
     sec = policy.security
+    if sec.on_root == "Allow":
+        return _confine_only(pod)
     strip = sec.on_root == "Strip"
     linux = not is_windows(pod.spec)
     stripped: list[str] = []
@@ -78,7 +80,6 @@ def strip_root(pod: Pod) -> Change | None:
             stripped.append("seccomp Unconfined")
 
     drop = drop_fill(policy)
-    allowed = allowed_capabilities(policy)
     # Ephemeral containers are hardened when added (harden_debug_containers), never here:
     # a running Pod's spec is immutable, and /mutate on UPDATE must find it unchanged.
     for _, _, container in pod.containers():
@@ -105,6 +106,7 @@ def strip_root(pod: Pod) -> Change | None:
             caps = sc.get("capabilities")
             add = caps.get("add") if caps is not None else None
             if caps is not None and add:
+                allowed = allowed_capabilities(policy)
                 kept = [c for c in add if c in allowed]
                 if kept != add:
                     stripped.append(f"{name} add {','.join(c for c in add if c not in allowed)}")
@@ -115,6 +117,24 @@ def strip_root(pod: Pod) -> Change | None:
     if filled:
         return Change("security.defaults", warning("security defaults set", dict.fromkeys(filled)))
     return None
+
+
+def _confine_only(pod: Pod) -> Change | None:
+    """``onRoot: Allow`` (a build that needs root, at level baseline): root and the
+    hardening runguard adds of its own are left as written; only what takes nothing
+    the workload needs is fixed, seccomp ``Unconfined`` to ``RuntimeDefault``."""
+    if is_windows(pod.spec):
+        return None
+    fixed: list[str] = []
+    contexts = [("pod", pod.spec.get("securityContext"))]
+    contexts += [(c["name"], c.get("securityContext")) for _, _, c in pod.containers()]
+    for where, sc in contexts:
+        if sc and (sc.get("seccompProfile") or {}).get("type") == "Unconfined":
+            sc["seccompProfile"] = {"type": RUNTIME_DEFAULT}
+            fixed.append(f"{where} seccomp Unconfined")
+    if not fixed:
+        return None
+    return Change("security.root", warning("privileges stripped", fixed))
 
 
 def _fill_container(sc: JSON, drop: tuple[str, ...]) -> list[str]:
@@ -203,7 +223,6 @@ def check_security(pod: Pod) -> list[Violation]:
     restricted = level == "restricted"
     linux = not is_windows(pod.spec)
     base = pod.spec_path
-    allowed_caps = allowed_capabilities(policy)
     out: list[Violation] = []
     psc = pod.spec.get("securityContext") or {}
     ppath = f"{base}.securityContext"
@@ -273,7 +292,8 @@ def check_security(pod: Pod) -> list[Violation]:
                 )
             )
         caps = sc.get("capabilities") or {}
-        added = [c for c in caps.get("add") or () if c not in allowed_caps]
+        add = caps.get("add")
+        added = [c for c in add if c not in allowed_capabilities(policy)] if add else []
         if added:  # check_capabilities_baseline.go, check_capabilities_restricted.go
             out.append(
                 Violation(
@@ -304,6 +324,8 @@ def check_security(pod: Pod) -> list[Violation]:
                     f"the pod's securityContext{more}",
                 )
             )
+    if policy.security.on_root == "Allow":  # a build's root, at level baseline
+        return [v for v in out if v.rule != "security.root"]
     return out
 
 
