@@ -1,0 +1,185 @@
+"""Cost against object size: one review's CPU time as a list in the Pod grows, and its slope.
+
+Not a test. For each series (env entries of one container, containers, volumes) and
+each size, a run Pod is built and its JSON size checked against the apiserver's 3 MiB
+request limit (larger sizes are skipped: the apiserver never sends them). Timed, as CPU
+time (best of a few runs, so other processes on the machine move it little):
+
+- ``mutate``: ``/mutate`` of the Pod;
+- ``validate``: ``/validate`` of the Pod as sent, mutation bypassed: the worst case, every
+  violation reported and the mutation it checks for run as well;
+- ``validate'``: ``/validate`` of the mutated Pod, when it is within the webhook's body
+  limit (else the server answers 413 before any work).
+
+Also printed: the JSON Patch's bytes against the mutated Pod's, and per series the slope
+of log(time) against log(size) over the sizes from 1000 up (1.0 is linear, 2.0 quadratic).
+
+Bounded: each size is repeated for at most ``--seconds``, and a series stops once one
+review took more than ``--max-review`` seconds.
+
+    python bench/bench_sizes.py [--sizes 10,100,1000,3000,10000,30000,100000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from webhook.engine import Decision, mutate, validate  # noqa: E402
+from webhook.engine.context import Context, Requester  # noqa: E402
+from webhook.policy.loader import load_policy  # noqa: E402
+from webhook.settings import DEFAULT_MAX_BODY  # noqa: E402
+
+REQUEST_LIMIT = 3 * 1024 * 1024  # the apiserver's request body limit
+PLATFORM = Requester("system:serviceaccount:digitalhub:core")  # policies/'s platform identity
+VALIDATED = "validate' ms"  # of the mutated Pod
+LABELS = {"app.kubernetes.io/managed-by": "dhcore", "dhcore/run": "r1", "dhcore/template": "1xt4"}
+
+
+def pod(containers: list[dict[str, Any]], volumes: list[dict[str, Any]]) -> dict[str, Any]:
+    spec: dict[str, Any] = {"containers": containers}
+    if volumes:
+        spec["volumes"] = volumes
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "big", "namespace": "ml", "labels": dict(LABELS)},
+        "spec": spec,
+    }
+
+
+def env_pod(n: int) -> dict[str, Any]:
+    """One container, ``n`` env entries: one in ten a secret the platform does not manage
+    (stripped), the others names only (as small as an entry gets, so 100k fit in 3 MiB)."""
+    env: list[dict[str, Any]] = [
+        {"name": f"S{i}", "valueFrom": {"secretKeyRef": {"name": f"x{i}", "key": "k"}}}
+        if i % 10 == 0
+        else {"name": f"V{i}"}
+        for i in range(n)
+    ]
+    return pod([{"name": "main", "image": "i", "env": env}], [])
+
+
+def containers_pod(n: int) -> dict[str, Any]:
+    """``n`` containers, one in a hundred running as root (stripped)."""
+    return pod(
+        [
+            {"name": f"c{i}", "image": "i", "securityContext": {"runAsUser": 0}}
+            if i % 100 == 0
+            else {"name": f"c{i}", "image": "i"}
+            for i in range(n)
+        ],
+        [],
+    )
+
+
+def volumes_pod(n: int) -> dict[str, Any]:
+    """``n`` volumes: one in ten a claim the run does not own, mounted in the container
+    (both stripped), the others emptyDirs."""
+    volumes: list[dict[str, Any]] = [
+        {"name": f"v{i}", "persistentVolumeClaim": {"claimName": "t"}}
+        if i % 10 == 0
+        else {"name": f"v{i}", "emptyDir": {}}
+        for i in range(n)
+    ]
+    mounts = [{"name": f"v{i}", "mountPath": "/m"} for i in range(0, n, 10)]
+    return pod([{"name": "main", "image": "i", "volumeMounts": mounts}], volumes)
+
+
+SERIES: dict[str, Callable[[int], dict[str, Any]]] = {
+    "env entries": env_pod,
+    "containers": containers_pod,
+    "volumes": volumes_pod,
+}
+
+
+def json_size(value: Any) -> int:
+    return len(json.dumps(value, separators=(",", ":")))
+
+
+def cpu(fn: Callable[[], Decision], seconds: float, ceiling: float) -> tuple[float, Decision]:
+    """Best CPU seconds of ``fn`` over up to 5 runs (at most ``seconds`` in all, a single
+    run past ``ceiling``), and its decision."""
+    best, total, runs = math.inf, 0.0, 0
+    decision = None
+    while runs == 0 or (runs < 5 and total < seconds and best <= ceiling):
+        start = time.process_time()
+        decision = fn()
+        spent = time.process_time() - start
+        best, total, runs = min(best, spent), total + spent, runs + 1
+    assert decision is not None and decision.error is None
+    return best, decision
+
+
+def slope(points: list[tuple[int, float]]) -> float | None:
+    """Least-squares slope of log(time) against log(size)."""
+    if len(points) < 2:
+        return None
+    xs = [math.log(n) for n, _ in points]
+    ys = [math.log(max(t, 1e-9)) for _, t in points]
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    var = sum((x - mx) ** 2 for x in xs)
+    return sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / var
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="10,100,1000,3000,10000,30000,100000")
+    parser.add_argument("--policy", default=str(ROOT / "policies"))
+    parser.add_argument("--seconds", type=float, default=2.0, help="repeat a size this long")
+    parser.add_argument("--max-review", type=float, default=30.0, help="stop a series past it")
+    args = parser.parse_args()
+    sizes = [int(s) for s in args.sizes.split(",")]
+    policy = load_policy(args.policy)
+    context = Context(requester=PLATFORM)
+
+    def timed(fn: Any, obj: dict[str, Any]) -> tuple[float, Decision]:
+        return cpu(lambda: fn(obj, policy, context=context), args.seconds, args.max_review)
+
+    print(
+        f"{'series':<12} {'size':>7} {'pod bytes':>10} {'mutate ms':>10} {'validate ms':>12} "
+        f"{VALIDATED:>12} {'patch bytes':>12} {'result bytes':>13} patch/result"
+    )
+    for series, build in SERIES.items():
+        points: dict[str, list[tuple[int, float]]] = {"mutate": [], "validate": []}
+        for n in sizes:
+            obj = build(n)
+            size = json_size(obj)
+            if size > REQUEST_LIMIT:
+                print(f"{series:<12} {n:>7} {size:>10}  over the 3 MiB request limit: skipped")
+                continue
+            mutate_s, mutation = timed(mutate, obj)
+            validate_s, _ = timed(validate, obj)
+            result = json_size(mutation.object)
+            after = f"413 ({result // 1024**2} MiB)"
+            if result <= DEFAULT_MAX_BODY:
+                after = f"{timed(validate, mutation.object)[0] * 1e3:.1f}"
+            patch = json_size(mutation.patch)
+            print(
+                f"{series:<12} {n:>7} {size:>10} {mutate_s * 1e3:>10.1f} {validate_s * 1e3:>12.1f}"
+                f" {after:>12} {patch:>12} {result:>13} {patch / result:.2f}"
+            )
+            if n >= 1000:
+                points["mutate"].append((n, mutate_s))
+                points["validate"].append((n, validate_s))
+            if max(mutate_s, validate_s) > args.max_review:
+                print(f"{series:<12} stopped: one review took over {args.max_review:.0f} s")
+                break
+        slopes = [
+            f"{name} {fitted:.2f}" if (fitted := slope(measured)) else f"{name} n/a"
+            for name, measured in points.items()
+        ]
+        print(f"{series:<12} slope (log-log, sizes >= 1000): {', '.join(slopes)}")
+
+
+if __name__ == "__main__":
+    main()
