@@ -33,6 +33,8 @@ from typing import Any
 
 import pytest
 import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import webhook
 from webhook import certs, manifests
@@ -87,7 +89,52 @@ EXPECTED_OBJECT_SELECTOR = {
 }
 
 
+def controller_rules(operations: list[str]) -> list[dict[str, Any]]:
+    return [
+        {
+            "apiGroups": [group],
+            "apiVersions": ["v1"],
+            "operations": operations,
+            "resources": resources,
+            "scope": "Namespaced",
+        }
+        for group, resources in (
+            ("apps", ["deployments", "statefulsets", "replicasets", "daemonsets"]),
+            ("batch", ["jobs", "cronjobs"]),
+            ("", ["replicationcontrollers"]),
+        )
+    ]
+
+
+# The template of a Job, Deployment... or a CronJob's job, bound to `t`; its labels match
+# RUN_POLICY's selector.
+RUN_TEMPLATE_CONDITION = {
+    "name": "run-template",
+    "expression": (
+        "[object.spec.?template.or(object.spec.?jobTemplate.?spec.?template).orValue({})]"
+        ".exists(t,\n"
+        "  t.?metadata.?labels[?'app.kubernetes.io/managed-by'] == optional.of('dhcore')\n"
+        "  && t.?metadata.?labels[?'dhcore/run'].hasValue())"
+    ),
+}
+
+
 # --- rendering -----------------------------------------------------------------------
+
+
+def webhook_fields(path: str) -> dict[str, Any]:
+    """What every webhook rendered from RUN_POLICY has, calling runguard's ``path``."""
+    return {
+        "admissionReviewVersions": ["v1"],
+        "clientConfig": {
+            "service": {"name": "runguard", "namespace": "runguard", "path": path, "port": 443}
+        },
+        "failurePolicy": "Fail",
+        "matchPolicy": "Equivalent",
+        "sideEffects": "None",
+        "timeoutSeconds": 5,
+        "namespaceSelector": EXPECTED_NAMESPACE_SELECTOR,
+    }
 
 
 def test_mutating_configuration_field_by_field(policy: Policy) -> None:
@@ -96,27 +143,22 @@ def test_mutating_configuration_field_by_field(policy: Policy) -> None:
     assert config["kind"] == "MutatingWebhookConfiguration"
     assert config["metadata"]["name"] == "runguard"
     assert config["metadata"]["labels"]["app.kubernetes.io/component"] == "admission"
+    common = {**webhook_fields("/mutate"), "reinvocationPolicy": "IfNeeded"}
     assert config["webhooks"] == [
         {
+            **common,
             "name": "mutate.runguard.io",
-            "admissionReviewVersions": ["v1"],
-            "clientConfig": {
-                "service": {
-                    "name": "runguard",
-                    "namespace": "runguard",
-                    "path": "/mutate",
-                    "port": 443,
-                }
-            },
             "rules": [pod_rule(["CREATE", "UPDATE"], ["pods", "pods/ephemeralcontainers"])],
-            "failurePolicy": "Fail",
-            "matchPolicy": "Equivalent",
-            "sideEffects": "None",
-            "timeoutSeconds": 5,
-            "namespaceSelector": EXPECTED_NAMESPACE_SELECTOR,
             "objectSelector": EXPECTED_OBJECT_SELECTOR,
-            "reinvocationPolicy": "IfNeeded",
-        }
+        },
+        # Controllers carry the run labels in their pod template, out of objectSelector's
+        # sight: a CEL condition on the template instead. Mutated at CREATE, to be stamped.
+        {
+            **common,
+            "name": "mutate-controllers.runguard.io",
+            "rules": controller_rules(["CREATE"]),
+            "matchConditions": [RUN_TEMPLATE_CONDITION],
+        },
     ]
 
 
@@ -126,21 +168,7 @@ def test_validating_configuration_field_by_field(policy: Policy) -> None:
     assert config["metadata"]["name"] == "runguard"
     pods, controllers = config["webhooks"]
     ops = ["CREATE", "UPDATE"]
-    common = {
-        "admissionReviewVersions": ["v1"],
-        "clientConfig": {
-            "service": {
-                "name": "runguard",
-                "namespace": "runguard",
-                "path": "/validate",
-                "port": 443,
-            }
-        },
-        "matchPolicy": "Equivalent",
-        "sideEffects": "None",
-        "timeoutSeconds": 5,
-        "namespaceSelector": EXPECTED_NAMESPACE_SELECTOR,
-    }
+    common = webhook_fields("/validate")
     assert pods == {
         **common,
         "name": "validate.runguard.io",
@@ -149,27 +177,13 @@ def test_validating_configuration_field_by_field(policy: Policy) -> None:
         "objectSelector": EXPECTED_OBJECT_SELECTOR,
     }
     # Controllers carry the run labels in their pod template, invisible to objectSelector:
-    # no selector (the engine reads the template), and fail open (their Pods fail closed).
+    # a CEL condition on the template instead, and fail closed like the Pods.
     assert controllers == {
         **common,
         "name": "validate-controllers.runguard.io",
-        "rules": [
-            {
-                "apiGroups": ["apps"],
-                "apiVersions": ["v1"],
-                "operations": ops,
-                "resources": ["deployments", "statefulsets", "replicasets", "daemonsets"],
-                "scope": "Namespaced",
-            },
-            {
-                "apiGroups": ["batch"],
-                "apiVersions": ["v1"],
-                "operations": ops,
-                "resources": ["jobs", "cronjobs"],
-                "scope": "Namespaced",
-            },
-        ],
-        "failurePolicy": "Ignore",
+        "rules": controller_rules(ops),
+        "failurePolicy": "Fail",
+        "matchConditions": [RUN_TEMPLATE_CONDITION],
     }
     # reinvocationPolicy exists only for mutating webhooks; the apiserver rejects it here.
     assert "reinvocationPolicy" not in pods and "reinvocationPolicy" not in controllers
@@ -201,7 +215,8 @@ def test_ca_bundle_is_the_file_base64(policy: Policy) -> None:
 
 def test_url_replaces_the_service(policy: Policy) -> None:
     mutating, validating = manifests.webhook_configurations(policy, url="https://10.0.0.5:8443/")
-    assert mutating["webhooks"][0]["clientConfig"] == {"url": "https://10.0.0.5:8443/mutate"}
+    for hook in mutating["webhooks"]:
+        assert hook["clientConfig"] == {"url": "https://10.0.0.5:8443/mutate"}
     for hook in validating["webhooks"]:
         assert hook["clientConfig"] == {"url": "https://10.0.0.5:8443/validate"}
 
@@ -237,6 +252,454 @@ def test_policy_config_map_holds_each_file_verbatim() -> None:
     assert list(config_map["data"]) == ["a.yml", "b.yaml"]
     (parsed,) = yaml.safe_load_all(manifests.to_yaml([config_map]))
     assert parsed["data"] == files
+
+
+# --- routing: exactly what reaches runguard, every webhook failing closed ----------------
+
+OWNED_POLICY: dict[str, Any] = {
+    **RUN_POLICY,
+    "spec": {
+        **RUN_POLICY["spec"],
+        "platform": {"identities": ["system:serviceaccount:digitalhub:core"]},
+        "volumes": {
+            "platformClaims": ["v-{labels[dhcore/run]}-*"],
+            "platformConfigMaps": ["init-config-map-{labels[dhcore/run]}"],
+        },
+        "secrets": {"allowed": ["sec-*-{labels[dhcore/run]}", "registry.pull"]},
+    },
+}
+
+
+@pytest.fixture
+def owned() -> Policy:
+    return build_policy(OWNED_POLICY, [])
+
+
+Route = tuple[str, str, str, str, str]  # configuration kind, webhook, group, resource, operation
+
+
+def routes(configs: list[dict[str, Any]]) -> tuple[set[Route], dict[str, tuple[str, ...]]]:
+    """Every (configuration, webhook, group, resource, operation) rendered, and how each
+    webhook narrows it: ``objectSelector`` or the names of its matchConditions."""
+    rows: set[Route] = set()
+    narrowed: dict[str, tuple[str, ...]] = {}
+    for config in configs:
+        for hook in config["webhooks"]:
+            assert hook["failurePolicy"] == "Fail", hook["name"]  # every one fails closed
+            assert hook["namespaceSelector"]["matchExpressions"][0]["operator"] == "NotIn"
+            for rule in hook["rules"]:
+                assert rule["apiVersions"] == ["v1"] and rule["scope"] == "Namespaced"
+                for group in rule["apiGroups"]:
+                    for resource in rule["resources"]:
+                        for operation in rule["operations"]:
+                            rows.add((config["kind"], hook["name"], group, resource, operation))
+            how = tuple(c["name"] for c in hook.get("matchConditions", []))
+            if "objectSelector" in hook:
+                assert not how, hook["name"]
+                how = ("objectSelector",)
+            narrowed[hook["name"]] = how
+    return rows, narrowed
+
+
+MUTATING, VALIDATING = "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"
+CONTROLLERS = [("apps", "deployments"), ("apps", "statefulsets"), ("apps", "replicasets"),
+               ("apps", "daemonsets"), ("batch", "jobs"), ("batch", "cronjobs"),
+               ("", "replicationcontrollers")]  # fmt: skip
+RUN_PODS: set[Route] = {
+    *((MUTATING, "mutate.runguard.io", "", r, op)
+      for r in ("pods", "pods/ephemeralcontainers") for op in ("CREATE", "UPDATE")),
+    *((VALIDATING, "validate.runguard.io", "", r, op)
+      for r in ("pods", "pods/ephemeralcontainers", "pods/resize") for op in ("CREATE", "UPDATE")),
+}  # fmt: skip
+RUN_CONTROLLERS: set[Route] = {
+    *((MUTATING, "mutate-controllers.runguard.io", g, r, "CREATE") for g, r in CONTROLLERS),
+    *((VALIDATING, "validate-controllers.runguard.io", g, r, op)
+      for g, r in CONTROLLERS for op in ("CREATE", "UPDATE")),
+}  # fmt: skip
+
+
+def test_without_ownership_only_runs_reach_runguard(policy: Policy) -> None:
+    rows, narrowed = routes(manifests.webhook_configurations(policy))
+    assert rows == RUN_PODS | RUN_CONTROLLERS
+    assert narrowed == {
+        "mutate.runguard.io": ("objectSelector",),
+        "mutate-controllers.runguard.io": ("run-template",),
+        "validate.runguard.io": ("objectSelector",),
+        "validate-controllers.runguard.io": ("run-template",),
+    }
+
+
+def test_with_ownership_every_rule_and_condition(owned: Policy) -> None:
+    rows, narrowed = routes(manifests.webhook_configurations(owned))
+    assert rows == RUN_PODS | RUN_CONTROLLERS | {
+        # Pods outside the selector naming the platform's objects: stamped at CREATE,
+        # judged (ownership.not-a-run, ownership.stamp) on CREATE and UPDATE.
+        (MUTATING, "mutate-references.runguard.io", "", "pods", "CREATE"),
+        *((VALIDATING, "validate-references.runguard.io", "", r, op)
+          for r in ("pods", "pods/ephemeralcontainers", "pods/resize")
+          for op in ("CREATE", "UPDATE")),
+        # Objects created with a platform name (ownership.reserved-name).
+        *((VALIDATING, "validate-reserved-names.runguard.io", "", r, "CREATE")
+          for r in ("persistentvolumeclaims", "secrets", "configmaps")),
+    }  # fmt: skip
+    assert narrowed == {
+        "mutate.runguard.io": ("objectSelector",),
+        "mutate-controllers.runguard.io": ("run-template-or-platform-names",),
+        "mutate-references.runguard.io": ("not-a-run", "platform-names"),
+        "validate.runguard.io": ("objectSelector",),
+        "validate-controllers.runguard.io": ("run-template-or-platform-names",),
+        "validate-references.runguard.io": ("not-a-run", "platform-names"),
+        "validate-reserved-names.runguard.io": ("platform-name",),
+    }
+    conditions = {
+        (hook["name"], c["name"]): c["expression"]
+        for config in manifests.webhook_configurations(owned)
+        for hook in config["webhooks"]
+        for c in hook.get("matchConditions", [])
+    }
+    # The short ones, as an admin reads them; the others are evaluated below.
+    assert conditions["validate-references.runguard.io", "not-a-run"] == (
+        "!(object.metadata.?labels[?'app.kubernetes.io/managed-by'] == optional.of('dhcore')\n"
+        " && object.metadata.?labels[?'dhcore/run'].hasValue())"
+    )
+    assert conditions["validate-reserved-names.runguard.io", "platform-name"] == (
+        "request.resource.resource == 'persistentvolumeclaims'"
+        " && object.metadata.?name.orValue('').matches('^(?:v-.+-.*)$')\n"
+        "|| request.resource.resource == 'secrets'"
+        " && object.metadata.?name.orValue('').matches('^(?:sec-.*-.+|registry[.]pull)$')\n"
+        "|| request.resource.resource == 'configmaps'"
+        " && object.metadata.?name.orValue('').matches('^(?:init-config-map-.+)$')"
+    )
+    # Mutating and validating webhooks route the same objects.
+    for mutating, validating in (("mutate-controllers", "validate-controllers"),
+                                 ("mutate-references", "validate-references")):  # fmt: skip
+        for condition in narrowed[f"{mutating}.runguard.io"]:
+            assert (
+                conditions[f"{mutating}.runguard.io", condition]
+                == conditions[f"{validating}.runguard.io", condition]
+            )
+
+
+def owned_with(spec: dict[str, Any]) -> list[dict[str, Any]]:
+    """The configurations of OWNED_POLICY with ``spec`` for its spec."""
+    return manifests.webhook_configurations(build_policy({**OWNED_POLICY, "spec": spec}, []))
+
+
+def test_reserved_names_only_for_the_kinds_with_patterns() -> None:
+    spec = {**OWNED_POLICY["spec"], "volumes": {"platformClaims": ["v-*"]}, "secrets": {}}
+    rows, _ = routes(owned_with(spec))
+    reserved = {r for r in rows if r[1] == "validate-reserved-names.runguard.io"}
+    assert reserved == {(VALIDATING, "validate-reserved-names.runguard.io", "",
+                         "persistentvolumeclaims", "CREATE")}  # fmt: skip
+
+
+def test_ownership_without_platform_names_routes_only_runs() -> None:
+    spec = {**OWNED_POLICY["spec"], "volumes": {}, "secrets": {}}
+    rows, narrowed = routes(owned_with(spec))
+    assert rows == RUN_PODS | RUN_CONTROLLERS
+    assert narrowed["validate-controllers.runguard.io"] == ("run-template",)
+
+
+def test_empty_selector_routes_every_pod_and_controller() -> None:
+    spec = {k: v for k, v in OWNED_POLICY["spec"].items() if k != "selector"}
+    rows, narrowed = routes(owned_with(spec))
+    # Every Pod is a run: no Pod is outside the selector to judge by its references.
+    assert {r[1] for r in rows} == {"mutate.runguard.io", "mutate-controllers.runguard.io",
+                                    "validate.runguard.io", "validate-controllers.runguard.io",
+                                    "validate-reserved-names.runguard.io"}  # fmt: skip
+    assert narrowed["validate-controllers.runguard.io"] == ()
+
+
+def test_name_regex_reads_patterns_as_ownership_does() -> None:
+    from webhook.policy.patterns import NamePattern
+
+    def regex(*texts: str) -> str | None:
+        return manifests.name_regex(NamePattern.compile(t) for t in texts)
+
+    assert regex() is None
+    assert regex("v-{labels[dhcore/run]}-*") == "^(?:v-.+-.*)$"
+    assert regex("a.b", "a.b", "c-*") == "^(?:a[.]b|c-.*)$"
+    assert regex("*") == "^(?:.+)$"  # a name is never empty: an absent one matches nothing
+    assert regex("{labels[x]}{labels[y]}") == "^(?:.+.+)$"
+
+
+# --- the CEL conditions evaluated, against what the engine judges -----------------------
+#
+# cel-expr-python is CEL's C++ implementation; the apiserver runs cel-go (the e2e suite,
+# tests/e2e/test_routing.py, sends the same kinds of objects through it). Both implement
+# the CEL spec, optional types included.
+
+
+class Cel:
+    """Evaluates matchConditions as the apiserver does: all must hold, none may fail."""
+
+    def __init__(self) -> None:
+        cel = pytest.importorskip("cel_expr_python.cel")
+        optional = pytest.importorskip("cel_expr_python.ext.ext_optional")
+        strings = pytest.importorskip("cel_expr_python.ext.ext_strings")
+        self.cel = cel
+        self.env = cel.NewEnv(
+            variables={"object": cel.Type.DYN, "oldObject": cel.Type.DYN,
+                       "request": cel.Type.DYN},
+            extensions=[optional.ExtOptional(), strings.ExtStrings()],
+        )  # fmt: skip
+        self.programs: dict[str, Any] = {}
+
+    def holds(self, expression: str, obj: dict[str, Any], resource: str) -> bool:
+        if expression not in self.programs:
+            self.programs[expression] = self.env.compile(expression)
+        request = {"operation": "CREATE", "resource": {"resource": resource}}
+        value = self.programs[expression].eval(
+            data={"object": obj, "oldObject": None, "request": request}
+        )
+        # An error would fail the request (failurePolicy Fail): never expected here.
+        assert value.type() == self.cel.Type.BOOL, (expression, obj)
+        return bool(value.value())
+
+    def routed(self, hook: dict[str, Any], obj: dict[str, Any], resource: str) -> bool:
+        return all(self.holds(c["expression"], obj, resource) for c in hook["matchConditions"])
+
+
+@pytest.fixture(scope="module")
+def cel() -> Cel:
+    return Cel()
+
+
+OWNED = build_policy(OWNED_POLICY, [])
+RUN_LABELS = {"app.kubernetes.io/managed-by": "dhcore", "dhcore/run": "r1"}
+
+
+def hook(name: str, policy: Policy = OWNED) -> dict[str, Any]:
+    found: list[dict[str, Any]] = [
+        h
+        for c in manifests.webhook_configurations(policy)
+        for h in c["webhooks"]
+        if h["name"] == name
+    ]
+    assert len(found) == 1, name
+    return found[0]
+
+
+names = st.sampled_from([
+    "v-r1-data", "v-a-", "v-x", "v--", "init-config-map-r1", "init-config-map-", "sec-db-r1",
+    "sec--r1", "sec-db-", "registry.pull", "registryxpull", "team-datasets", "digitalhub", "x",
+])  # fmt: skip
+named = st.fixed_dictionaries({"name": names})
+volumes = st.one_of(
+    st.builds(lambda n: {"persistentVolumeClaim": {"claimName": n}}, names),
+    st.builds(lambda n: {"configMap": {"name": n}}, names),
+    st.builds(lambda n: {"secret": {"secretName": n}}, names),
+    st.builds(lambda s: {"projected": {"sources": s}}, st.lists(st.one_of(
+        st.builds(lambda d: {"configMap": d}, named), st.builds(lambda d: {"secret": d}, named),
+        st.just({"downwardAPI": {"items": []}})), max_size=3)),
+    st.just({"emptyDir": {}}),
+    st.just({"projected": {}}),
+).map(lambda v: {"name": "vol", **v})  # fmt: skip
+env = st.one_of(
+    st.just({"name": "A", "value": "1"}),
+    st.builds(lambda n: {"name": "A", "valueFrom": {"secretKeyRef": {"name": n, "key": "k"}}},
+              names),
+    st.builds(lambda n: {"name": "A", "valueFrom": {"configMapKeyRef": {"name": n, "key": "k"}}},
+              names),
+    st.just({"name": "A", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}),
+)  # fmt: skip
+env_from = st.one_of(
+    st.builds(lambda n: {"secretRef": {"name": n}}, names),
+    st.builds(lambda n: {"configMapRef": {"name": n}}, names),
+    st.builds(lambda n: {"prefix": "X_", "configMapRef": {"name": n}}, names),
+)
+container = st.builds(
+    lambda extra: {"name": "c", "image": "x", **extra},
+    st.fixed_dictionaries({}, optional={"env": st.lists(env, max_size=3),
+                                        "envFrom": st.lists(env_from, max_size=2)}),
+)  # fmt: skip
+pod_specs = st.fixed_dictionaries(
+    {"containers": st.lists(container, min_size=1, max_size=2)},
+    optional={
+        "volumes": st.lists(volumes, max_size=3),
+        "initContainers": st.lists(container, max_size=2),
+        "ephemeralContainers": st.lists(container, max_size=1),
+        "imagePullSecrets": st.lists(named, max_size=2),
+    },
+)
+label_maps = st.dictionaries(
+    st.sampled_from(["app.kubernetes.io/managed-by", "dhcore/run", "tier", "other"]),
+    st.sampled_from(["dhcore", "r1", "gold", "", "x"]),
+    max_size=4,
+)
+
+
+def wrapped(kind: str, labels: dict[str, str] | None, spec: dict[str, Any]) -> dict[str, Any]:
+    """A ``kind`` whose pod template has ``labels`` (None: no metadata at all) and ``spec``."""
+    template: dict[str, Any] = {"spec": spec}
+    if labels is not None:
+        template["metadata"] = {"labels": labels} if labels else {}
+    if kind == "CronJob":
+        return {
+            "kind": kind,
+            "metadata": {"name": "c"},
+            "spec": {"schedule": "* * * * *", "jobTemplate": {"spec": {"template": template}}},
+        }
+    return {"kind": kind, "metadata": {"name": "c"}, "spec": {"template": template}}  # fmt: skip
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(labels=label_maps, spec=pod_specs)
+def test_pod_conditions_route_what_the_engine_judges(
+    cel: Cel, labels: dict[str, str], spec: dict[str, Any]
+) -> None:
+    """A Pod reaches runguard when it is a run (objectSelector), or when it is not and
+    names the platform's objects: exactly the Pods ``ownership.not-a-run`` can judge."""
+    from webhook.engine.rules.ownership import platform_references
+
+    pod = {"kind": "Pod", "metadata": {"name": "p", "labels": labels}, "spec": spec}
+    run = OWNED.selector.matches(labels)
+    judged = not run and bool(platform_references(spec, OWNED))
+    for name in ("mutate-references.runguard.io", "validate-references.runguard.io"):
+        assert cel.routed(hook(name), pod, "pods") == judged
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    kind=st.sampled_from(["Job", "CronJob", "Deployment", "ReplicationController"]),
+    labels=st.one_of(st.none(), label_maps),
+    spec=pod_specs,
+)
+def test_controller_condition_routes_what_the_engine_judges(
+    cel: Cel, kind: str, labels: dict[str, str] | None, spec: dict[str, Any]
+) -> None:
+    """A controller reaches runguard when its template is a run's, or names the
+    platform's objects (``_stamp_only`` stamps it, ``_outside_selector`` judges it)."""
+    from webhook.engine.rules.ownership import platform_references
+
+    obj = wrapped(kind, labels, spec)
+    judged = OWNED.selector.matches(labels or {}) or bool(platform_references(spec, OWNED))
+    for name in ("mutate-controllers.runguard.io", "validate-controllers.runguard.io"):
+        assert cel.routed(hook(name), obj, "cronjobs" if kind == "CronJob" else "jobs") == judged
+    # Without ownership, runs only.
+    assert cel.routed(hook("validate-controllers.runguard.io", build_policy(RUN_POLICY, [])),
+                      obj, "jobs") == OWNED.selector.matches(labels or {})  # fmt: skip
+
+
+def test_controller_condition_without_template_or_spec(cel: Cel) -> None:
+    condition = hook("validate-controllers.runguard.io")
+    for obj in ({"kind": "ReplicationController", "spec": {"replicas": 0}},
+                {"kind": "CronJob", "spec": {"jobTemplate": {}}},
+                {"kind": "Job", "spec": {"template": {"metadata": {}}}}):  # fmt: skip
+        assert not cel.routed(condition, obj, "jobs")
+
+
+# Every place ownership.platform_references looks, with a platform name in it.
+REFERENCES: dict[str, dict[str, Any]] = {
+    "claim volume": {"volumes": [{"name": "v", "persistentVolumeClaim": {"claimName": "v-r1-a"}}]},
+    "configMap volume": {"volumes": [{"name": "v", "configMap": {"name": "init-config-map-r1"}}]},
+    "secret volume": {"volumes": [{"name": "v", "secret": {"secretName": "sec-db-r1"}}]},
+    "projected configMap": {"volumes": [{"name": "v", "projected": {"sources": [
+        {"downwardAPI": {}}, {"configMap": {"name": "init-config-map-r1"}}]}}]},
+    "projected secret": {"volumes": [{"name": "v", "projected": {"sources": [
+        {"secret": {"name": "registry.pull"}}]}}]},
+    "env secretKeyRef": {"containers": [{"name": "c", "env": [
+        {"name": "A", "value": "1"},
+        {"name": "B", "valueFrom": {"secretKeyRef": {"name": "sec-db-r1", "key": "k"}}}]}]},
+    "env configMapKeyRef": {"containers": [{"name": "c", "env": [
+        {"name": "B", "valueFrom": {"configMapKeyRef": {"name": "init-config-map-r1",
+                                                        "key": "k"}}}]}]},
+    "envFrom secretRef": {"containers": [{"name": "c", "envFrom": [
+        {"secretRef": {"name": "sec-db-r1"}}]}]},
+    "envFrom configMapRef": {"containers": [{"name": "c", "envFrom": [
+        {"prefix": "X_", "configMapRef": {"name": "init-config-map-r1"}}]}]},
+    "init container": {"containers": [{"name": "c"}], "initContainers": [{"name": "i", "envFrom": [
+        {"secretRef": {"name": "sec-db-r1"}}]}]},
+    "ephemeral container": {"containers": [{"name": "c"}], "ephemeralContainers": [
+        {"name": "debug", "envFrom": [{"secretRef": {"name": "sec-db-r1"}}]}]},
+    "imagePullSecrets": {"imagePullSecrets": [{"name": "team"}, {"name": "registry.pull"}]},
+}  # fmt: skip
+# The same names, one character off: none is the platform's.
+NOT_PLATFORM = {"v-r1-a": "v-r1", "init-config-map-r1": "init-config-map", "sec-db-r1": "sec-db",
+                "registry.pull": "registryxpull"}  # fmt: skip
+
+
+def renamed(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: renamed(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [renamed(v) for v in value]
+    return NOT_PLATFORM.get(value, value)
+
+
+@pytest.mark.parametrize("where", REFERENCES)
+def test_every_place_a_pod_names_the_platforms_objects(cel: Cel, where: str) -> None:
+    from webhook.engine.rules.ownership import platform_references
+
+    spec = REFERENCES[where]
+    other = renamed(spec)
+    assert platform_references(spec, OWNED) and not platform_references(other, OWNED)
+    for labels in ({}, {"app.kubernetes.io/managed-by": "dhcore"}):  # not runs
+        pod = {"kind": "Pod", "metadata": {"labels": labels}, "spec": spec}
+        assert cel.routed(hook("validate-references.runguard.io"), pod, "pods"), where
+        assert not cel.routed(hook("validate-references.runguard.io"), {**pod, "spec": other},
+                              "pods")  # fmt: skip
+    run = {"kind": "Pod", "metadata": {"labels": RUN_LABELS}, "spec": spec}
+    assert not cel.routed(hook("validate-references.runguard.io"), run, "pods")  # objectSelector's
+    for kind in ("Job", "CronJob", "StatefulSet"):
+        assert cel.routed(hook("validate-controllers.runguard.io"), wrapped(kind, {}, spec), "jobs")
+        assert not cel.routed(hook("validate-controllers.runguard.io"), wrapped(kind, {}, other),
+                              "jobs")  # fmt: skip
+
+
+selectors = st.fixed_dictionaries(
+    {},
+    optional={
+        "matchLabels": st.dictionaries(st.sampled_from(["a", "b", "x/y"]),
+                                       st.sampled_from(["1", "2", ""]), max_size=2),
+        "matchExpressions": st.lists(st.one_of(
+            st.builds(lambda k, op, v: {"key": k, "operator": op, "values": v},
+                      st.sampled_from(["a", "b", "c"]), st.sampled_from(["In", "NotIn"]),
+                      st.lists(st.sampled_from(["1", "2", "3", ""]), min_size=1, max_size=2,
+                               unique=True)),
+            st.builds(lambda k, op: {"key": k, "operator": op}, st.sampled_from(["a", "b", "c"]),
+                      st.sampled_from(["Exists", "DoesNotExist"])),
+        ), max_size=3),
+    },
+)  # fmt: skip
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    selector=selectors,
+    labels=st.dictionaries(
+        st.sampled_from(["a", "b", "c", "x/y"]), st.sampled_from(["1", "2", "3", ""]), max_size=4
+    ),  # fmt: skip
+)
+def test_selector_expression_is_the_label_selector(
+    cel: Cel, selector: dict[str, Any], labels: dict[str, str]
+) -> None:
+    from webhook.policy.model import LabelSelector
+
+    parsed = LabelSelector.model_validate(selector)
+    expression = manifests.selector_expression(parsed, "object.metadata.?labels")
+    if expression is None:
+        assert parsed.matches(labels)  # the empty selector matches everything
+        return
+    for metadata in ({"labels": labels}, {} if not labels else None):
+        if metadata is not None:
+            assert cel.holds(expression, {"metadata": metadata}, "pods") == parsed.matches(labels)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    resource=st.sampled_from(["persistentvolumeclaims", "secrets", "configmaps"]),
+    name=st.one_of(names, st.text("vsecinit-config-map.r1pull", min_size=1, max_size=20)),
+)
+def test_reserved_name_condition_is_ownership_reserved_name(
+    cel: Cel, resource: str, name: str
+) -> None:
+    from webhook.engine.rules.ownership import reserved_name
+
+    kind = manifests.PLATFORM_OBJECTS[resource]
+    obj = {"kind": kind, "metadata": {"name": name}}
+    routed = cel.routed(hook("validate-reserved-names.runguard.io"), obj, resource)
+    assert routed == (reserved_name(OWNED, kind, name) is not None)
 
 
 # --- the command -----------------------------------------------------------------------

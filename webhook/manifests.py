@@ -1,45 +1,74 @@
 """The objects that put runguard in the admission path, rendered from a Policy.
 
 ``webhook_configurations(policy)`` returns the ``MutatingWebhookConfiguration`` and
-``ValidatingWebhookConfiguration`` as dicts: the policy's ``selector`` is their
-``objectSelector``, so the kube-apiserver only calls runguard for platform runs, and
-runguard's own namespace plus the policy's ``excludeNamespaces`` are left out by
-``namespaceSelector``. ``policy_config_map(files)`` is the ConfigMap the Deployment
-mounts as its policy directory.
+``ValidatingWebhookConfiguration`` as dicts. They route to runguard only what it must
+judge (SPEC section 7, "Fail closed, narrowly"), and every webhook fails closed:
+
+- Pods by ``objectSelector``, the policy's ``selector``;
+- pod controllers (Jobs, CronJobs, Deployments, StatefulSets, ReplicaSets, DaemonSets,
+  ReplicationControllers), whose run labels are in their pod *template*, where an
+  ``objectSelector`` cannot look, by a CEL ``matchConditions`` rendered from the
+  selector: the template's labels match it, or (ownership on, ``platform.identities``
+  set) the template names one of the platform's claims, configMaps or secrets;
+- with ownership on, Pods outside the selector that name the platform's objects
+  (``ownership.not-a-run``), and the creation of a PVC, Secret or ConfigMap with a
+  platform name (``ownership.reserved-name``), by CEL again.
+
+Runguard's own namespace and the policy's ``excludeNamespaces`` are left out by
+``namespaceSelector``. ``matchConditions`` are GA in Kubernetes 1.30: the configurations
+need 1.30 or later. ``policy_config_map(files)`` is the ConfigMap the Deployment mounts
+as its policy directory.
 
 ``generated_files`` renders both into the two files of the kustomize base in
 ``manifests/`` that are generated (``runguard manifests -p policies --write
-manifests``), so the selector the apiserver uses and the policy runguard loads come
-from the same ``policies/`` and a test fails when they disagree.
+manifests``), so what the apiserver routes and the policy runguard loads come from the
+same ``policies/`` and a test fails when they disagree.
 """
 
 from __future__ import annotations
 
 import base64
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 import yaml
 
-from webhook.policy.model import Policy
+from webhook.engine.rules.ownership import enabled as ownership_enabled
+from webhook.engine.rules.ownership import reserved_patterns
+from webhook.policy.model import LabelSelector, NamePattern, Policy
+from webhook.policy.patterns import split
 
 __all__ = [
     "CONFIG_MAP_FILE",
     "CONFIG_MAP_NAME",
     "CONFIGURATION_NAME",
+    "CONTROLLERS_WEBHOOK",
     "DEFAULT_NAMESPACE",
     "DEFAULT_SERVICE",
+    "MIN_KUBERNETES",
+    "MUTATING_CONTROLLERS_WEBHOOK",
+    "MUTATING_REFERENCES_WEBHOOK",
     "MUTATING_WEBHOOK",
+    "PLATFORM_OBJECTS",
+    "POD_CONTROLLERS",
+    "REQUIRES",
+    "RESERVED_NAMES_WEBHOOK",
+    "VALIDATING_REFERENCES_WEBHOOK",
     "VALIDATING_WEBHOOK",
-    "CONTROLLERS_WEBHOOK",
     "WEBHOOKS_FILE",
     "ManifestError",
+    "controller_condition",
     "generated_files",
     "mutating_webhook_configuration",
+    "name_regex",
     "policy_config_map",
     "read_policy_files",
+    "references_expression",
+    "reserved_name_condition",
+    "selector_expression",
     "to_yaml",
     "validating_webhook_configuration",
     "webhook_configurations",
@@ -49,12 +78,21 @@ DEFAULT_NAMESPACE = "runguard"
 DEFAULT_SERVICE = "runguard"
 SERVICE_PORT = 443
 CONFIGURATION_NAME = "runguard"
+# matchConditions are GA (on by default, and their CEL environment with optional
+# types, `?.` and `orValue`) from this version on.
+MIN_KUBERNETES = "1.30"
+# Run Pods, by objectSelector.
 MUTATING_WEBHOOK = "mutate.runguard.io"
 VALIDATING_WEBHOOK = "validate.runguard.io"
-# Controllers carry the run labels in their pod *template*, which objectSelector cannot
-# see: this webhook has none (the engine reads the template) and fails open, since the
-# Pods the controller creates are still judged, fail-closed, by the two above.
+# Pod controllers whose template is a run's or names the platform's objects, by CEL
+# (the template is out of an objectSelector's sight). Mutated only to be stamped.
+MUTATING_CONTROLLERS_WEBHOOK = "mutate-controllers.runguard.io"
 CONTROLLERS_WEBHOOK = "validate-controllers.runguard.io"
+# Ownership on: Pods outside the selector naming the platform's objects (stamped at
+# CREATE, judged by ownership.not-a-run), and objects created with a platform name.
+MUTATING_REFERENCES_WEBHOOK = "mutate-references.runguard.io"
+VALIDATING_REFERENCES_WEBHOOK = "validate-references.runguard.io"
+RESERVED_NAMES_WEBHOOK = "validate-reserved-names.runguard.io"
 MUTATE_PATH, VALIDATE_PATH = "/mutate", "/validate"
 CONFIG_MAP_NAME = "runguard-policies"
 # Pod subresources that change a Pod's spec after creation: each is a door into a running
@@ -70,15 +108,288 @@ LABELS = {"app.kubernetes.io/name": "runguard", "app.kubernetes.io/part-of": "ru
 # 'app.kubernetes.io/component!=admission'`, then the webhooks once runguard is Ready.
 ADMISSION_LABELS = {**LABELS, "app.kubernetes.io/component": "admission"}
 
-# The pod controllers whose templates the validating webhook judges, by API group.
+# The pod controllers whose templates runguard judges, by API group (every kind
+# webhook.engine.podspec finds a template in).
 POD_CONTROLLERS = {
     "apps": ("deployments", "statefulsets", "replicasets", "daemonsets"),
     "batch": ("jobs", "cronjobs"),
+    "": ("replicationcontrollers",),
+}
+# The objects whose names the platform's patterns reserve: resource -> kind (the kind
+# ownership.reserved_patterns knows them by).
+PLATFORM_OBJECTS = {
+    "persistentvolumeclaims": "PersistentVolumeClaim",
+    "secrets": "Secret",
+    "configmaps": "ConfigMap",
 }
 
 
 class ManifestError(Exception):
     """An input the manifests cannot be rendered from (a bad --url, a bad CA bundle)."""
+
+
+# --- CEL: what the apiserver sends to runguard ------------------------------------------
+#
+# The expressions run in the apiserver's matchConditions environment, where `object` is
+# untyped: every field that may be absent is read with optional selection (`a.?b`,
+# `m[?k]`, `.orValue(default)`), so an absent field is never an evaluation error (an
+# error fails the request, as the webhook's failurePolicy is Fail). The apiserver does
+# not estimate their cost when it stores a configuration (1.33); at run time each
+# expression is bounded (1,000,000 units, 2,500,000 for all of a webhook's conditions) and
+# going over fails the request. Only names that are there cost much (a `matches` is
+# priced by the name's length times the regex's): measured on 1.33 with the shipped
+# policy, a Pod reading secrets that are not the platform's is refused from somewhere
+# between 9,000 and 15,000 of them with 63-character names, 3,000 and 4,000 with 253
+# (tests/e2e/test_routing.py keeps a point either side).
+
+# The pod template of a controller: `spec.template`, or a CronJob's
+# `spec.jobTemplate.spec.template`; `{}` when neither is there.
+TEMPLATE = "object.spec.?template.or(object.spec.?jobTemplate.?spec.?template).orValue({})"
+
+
+@dataclass(frozen=True)
+class _Join:
+    """``parts`` joined by ``op`` (``||`` or ``&&``), one per line."""
+
+    op: str
+    parts: tuple[_Expr, ...]
+
+
+@dataclass(frozen=True)
+class _Exists:
+    """The list ``items`` has an element ``var`` for which ``body`` holds."""
+
+    items: str
+    var: str
+    body: _Expr
+
+
+_Expr = str | _Join | _Exists
+
+
+def _join(op: str, *parts: _Expr | None) -> _Expr | None:
+    present: list[_Expr] = []
+    for part in parts:
+        if isinstance(part, _Join) and part.op == op:
+            present.extend(part.parts)
+        elif part is not None:
+            present.append(part)
+    if len(present) <= 1:
+        return present[0] if present else None
+    return _Join(op, tuple(present))
+
+
+def _exists(items: str, var: str, body: _Expr | None) -> _Exists | None:
+    """``items`` is an optional list (absent: empty)."""
+    return None if body is None else _Exists(f"{items}.orValue([])", var, body)
+
+
+def _render(expr: _Expr, indent: str = "") -> str:
+    """CEL text, a condition per line, nested ones indented (what an admin reads)."""
+    if isinstance(expr, str):
+        return expr
+    if isinstance(expr, _Exists):
+        inner = indent + "  "
+        return f"{expr.items}.exists({expr.var},\n{inner}{_render(expr.body, inner)})"
+    parts = []
+    for part in expr.parts:
+        if isinstance(part, _Join):  # the other operator (_join flattens the same one)
+            parts.append(f"({_render(part, indent + ' ')})")
+        else:
+            parts.append(_render(part, indent))
+    return f"\n{indent}{expr.op} ".join(parts)
+
+
+def _cel_string(text: str) -> str:
+    """``text`` as a CEL string literal."""
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _selector(selector: LabelSelector, labels: str) -> _Expr | None:
+    """The labels map ``labels`` (an expression, may be optional) matches ``selector``;
+    None for the empty selector, which matches everything.
+
+    Each requirement reads the label as an optional, ``labels[?key]``: absent is
+    ``optional.none()``, which equals no ``optional.of(value)``. So ``In`` needs the
+    label and ``NotIn`` matches an absent one, as in Kubernetes."""
+    terms: list[_Expr | None] = []
+
+    def label(key: str) -> str:
+        return f"{labels}[?{_cel_string(key)}]"
+
+    def one_of(values: Sequence[str]) -> str:
+        return "[" + ", ".join(f"optional.of({_cel_string(v)})" for v in values) + "]"
+
+    for key, value in selector.match_labels.items():
+        terms.append(f"{label(key)} == optional.of({_cel_string(value)})")
+    for requirement in selector.match_expressions:
+        key, operator = requirement["key"], requirement["operator"]
+        values = requirement.get("values") or []
+        if operator == "In":
+            terms.append(f"{label(key)} in {one_of(values)}")
+        elif operator == "NotIn":
+            terms.append(f"!({label(key)} in {one_of(values)})")
+        elif operator == "Exists":
+            terms.append(f"{label(key)}.hasValue()")
+        elif operator == "DoesNotExist":
+            terms.append(f"!{label(key)}.hasValue()")
+        else:  # the schema allows no other: never route less than asked
+            raise ManifestError(f"selector: unknown operator {operator!r}")
+    return _join("&&", *terms)
+
+
+def selector_expression(selector: LabelSelector, labels: str) -> str | None:
+    """CEL: the labels map ``labels`` (an expression) matches ``selector``; None for the
+    empty selector."""
+    expr = _selector(selector, labels)
+    return None if expr is None else _render(expr)
+
+
+def name_regex(patterns: Iterable[NamePattern]) -> str | None:
+    """An RE2 regex (anchored, for CEL ``matches``) of the names the patterns give, for
+    any run: ``{labels[KEY]}`` is any non-empty value, ``*`` any run of characters, as
+    ``ownership.reserved_name`` reads them. None when there is no pattern."""
+    alternatives = []
+    for pattern in patterns:
+        literals, _ = split(pattern.text)
+        alternatives.append(".+".join(_literal_regex(literal) for literal in literals))
+    if not alternatives:
+        return None
+    return "^(?:" + "|".join(dict.fromkeys(alternatives)) + ")$"
+
+
+def _literal_regex(literal: str) -> str:
+    if literal and set(literal) == {"*"}:
+        # Any name; `.+` rather than `.*`, as a name is never empty and an absent one,
+        # read as '', must match nothing.
+        return ".+"
+    out = []
+    for char in literal:
+        if char.isascii() and (char.isalnum() or char == "-"):
+            out.append(char)
+        elif char == "*":
+            out.append(".*")
+        elif char in "\\^]":
+            out.append("\\" + char)
+        else:
+            out.append(f"[{char}]")  # `.` and anything else, literally, without escapes
+    return "".join(out)
+
+
+def _matches(value: str, regex: str | None) -> str | None:
+    """The optional string ``value`` is there and matches ``regex`` (None: no regex)."""
+    if regex is None:
+        return None
+    return f"{value}.orValue('').matches({_cel_string(regex)})"
+
+
+def _references(policy: Policy, spec: str) -> _Expr | None:
+    """The pod spec ``spec`` (an expression, may be optional) names an object with a
+    platform name, where ``ownership.platform_references`` looks; None when the policy
+    reserves no name."""
+    claims = name_regex(reserved_patterns(policy, "PersistentVolumeClaim"))
+    config_maps = name_regex(reserved_patterns(policy, "ConfigMap"))
+    secrets = name_regex(reserved_patterns(policy, "Secret"))
+    projected = _join(
+        "||", _matches("s.?configMap.?name", config_maps), _matches("s.?secret.?name", secrets)
+    )
+    volume = _join(
+        "||",
+        _matches("v.?persistentVolumeClaim.?claimName", claims),
+        _matches("v.?configMap.?name", config_maps),
+        _matches("v.?secret.?secretName", secrets),
+        _exists("v.?projected.?sources", "s", projected),
+    )
+    env = _join(
+        "||",
+        _matches("e.?valueFrom.?secretKeyRef.?name", secrets),
+        _matches("e.?valueFrom.?configMapKeyRef.?name", config_maps),
+    )
+    env_from = _join(
+        "||",
+        _matches("e.?secretRef.?name", secrets),
+        _matches("e.?configMapRef.?name", config_maps),
+    )
+    container = _join("||", _exists("c.?env", "e", env), _exists("c.?envFrom", "e", env_from))
+    # init, regular and ephemeral containers, as one list
+    containers = " + ".join(
+        f"{spec}.?{name}.orValue([])"
+        for name in ("initContainers", "containers", "ephemeralContainers")
+    )
+    return _join(
+        "||",
+        _exists(f"{spec}.?volumes", "v", volume),
+        None if container is None else _Exists(f"({containers})", "c", container),
+        _exists(f"{spec}.?imagePullSecrets", "r", _matches("r.?name", secrets)),
+    )
+
+
+def references_expression(policy: Policy, spec: str) -> str | None:
+    """CEL: the pod spec ``spec`` (an expression) names an object with a platform name:
+    volumes (claims, configMaps, secrets, projected sources), each container's ``env``
+    and ``envFrom`` (init, regular and ephemeral containers), ``imagePullSecrets``. None
+    when the policy reserves no name."""
+    expr = _references(policy, spec)
+    return None if expr is None else _render(expr)
+
+
+def _reserved(policy: Policy) -> dict[str, str]:
+    """resource -> the regex of the names the platform reserves for it, if any."""
+    regexes = {
+        resource: name_regex(reserved_patterns(policy, kind))
+        for resource, kind in PLATFORM_OBJECTS.items()
+    }
+    return {resource: regex for resource, regex in regexes.items() if regex is not None}
+
+
+def _condition(name: str, expression: _Expr) -> dict[str, str]:
+    return {"name": name, "expression": _render(expression)}
+
+
+def controller_condition(policy: Policy) -> dict[str, str] | None:
+    """The controllers' matchCondition: the template is a run's, or (ownership on) names
+    the platform's objects. None when every controller qualifies (empty selector)."""
+    run = _selector(policy.selector, "t.?metadata.?labels")
+    if run is None:
+        return None
+    references = _references(policy, "t.?spec") if ownership_enabled(policy) else None
+    name = "run-template" if references is None else "run-template-or-platform-names"
+    either = _join("||", run, references)
+    assert either is not None
+    # A one-element list binds the template to `t` (this CEL has no `let`).
+    return _condition(name, _Exists(f"[{TEMPLATE}]", "t", either))
+
+
+def _pod_reference_conditions(policy: Policy) -> list[dict[str, str]] | None:
+    """Ownership on: a Pod outside the selector naming the platform's objects. None when
+    no Pod can be (ownership off, no platform name, or every Pod is a run)."""
+    if not ownership_enabled(policy):
+        return None
+    run = _selector(policy.selector, "object.metadata.?labels")
+    references = _references(policy, "object.spec")
+    if run is None or references is None:
+        return None
+    return [
+        _condition("not-a-run", f"!({_render(run, ' ')})"),
+        _condition("platform-names", references),
+    ]
+
+
+def reserved_name_condition(policy: Policy) -> dict[str, str] | None:
+    """Ownership on: a PVC, Secret or ConfigMap created with a name a platform pattern
+    gives (placeholders as wildcards). None when the policy reserves no name."""
+    if not ownership_enabled(policy):
+        return None
+    alternatives = [
+        f"request.resource.resource == {_cel_string(resource)}"
+        f" && object.metadata.?name.orValue('').matches({_cel_string(regex)})"
+        for resource, regex in _reserved(policy).items()
+    ]
+    expr = _join("||", *alternatives)
+    return None if expr is None else _condition("platform-name", expr)
+
+
+# --- the webhooks ---------------------------------------------------------------------
 
 
 def _client_config(
@@ -106,34 +417,65 @@ def _rule(group: str, resources: Iterable[str], operations: list[str]) -> dict[s
     }
 
 
+def _controller_rules(operations: list[str]) -> list[dict[str, Any]]:
+    return [_rule(group, resources, operations) for group, resources in POD_CONTROLLERS.items()]
+
+
 def namespace_selector(policy: Policy, namespace: str) -> dict[str, Any]:
     """Every namespace but runguard's own (it must start without itself) and the excluded."""
     excluded = sorted({namespace, *policy.exclude_namespaces})
     return {"matchExpressions": [{"key": NAMESPACE_LABEL, "operator": "NotIn", "values": excluded}]}
 
 
-def _webhook(
-    name: str,
-    path: str,
-    rules: list[dict[str, Any]],
-    policy: Policy,
-    namespace: str,
-    service: str,
-    ca_bundle: bytes | None,
-    url: str | None,
-) -> dict[str, Any]:
-    return {
-        "name": name,
-        "admissionReviewVersions": ["v1"],
-        "clientConfig": _client_config(path, namespace, service, ca_bundle, url),
-        "rules": rules,
-        "failurePolicy": "Fail",
-        "matchPolicy": "Equivalent",
-        "sideEffects": "None",
-        "timeoutSeconds": TIMEOUT_SECONDS,
-        "namespaceSelector": namespace_selector(policy, namespace),
-        "objectSelector": policy.selector.to_dict(),
-    }
+class _Target:
+    """Where the webhooks call runguard, and which namespaces they leave out."""
+
+    def __init__(
+        self,
+        policy: Policy,
+        namespace: str,
+        service: str,
+        ca_bundle: bytes | None,
+        url: str | None,
+    ) -> None:
+        _check_inputs(ca_bundle, url)
+        self.policy = policy
+        self.namespace = namespace
+        self.service = service
+        self.ca_bundle = ca_bundle
+        self.url = url
+
+    def webhook(
+        self,
+        name: str,
+        path: str,
+        rules: list[dict[str, Any]],
+        *,
+        object_selector: bool = False,
+        conditions: Sequence[Mapping[str, str]] = (),
+        mutating: bool = False,
+    ) -> dict[str, Any]:
+        hook: dict[str, Any] = {
+            "name": name,
+            "admissionReviewVersions": ["v1"],
+            "clientConfig": _client_config(
+                path, self.namespace, self.service, self.ca_bundle, self.url
+            ),
+            "rules": rules,
+            "failurePolicy": "Fail",  # every webhook: what reaches runguard waits for it
+            "matchPolicy": "Equivalent",
+            "sideEffects": "None",
+            "timeoutSeconds": TIMEOUT_SECONDS,
+            "namespaceSelector": namespace_selector(self.policy, self.namespace),
+        }
+        if object_selector:
+            hook["objectSelector"] = self.policy.selector.to_dict()
+        if conditions:
+            hook["matchConditions"] = [dict(c) for c in conditions]
+        if mutating:
+            # Mutation is idempotent, so running again after other mutating webhooks is safe.
+            hook["reinvocationPolicy"] = "IfNeeded"
+        return hook
 
 
 def _check_inputs(ca_bundle: bytes | None, url: str | None) -> None:
@@ -148,6 +490,19 @@ def _check_inputs(ca_bundle: bytes | None, url: str | None) -> None:
         raise ManifestError("the CA bundle holds no PEM certificate")
 
 
+def _conditions(condition: Mapping[str, str] | None) -> list[Mapping[str, str]]:
+    return [condition] if condition is not None else []
+
+
+def _configuration(kind: str, hooks: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": kind,
+        "metadata": {"name": CONFIGURATION_NAME, "labels": dict(ADMISSION_LABELS)},
+        "webhooks": hooks,
+    }
+
+
 def mutating_webhook_configuration(
     policy: Policy,
     *,
@@ -156,28 +511,40 @@ def mutating_webhook_configuration(
     ca_bundle: bytes | None = None,
     url: str | None = None,
 ) -> dict[str, Any]:
-    """Pods are mutated on CREATE; on UPDATE runguard only puts back the running spec
-    (``kubectl apply`` re-sending the user's manifest), since a Pod's spec is immutable."""
-    _check_inputs(ca_bundle, url)
-    hook = _webhook(
-        MUTATING_WEBHOOK,
-        MUTATE_PATH,
-        # ephemeralcontainers: a debug container added with `kubectl debug` is hardened
-        [_rule("", ["pods", "pods/ephemeralcontainers"], ["CREATE", "UPDATE"])],
-        policy,
-        namespace,
-        service,
-        ca_bundle,
-        url,
-    )
-    # Mutation is idempotent, so running again after other mutating webhooks is safe.
-    hook["reinvocationPolicy"] = "IfNeeded"
-    return {
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "MutatingWebhookConfiguration",
-        "metadata": {"name": CONFIGURATION_NAME, "labels": dict(ADMISSION_LABELS)},
-        "webhooks": [hook],
-    }
+    """Run Pods are mutated on CREATE; on UPDATE runguard only puts back the running spec
+    (``kubectl apply`` re-sending the user's manifest), since a Pod's spec is immutable.
+    Run controllers, and Pods outside the selector naming the platform's objects, are
+    only stamped (``runguard.io/requested-by``), at CREATE."""
+    target = _Target(policy, namespace, service, ca_bundle, url)
+    hooks = [
+        target.webhook(
+            MUTATING_WEBHOOK,
+            MUTATE_PATH,
+            # ephemeralcontainers: a debug container added with `kubectl debug` is hardened
+            [_rule("", ["pods", "pods/ephemeralcontainers"], ["CREATE", "UPDATE"])],
+            object_selector=True,
+            mutating=True,
+        ),
+        target.webhook(
+            MUTATING_CONTROLLERS_WEBHOOK,
+            MUTATE_PATH,
+            _controller_rules(["CREATE"]),
+            conditions=_conditions(controller_condition(policy)),
+            mutating=True,
+        ),
+    ]
+    references = _pod_reference_conditions(policy)
+    if references is not None:
+        hooks.append(
+            target.webhook(
+                MUTATING_REFERENCES_WEBHOOK,
+                MUTATE_PATH,
+                [_rule("", ["pods"], ["CREATE"])],
+                conditions=references,
+                mutating=True,
+            )
+        )
+    return _configuration("MutatingWebhookConfiguration", hooks)
 
 
 def validating_webhook_configuration(
@@ -188,38 +555,50 @@ def validating_webhook_configuration(
     ca_bundle: bytes | None = None,
     url: str | None = None,
 ) -> dict[str, Any]:
-    """Pods (fail closed, objectSelector from the policy) and the pod templates of
-    controllers (fail open, no objectSelector: the run labels are in the template)."""
-    _check_inputs(ca_bundle, url)
+    """Run Pods (objectSelector), the controllers whose template is a run's or names the
+    platform's objects, and with ownership on, Pods outside the selector naming them and
+    objects created with a platform name (CEL matchConditions). All fail closed."""
+    target = _Target(policy, namespace, service, ca_bundle, url)
     ops = ["CREATE", "UPDATE"]
-    pods = _webhook(
-        VALIDATING_WEBHOOK,
-        VALIDATE_PATH,
-        [_rule("", ["pods", *POD_SPEC_SUBRESOURCES], ops)],
-        policy,
-        namespace,
-        service,
-        ca_bundle,
-        url,
-    )
-    controllers = _webhook(
-        CONTROLLERS_WEBHOOK,
-        VALIDATE_PATH,
-        [_rule(group, resources, ops) for group, resources in POD_CONTROLLERS.items()],
-        policy,
-        namespace,
-        service,
-        ca_bundle,
-        url,
-    )
-    controllers["failurePolicy"] = "Ignore"
-    del controllers["objectSelector"]
-    return {
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingWebhookConfiguration",
-        "metadata": {"name": CONFIGURATION_NAME, "labels": dict(ADMISSION_LABELS)},
-        "webhooks": [pods, controllers],
-    }
+    hooks = [
+        target.webhook(
+            VALIDATING_WEBHOOK,
+            VALIDATE_PATH,
+            [_rule("", ["pods", *POD_SPEC_SUBRESOURCES], ops)],
+            object_selector=True,
+        ),
+        # On UPDATE the condition reads the new object: an object entering the scope is
+        # judged (ownership.stamp); one leaving it no longer matters to runguard.
+        target.webhook(
+            CONTROLLERS_WEBHOOK,
+            VALIDATE_PATH,
+            _controller_rules(ops),
+            conditions=_conditions(controller_condition(policy)),
+        ),
+    ]
+    references = _pod_reference_conditions(policy)
+    if references is not None:
+        # UPDATE too: the stamp must not change, and `kubectl debug` must not add a
+        # container naming the platform's objects to a Pod that is not the platform's.
+        hooks.append(
+            target.webhook(
+                VALIDATING_REFERENCES_WEBHOOK,
+                VALIDATE_PATH,
+                [_rule("", ["pods", *POD_SPEC_SUBRESOURCES], ops)],
+                conditions=references,
+            )
+        )
+    reserved = reserved_name_condition(policy)
+    if reserved is not None:
+        hooks.append(
+            target.webhook(
+                RESERVED_NAMES_WEBHOOK,
+                VALIDATE_PATH,
+                [_rule("", _reserved(policy), ["CREATE"])],  # a name never changes
+                conditions=[reserved],
+            )
+        )
+    return _configuration("ValidatingWebhookConfiguration", hooks)
 
 
 def webhook_configurations(
@@ -292,6 +671,10 @@ def to_yaml(objects: Iterable[Mapping[str, Any]], header: str = "") -> str:
     return header + body
 
 
+REQUIRES = (
+    f"# Needs Kubernetes {MIN_KUBERNETES}+: the webhooks route by CEL matchConditions (GA in "
+    f"{MIN_KUBERNETES}).\n"
+)
 _HEADER = (
     "# Generated from policies/ by `runguard manifests -p policies --write manifests`.\n"
     "# Do not edit: edit policies/ and regenerate (tests/test_manifests.py checks it).\n"
@@ -307,6 +690,8 @@ def generated_files(
     Secret's ``ca.crt`` (see ``manifests/kustomization.yaml``), so it cannot drift either.
     """
     return {
-        WEBHOOKS_FILE: to_yaml(webhook_configurations(policy, namespace=namespace), _HEADER),
+        WEBHOOKS_FILE: to_yaml(
+            webhook_configurations(policy, namespace=namespace), _HEADER + REQUIRES
+        ),
         CONFIG_MAP_FILE: to_yaml([policy_config_map(files, namespace=namespace)], _HEADER),
     }

@@ -29,8 +29,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="render the webhook configurations from the policy",
         description=(
             "Render the MutatingWebhookConfiguration and ValidatingWebhookConfiguration "
-            "from the policy: objectSelector from its selector, namespaceSelector leaving "
-            "out runguard's namespace and excludeNamespaces. With --write, regenerate the "
+            "from the policy, routing to runguard only what it judges, every webhook "
+            "failing closed: run Pods by objectSelector (the policy's selector); pod "
+            "controllers whose template is a run's or names the platform's objects, Pods "
+            "outside the selector naming them and objects created with a platform name, "
+            "by CEL matchConditions (Kubernetes 1.30+); namespaceSelector leaving out "
+            "runguard's namespace and excludeNamespaces. With --write, regenerate the "
             "generated files of the kustomize base (webhook configurations and the policy "
             "ConfigMap); with --check, fail when they disagree with the policy."
         ),
@@ -110,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
         items: dict[str, Any] = {"apiVersion": "v1", "kind": "List", "items": objects}
         print(json.dumps(items, indent=2))
     else:
-        sys.stdout.write(manifests.to_yaml(objects))
+        sys.stdout.write(manifests.to_yaml(objects, manifests.REQUIRES))
     return EXIT_OK
 
 
