@@ -18,10 +18,7 @@ refuses them there.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Any
-
-from webhook.engine.pod import ALL_CONTAINER_LISTS, Pod, warning
+from webhook.engine.pod import ALL_CONTAINER_LISTS, CONTAINER_LISTS, Pod, warning
 from webhook.engine.types import JSON, Change, Violation
 from webhook.policy.model import Policy
 
@@ -108,16 +105,23 @@ def hint(list_name: str) -> str:
     return DEBUG_HINT if list_name == "ephemeralContainers" else ""
 
 
-def _security_contexts(pod: Pod) -> Iterator[tuple[str, JSON]]:
-    """("pod", the pod's securityContext) then (container name, its securityContext), for
-    init containers and containers (ephemeral ones are only ever added, see security.py)."""
-    psc = pod.spec.get("securityContext")
-    if psc is not None:
-        yield "pod", psc
-    for _, _, container in pod.containers():
-        sc = container.get("securityContext")
-        if sc is not None:
-            yield container["name"], sc
+def _carrying(pod: Pod, key: str, *, pod_level: bool = True) -> list[tuple[str, JSON]]:
+    """(``pod`` or container name, securityContext) of the pod (unless ``pod_level`` is
+    False), init containers and containers whose securityContext sets ``key``; ephemeral
+    containers are only ever added, see ``security.harden_debug_containers``. Plain loops:
+    this runs for every pod, which almost never sets any of these keys."""
+    spec = pod.spec
+    out = []
+    if pod_level:
+        psc = spec.get("securityContext")
+        if psc is not None and psc.get(key) is not None:
+            out.append(("pod", psc))
+    for list_name in CONTAINER_LISTS:
+        for container in spec.get(list_name) or ():
+            sc = container.get("securityContext")
+            if sc is not None and sc.get(key) is not None:
+                out.append((container["name"], sc))
+    return out
 
 
 def _fixes(pod: Pod) -> bool:
@@ -137,8 +141,8 @@ def confine_apparmor(pod: Pod) -> Change | None:
         return None
     unconfined = [
         (where, sc)
-        for where, sc in _security_contexts(pod)
-        if (sc.get("appArmorProfile") or {}).get("type") == "Unconfined"
+        for where, sc in _carrying(pod, "appArmorProfile")
+        if sc["appArmorProfile"].get("type") == "Unconfined"
     ]
     if not unconfined or any(
         key.startswith(APPARMOR_ANNOTATION) and value == "unconfined"
@@ -157,10 +161,8 @@ def confine_selinux(pod: Pod) -> Change | None:
     if not _fixes(pod):
         return None
     fixed = []
-    for where, sc in _security_contexts(pod):
-        options = sc.get("seLinuxOptions")
-        if options is None:
-            continue
+    for where, sc in _carrying(pod, "seLinuxOptions"):
+        options = sc["seLinuxOptions"]
         removed = [key for key in ("user", "role") if options.get(key)]
         if (options.get("type") or "") not in SELINUX_TYPES:
             removed.append("type")
@@ -181,11 +183,10 @@ def default_proc_mount(pod: Pod) -> Change | None:
     if not _fixes(pod):
         return None
     fixed = []
-    for _, _, container in pod.containers():
-        sc = container.get("securityContext")
-        if sc is not None and sc.get("procMount") not in (None, "Default"):
+    for where, sc in _carrying(pod, "procMount", pod_level=False):
+        if sc["procMount"] != "Default":
             sc["procMount"] = "Default"
-            fixed.append(container["name"])
+            fixed.append(where)
     if not fixed:
         return None
     return Change("security.proc-mount", warning("procMount set to Default", fixed))
@@ -299,24 +300,30 @@ def _check_context(sc: JSON, path: str, more: str, out: list[Violation]) -> None
 def _check_probe_hosts(container: JSON, path: str, out: list[Violation]) -> None:
     """check_hostProbesAndhostLifecycle.go (1.34+): probes and lifecycle handlers reach
     the pod itself, never a ``host`` of the user's choosing (through the kubelet)."""
-    handlers: list[tuple[str, Any]] = [(key, container.get(key)) for key in PROBES]
+    for key in PROBES:
+        handler = container.get(key)
+        if handler is not None:
+            _check_handler(handler, f"{path}.{key}", out)
     lifecycle = container.get("lifecycle")
     if lifecycle is not None:
-        handlers += [(f"lifecycle.{key}", lifecycle.get(key)) for key in LIFECYCLE_HANDLERS]
-    for where, handler in handlers:
-        if handler is None:
-            continue
-        for action in ("httpGet", "tcpSocket"):
-            target = handler.get(action)
-            if target is not None and target.get("host"):
-                out.append(
-                    Violation(
-                        "security.probe-host",
-                        f"{path}.{where}.{action}.host",
-                        f"host {target['host']} makes the kubelet connect to another "
-                        "machine: remove host (the pod's own IP is used)",
-                    )
+        for key in LIFECYCLE_HANDLERS:
+            handler = lifecycle.get(key)
+            if handler is not None:
+                _check_handler(handler, f"{path}.lifecycle.{key}", out)
+
+
+def _check_handler(handler: JSON, path: str, out: list[Violation]) -> None:
+    for action in ("httpGet", "tcpSocket"):
+        target = handler.get(action)
+        if target is not None and target.get("host"):
+            out.append(
+                Violation(
+                    "security.probe-host",
+                    f"{path}.{action}.host",
+                    f"host {target['host']} makes the kubelet connect to another machine: "
+                    "remove host (the pod's own IP is used)",
                 )
+            )
 
 
 def _check_volume_types(pod: Pod, out: list[Violation]) -> None:

@@ -292,8 +292,10 @@ def check_security(pod: Pod) -> list[Violation]:
                 )
             )
         caps = sc.get("capabilities") or {}
-        add = caps.get("add")
-        added = [c for c in add if c not in allowed_capabilities(policy)] if add else []
+        added = caps.get("add") or []
+        if added:
+            allowed = allowed_capabilities(policy)
+            added = [c for c in added if c not in allowed]
         if added:  # check_capabilities_baseline.go, check_capabilities_restricted.go
             out.append(
                 Violation(
