@@ -366,7 +366,7 @@ def test_with_ownership_every_rule_and_condition(owned: Policy) -> None:
         "request.resource.resource == 'persistentvolumeclaims'"
         " && object.metadata.?name.orValue('').matches('^(?:v-.+-.*)$')\n"
         "|| request.resource.resource == 'secrets'"
-        " && object.metadata.?name.orValue('').matches('^(?:sec-.*-.+|registry[.]pull)$')\n"
+        " && object.metadata.?name.orValue('').matches('^(?:sec-.*-.+)$')\n"
         "|| request.resource.resource == 'configmaps'"
         " && object.metadata.?name.orValue('').matches('^(?:init-config-map-.+)$')"
     )
@@ -386,7 +386,9 @@ def owned_with(spec: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def test_reserved_names_only_for_the_kinds_with_patterns() -> None:
-    spec = {**OWNED_POLICY["spec"], "volumes": {"platformClaims": ["v-*"]}, "secrets": {}}
+    # per-run names are reserved; "v-*" without a placeholder names installation-wide claims
+    claims = {"platformClaims": ["v-{labels[dhcore/run]}-*", "shared-*"]}
+    spec = {**OWNED_POLICY["spec"], "volumes": claims, "secrets": {}}
     rows, _ = routes(owned_with(spec))
     reserved = {r for r in rows if r[1] == "validate-reserved-names.runguard.io"}
     assert reserved == {(VALIDATING, "validate-reserved-names.runguard.io", "",

@@ -247,3 +247,34 @@ def test_without_platform_identities_names_decide_as_before() -> None:
     decision = evaluate(run_pod(), plain, context=Context(ALICE, State([])))
     assert kept(decision) == (True, True)
     assert STAMP not in (decision.object["metadata"].get("annotations") or {})
+
+
+def test_a_controller_may_update_the_pod_it_created_outside_the_selector() -> None:
+    """The job-controller removing its finalizer from a Pod of a platform Job (not a run by
+    labels) that uses a platform secret: the reference was admitted, the update is not new."""
+    state = State([job(CORE.username)])
+    created = run_pod(labels={"app": "etl"}, ownerReferences=[owner("Job", "train", "uid-job")])
+    created = mutate(created, POLICY, context=Context(JOBS, state)).object
+    assert created["metadata"]["annotations"][STAMP] == JOBS.username
+    updated = copy.deepcopy(created)
+    updated["metadata"]["finalizers"] = []
+    assert validate(updated, POLICY, old=created, context=Context(JOBS, state, "UPDATE")).allowed
+    # a new platform reference by update is still refused for a user's pod
+    mine = run_pod(labels={"app": "etl"})
+    mine["spec"]["volumes"] = []
+    mine["spec"]["containers"][0]["volumeMounts"] = []
+    mine["spec"]["containers"][0]["env"] = []
+    more = copy.deepcopy(mine)
+    more["spec"]["imagePullSecrets"] = [{"name": "sec-api-r1"}]
+    decision = validate(more, POLICY, old=mine, context=Context(ALICE, state, "UPDATE"))
+    assert {v.rule for v in decision.violations} >= {"ownership.not-a-run"}
+
+
+def test_installation_wide_names_are_not_reserved_per_run_names_are() -> None:
+    """An admin's chart creates the platform-wide secret; only per-run names are reserved."""
+    from webhook.engine.rules.ownership import platform_named, reserved_name
+
+    shipped = load_policy(Path(__file__).resolve().parents[1] / "policies")
+    assert reserved_name(shipped, "Secret", "digitalhub-common-creds") is None
+    assert platform_named(shipped, "Secret", "digitalhub-common-creds")
+    assert reserved_name(shipped, "PersistentVolumeClaim", "v-r9-data") is not None

@@ -334,9 +334,11 @@ def references_expression(policy: Policy, spec: str) -> str | None:
 
 
 def _reserved(policy: Policy) -> dict[str, str]:
-    """resource -> the regex of the names the platform reserves for it, if any."""
+    """resource -> the regex of the names the platform reserves for it, if any: its
+    per-run patterns (with a label placeholder), as ``ownership.reserved_name`` reads them;
+    installation-wide names are an admin's chart's to create."""
     regexes = {
-        resource: name_regex(reserved_patterns(policy, kind))
+        resource: name_regex(tuple(p for p in reserved_patterns(policy, kind) if p.label_keys))
         for resource, kind in PLATFORM_OBJECTS.items()
     }
     return {resource: regex for resource, regex in regexes.items() if regex is not None}

@@ -439,6 +439,19 @@ def _outside_selector(
     if who.namespace in policy.exclude_namespaces:
         return _decision(obj, policy, namespace, applies=False, allowed=True)
     violations = ownership.check_not_a_run(target.spec, target.spec_path, who.ownership, policy)
+    if violations and isinstance(old, dict):
+        # On UPDATE a reference the old object already had is not new: the object was
+        # admitted with it (a controller removing its finalizer must go through).
+        try:
+            before = locate(old)
+        except InvalidObject:
+            before = None
+        if before is not None:
+            had = {(k, n) for k, n, _ in ownership.platform_references(before.spec, policy)}
+            now = ownership.platform_references(target.spec, policy)
+            fresh = {path for k, n, path in now if (k, n) not in had}
+            prefix = target.spec_path[: -len("spec")]
+            violations = [v for v in violations if v.path.removeprefix(prefix) in fresh]
     if (
         old is not None
         and isinstance(old, dict)

@@ -281,7 +281,15 @@ class PlatformConfig(Section):
     controllers: Annotated[tuple[Identity, ...], UNIQUE] = Field(
         default=tuple(
             f"{_KCM}{name}-controller"
-            for name in ("job", "cronjob", "replicaset", "deployment", "statefulset", "daemonset")
+            for name in (
+                "job",
+                "cronjob",
+                "replicaset",
+                "deployment",
+                "statefulset",
+                "daemonset",
+                "replication",
+            )
         ),
         description="Controllers whose Pods are the platform's when their owner, found by uid, "
         "carries a platform stamp.",

@@ -37,7 +37,17 @@ from webhook.policy.model import NamePattern, Policy
 from webhook.policy.patterns import split
 
 # The kinds whose ownerReferences chain a Pod back to what the platform created.
-OWNER_KINDS = frozenset({"Job", "CronJob", "ReplicaSet", "Deployment", "StatefulSet", "DaemonSet"})
+OWNER_KINDS = frozenset(
+    {
+        "Job",
+        "CronJob",
+        "ReplicaSet",
+        "Deployment",
+        "StatefulSet",
+        "DaemonSet",
+        "ReplicationController",
+    }
+)
 _MAX_DEPTH = 6  # Pod -> ReplicaSet -> Deployment is 2; anything longer is not a controller chain
 
 
@@ -68,8 +78,16 @@ def ownership_of(object_meta: JSON, namespace: str, policy: Policy, context: Con
     if not enabled(policy):
         return OWNERSHIP_OFF
     if context.operation != "CREATE":
-        # Who created it is recorded in the stamp runguard wrote then, immutable since.
-        return Ownership(stamped_by_platform(policy, object_meta.get("annotations") or {}))
+        # Who created it is recorded in the stamp runguard wrote then, immutable since:
+        # the platform, or a controller whose owner, by uid, the platform stamped.
+        annotations = object_meta.get("annotations") or {}
+        if stamped_by_platform(policy, annotations):
+            return Ownership(True)
+        if annotations.get(STAMP) in policy.platform.controllers:
+            return _owned_through(
+                object_meta.get("ownerReferences"), namespace, policy, context.state, 0
+            )
+        return Ownership(False)
     requester = context.requester
     if is_platform_identity(policy, requester):
         return Ownership(True)
@@ -132,8 +150,15 @@ def reserved_patterns(policy: Policy, kind: str) -> tuple[NamePattern, ...]:
 
 
 def reserved_name(policy: Policy, kind: str, name: str) -> NamePattern | None:
-    """The platform pattern ``name`` falls under, placeholders matching any value."""
+    """The per-run platform pattern ``name`` falls under, placeholders matching any value.
+
+    Only patterns naming a run's label are reserved: they are the names the platform
+    creates per run, which a user could take first. A pattern without a placeholder
+    (``digitalhub-common-creds``, ``mlrun-*``) names installation-wide objects an admin
+    creates with the platform's chart, before any run."""
     for pattern in reserved_patterns(policy, kind):
+        if not pattern.label_keys:
+            continue
         if _any_labels(pattern.text).fullmatch(name):
             return pattern
     return None
@@ -149,8 +174,9 @@ def _any_labels(text: str) -> re.Pattern[str]:
 
 
 def platform_named(policy: Policy, kind: str, name: str) -> bool:
-    """Whether ``name`` is one the platform's patterns give objects of ``kind``, for any run."""
-    return reserved_name(policy, kind, name) is not None
+    """Whether ``name`` is one the platform's patterns give objects of ``kind``, for any run
+    (installation-wide names included: only runs the platform creates may use those)."""
+    return any(_any_labels(p.text).fullmatch(name) for p in reserved_patterns(policy, kind))
 
 
 def check_reserved_name(obj: JSON, policy: Policy, context: Context) -> list[Violation]:
