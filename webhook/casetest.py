@@ -30,10 +30,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from webhook.documents import InputError, parse_objects
+from webhook.documents import InputError, load_documents, read_objects, read_text
 from webhook.engine import Decision, evaluate, mutate, validate
+from webhook.inputlimits import CASE_FILES
 from webhook.policy.model import Policy
 
 CASE_FILE = "case.yaml"
@@ -59,6 +58,9 @@ class CaseResult:
     name: str
     description: str
     failures: list[str] = field(default_factory=list)
+    # The case could not be run: a file unreadable or past the input limits, a malformed
+    # case.yaml, a bad policy (``runguard test`` exits 2, as for any bad input).
+    bad_input: bool = False
 
     @property
     def passed(self) -> bool:
@@ -104,11 +106,13 @@ def run_case(folder: Path, root: Path | None = None) -> CaseResult:
             raise CaseError("case.yaml must be a mapping")
         unknown = set(case) - CASE_KEYS
         if unknown:
-            raise CaseError(f"case.yaml: unknown keys {sorted(unknown)}")
+            raise CaseError(f"case.yaml: unknown keys {sorted(map(str, unknown))}")
         result.description = str(case.get("description", ""))
-        policy = _cache.get(folder / case.get("policy", "policy"))
+        policy = _cache.get(folder / _file_name(case.get("policy", "policy"), "policy"))
         objects = _objects(folder, case.get("input", "input.yaml"))
-        old = _objects(folder, case["old"]) if "old" in case else None
+        old = _objects(folder, case["old"], "old") if "old" in case else None
+        if old is not None and len(old) != len(objects):
+            raise CaseError(f"old must hold as many objects as input ({len(objects)})")
         expects = case.get("expect")
         if isinstance(expects, dict):
             expects = [expects] * len(objects)
@@ -116,6 +120,8 @@ def run_case(folder: Path, root: Path | None = None) -> CaseResult:
             raise CaseError(f"expect must be a mapping or a list of {len(objects)} mappings")
         mode = case.get("mode", "evaluate")
         namespace = case.get("namespace")
+        if namespace is not None and not isinstance(namespace, str):
+            raise CaseError("namespace must be a string")
         for i, (obj, expect) in enumerate(zip(objects, expects, strict=True)):
             if mode == "mutate":
                 decision = mutate(obj, policy, namespace=namespace)
@@ -128,12 +134,12 @@ def run_case(folder: Path, root: Path | None = None) -> CaseResult:
                 raise CaseError(f"mode {mode!r} is not evaluate, mutate or validate")
             prefix = f"object {i}: " if len(objects) > 1 else ""
             result.failures += [prefix + f for f in check(decision, expect, folder)]
-    except CaseError as exc:
+    except (CaseError, InputError) as exc:
         result.failures.append(str(exc))
+        result.bad_input = True
     except PolicyError as exc:
         result.failures += [f"policy: {e}" for e in exc.errors]
-    except InputError as exc:
-        result.failures.append(str(exc))
+        result.bad_input = True
     return result
 
 
@@ -142,25 +148,31 @@ class CaseError(Exception):
 
 
 def _load_yaml(path: Path) -> Any:
-    try:
-        return yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as exc:
-        raise CaseError(f"{path.name}: {exc}") from exc
+    """The one YAML document of a case file, read within ``CASE_FILES``' limits."""
+    name, text = read_text(str(path), CASE_FILES)
+    docs = load_documents(text, name, CASE_FILES)
+    if len(docs) > 1:
+        raise CaseError(f"{name}: expected one YAML document, found {len(docs)}")
+    return docs[0] if docs else None
 
 
-def _objects(folder: Path, spec: Any) -> list[Any]:
+def _file_name(value: Any, key: str) -> str:
+    """A relative file or directory name given in case.yaml."""
+    if not isinstance(value, str) or not value or "\0" in value:
+        raise CaseError(f"{key} must be a file or directory name")
+    return value
+
+
+def _objects(folder: Path, spec: Any, key: str = "input") -> list[Any]:
+    """Objects named by a file (read as ``runguard apply`` reads them) or written inline."""
     if isinstance(spec, str):
-        path = folder / spec
-        try:
-            return parse_objects(path.read_text(encoding="utf-8"), str(path))
-        except OSError as exc:
-            raise CaseError(f"{spec}: {exc}") from exc
+        return read_objects(str(folder / _file_name(spec, key)))
     return spec if isinstance(spec, list) else [spec]
 
 
 def _expected_object(folder: Path, value: Any) -> Any:
     if isinstance(value, str):
-        objects = _objects(folder, value)
+        objects = _objects(folder, value, "object")
         if len(objects) != 1:
             raise CaseError(f"{value}: expected exactly one object")
         return objects[0]
@@ -173,7 +185,13 @@ def check(decision: Decision, expect: Any, folder: Path) -> list[str]:
         raise CaseError("each expect entry must be a mapping")
     unknown = set(expect) - EXPECT_KEYS
     if unknown:
-        raise CaseError(f"expect: unknown keys {sorted(unknown)}")
+        raise CaseError(f"expect: unknown keys {sorted(map(str, unknown))}")
+    for key in ("violations", "mutations", "warnings", "absent"):
+        value = expect.get(key)
+        if value is not None and not (
+            isinstance(value, list) and all(isinstance(v, str) for v in value)
+        ):
+            raise CaseError(f"expect.{key} must be a list of strings")
     failures: list[str] = []
     if "allowed" in expect and decision.allowed != expect["allowed"]:
         detail = f": {decision.message()}" if decision.violations else ""

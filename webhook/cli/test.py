@@ -16,7 +16,8 @@ def register(sub: Any) -> None:
         "test",
         help="run declarative policy test cases",
         description="Run every case folder (holding case.yaml) under DIR. "
-        "Exit 0 all pass, 1 any fails, 2 no cases found.",
+        "Exit 0 all pass, 1 any fails, 2 no cases found or a case could not run "
+        "(a file unreadable or past the input limits, a bad policy).",
     )
     p.add_argument("directory", metavar="DIR")
     p.add_argument("-v", "--verbose", action="store_true", help="print descriptions")
@@ -29,15 +30,18 @@ def run(args: argparse.Namespace) -> int:
     if not cases:
         print(f"runguard: no case folders (with case.yaml) under {root}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    failed = 0
+    failed = bad = 0
     for folder in cases:
         result = run_case(folder, root)
-        status = "PASS" if result.passed else "FAIL"
+        status = "PASS" if result.passed else "ERROR" if result.bad_input else "FAIL"
         suffix = f"  # {result.description}" if args.verbose and result.description else ""
         print(f"{status} {result.name}{suffix}")
         for failure in result.failures:
             print(f"    {failure}")
         failed += not result.passed
+        bad += result.bad_input
     passed = len(cases) - failed
-    print(f"{passed} passed, {failed} failed")
+    print(f"{passed} passed, {failed} failed" + (f" ({bad} could not run)" if bad else ""))
+    if bad:
+        return EXIT_BAD_INPUT
     return EXIT_OK if failed == 0 else EXIT_DENIED

@@ -17,6 +17,7 @@ from webhook.clusterstate.model import (
 )
 from webhook.clusterstate.table import Table, encode_record, table_from_records
 from webhook.documents import InputError, is_list, list_items, read_objects
+from webhook.inputlimits import CLUSTER_STATE_FILES
 
 __all__ = ["StaticClusterState", "TableState"]
 
@@ -76,7 +77,7 @@ class StaticClusterState(TableState):
     def from_file(cls, path: Path | str) -> StaticClusterState:
         """From a multi-document YAML or JSON file (``-``: stdin)."""
         try:
-            objects = read_objects(str(path))
+            objects = read_objects(str(path), CLUSTER_STATE_FILES)
         except InputError as exc:
             raise ClusterStateError(str(exc)) from None
         try:

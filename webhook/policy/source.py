@@ -3,8 +3,9 @@
 Objects are built from PyYAML's node tree (``yaml.compose_all``) rather than from
 ``yaml.safe_load`` so that every key keeps its line: schema errors (``jsonschema``'s
 ``absolute_path``) and cross-document checks are reported as ``file:line: key:
-message``. What JSON cannot hold (tags, binary, recursive aliases, alias bombs) is
-reported, never raised.
+message``. What JSON cannot hold (tags, binary, recursive aliases, alias bombs, integers
+beyond 64 bits) is reported, never raised; a file past the limits of
+``webhook.inputlimits`` (1 MiB, nesting, aliases) is refused before it is composed.
 """
 
 from __future__ import annotations
@@ -16,6 +17,15 @@ from typing import Any
 
 import yaml
 
+from webhook.inputlimits import (
+    POLICY_FILES,
+    LimitError,
+    check_yaml,
+    int_problem,
+    int_text_problem,
+    read_path,
+    without_lone_surrogates,
+)
 from webhook.policy.errors import PolicyIssue
 from webhook.policy.model import KINDS, Policy
 
@@ -121,13 +131,16 @@ def read_documents(path: Path) -> tuple[list[SourceDocument], list[PolicyIssue]]
     """The mapping documents of one file, and the issues of the file."""
     name = str(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_path(path, POLICY_FILES)
+        check_yaml(text, POLICY_FILES)  # before the composer, which recurses
     except FileNotFoundError:
         return [], [PolicyIssue(name, None, "", "cannot read: broken symlink or file removed")]
     except UnicodeDecodeError as exc:
         return [], [PolicyIssue(name, None, "", f"not UTF-8 text ({exc.reason})")]
     except OSError as exc:
         return [], [PolicyIssue(name, None, "", f"cannot read: {exc.strerror}")]
+    except LimitError as exc:
+        return [], [PolicyIssue(name, exc.line, "", exc.message)]
 
     docs: list[SourceDocument] = []
     issues: list[PolicyIssue] = []
@@ -162,12 +175,15 @@ def read_documents(path: Path) -> tuple[list[SourceDocument], list[PolicyIssue]]
         issues.append(PolicyIssue(name, line, "", f"YAML syntax error: {problem}"))
     except yaml.YAMLError as exc:
         issues.append(PolicyIssue(name, None, "", f"YAML error: {exc}"))
+    except RecursionError:  # only where libyaml's check and PyYAML's parser disagree
+        issues.append(PolicyIssue(name, None, "", "nested too deeply"))
     return docs, issues
 
 
 _MAP_TAG = "tag:yaml.org,2002:map"
 _SEQ_TAG = "tag:yaml.org,2002:seq"
 _MERGE_TAG = "tag:yaml.org,2002:merge"
+_INT_TAG = "tag:yaml.org,2002:int"
 
 
 class _Builder:
@@ -211,15 +227,24 @@ class _Builder:
             self._active.discard(id(node))
 
     def _scalar(self, node: yaml.Node, path: Path_, doc: SourceDocument) -> Any:
-        doc.raw[path] = str(node.value)
+        text = doc.raw[path] = without_lone_surrogates(str(node.value))
+        if node.tag == _INT_TAG and (problem := int_text_problem(text.replace("_", ""))):
+            self._issue(node, path, problem)  # before int() reads a million digits
+            return text
         try:
             value = self._constructor.construct_object(node, deep=True)
         except yaml.YAMLError as exc:
             problem = getattr(exc, "problem", None) or str(exc)
             self._issue(node, path, f"invalid value: {problem}")
-            return str(node.value)
+            return text
         if isinstance(value, datetime.date | bytes):
-            return str(node.value)  # JSON has no timestamps or binary: keep the text
+            return text  # JSON has no timestamps or binary: keep the text
+        if isinstance(value, str):
+            return without_lone_surrogates(value)
+        # (a float that is not finite is the model's to report: "must be a finite number")
+        if type(value) is int and (problem := int_problem(value)):
+            self._issue(node, path, problem)
+            return text
         return value
 
     def _mapping(self, node: yaml.MappingNode, path: Path_, doc: SourceDocument) -> dict[str, Any]:
@@ -244,7 +269,7 @@ class _Builder:
             if not isinstance(key_node, yaml.ScalarNode):
                 self._issue(key_node, path, "a key must be a plain scalar")
                 continue
-            key = str(key_node.value)
+            key = without_lone_surrogates(str(key_node.value))
             line = key_node.start_mark.line + 1
             if key in seen:
                 first = f" (first at line {seen[key]})" if seen[key] != line else ""
