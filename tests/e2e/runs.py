@@ -15,19 +15,21 @@ import re
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 
-from .cluster import Cluster, ClusterError
+from .cluster import Cluster, ClusterError, Identity
 from .devcluster import Runguard
 
 REPO = Path(__file__).resolve().parents[2]
 PLATFORM_POLICY = REPO / "tests" / "cases" / "_policies" / "platform" / "policy.yaml"
 EXCLUDED_NAMESPACE = "rg-excluded"
 RUN_LABELS = {"app.kubernetes.io/managed-by": "dhcore", "dhcore/run": "r1"}
+PLATFORM_ACCOUNT = ("digitalhub", "core")  # namespace, ServiceAccount
 
 JSON = dict[str, Any]
+T = TypeVar("T")
 
 
 def session_policy() -> list[JSON]:
@@ -243,6 +245,13 @@ MESSY_WARNINGS = [
 ]
 
 
+def platform_identity(cluster: Cluster) -> Identity:
+    """The platform as the apiserver sees it: ServiceAccount ``digitalhub/core``
+    (``system:serviceaccount:digitalhub:core``), allowed to edit everything, with a
+    token of its own. ``.kubectl(...)`` and ``.api_client()`` act as it."""
+    return cluster.service_account(*PLATFORM_ACCOUNT)
+
+
 def noncompliant_run_pod(name: str) -> JSON:
     """Nothing runguard may fix: an unknown profile, the host network, a hostPath."""
     return run_pod(
@@ -364,6 +373,27 @@ def exists(cluster: Cluster, namespace: str, kind: str, name: str) -> bool:
     if done.returncode != 0:
         raise ClusterError(done.stderr)
     return bool(done.stdout.strip())
+
+
+def until(what: str, probe: Callable[[], T | None], timeout: float = 30.0) -> T:
+    """Call ``probe`` every 0.2 s until it returns something true; return that. Fails
+    with ``what`` after ``timeout`` seconds: every wait in the e2e tests is bounded."""
+    deadline = time.monotonic() + timeout
+    while True:
+        found = probe()
+        if found:
+            return found
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {timeout:.0f}s: {what}")
+        time.sleep(0.2)
+
+
+def poll(what: str, check: Callable[[], Any], timeout: float = 30.0) -> float:
+    """``until`` for a yes/no ``check``: the seconds it took. The default bounds waits
+    for what runguard promises within seconds (a policy reload)."""
+    started = time.monotonic()
+    until(what, lambda: bool(check()) or None, timeout)
+    return time.monotonic() - started
 
 
 def wait_for_admission(cluster: Cluster, *, active: bool, timeout: float = 30.0) -> None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import copy
 import json
-import time
 from typing import Any
 
 import pytest
@@ -28,12 +27,11 @@ from .runs import (
     messy_run_pod,
     noncompliant_run_pod,
     pod,
+    poll,
     run_pod,
 )
 
 pytestmark = pytest.mark.e2e
-
-RELOAD_DEADLINE = 30.0  # the server promises seconds; this only bounds the poll
 
 
 def registrations(cluster: Cluster) -> dict[str, Any]:
@@ -106,16 +104,6 @@ def dry_run_cpu(core: Any, namespace: str) -> str:
     probe = core.create_namespaced_pod(namespace, run_pod("probe"), dry_run="All")
     cpu: str = probe.spec.containers[0].resources.requests["cpu"]
     return cpu
-
-
-def poll(what: str, check: Any, timeout: float = RELOAD_DEADLINE) -> float:
-    """Call ``check`` until it is true; the seconds it took."""
-    started = time.monotonic()
-    while not check():
-        if time.monotonic() - started > timeout:
-            raise AssertionError(f"not within {timeout:.0f}s: {what}")
-        time.sleep(0.2)
-    return time.monotonic() - started
 
 
 def test_policy_edit_applies_without_restart_and_a_broken_one_changes_nothing(
