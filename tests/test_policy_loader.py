@@ -62,8 +62,9 @@ def valid(pol: Path) -> None:
 
 
 def test_shipped_policy_loads() -> None:
-    policy = load_policy(REPO / "policies")
-    assert policy.name == "digitalhub"
+    builds, policy = load_policy(REPO / "policies").run_policies()
+    assert (builds.name, policy.name) == ("builds", "digitalhub")  # tried in name order
+    assert builds.security.on_root == "Allow" and builds.security.level == "baseline"
     assert policy.selector.match_labels == {"app.kubernetes.io/managed-by": "dhcore"}
     assert policy.profiles_config.label == "dhcore/template"
     # DigitalHub's charts define no default template: a run naming none keeps its resources

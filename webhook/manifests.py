@@ -238,6 +238,15 @@ def _selector(selector: LabelSelector, labels: str) -> _Expr | None:
     return _join("&&", *terms)
 
 
+def _runs(policy: Policy, labels: str) -> _Expr | None:
+    """The labels match one of the policy's RunPolicies' selectors (SPEC section 1: several
+    RunPolicies); None when one of them is empty (everything is a run)."""
+    terms = [_selector(p.selector, labels) for p in policy.run_policies()]
+    if any(t is None for t in terms):
+        return None
+    return _join("||", *terms)
+
+
 def selector_expression(selector: LabelSelector, labels: str) -> str | None:
     """CEL: the labels map ``labels`` (an expression) matches ``selector``; None for the
     empty selector."""
@@ -351,7 +360,7 @@ def _condition(name: str, expression: _Expr) -> dict[str, str]:
 def controller_condition(policy: Policy) -> dict[str, str] | None:
     """The controllers' matchCondition: the template is a run's, or (ownership on) names
     the platform's objects. None when every controller qualifies (empty selector)."""
-    run = _selector(policy.selector, "t.?metadata.?labels")
+    run = _runs(policy, "t.?metadata.?labels")
     if run is None:
         return None
     references = _references(policy, "t.?spec") if ownership_enabled(policy) else None
@@ -367,7 +376,7 @@ def _pod_reference_conditions(policy: Policy) -> list[dict[str, str]] | None:
     no Pod can be (ownership off, no platform name, or every Pod is a run)."""
     if not ownership_enabled(policy):
         return None
-    run = _selector(policy.selector, "object.metadata.?labels")
+    run = _runs(policy, "object.metadata.?labels")
     references = _references(policy, "object.spec")
     if run is None or references is None:
         return None
@@ -453,7 +462,7 @@ class _Target:
         path: str,
         rules: list[dict[str, Any]],
         *,
-        object_selector: bool = False,
+        object_selector: Policy | None = None,
         conditions: Sequence[Mapping[str, str]] = (),
         mutating: bool = False,
     ) -> dict[str, Any]:
@@ -468,10 +477,10 @@ class _Target:
             "matchPolicy": "Equivalent",
             "sideEffects": "None",
             "timeoutSeconds": TIMEOUT_SECONDS,
-            "namespaceSelector": namespace_selector(self.policy, self.namespace),
+            "namespaceSelector": namespace_selector(object_selector or self.policy, self.namespace),
         }
-        if object_selector:
-            hook["objectSelector"] = self.policy.selector.to_dict()
+        if object_selector is not None:
+            hook["objectSelector"] = object_selector.selector.to_dict()
         if conditions:
             hook["matchConditions"] = [dict(c) for c in conditions]
         if mutating:
@@ -490,6 +499,15 @@ def _check_inputs(ca_bundle: bytes | None, url: str | None) -> None:
             raise ManifestError(f"--url must have no user, query or fragment: {url!r}")
     if ca_bundle is not None and b"-----BEGIN CERTIFICATE-----" not in ca_bundle:
         raise ManifestError("the CA bundle holds no PEM certificate")
+
+
+def _per_run_policy(name: str, run_policy: Policy, index: int) -> str:
+    """The Pod webhook of each RunPolicy (an objectSelector cannot OR selectors): the first
+    keeps the plain name, the others carry their RunPolicy's (``mutate-NAME.runguard.io``)."""
+    if index == 0:
+        return name
+    first, _, rest = name.partition(".")
+    return f"{first}-{run_policy.name}.{rest}"
 
 
 def _conditions(condition: Mapping[str, str] | None) -> list[Mapping[str, str]]:
@@ -520,13 +538,16 @@ def mutating_webhook_configuration(
     target = _Target(policy, namespace, service, ca_bundle, url)
     hooks = [
         target.webhook(
-            MUTATING_WEBHOOK,
+            _per_run_policy(MUTATING_WEBHOOK, run_policy, i),
             MUTATE_PATH,
             # ephemeralcontainers: a debug container added with `kubectl debug` is hardened
             [_rule("", ["pods", "pods/ephemeralcontainers"], ["CREATE", "UPDATE"])],
-            object_selector=True,
+            object_selector=run_policy,
             mutating=True,
-        ),
+        )
+        for i, run_policy in enumerate(policy.run_policies())
+    ]
+    hooks += [
         target.webhook(
             MUTATING_CONTROLLERS_WEBHOOK,
             MUTATE_PATH,
@@ -564,11 +585,14 @@ def validating_webhook_configuration(
     ops = ["CREATE", "UPDATE"]
     hooks = [
         target.webhook(
-            VALIDATING_WEBHOOK,
+            _per_run_policy(VALIDATING_WEBHOOK, run_policy, i),
             VALIDATE_PATH,
             [_rule("", ["pods", *POD_SPEC_SUBRESOURCES], ops)],
-            object_selector=True,
-        ),
+            object_selector=run_policy,
+        )
+        for i, run_policy in enumerate(policy.run_policies())
+    ]
+    hooks += [
         # On UPDATE the condition reads the new object: an object entering the scope is
         # judged (ownership.stamp); one leaving it no longer matters to runguard.
         target.webhook(
