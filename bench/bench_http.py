@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import json
 import multiprocessing as mp
 import os
 import signal
@@ -32,12 +31,14 @@ import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
+
+import slow_clients  # noqa: E402
 
 MAX_REQUESTS_PER_CONNECTION = 500_000
 TARGET_RATIO, TARGET_P99_MS, TARGET_RSS_MB = 0.60, 10.0, 80.0
@@ -96,22 +97,7 @@ def run_pod() -> dict[str, Any]:
 
 
 def review_bytes() -> bytes:
-    return json.dumps(
-        {
-            "apiVersion": "admission.k8s.io/v1",
-            "kind": "AdmissionReview",
-            "request": {
-                "uid": str(uuid.uuid4()),
-                "kind": {"group": "", "version": "v1", "kind": "Pod"},
-                "resource": {"group": "", "version": "v1", "resource": "pods"},
-                "operation": "CREATE",
-                "namespace": "ml",
-                "userInfo": {"username": "system:serviceaccount:dhcore:core"},
-                "object": run_pod(),
-                "dryRun": False,
-            },
-        }
-    ).encode()
+    return slow_clients.review_of(run_pod(), user="system:serviceaccount:dhcore:core")
 
 
 # ------------------------------------------------------------------ load generator
@@ -252,7 +238,11 @@ def free_port() -> int:
         return port
 
 
-def start_server(workdir: Path, kind: str, workers: int, threads: int) -> tuple[Any, int]:
+def start_server(
+    workdir: Path, kind: str, workers: int, threads: int, worker_class: str = ""
+) -> tuple[Any, int]:
+    """``runguard serve``; ``kind`` sync, or a ``worker_class`` under the repository's
+    ``gunicorn.conf.py`` (``gthread``, ``webhook.worker.SharedListenerWorker``...)."""
     from webhook.certs import new_cert_set, write_cert_set
 
     certs = workdir / "certs"
@@ -286,6 +276,9 @@ def start_server(workdir: Path, kind: str, workers: int, threads: int) -> tuple[
             "--threads",
             "1",
         ]
+    elif worker_class:
+        cmd = [sys.executable, "-m", "gunicorn", "-c", str(REPO / "gunicorn.conf.py")]
+        cmd += ["--worker-class", worker_class]
     else:
         cmd = [sys.executable, "-m", "webhook", "serve"]
     proc = subprocess.Popen(

@@ -116,9 +116,32 @@ def _runguard_store(arbiter: Any) -> PolicyStore | None:
     return getattr(state, "store", None)
 
 
+class _ReusePort:
+    """gunicorn's configuration, with ``SO_REUSEPORT`` on the master's listening sockets.
+
+    Not gunicorn's own ``reuse_port``: that makes every forked worker bind new sockets
+    from the configuration, which fails while the certificate file is missing (a
+    worker replaced then would not boot); ``RunguardWorker`` binds its own beside them.
+    """
+
+    reuse_port = True
+
+    def __init__(self, cfg: Any) -> None:
+        self._cfg = cfg
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._cfg, name)
+
+
 def on_starting(arbiter: Any) -> None:
     _MASTER_PID[0] = os.getpid()
     configure_logging(arbiter.cfg.loglevel)
+    inherited = "GUNICORN_FD" in os.environ or "LISTEN_FDS" in os.environ
+    if getattr(arbiter.cfg.worker_class, "own_listener", False) and not inherited:
+        from gunicorn import sock
+
+        if not arbiter.LISTENERS:
+            arbiter.LISTENERS = sock.create_sockets(_ReusePort(arbiter.cfg), arbiter.log)
 
 
 def when_ready(arbiter: Any) -> None:

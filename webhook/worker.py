@@ -1,4 +1,9 @@
-"""runguard's gunicorn worker: ``gthread``, with the contract's JSON errors.
+"""runguard's gunicorn worker: ``gthread`` whose loop waits for clients, JSON errors.
+
+``RunguardWorker`` (its docstring has the why) never commits a thread to a client
+that has not sent a whole request, and takes connections from a listening socket of
+its own. ``SharedListenerWorker`` is the same without the socket of its own, for
+``bench/bench_http.py``'s comparison.
 
 gunicorn answers what it cannot hand to the application (a bad request line, a URI
 over ``limit_request_line``, too many or too large headers) from ``handle_error``, with
@@ -10,15 +15,31 @@ refused, see ``--client-ca``) gets no answer: there is no TLS session to send it
 
 from __future__ import annotations
 
+import errno
+import selectors
+import socket
 import ssl
+import struct
+import time
+from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import orjson
-from gunicorn import util
+from gunicorn import http, util
+from gunicorn import sock as gsock
 from gunicorn.http import errors
-from gunicorn.workers.gthread import ThreadWorker
+from gunicorn.workers.gthread import STOP_KEEPALIVE_LINGER, TConn, ThreadWorker
 
-__all__ = ["RunguardWorker", "error_response"]
+__all__ = ["REQUEST_TIMEOUT", "RunguardWorker", "SharedListenerWorker", "error_response"]
+
+REQUEST_TIMEOUT = (
+    10.0  # seconds from accept (or a kept-alive request's first byte) to a whole request
+)
+READ_CHUNK = 65536
+HEAD_LIMIT = 1024 * 1024  # a head without its end this long goes to the parser (414 / 431)
+BUFFERED_BODY = 4 * 1024 * 1024 + 65536  # larger bodies are read by the thread, bounded per read
+_QUIET_TLS = {None, "UNEXPECTED_EOF_WHILE_READING", "EOF occurred in violation of protocol"}
 
 # (error, HTTP status, reason) in order: the first class that matches answers.
 _STATUS: tuple[tuple[type[Exception], int, str], ...] = (
@@ -54,10 +75,174 @@ def error_response(exc: BaseException) -> tuple[int, bytes]:
 
 
 class RunguardWorker(ThreadWorker):  # type: ignore[misc]  # gunicorn is untyped
-    """gunicorn's ``gthread`` worker, its errors answered in JSON."""
+    """gunicorn's ``gthread`` worker whose event loop, not a thread, waits for clients.
+
+    Stock ``gthread`` hands a new connection to a thread at once: the thread does the
+    TLS handshake and reads the request with blocking calls, so a connection that
+    sends nothing (or half a ClientHello, half a header, half a body) holds one
+    thread for as long as it stays open; two such connections stopped a worker
+    answering anyone. Here the event loop does the handshake and reads the whole
+    request without blocking; a thread gets a connection only when its request is in
+    memory, and a connection that has not sent a whole request within
+    ``REQUEST_TIMEOUT`` of its first byte (or of its accept) is closed. Kept-alive
+    connections wait in the loop as in ``gthread``. The socket's kernel timeouts bound
+    what a thread still does on it (a body over ``BUFFERED_BODY``, a response nobody
+    reads). Each worker also listens on a socket of its own (``SO_REUSEPORT``), so
+    the kernel spreads new connections over the workers instead of the first awake
+    one taking them all. Errors gunicorn answers itself are JSON.
+    """
+
+    own_listener = True
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._pending: dict[Any, _Pending] = {}
+
+    def init_process(self) -> None:
+        if self.own_listener:
+            shared: list[Any] = getattr(self, "sockets")  # noqa: B009  # untyped base
+            self.sockets = shared + _own_listeners(shared, self.cfg.backlog, self.log)
+        super().init_process()
+
+    # -- the loop: accept, handshake, read
+
+    def accept(self, listener: Any) -> None:
+        try:
+            client, address = listener.accept()
+        except OSError as exc:
+            if exc.errno not in (errno.EAGAIN, errno.ECONNABORTED, errno.EWOULDBLOCK):
+                raise
+            return
+        self.nr_conns += 1
+        conn = TConn(self.cfg, client, address, listener.getsockname())  # non-blocking
+        # a thread's blocking read or write on it gives up after this long
+        timeout = struct.pack("ll", int(REQUEST_TIMEOUT), 0)
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, timeout)
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, timeout)
+        pending = _Pending(conn, time.monotonic() + REQUEST_TIMEOUT)
+        try:
+            if self.cfg.is_ssl:
+                conn.sock = gsock.ssl_context(self.cfg).wrap_socket(
+                    client,
+                    server_side=True,
+                    suppress_ragged_eofs=self.cfg.suppress_ragged_eofs,
+                    do_handshake_on_connect=False,
+                )
+                pending.handshaking = True
+        except (OSError, ValueError) as exc:
+            self.log.warning("TLS setup for %s failed: %s", _ip(address), exc)
+            self._drop(pending, registered=False)
+            return
+        self._pending[conn] = pending
+        self.poller.register(conn.sock, selectors.EVENT_READ, partial(self._progress, pending))
+        self._progress(pending, conn.sock)
+
+    def on_client_socket_readable(self, conn: Any, client: Any) -> None:
+        """A kept-alive connection has bytes again: read its request in the loop."""
+        self.poller.unregister(client)
+        self.keepalived_conns.remove(conn)
+        self._read_next(conn, b"")
+
+    def _read_next(self, conn: Any, buffered: bytes) -> None:
+        pending = _Pending(conn, time.monotonic() + REQUEST_TIMEOUT, bytearray(buffered))
+        self._pending[conn] = pending
+        self.poller.register(conn.sock, selectors.EVENT_READ, partial(self._progress, pending))
+        self._progress(pending, conn.sock)
+
+    def _progress(self, pending: _Pending, _fileobj: Any) -> None:
+        """Advance the handshake or the read as far as the socket allows, never waiting."""
+        conn = pending.conn
+        try:
+            if pending.handshaking:
+                conn.sock.do_handshake()
+                pending.handshaking = False
+            while True:
+                chunk = conn.sock.recv(READ_CHUNK)
+                if not chunk:
+                    self._drop(pending)  # closed by the client
+                    return
+                pending.data += chunk
+                if _request_ready(pending, conn.sock):
+                    self._dispatch(pending)
+                    return
+        except ssl.SSLWantReadError:
+            self.poller.modify(conn.sock, selectors.EVENT_READ, partial(self._progress, pending))
+        except ssl.SSLWantWriteError:
+            self.poller.modify(conn.sock, selectors.EVENT_WRITE, partial(self._progress, pending))
+        except BlockingIOError:
+            pass
+        except ssl.SSLError as exc:
+            if pending.handshaking and exc.reason not in _QUIET_TLS:
+                self.log.warning("TLS handshake with %s failed: %s", _ip(conn.client), exc)
+            self._drop(pending)
+        except OSError:
+            self._drop(pending)  # reset by the client
+
+    def _dispatch(self, pending: _Pending) -> None:
+        """The request is in memory: a thread parses and answers it from there."""
+        conn = pending.conn
+        self.poller.unregister(conn.sock)
+        del self._pending[conn]
+        if conn.parser is None:
+            conn.parser = http.get_parser(self.cfg, conn.sock, conn.client)
+            conn.initialized = True
+        conn.data_ready = True
+        conn.parser.unreader.unread(bytes(pending.data))
+        self.enqueue_req(conn)
+
+    def _drop(self, pending: _Pending, registered: bool = True) -> None:
+        conn = pending.conn
+        if self._pending.pop(conn, None) is not None and registered:
+            try:
+                self.poller.unregister(conn.sock)
+            except (KeyError, ValueError, OSError):
+                pass
+        self.nr_conns -= 1
+        util.close(conn.sock)
+
+    def murder_pending(self) -> None:
+        """Close connections that have not sent a whole request in time."""
+        super().murder_pending()
+        now = time.monotonic()
+        for pending in [p for p in self._pending.values() if p.deadline <= now]:
+            self.log.info(
+                "closing %s: no whole request within %gs", _ip(pending.conn.client), REQUEST_TIMEOUT
+            )
+            self._drop(pending)
+
+    # -- after a thread answered
+
+    def finish_request(self, conn: Any, fs: Any) -> None:
+        try:
+            keepalive = bool(fs.result()) if not fs.cancelled() else False
+        except Exception:
+            keepalive = False
+        if not keepalive or conn.parser is None:
+            super().finish_request(conn, fs)
+            return
+        try:
+            conn.sock.setblocking(False)
+            # bytes read ahead (a pipelined request) go back through the loop's read
+            leftover = conn.parser.unreader.take_buffered()
+            if leftover:
+                self._read_next(conn, leftover)
+                return
+            conn.set_timeout()
+            if not self.alive:
+                conn.timeout = min(conn.timeout, time.monotonic() + STOP_KEEPALIVE_LINGER)
+            self.keepalived_conns.append(conn)
+            self.poller.register(
+                conn.sock, selectors.EVENT_READ, partial(self.on_client_socket_readable, conn)
+            )
+        except Exception:
+            self.nr_conns -= 1
+            conn.close()
 
     def handle_error(self, req: Any, client: Any, addr: Any, exc: BaseException) -> None:
-        ip = addr[0] if isinstance(addr, tuple) and addr else "unix"
+        ip = _ip(addr)
+        if isinstance(exc, ssl.SSLWantReadError | ssl.SSLWantWriteError | BlockingIOError):
+            self.log.info("closing %s: stalled for %gs while answered", ip, REQUEST_TIMEOUT)
+            return
         if isinstance(exc, ssl.SSLError):
             self.log.warning("TLS handshake with %s failed: %s", ip, exc)
             return
@@ -70,3 +255,104 @@ class RunguardWorker(ThreadWorker):  # type: ignore[misc]  # gunicorn is untyped
             util.write_nonblock(client, response)
         except Exception:
             self.log.debug("Failed to send error message.")
+
+
+class SharedListenerWorker(RunguardWorker):
+    """``RunguardWorker`` taking connections only from the master's shared socket."""
+
+    own_listener = False
+
+
+@dataclass(eq=False)
+class _Pending:
+    """A connection whose request the loop is still reading."""
+
+    conn: Any
+    deadline: float
+    data: bytearray = field(default_factory=bytearray)
+    handshaking: bool = False
+    need: int | None = None  # bytes of head and body, once the head is read
+    chunked: int | None = None  # where a chunked body starts
+
+
+def _request_ready(pending: _Pending, sock: Any) -> bool:
+    """Whether ``pending.data`` holds a whole request (or what the parser must refuse)."""
+    data = pending.data
+    if pending.need is None and pending.chunked is None:
+        end = data.find(b"\r\n\r\n")
+        if end < 0:
+            return len(data) > HEAD_LIMIT
+        length, chunked, expect = 0, False, -1
+        start = data.find(b"\r\n") + 2
+        while start < end:
+            stop = data.find(b"\r\n", start)
+            name, _, value = bytes(data[start:stop]).partition(b":")
+            name, value = name.strip().lower(), value.strip().lower()
+            if name == b"content-length":
+                if not value.isdigit():
+                    return True  # the parser answers 400
+                length = int(value)
+            elif name == b"transfer-encoding":
+                chunked = value.endswith(b"chunked")
+            elif name == b"expect" and value == b"100-continue":
+                expect = start
+            start = stop + 2
+        if expect >= 0 and len(data) < end + 4 + length:
+            # the client waits for this before it sends the body: say it from here
+            del data[expect : data.find(b"\r\n", expect) + 2]
+            end = data.find(b"\r\n\r\n")
+            try:
+                sock.send(b"HTTP/1.1 100 Continue\r\n\r\n")
+            except OSError:
+                pass  # the client sends the body after a second of its own anyway
+        if chunked:
+            pending.chunked = end + 4
+        else:
+            pending.need = end + 4 + length
+    if pending.chunked is not None:
+        return _chunked_complete(data, pending.chunked) or len(data) > BUFFERED_BODY
+    assert pending.need is not None
+    return len(data) >= pending.need or pending.need > BUFFERED_BODY
+
+
+def _chunked_complete(data: bytearray, pos: int) -> bool:
+    while pos <= len(data):
+        eol = data.find(b"\r\n", pos)
+        if eol < 0:
+            return False
+        try:
+            size = int(bytes(data[pos:eol]).split(b";")[0].strip(), 16)
+        except ValueError:
+            return True  # the parser answers 400
+        if size == 0:
+            return data.find(b"\r\n\r\n", eol) >= 0  # after the trailers, if any
+        pos = eol + 2 + size + 2
+    return False
+
+
+def _own_listeners(listeners: list[Any], backlog: int, log: Any) -> list[socket.socket]:
+    """A socket per TCP listener, bound beside it with ``SO_REUSEPORT``."""
+    own = []
+    for listener in listeners:
+        if listener.family not in (socket.AF_INET, socket.AF_INET6):
+            continue
+        if not listener.getsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT):
+            log.warning("%s has no SO_REUSEPORT: connections are shared, not spread", listener)
+            continue
+        sock = socket.socket(listener.family, socket.SOCK_STREAM)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+            sock.bind(listener.getsockname())
+            sock.listen(backlog)
+            sock.setblocking(False)
+        except OSError as exc:
+            sock.close()
+            log.warning("no listening socket of its own on %s: %s", listener, exc)
+            continue
+        own.append(sock)
+    return own
+
+
+def _ip(address: Any) -> str:
+    return str(address[0]) if isinstance(address, tuple) and address else "unix"
