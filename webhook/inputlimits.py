@@ -55,7 +55,7 @@ __all__ = [
 
 MiB = 1024 * 1024
 MAX_DEPTH = 100  # a Pod nests about 20 deep (a CronJob's pod affinity terms)
-MAX_ALIAS_VALUES = 100_000  # values aliases may add to a file, all documents together
+MAX_ALIAS_VALUES = 10_000  # values aliases may add to a file, all documents together
 INT64 = (-(2**63), 2**63 - 1)
 # An int64 has at most 19 digits; with a sign, a base prefix (0b: 64 digits) and YAML's
 # ``_`` separators a longer text is out of range, refused before ``int()`` reads it.

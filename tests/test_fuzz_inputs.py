@@ -1,0 +1,45 @@
+"""Fuzzing ``runguard apply``, ``runguard lint`` and the policy loader, in a short form.
+
+The inputs and the checks are ``bench/fuzz_inputs.py``'s (run it for the long form and
+its figures): YAML and JSON from run Pods, random values, random edits and hostile
+shapes; every command exits 0, 1 or 2 with UTF-8 output of bounded size, the loader
+never raises. Here a fixed, bounded set of examples (``derandomize``: the same ones on
+every run, so CI never turns red by chance) and no deadline (a shared machine's pauses
+are not failures).
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+from pathlib import Path
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+
+from fuzz_inputs import check_apply, check_lint, check_loader, inputs  # noqa: E402
+
+SHORT = settings(
+    max_examples=50,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+
+
+@SHORT
+@given(text=inputs, output=st.sampled_from(["json", "yaml", "text"]))
+def test_apply_exits_cleanly_with_bounded_output(text: str, output: str) -> None:
+    with tempfile.TemporaryDirectory() as workdir:
+        check_apply(text, Path(workdir), output)
+
+
+@SHORT
+@given(text=inputs)
+def test_lint_and_the_policy_loader_never_raise(text: str) -> None:
+    with tempfile.TemporaryDirectory() as workdir:
+        check_lint(text, Path(workdir))
+        check_loader(text, Path(workdir))
