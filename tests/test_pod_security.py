@@ -477,7 +477,16 @@ def selinux_options(draw: Any) -> JSON:
 
 ids = st.sampled_from([0, 1000])
 capability_names = st.sampled_from(
-    ["ALL", "NET_BIND_SERVICE", "CHOWN", "SYS_ADMIN", "NET_RAW", "SYS_PTRACE", "all"]
+    [
+        "ALL",
+        "NET_BIND_SERVICE",
+        "CHOWN",
+        "SYS_ADMIN",
+        "CAP_SYS_ADMIN",
+        "NET_RAW",
+        "SYS_PTRACE",
+        "all",
+    ]
 )
 
 
@@ -835,6 +844,60 @@ def linux_only_fields(spec: JSON) -> set[str]:
         sc = c.get("securityContext") or {}
         found |= {f"{c['name']}.{key}" for key in LINUX_ONLY_CONTAINER if key in sc}
     return found
+
+
+def apiserver_refusals(pod: JSON) -> set[str]:
+    """What the apiserver's own validation (k8s.io/kubernetes pkg/apis/core/validation,
+    1.33) refuses among the fields runguard writes: Linux-only fields in a Windows Pod
+    (validateWindows), ``allowPrivilegeEscalation: false`` beside ``privileged: true`` or
+    ``CAP_SYS_ADMIN`` (ValidateSecurityContext), an AppArmor field that disagrees with the
+    container's annotation (validateAppArmorAnnotationsAndFieldsMatchOnCreate)."""
+    spec = pod["spec"]
+    found = linux_only_fields(spec) if _windows(spec) else set()
+    annotations = pod["metadata"].get("annotations") or {}
+    pod_profile = (spec.get("securityContext") or {}).get("appArmorProfile")
+    for c in _containers(spec):
+        sc = c.get("securityContext") or {}
+        if sc.get("allowPrivilegeEscalation") is False:
+            adds = (sc.get("capabilities") or {}).get("add") or ()
+            if sc.get("privileged") is True or "CAP_SYS_ADMIN" in adds:
+                found.add(f"{c['name']}.allowPrivilegeEscalation")
+        profile = sc.get("appArmorProfile") or pod_profile
+        note = annotations.get(f"container.apparmor.security.beta.kubernetes.io/{c['name']}")
+        if profile and note is not None and not _windows(spec):
+            kind = profile.get("type")
+            agree = (
+                (kind == "Unconfined" and note == "unconfined")
+                or (kind == "RuntimeDefault" and note == "runtime/default")
+                or (kind == "Localhost" and note == f"localhost/{profile.get('localhostProfile')}")
+                or kind not in ("Unconfined", "RuntimeDefault", "Localhost")
+            )
+            if not agree:
+                found.add(f"{c['name']}.appArmorProfile")
+    return found
+
+
+@FEWER
+@given(pod=run_pods(), name=POLICY_NAMES)
+def test_runguard_never_writes_what_the_apiserver_refuses(
+    pod: JSON, name: str, policies: dict[str, Policy]
+) -> None:
+    """A valid Pod stays valid: runguard's patch adds no refusal (which would also hide
+    runguard's own message behind the apiserver's)."""
+    result = mutate(pod, policies[name]).object
+    assert apiserver_refusals(result) <= apiserver_refusals(pod)
+
+
+@FEWER
+@given(pod=run_pods(ephemeral=False), debug=containers("debugger", "ephemeral"), name=POLICY_NAMES)
+def test_a_debug_container_is_never_made_invalid(
+    pod: JSON, debug: JSON, name: str, policies: dict[str, Policy]
+) -> None:
+    running = evaluate(pod, policies[name]).object
+    sent = copy.deepcopy(running)
+    sent["spec"]["ephemeralContainers"] = [debug]
+    result = mutate(sent, policies[name], old=running).object
+    assert apiserver_refusals(result) <= apiserver_refusals(sent)
 
 
 @FEWER

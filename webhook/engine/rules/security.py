@@ -138,13 +138,22 @@ def _confine_only(pod: Pod) -> Change | None:
 
 
 def _fill_container(sc: JSON, drop: tuple[str, ...]) -> list[str]:
-    """What a Linux container left out: no privileges, no escalation, capabilities dropped."""
+    """What a Linux container left out: no privileges, no escalation, capabilities dropped.
+
+    Not ``allowPrivilegeEscalation: false`` beside ``privileged: true`` or an added
+    ``CAP_SYS_ADMIN`` still there (``onRoot: Deny``, a debug container): the apiserver
+    refuses that pair as invalid, with a message that would hide runguard's denial."""
     filled = []
-    for key in ("privileged", "allowPrivilegeEscalation"):
-        if sc.get(key) is None:
-            sc[key] = False
-            filled.append(f"{key} false")
     caps = sc.get("capabilities")
+    if sc.get("privileged") is None:
+        sc["privileged"] = False
+        filled.append("privileged false")
+    if sc.get("allowPrivilegeEscalation") is None and not (
+        sc["privileged"] is True
+        or (caps is not None and "CAP_SYS_ADMIN" in (caps.get("add") or ()))
+    ):
+        sc["allowPrivilegeEscalation"] = False
+        filled.append("allowPrivilegeEscalation false")
     if caps is None:
         caps = sc["capabilities"] = {}
     have = caps.get("drop") or []
