@@ -277,7 +277,9 @@ def check_security(pod: Pod) -> list[Violation]:
         non_root = sc.get("runAsNonRoot")
         if non_root is False:
             out.append(
-                Violation("security.root", f"{path}.runAsNonRoot", f"must not be false{more}")
+                Violation(
+                    "security.root", f"{path}.runAsNonRoot", f"must not be false: set true{more}"
+                )
             )
         elif restricted and non_root is None and pod_non_root is not True:
             out.append(
@@ -290,7 +292,11 @@ def check_security(pod: Pod) -> list[Violation]:
         for key in ("privileged", "allowPrivilegeEscalation"):  # check_privileged.go
             if sc.get(key) is True:
                 out.append(
-                    Violation("security.privileged", f"{path}.{key}", f"{key} is not allowed{more}")
+                    Violation(
+                        "security.privileged",
+                        f"{path}.{key}",
+                        f"{key}: true is not allowed: remove it or set false{more}",
+                    )
                 )
         if restricted and linux and sc.get("allowPrivilegeEscalation") is None:
             out.append(  # check_allowPrivilegeEscalation.go
@@ -319,7 +325,7 @@ def check_security(pod: Pod) -> list[Violation]:
                 Violation(
                     "security.capabilities",
                     f"{path}.capabilities.drop",
-                    f"must include ALL{more}",
+                    f"must include ALL: drop every capability, add back only what is allowed{more}",
                 )
             )
         seccomp = sc.get("seccompProfile")
