@@ -45,8 +45,10 @@ lint: $(STAMP)
 cases: $(STAMP)
 	$(BIN)/runguard test tests/cases
 
+# The engine and the server under several worker models, interleaved rounds (~5 min);
+# the last line is one JSON object (docs/performance.md).
 bench: $(STAMP)
-	$(BIN)/python bench/bench_engine.py
+	$(BIN)/python bench/bench_all.py
 
 # A local cluster (built once, cached): etcd, kube-apiserver, kube-controller-manager,
 # kube-scheduler and kwok's simulated CPU/GPU/spot nodes, with runguard serving

@@ -343,6 +343,9 @@ def _own_listeners(listeners: list[Any], backlog: int, log: Any) -> list[socket.
         try:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+            # as gunicorn's own: accepted sockets inherit it (without it, Nagle and the
+            # client's delayed ACK held small responses up to 40 ms)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             sock.bind(listener.getsockname())
             sock.listen(backlog)
             sock.setblocking(False)

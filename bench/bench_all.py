@@ -1,0 +1,211 @@
+"""``make bench``: the engine and the server, several worker models side by side (not a test).
+
+Starts one server per configuration (``CONFIGS``: stock ``gthread`` as it was, and
+``RunguardWorker`` in several shapes), all with the repository's ``policies/``, fresh
+certificates and the same load generator (``bench_http.drive``: keep-alive TLS
+connections, one process each). Rounds are interleaved: each round measures every
+configuration once, the engine once, so a busy moment of this shared machine hits all
+of them. Per round and configuration:
+
+* ``POST /bench/allowed`` (a trivial endpoint of the same server) and ``POST /mutate``
+  (a run Pod most mutation steps change): requests/s, p99, server CPU per request
+  (the workers' user + system time over the requests answered);
+* starvation: 64 connections that send nothing, half a ClientHello, half a head or
+  half a body held open (``slow_clients.py``) while 10 real ``/validate`` reviews on
+  new connections are sent at once, each given 5 s: how many failed.
+
+Prints a table (median [min-max] over rounds), the load average before and after, and
+as its last line one JSON object: the default configuration's figures (medians), their
+``[min, max]`` in ``ranges``, and every configuration's medians in ``configs``. Bounded:
+``--rounds`` (<= 5) x ``--seconds`` (<= 20) per endpoint, about 5 minutes by default.
+
+    .venv/bin/python bench/bench_all.py [--rounds 3] [--seconds 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+BENCH = Path(__file__).resolve().parent
+sys.path.insert(0, str(BENCH))
+sys.path.insert(0, str(BENCH.parent))
+
+import bench_engine  # noqa: E402
+import bench_http  # noqa: E402
+import slow_clients  # noqa: E402
+
+# (name, gunicorn worker class, workers, threads); the first RunguardWorker one with the
+# default shape is what runguard serve runs (docs/server.md says why)
+CONFIGS: tuple[tuple[str, str, int, int], ...] = (
+    ("gthread 2x2 (before)", "gthread", 2, 2),
+    ("runguard 2x2", "webhook.worker.RunguardWorker", 2, 2),
+    ("runguard 2x1", "webhook.worker.RunguardWorker", 2, 1),
+    ("runguard 4x1", "webhook.worker.RunguardWorker", 4, 1),
+    ("shared listener 2x2", "webhook.worker.SharedListenerWorker", 2, 2),
+)
+SLOW_CONNECTIONS, STARVE_REVIEWS, STARVE_TIMEOUT = 64, 10, 5.0
+CONNECTIONS = 8
+
+
+def default_config() -> str:
+    from webhook.settings import DEFAULT_THREADS, default_workers
+
+    for name, worker_class, workers, threads in CONFIGS:
+        if worker_class.endswith(".RunguardWorker") and threads == DEFAULT_THREADS:
+            if workers == default_workers():
+                return name
+    return CONFIGS[1][0]
+
+
+def engine_round(policy: Any, seconds: float) -> float:
+    """Median wall time of one typical-pod review (mutate + validate), in us."""
+    pod = bench_engine.gpu_pod(1)
+
+    def review() -> None:
+        decision = bench_engine.mutate(pod, policy)
+        bench_engine.validate(decision.object, policy)
+
+    return bench_engine.summary(bench_engine.measure(review, 20000, seconds))[0]
+
+
+def server_round(proc: Any, port: int, ca_file: str, seconds: float) -> dict[str, float]:
+    body = bench_http.review_bytes()
+    figures: dict[str, float] = {}
+    for name, path in (("trivial", "/bench/allowed"), ("mutate", "/mutate")):
+        workers = bench_http.workers_of(proc.pid)
+        before = bench_http.cpu_seconds(workers)
+        result = bench_http.drive(port, ca_file, path, body, CONNECTIONS, seconds)
+        used = bench_http.cpu_seconds(workers) - before
+        figures[f"{name}_rps"] = result["rps"]
+        figures[f"{name}_p99_ms"] = result["p99_ms"]
+        figures[f"{name}_cpu_us"] = 1e6 * used / max(1, result["requests"])
+        figures[f"{name}_failed"] = result["failures"]
+    starve = slow_clients.starved(port, ca_file, SLOW_CONNECTIONS, STARVE_REVIEWS, STARVE_TIMEOUT)
+    figures["starved_requests"] = starve["failed"]
+    return figures
+
+
+def load_average() -> str:
+    return " ".join(f"{value:.2f}" for value in os.getloadavg())
+
+
+def spread(values: list[float]) -> tuple[float, float, float]:
+    return statistics.median(values), min(values), max(values)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--seconds", type=float, default=5.0, help="per endpoint and round")
+    args = parser.parse_args()
+    rounds = max(1, min(args.rounds, 5))
+    seconds = max(1.0, min(args.seconds, 20.0))
+
+    from webhook.policy.loader import load_policy
+
+    policy = load_policy(str(bench_engine.ROOT / "tests/cases/_policies/platform"))
+    default = default_config()
+    load_before = load_average()
+    engine: list[float] = []
+    results: dict[str, list[dict[str, float]]] = {name: [] for name, *_ in CONFIGS}
+    memory: dict[str, list[float]] = {}
+    servers: dict[str, tuple[Any, int, str]] = {}
+    with tempfile.TemporaryDirectory(prefix="runguard-bench-") as tmp:
+        try:
+            for index, (name, worker_class, workers, threads) in enumerate(CONFIGS):
+                workdir = Path(tmp) / str(index)
+                workdir.mkdir()
+                proc, port = bench_http.start_server(
+                    workdir, "gthread", workers, threads, worker_class
+                )
+                servers[name] = (proc, port, str(workdir / "certs" / "ca.crt"))
+            for number in range(rounds):
+                engine.append(engine_round(policy, min(seconds, 3.0)))
+                order = list(servers.items())
+                if number % 2:
+                    order.reverse()  # no configuration always right after the engine
+                for name, (proc, port, ca_file) in order:
+                    results[name].append(server_round(proc, port, ca_file, seconds))
+            for name, (proc, _, _) in servers.items():
+                workers = bench_http.workers_of(proc.pid)
+                memory[name] = [bench_http.memory_mb(pid)[0] for pid in workers]
+        finally:
+            for proc, _, _ in servers.values():
+                proc.send_signal(signal.SIGTERM)
+            for proc, _, _ in servers.values():
+                try:
+                    proc.wait(timeout=40)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+    load_after = load_average()
+
+    print(
+        f"runguard bench: {os.cpu_count()} cpus shared by servers and load generator, "
+        f"{rounds} interleaved rounds, {seconds:g} s per endpoint, {CONNECTIONS} keep-alive "
+        f"TLS connections; starvation: {SLOW_CONNECTIONS} slow connections held, "
+        f"{STARVE_REVIEWS} reviews given {STARVE_TIMEOUT:g} s each"
+    )
+    print(f"load average before: {load_before}; after: {load_after}")
+    print(f"engine, typical pod review (mutate + validate): {_fmt(spread(engine), '.0f')} us")
+    columns = (
+        ("trivial_rps", "trivial req/s", ".0f"),
+        ("mutate_rps", "mutate req/s", ".0f"),
+        ("trivial_cpu_us", "trivial CPU us", ".0f"),
+        ("mutate_cpu_us", "mutate CPU us", ".0f"),
+        ("mutate_p99_ms", "mutate p99 ms", ".1f"),
+        ("starved_requests", "starved /10", ".0f"),
+    )
+    print(f"{'configuration':<22}" + "".join(f"{title:>22}" for _, title, _ in columns))
+    table: dict[str, dict[str, tuple[float, float, float]]] = {}
+    for name, runs in results.items():
+        table[name] = {key: spread([run[key] for run in runs]) for key, *_ in columns}
+        failed = sum(run["trivial_failed"] + run["mutate_failed"] for run in runs)
+        row = "".join(f"{_fmt(table[name][key], fmt):>22}" for key, _, fmt in columns)
+        mark = " (default)" if name == default else ""
+        print(
+            f"{name + mark:<22}{row}  rss {statistics.median(memory[name]):.0f} MB/worker"
+            f"{f', {failed:.0f} failed under load' if failed else ''}"
+        )
+
+    chosen = table[default]
+    figures: dict[str, Any] = {"engine_us_p50": round(statistics.median(engine), 1)}
+    ranges: dict[str, list[float]] = {
+        "engine_us_p50": [round(min(engine), 1), round(max(engine), 1)]
+    }
+    for key, *_ in columns:
+        figures[key] = round(chosen[key][0], 2)
+        ranges[key] = [round(chosen[key][1], 2), round(chosen[key][2], 2)]
+    figures["rss_mb_per_worker"] = round(statistics.median(memory[default]), 1)
+    ranges["rss_mb_per_worker"] = [round(min(memory[default]), 1), round(max(memory[default]), 1)]
+    summary = {
+        **figures,
+        "config": default,
+        "rounds": rounds,
+        "loadavg_before": load_before,
+        "loadavg_after": load_after,
+        "ranges": ranges,
+        "configs": {
+            name: {key: round(value[0], 2) for key, value in rows.items()}
+            for name, rows in table.items()
+        },
+    }
+    print(json.dumps(summary, separators=(",", ":")))
+    return 0
+
+
+def _fmt(values: tuple[float, float, float], fmt: str) -> str:
+    median, low, high = values
+    return f"{median:{fmt}} [{low:{fmt}}-{high:{fmt}}]"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
