@@ -528,7 +528,10 @@ class Cluster:
             self._component_kubeconfig("kwok"), "kwok", "kwok-controller", ["system:masters"]
         )
         self.whole_path = True
-        stop = lambda: self._stop(tuple(reversed(COMPONENTS)), 15.0)  # noqa: E731
+
+        def stop() -> None:
+            self._stop(tuple(reversed(COMPONENTS)), 15.0)
+
         try:
             _retry_on_port_clash(
                 self._start_components, lambda: self._wait_components(timeout), stop
