@@ -242,7 +242,7 @@ def measure(argv: Sequence[str], env: dict[str, str], limit_gb: float = 0) -> di
         "cpu_seconds": round(usage.ru_utime + usage.ru_stime, 2),
         "peak_rss_mb": round(usage.ru_maxrss / 1024, 1),
         "exit": proc.returncode,
-        "stderr": stderr[-2000:],
+        "stderr": stderr[-20000:],
     }
 
 
@@ -251,6 +251,10 @@ def main() -> None:
     parser.add_argument("--count", type=int, default=10000, help="objects to create")
     parser.add_argument("--page-size", type=int, default=500)
     parser.add_argument("--threads", type=int, default=6, help="concurrent creates")
+    parser.add_argument(
+        "--only", default="", help="measure only the variants whose name contains this"
+    )
+    parser.add_argument("--log-dir", type=Path, help="keep each variant's stderr here")
     parser.add_argument(
         "--before",
         choices=("all", "table", "none"),
@@ -306,8 +310,14 @@ def main() -> None:
             env = {**cluster.env(), "PYTHONPATH": str(REPO)}
             results = {}
             for name, argv in variants(args, before, str(cluster.kubeconfig)).items():
+                if args.only not in name:
+                    continue
                 limit = args.before_limit_gb if name.startswith("before") else 0
                 results[name] = measure(argv, env, limit)
+                if args.log_dir:
+                    args.log_dir.mkdir(parents=True, exist_ok=True)
+                    log = args.log_dir / (re.sub(r"\W+", "-", name).strip("-") + ".log")
+                    log.write_text(results[name]["stderr"])
                 print(f"{name}: {results[name]['seconds']}s", file=sys.stderr)
 
     print_results(args, len(objects) - failed, fill_seconds, results)

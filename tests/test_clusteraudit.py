@@ -80,7 +80,7 @@ def test_warn_enforcement_reports_warn() -> None:
 
 def test_policy_reports_group_by_namespace_with_summaries() -> None:
     policy = load_policy(POLICIES / "platform")
-    reports = to_policy_reports(audit(OBJECTS, policy), policy)
+    reports = to_policy_reports(audit(OBJECTS, policy))
     assert [r["metadata"]["namespace"] for r in reports] == ["ml", "team"]
     ml = reports[0]
     assert ml["apiVersion"] == "wgpolicyk8s.io/v1alpha2" and ml["kind"] == "PolicyReport"
@@ -104,6 +104,7 @@ def test_table_and_rows() -> None:
         "kind": "Pod",
         "name": "good",
         "result": "pass",
+        "policy": "platform",
         "profile": "default",
         "violations": [],
     }
@@ -291,8 +292,8 @@ def test_streamed_table_sets_widths_from_the_first_rows() -> None:
 def test_policy_reports_split_into_parts() -> None:
     policy = load_policy(POLICIES / "platform")
     findings = audit(OBJECTS + runs(4), policy)
-    whole = to_policy_reports(findings, policy)
-    parts = to_policy_reports(findings, policy, per_report=2)
+    whole = to_policy_reports(findings)
+    parts = to_policy_reports(findings, per_report=2)
     assert [(r["metadata"]["namespace"], r["metadata"]["name"]) for r in parts] == [
         ("ml", "runguard-platform"),
         ("ml", "runguard-platform-2"),
@@ -308,3 +309,99 @@ def test_policy_reports_split_into_parts() -> None:
         assert [x for r in split for x in r["results"]] == report["results"]
         for key, total in report["summary"].items():
             assert sum(r["summary"][key] for r in split) == total
+
+
+def two_run_policies(directory: Path) -> Policy:
+    """'builds' (tried first, by name) for the platform's image builds, 'platform' for
+    the other runs; each excludes a namespace of its own."""
+    for name, labels, extra, excluded in (
+        ("builds", {"managed-by": "dhcore", "framework": "build"}, [], "ci"),
+        ("platform", {"managed-by": "dhcore"}, [{"key": "gpu", "operator": "DoesNotExist"}],
+         "team"),
+    ):  # fmt: skip
+        expressions = [
+            {"key": "run", "operator": "Exists"},
+            {"key": "stage", "operator": "In", "values": ["a", "b"] if extra else ["b", "a"]},
+            *extra,
+        ]
+        spec = {
+            "selector": {"matchLabels": labels, "matchExpressions": expressions},
+            "excludeNamespaces": ["kube-system", excluded],
+        }
+        document = {"apiVersion": "runguard.io/v1", "kind": "RunPolicy",
+                    "metadata": {"name": name}, "spec": spec}  # fmt: skip
+        (directory / f"{name}.yaml").write_text(json.dumps(document))
+    return load_policy(directory)
+
+
+def test_several_run_policies_are_selected_by_what_all_their_selectors_require(
+    tmp_path: Path,
+) -> None:
+    policy = two_run_policies(tmp_path)
+    assert [p.name for p in policy.run_policies()] == ["builds", "platform"]
+    # A Pod either selector matches meets these: the server sends a superset of the runs.
+    assert list_query(LISTINGS[0], policy, 10) == {
+        "limit": "10",
+        "labelSelector": "managed-by=dhcore,run,stage in (b,a)",
+        "fieldSelector": "metadata.namespace!=kube-system",  # excluded by both
+    }
+    assert list_query(LISTINGS[1], policy, 10) == {
+        "limit": "10",
+        "fieldSelector": "metadata.namespace!=kube-system",
+    }
+    fetch = FakeApiserver({})
+    assert len(list(judged_pages(fetch, policy, namespace="ci"))) == len(LISTINGS)
+    assert {kind for kind, _ in fetch.queries} == {listing.kind for listing in LISTINGS}
+    assert not list(judged_pages(fetch, policy, namespace="kube-system"))  # no one governs it
+
+
+def test_each_run_is_reported_under_the_run_policy_that_judged_it(tmp_path: Path) -> None:
+    policy = two_run_policies(tmp_path)
+    run = {"managed-by": "dhcore", "run": "r1", "stage": "a"}
+    build = {**run, "framework": "build"}
+
+    def obj(name: str, ns: str, labels: dict[str, str], kind: str = "Pod") -> dict[str, Any]:
+        metadata = {"name": name, "namespace": ns, "uid": f"uid-{name}"}
+        spec = {"containers": [{"name": "main", "image": "x"}]}
+        if kind == "Pod":
+            return {"apiVersion": "v1", "kind": kind, "metadata": {**metadata, "labels": labels},
+                    "spec": spec}  # fmt: skip
+        template = {"metadata": {"labels": labels}, "spec": spec}
+        if kind == "CronJob":
+            template = {"spec": {"template": template}}
+            return {"apiVersion": "batch/v1", "kind": kind, "metadata": metadata,
+                    "spec": {"schedule": "@daily", "jobTemplate": template}}  # fmt: skip
+        return {"apiVersion": "batch/v1", "kind": kind, "metadata": metadata,
+                "spec": {"template": template}}  # fmt: skip
+
+    findings = audit(
+        [
+            obj("build", "ml", build),
+            obj("train", "ml", run),
+            obj("ci-build", "ci", build),  # 'builds' excludes ci: 'platform' judges it
+            obj("team-train", "team", run),  # 'platform' excludes team, 'builds' does not match
+            obj("gpu-build", "team", {**build, "gpu": "1"}),
+            obj("nightly", "ml", build, "CronJob"),
+            obj("finetune", "ml", run, "Job"),
+        ],
+        policy,
+    )
+    assert {(f.namespace, f.name): f.policy for f in findings} == {
+        ("ml", "build"): "builds",
+        ("ml", "train"): "platform",
+        ("ci", "ci-build"): "platform",
+        ("team", "gpu-build"): "builds",
+        ("ml", "nightly"): "builds",
+        ("ml", "finetune"): "platform",
+    }
+    reports = to_policy_reports(findings)
+    assert [(r["metadata"]["namespace"], r["metadata"]["name"]) for r in reports] == [
+        ("ci", "runguard-platform"),
+        ("ml", "runguard-builds"),
+        ("ml", "runguard-platform"),
+        ("team", "runguard-builds"),
+    ]
+    for report in reports:
+        (name,) = {result["policy"] for result in report["results"]}
+        assert report["metadata"]["name"] == f"runguard-{name}"
+        assert report["metadata"]["labels"]["runguard.io/policy"] == name

@@ -1152,7 +1152,7 @@ def test_vendored_crd_accepts_the_reports_audit_writes() -> None:
     warn = build_policy({**RUN_POLICY, "spec": {**RUN_POLICY["spec"], "enforcement": "Warn"}}, [])
     findings = audit([mutate(run("ok"), policy).object, run("host", hostNetwork=True)], policy)
     findings += audit([run("warned", hostNetwork=True)], warn)
-    (report,) = to_policy_reports(findings, policy)
+    (report,) = to_policy_reports(findings)
     assert {r["result"] for r in report["results"]} == {"pass", "fail", "warn"}
     jsonschema.validate(report, version["schema"]["openAPIV3Schema"])
 

@@ -4,14 +4,16 @@ No I/O of its own. ``judged_pages`` pages through each listing with a ``fetch``
 function given by the caller (one list request: the raw JSON body of one page), judges
 every page as it arrives and keeps findings, never objects: memory stays flat however
 many objects the cluster holds. Pods are selected server-side by the policy's selector
-(the same LabelSelector the webhook's ``objectSelector`` is rendered from); pod
+(the LabelSelector the webhook's ``objectSelector`` is rendered from; with several
+RunPolicies, the requirements all their selectors share); pod
 controllers carry the run labels in their template only, so every one is listed and the
 engine picks the runs. Excluded namespaces are left out server-side for every kind.
 
 Findings render as table rows, JSON rows (both written as they come) or
 ``wgpolicyk8s.io/v1alpha2`` PolicyReports (the format Kyverno and Gatekeeper's reporters
-publish, read by Policy Reporter and similar tools): one per namespace, split in parts
-of at most ``RESULTS_PER_REPORT`` results so that none nears etcd's 1.5 MiB object limit.
+publish, read by Policy Reporter and similar tools): one per namespace and RunPolicy,
+split in parts of at most ``RESULTS_PER_REPORT`` results so that none nears etcd's
+1.5 MiB object limit.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from webhook.policy.model import Policy
 REPORT_GROUP, REPORT_VERSION, REPORT_PLURAL = "wgpolicyk8s.io", "v1alpha2", "policyreports"
 REPORT_API = f"{REPORT_GROUP}/{REPORT_VERSION}"
 REPORT_LABELS = {"app.kubernetes.io/managed-by": "runguard"}
+POLICY_LABEL = "runguard.io/policy"  # on each PolicyReport: the RunPolicy whose runs it lists
 RESULTS_PER_REPORT = 1000  # ~0.5 MB of JSON at most: well under etcd's 1.5 MiB per object
 PAGE_SIZE = 500  # kubectl's default --chunk-size
 MAX_RESTARTS = 3  # expired continue tokens in a row before a listing gives up
@@ -108,17 +111,18 @@ class Finding:
     name: str
     api_version: str
     uid: str
+    policy: str  # the RunPolicy that judged it (the first by name whose selector matches)
     profile: str | None
     result: str  # pass | fail | warn
     violations: tuple[Violation, ...]
 
 
-def finding(obj: Any, decision: Decision) -> Finding:
+def finding(obj: Any, decision: Decision, policy: Policy) -> Finding:
     obj = obj if isinstance(obj, dict) else {}
-    meta = obj.get("metadata")
-    meta = meta if isinstance(meta, dict) else {}
+    meta = _mapping(obj.get("metadata"))
     violations = tuple(decision.violations)
     result = "pass" if not violations else "fail" if decision.enforcement == "Deny" else "warn"
+    chosen = policy.choose(_pod_labels(obj), decision.namespace) if policy.alternatives else None
     # Interned: thousands of findings share a handful of these strings.
     return Finding(
         kind=sys.intern(decision.kind),
@@ -126,10 +130,30 @@ def finding(obj: Any, decision: Decision) -> Finding:
         name=decision.name,
         api_version=sys.intern(str(obj.get("apiVersion", ""))),
         uid=str(meta.get("uid", "")),
+        policy=sys.intern((chosen or policy).name),
         profile=sys.intern(decision.profile) if decision.profile else None,
         result=result,
         violations=violations,
     )
+
+
+# Where each listed kind keeps the pod metadata its run labels are in.
+POD_METADATA = {
+    "Pod": ("metadata",),
+    "CronJob": ("spec", "jobTemplate", "spec", "template", "metadata"),
+}
+
+
+def _pod_labels(obj: dict[str, Any]) -> dict[str, str]:
+    node: Any = obj
+    for key in POD_METADATA.get(str(obj.get("kind")), ("spec", "template", "metadata")):
+        node = _mapping(node).get(key)
+    labels = _mapping(_mapping(node).get("labels"))
+    return {k: v for k, v in labels.items() if isinstance(v, str)}
+
+
+def _mapping(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
 
 
 def judge(objects: Iterable[Any], policy: Policy) -> Iterator[Finding]:
@@ -137,7 +161,7 @@ def judge(objects: Iterable[Any], policy: Policy) -> Iterator[Finding]:
     for obj in objects:
         decision = validate(obj, policy)
         if decision.applies:
-            yield finding(obj, decision)
+            yield finding(obj, decision, policy)
 
 
 def audit(objects: Iterable[Any], policy: Policy) -> list[Finding]:
@@ -165,15 +189,37 @@ def label_selector(selector: LabelSelector) -> str:
     return ",".join(terms)
 
 
+def shared_selector(policy: Policy) -> LabelSelector:
+    """The requirements every RunPolicy's selector makes: a Pod any of them matches
+    matches this one too (one ``labelSelector`` cannot say "this or that"), so the server
+    can select on it and the engine picks the RunPolicy. With one RunPolicy, its selector."""
+    first, *others = (p.selector for p in policy.run_policies())
+    labels = {
+        key: value
+        for key, value in first.match_labels.items()
+        if all(other.match_labels.get(key) == value for other in others)
+    }
+    expressions = [
+        expr
+        for expr in first.match_expressions
+        if all(_requirement(expr) in map(_requirement, o.match_expressions) for o in others)
+    ]
+    return first.model_copy(update={"match_labels": labels, "match_expressions": expressions})
+
+
+def _requirement(expr: Mapping[str, Any]) -> tuple[str, str, frozenset[str]]:
+    return expr["key"], expr["operator"], frozenset(expr.get("values") or ())
+
+
 def list_query(listing: Listing, policy: Policy, page_size: int) -> dict[str, str]:
-    """The query of every page of ``listing``: what the server can select for the policy."""
+    """The query of every page of ``listing``: what the server can select for the policy
+    (Pods by labels; every kind by namespace, leaving out those every RunPolicy excludes)."""
     query = {"limit": str(page_size)}
-    if listing.kind == "Pod" and (labels := label_selector(policy.selector)):
+    if listing.kind == "Pod" and (labels := label_selector(shared_selector(policy))):
         query["labelSelector"] = labels
-    if policy.exclude_namespaces:
-        query["fieldSelector"] = ",".join(
-            f"metadata.namespace!={ns}" for ns in sorted(policy.exclude_namespaces)
-        )
+    excluded = frozenset.intersection(*(p.exclude_namespaces for p in policy.run_policies()))
+    if excluded:
+        query["fieldSelector"] = ",".join(f"metadata.namespace!={ns}" for ns in sorted(excluded))
     return query
 
 
@@ -229,7 +275,9 @@ def judged_pages(
     are the ones up to the last key seen, and the new pass skips them: each object is
     judged once.
     """
-    if namespace is not None and namespace in policy.exclude_namespaces:
+    if namespace is not None and all(
+        namespace in p.exclude_namespaces for p in policy.run_policies()
+    ):
         return
     for listing in listings:
         query = list_query(listing, policy, page_size)
@@ -297,6 +345,7 @@ def _row(f: Finding) -> dict[str, Any]:
         "kind": f.kind,
         "name": f.name,
         "result": f.result,
+        "policy": f.policy,
         "profile": f.profile,
         "violations": [v.to_dict() for v in f.violations],
     }
@@ -372,13 +421,13 @@ def to_table(findings: Iterable[Finding]) -> str:
 RESULTS = ("pass", "fail", "warn", "error", "skip")  # a PolicyReport summary's keys
 
 
-def report_name(policy: Policy, part: int) -> str:
-    """PolicyReport names: ``runguard-<policy>``, then ``-2``, ``-3``... for more parts."""
-    return f"runguard-{policy.name}" + (f"-{part}" if part > 1 else "")
+def report_name(policy: str, part: int) -> str:
+    """PolicyReport names: ``runguard-<RunPolicy>``, then ``-2``, ``-3``... for more parts."""
+    return f"runguard-{policy}" + (f"-{part}" if part > 1 else "")
 
 
 def policy_report(
-    policy: Policy, namespace: str, part: int, results: list[dict[str, Any]]
+    policy: str, namespace: str, part: int, results: list[dict[str, Any]]
 ) -> dict[str, Any]:
     summary = dict.fromkeys(RESULTS, 0)
     for r in results:
@@ -389,14 +438,14 @@ def policy_report(
         "metadata": {
             "name": report_name(policy, part),
             "namespace": namespace,
-            "labels": dict(REPORT_LABELS),
+            "labels": {**REPORT_LABELS, POLICY_LABEL: policy},
         },
         "summary": summary,
         "results": results,
     }
 
 
-def _results(f: Finding, policy: Policy) -> Iterator[dict[str, Any]]:
+def _results(f: Finding) -> Iterator[dict[str, Any]]:
     """A result per (object, rule), or one pass for a clean object."""
     resource = {"apiVersion": f.api_version, "kind": f.kind, "name": f.name}
     resource["namespace"] = f.namespace
@@ -404,7 +453,7 @@ def _results(f: Finding, policy: Policy) -> Iterator[dict[str, Any]]:
         resource["uid"] = f.uid
     if not f.violations:
         yield {
-            "policy": policy.name,
+            "policy": f.policy,
             "rule": "run",
             "result": "pass",
             "source": "runguard",
@@ -413,7 +462,7 @@ def _results(f: Finding, policy: Policy) -> Iterator[dict[str, Any]]:
         }
     for v in f.violations:
         yield {
-            "policy": policy.name,
+            "policy": f.policy,
             "rule": v.rule,
             "result": f.result,
             "source": "runguard",
@@ -424,25 +473,24 @@ def _results(f: Finding, policy: Policy) -> Iterator[dict[str, Any]]:
 
 
 class ReportBook:
-    """Findings by namespace, for PolicyReports: they list every run, passes too (a
-    resource without a result reads as "not audited"), so passes are kept here, as
+    """Findings by namespace and RunPolicy, for PolicyReports: they list every run, passes
+    too (a resource without a result reads as "not audited"), so passes are kept here, as
     findings (a few hundred bytes each), never as objects."""
 
     def __init__(self) -> None:
-        self.by_namespace: dict[str, list[Finding]] = defaultdict(list)
+        self.findings: dict[tuple[str, str], list[Finding]] = defaultdict(list)
 
     def add(self, findings: Iterable[Finding]) -> None:
         for f in findings:
-            self.by_namespace[f.namespace].append(f)
+            self.findings[f.namespace, f.policy].append(f)
 
-    def reports(
-        self, policy: Policy, per_report: int = RESULTS_PER_REPORT
-    ) -> Iterator[dict[str, Any]]:
-        """The PolicyReports, namespace by namespace, each built only when asked for."""
-        for namespace in sorted(self.by_namespace):
+    def reports(self, per_report: int = RESULTS_PER_REPORT) -> Iterator[dict[str, Any]]:
+        """A PolicyReport per namespace and RunPolicy (in parts of at most ``per_report``
+        results), each built only when asked for."""
+        for namespace, policy in sorted(self.findings):
             part, results = 1, list[dict[str, Any]]()
-            for f in self.by_namespace[namespace]:
-                for result in _results(f, policy):
+            for f in self.findings[namespace, policy]:
+                for result in _results(f):
                     if len(results) == per_report:
                         yield policy_report(policy, namespace, part, results)
                         part, results = part + 1, list[dict[str, Any]]()
@@ -451,9 +499,9 @@ class ReportBook:
 
 
 def to_policy_reports(
-    findings: Iterable[Finding], policy: Policy, per_report: int = RESULTS_PER_REPORT
+    findings: Iterable[Finding], per_report: int = RESULTS_PER_REPORT
 ) -> list[dict[str, Any]]:
-    """A PolicyReport per namespace (more parts past ``per_report`` results)."""
+    """The PolicyReports of ``findings``: one per namespace and RunPolicy (and part)."""
     book = ReportBook()
     book.add(findings)
-    return list(book.reports(policy, per_report))
+    return list(book.reports(per_report))

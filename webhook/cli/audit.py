@@ -21,6 +21,7 @@ from webhook.cli import EXIT_BAD_INPUT, EXIT_DENIED, EXIT_OK, load_policy_or_rep
 from webhook.clusteraudit import (
     LISTINGS,
     PAGE_SIZE,
+    POLICY_LABEL,
     REPORT_GROUP,
     REPORT_PLURAL,
     REPORT_VERSION,
@@ -111,9 +112,9 @@ def run(args: argparse.Namespace) -> int:
             outcome = _audit(api_client, policy, args)
             if args.write:
                 doing = "write PolicyReports"
-                _write_reports(api_client, outcome.book, policy, args.results_per_report)
+                _write_reports(api_client, outcome.book, args.results_per_report)
         if args.output == "policyreport":
-            _dump_reports(outcome.book.reports(policy, args.results_per_report), sys.stdout)
+            _dump_reports(outcome.book.reports(args.results_per_report), sys.stdout)
         sys.stdout.flush()
     except BrokenPipeError:  # stdout closed early (`| head`): nothing more to say
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
@@ -299,7 +300,7 @@ def _dump_reports(reports: Iterable[dict[str, Any]], out: TextIO) -> None:
         yaml.dump(report, out, Dumper=dumper, sort_keys=False)
 
 
-def _write_reports(api_client: Any, book: ReportBook, policy: Policy, per_report: int) -> None:
+def _write_reports(api_client: Any, book: ReportBook, per_report: int) -> None:
     """Server-side apply each report (created, or replaced whole: ``results`` is an
     atomic list), then empty the parts a namespace no longer needs. Needs ``create``,
     ``patch`` and ``get`` on policyreports, nothing else (no list: a namespace left
@@ -309,7 +310,7 @@ def _write_reports(api_client: Any, book: ReportBook, policy: Policy, per_report
 
     api = client.CustomObjectsApi(api_client)
     progress = Progress(sys.stderr) if sys.stderr.isatty() else None
-    parts: Counter[str] = Counter()
+    parts: Counter[tuple[str, str]] = Counter()  # by namespace and RunPolicy
 
     def apply(report: dict[str, Any]) -> None:
         meta = report["metadata"]
@@ -348,12 +349,13 @@ def _write_reports(api_client: Any, book: ReportBook, policy: Policy, per_report
 
     emptied = 0
     try:
-        for report in book.reports(policy, per_report):
+        for report in book.reports(per_report):
             apply(report)
-            parts[report["metadata"]["namespace"]] += 1
+            meta = report["metadata"]
+            parts[meta["namespace"], meta["labels"][POLICY_LABEL]] += 1
             if progress is not None:
                 progress.show(f"PolicyReports written: {parts.total():,}")
-        for namespace, count in parts.items():
+        for (namespace, policy), count in parts.items():
             for part in range(count + 1, count + 1 + MAX_PARTS):
                 if not exists(namespace, report_name(policy, part)):
                     break
@@ -364,8 +366,8 @@ def _write_reports(api_client: Any, book: ReportBook, policy: Policy, per_report
             progress.clear()
     _say(
         None,
-        f"{parts.total():,} PolicyReports written in {len(parts):,} namespaces"
-        + (f", {emptied:,} parts no longer needed emptied" if emptied else ""),
+        f"{parts.total():,} PolicyReports written in {len({ns for ns, _ in parts}):,} "
+        "namespaces" + (f", {emptied:,} parts no longer needed emptied" if emptied else ""),
     )
 
 
