@@ -35,6 +35,10 @@ T = TypeVar("T")
 def session_policy() -> list[JSON]:
     """The platform policy, also excluding EXCLUDED_NAMESPACE."""
     documents = list(yaml.safe_load_all(PLATFORM_POLICY.read_text()))
+    # Maximums hold per run (SPEC section 6): the GPU profile leaves room for a sidecar.
+    for doc in documents:
+        if doc["kind"] == "Profile" and doc["metadata"]["name"] == "1xa100":
+            doc["spec"]["resources"]["limits"]["memory"] = "48Gi"
     spec = documents[0]["spec"]
     spec["selector"]["matchExpressions"] = [{"key": "dhcore/run", "operator": "Exists"}]
     spec["excludeNamespaces"] = [*spec["excludeNamespaces"], EXCLUDED_NAMESPACE]
@@ -154,7 +158,7 @@ def messy_run_pod(name: str) -> JSON:
                 "name": "sidecar",
                 "image": "busybox:1.36",
                 # the apiserver defaults the request to the limit: both get clamped
-                "resources": {"limits": {"memory": "128Gi"}},
+                "resources": {"limits": {"ephemeral-storage": "100Gi"}},
                 "volumeMounts": [{"name": "shared", "mountPath": "/shared"}],
             },
         ],
@@ -203,7 +207,7 @@ MESSY_MUTATED_SPEC: JSON = {
             "command": ["python", "train.py"],
             "resources": {
                 "requests": {"cpu": "8", "memory": "32Gi", "nvidia.com/gpu": "1"},
-                "limits": {"memory": "64Gi", "nvidia.com/gpu": "1"},
+                "limits": {"memory": "48Gi", "nvidia.com/gpu": "1"},
             },
             "env": [
                 {"name": "DB", "valueFrom": {"secretKeyRef": {"name": "sec-db-r1", "key": "url"}}},
@@ -216,8 +220,8 @@ MESSY_MUTATED_SPEC: JSON = {
             "name": "sidecar",
             "image": "busybox:1.36",
             "resources": {
-                "requests": {"cpu": "100m", "memory": "64Gi"},
-                "limits": {"memory": "64Gi"},
+                "requests": {"cpu": "100m", "memory": "256Mi", "ephemeral-storage": "50Gi"},
+                "limits": {"memory": "282Mi", "ephemeral-storage": "50Gi"},
             },
             "securityContext": HARDENED_CONTAINER,
         },
@@ -227,6 +231,7 @@ GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSc
 MESSY_MUTATIONS = {
     "profile.applied",
     "resources.defaults",
+    "resources.memory-limit",
     "resources.clamped",
     "security.root",
     "volumes.pre-existing",
@@ -236,8 +241,10 @@ MESSY_MUTATIONS = {
 # One warning per step, each naming what it changed.
 MESSY_WARNINGS = [
     "runguard: profile 1xa100 applied",
-    "runguard: defaults filled: cpu request 100m",
-    "runguard: resources clamped: memory request 128Gi -> 64Gi, memory limit 128Gi -> 64Gi",
+    "runguard: defaults filled: cpu request 100m, memory request 256Mi",
+    "runguard: memory limit set to request x 1.1: sidecar 282Mi",
+    "runguard: resources clamped: ephemeral-storage request 100Gi -> 50Gi, "
+    "ephemeral-storage limit 100Gi -> 50Gi",
     "runguard: root and privileges stripped: pod runAsUser 0, pod fsGroup 0",
     "runguard: pre-existing volumes removed: shared",
     "runguard: secrets not managed by the platform removed: someone-elses",

