@@ -39,39 +39,51 @@ def make_patch(src: Any, dst: Any) -> JSONPatch:
 
 def _diff(src: Any, dst: Any, path: str, ops: JSONPatch) -> None:
     if type(src) is dict and type(dst) is dict:
-        for key, value in src.items():
-            if key not in dst:
-                ops.append({"op": "remove", "path": f"{path}/{escape(key)}"})
-            elif value != dst[key] or type(value) is not type(dst[key]):
-                _diff(value, dst[key], f"{path}/{escape(key)}", ops)
-        for key, value in dst.items():
-            if key not in src:
-                ops.append({"op": "add", "path": f"{path}/{escape(key)}", "value": value})
-        return
-    if type(src) is list and type(dst) is list:
-        common = min(len(src), len(dst))
-        if len(src) == len(dst) or src[:common] == dst[:common]:
-            start = len(ops)
-            for i in range(common):
-                if src[i] != dst[i]:
-                    if _renamed(src[i], dst[i]):
-                        ops.append({"op": "replace", "path": f"{path}/{i}", "value": dst[i]})
-                    else:
-                        _diff(src[i], dst[i], f"{path}/{i}", ops)
-            for i in range(len(src) - 1, common - 1, -1):
-                ops.append({"op": "remove", "path": f"{path}/{i}"})
-            for i in range(common, len(dst)):
-                ops.append({"op": "add", "path": f"{path}/{i}", "value": dst[i]})
-            if len(ops) - start > _COMPARE_AFTER and _larger(ops[start:], dst):
-                del ops[start:]
-                ops.append({"op": "replace", "path": path, "value": dst})
-            return
-    if src != dst or type(src) is not type(dst):
+        _diff_dict(src, dst, path, ops)
+    elif type(src) is list and type(dst) is list and _diff_list(src, dst, path, ops):
+        pass
+    elif src != dst or type(src) is not type(dst):
         ops.append({"op": "replace", "path": path, "value": dst})
 
 
-def _renamed(a: Any, b: Any) -> bool:
-    return type(a) is dict and type(b) is dict and a.get("name") != b.get("name")
+def _diff_dict(src: dict[str, Any], dst: dict[str, Any], path: str, ops: JSONPatch) -> None:
+    kept = 0
+    for key, value in src.items():
+        if key in dst:
+            kept += 1
+            new = dst[key]
+            if value is not new and (value != new or type(value) is not type(new)):
+                _diff(value, new, f"{path}/{escape(key)}", ops)
+        else:
+            ops.append({"op": "remove", "path": f"{path}/{escape(key)}"})
+    if kept < len(dst):  # some keys are new
+        for key, value in dst.items():
+            if key not in src:
+                ops.append({"op": "add", "path": f"{path}/{escape(key)}", "value": value})
+
+
+def _diff_list(src: list[Any], dst: list[Any], path: str, ops: JSONPatch) -> bool:
+    """Item operations for a list of the same length, or one that grew or shrank at its
+    end; False (nothing added) for any other change, which replaces the list."""
+    common = min(len(src), len(dst))
+    if len(src) != len(dst) and src[:common] != dst[:common]:
+        return False
+    start = len(ops)
+    for i, (old, new) in enumerate(zip(src[:common], dst[:common], strict=True)):
+        if old is new or (old == new and type(old) is type(new)):
+            continue
+        if type(old) is dict and type(new) is dict and old.get("name") != new.get("name"):
+            ops.append({"op": "replace", "path": f"{path}/{i}", "value": new})  # another item
+        else:
+            _diff(old, new, f"{path}/{i}", ops)
+    for i in range(len(src) - 1, common - 1, -1):
+        ops.append({"op": "remove", "path": f"{path}/{i}"})
+    for i in range(common, len(dst)):
+        ops.append({"op": "add", "path": f"{path}/{i}", "value": dst[i]})
+    if len(ops) - start > _COMPARE_AFTER and _larger(ops[start:], dst):
+        del ops[start:]
+        ops.append({"op": "replace", "path": path, "value": dst})
+    return True
 
 
 def _larger(ops: JSONPatch, value: Any) -> bool:

@@ -21,12 +21,13 @@ def fill_defaults(pod: Pod) -> Change | None:
     for part, defaults in (("requests", cfg.default_requests), ("limits", cfg.default_limits)):
         if not defaults:
             continue
+        labels = {r: f"{pod.short(r)} {part[:-1]} {v}" for r, v in defaults.items()}
         for _, _, container in pod.containers():
             current = resources_of(container, part)
             for resource, value in defaults.items():
                 if resource not in current:
                     current[resource] = value
-                    label = f"{pod.short(resource)} {part[:-1]} {value}"
+                    label = labels[resource]
                     filled[label] = filled.get(label, 0) + 1
     _prune_empty_resources(pod)
     if not filled:
@@ -50,12 +51,15 @@ def derive_memory_limits(pod: Pod) -> Change | None:
     if factor is None:
         return None
     set_limits: list[str] = []
+    derived: dict[Any, str] = {}  # the same few requests in every container: computed once
     for _, _, container in pod.containers():
         res = container.get("resources") or {}
         request = (res.get("requests") or {}).get("memory")
         if request is None or "memory" in (res.get("limits") or {}):
             continue
-        limit = format_bytes_ceil_mi(parse(request) * factor)
+        limit = derived.get(request)
+        if limit is None:
+            limit = derived[request] = format_bytes_ceil_mi(parse(request) * factor)
         resources_of(container, "limits")["memory"] = limit
         set_limits.append(f"{container['name']} {limit}")
     if not set_limits:
