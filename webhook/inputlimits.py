@@ -6,8 +6,8 @@ used to crash, hang or flood the output. Each file is now refused, with ``file:l
 message`` and no work done on it, when it is:
 
 - larger than its byte limit (``OBJECT_FILES``: 3 MiB, the apiserver's request limit,
-  so any object the cluster could be sent; ``POLICY_FILES``: 1 MiB, the most a
-  ConfigMap can hold), read no further than the limit;
+  so any object the cluster could be sent; ``POLICY_FILES`` and ``CASE_FILES``: 1 MiB,
+  the most a ConfigMap can hold), read no further than the limit;
 - nested deeper than ``MAX_DEPTH`` levels, checked before anything recursive reads it:
   PyYAML's composer and constructor recurse (in libyaml's C composer a deep file
   overflows the stack and kills the process), ``json.loads`` recurses, and so do the
@@ -17,8 +17,9 @@ message`` and no work done on it, when it is:
   hundred bytes would otherwise be written out as hundreds of megabytes), or holding a
   recursive alias;
 - holding an integer outside 64 bits (Kubernetes integers are int64, and Python's
-  ``int()`` refuses over 4300 digits) or a float that is not finite (JSON has no
-  infinity). Each reader checks numbers as it builds them, since the line is known there.
+  ``int()`` refuses over 4300 digits) or, in an object, a float that is not finite
+  (JSON has no infinity; in a policy the model says "must be a finite number"). Each
+  reader checks numbers as it builds them, since the line is known there.
 """
 
 from __future__ import annotations
@@ -57,8 +58,8 @@ MiB = 1024 * 1024
 MAX_DEPTH = 100  # a Pod nests about 20 deep (a CronJob's pod affinity terms)
 MAX_ALIAS_VALUES = 10_000  # values aliases may add to a file, all documents together
 INT64 = (-(2**63), 2**63 - 1)
-# An int64 has at most 19 digits; with a sign, a base prefix (0b: 64 digits) and YAML's
-# ``_`` separators a longer text is out of range, refused before ``int()`` reads it.
+# An int64 has at most 19 digits, 64 in binary: with a sign and a base prefix, a longer
+# text (YAML's ``_`` separators left out) is out of range, refused before ``int()``.
 _MAX_INT_TEXT = 70
 
 
@@ -112,10 +113,14 @@ def read_bounded(stream: IO[bytes], limits: Limits, size: int | None = None) -> 
 
 
 def check_size(text: str, limits: Limits) -> None:
-    """Raise LimitError when ``text`` takes more than the limit's bytes in UTF-8."""
+    """Raise LimitError when ``text`` takes more than the limit's bytes in UTF-8, or is no
+    UTF-8 text at all (a lone surrogate, which no file read as UTF-8 holds)."""
     if len(text) > limits.max_bytes:
         raise _too_large(limits, None)
-    size = len(text.encode("utf-8", "surrogatepass"))
+    try:
+        size = len(text.encode("utf-8"))
+    except UnicodeEncodeError as exc:
+        raise LimitError(None, f"not UTF-8 text ({exc.reason})") from None
     if size > limits.max_bytes:
         raise _too_large(limits, size)
 
