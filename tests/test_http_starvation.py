@@ -75,3 +75,29 @@ def test_keepalive_connections_spread_over_workers(runguard_server: RunguardServ
         if len(seen) == 2:
             break
     assert len(seen) == 2
+
+
+def test_pipelined_requests_are_all_answered(runguard_server: RunguardServer) -> None:
+    """Two reviews in one write on one connection: the loop reads both, a thread answers
+    each (the second from what the first read left over)."""
+    import socket
+    import ssl
+
+    body = slow_clients.review_body("pipelined")
+    head = (
+        "POST /validate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    ).encode()
+    context = ssl.create_default_context(cafile=str(runguard_server.ca_file))
+    with socket.create_connection(("127.0.0.1", runguard_server.port), timeout=10) as raw:
+        with context.wrap_socket(raw, server_hostname="127.0.0.1") as tls:
+            tls.sendall((head + body) * 2)
+            data = b""
+            for _ in range(1000):
+                if data.count(b"HTTP/1.1 200") == 2 and data.rstrip().endswith(b"}}"):
+                    break
+                chunk = tls.recv(65536)
+                if not chunk:
+                    break
+                data += chunk
+    assert data.count(b"HTTP/1.1 200 OK") == 2, data[:300]

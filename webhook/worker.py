@@ -156,6 +156,9 @@ class RunguardWorker(ThreadWorker):  # type: ignore[misc]  # gunicorn is untyped
             if pending.handshaking:
                 conn.sock.do_handshake()
                 pending.handshaking = False
+            if pending.data and _request_ready(pending, conn.sock):
+                self._dispatch(pending)  # a pipelined request, read ahead whole
+                return
             while True:
                 chunk = conn.sock.recv(READ_CHUNK)
                 if not chunk:
@@ -224,7 +227,8 @@ class RunguardWorker(ThreadWorker):  # type: ignore[misc]  # gunicorn is untyped
             conn.sock.setblocking(False)
             # bytes read ahead (a pipelined request) go back through the loop's read
             leftover = conn.parser.unreader.take_buffered()
-            if leftover:
+            # (or decrypted by TLS and not yet taken: the poller would not see them)
+            if leftover or (isinstance(conn.sock, ssl.SSLSocket) and conn.sock.pending()):
                 self._read_next(conn, leftover)
                 return
             conn.set_timeout()
