@@ -19,14 +19,17 @@ Also printed: the JSON Patch's bytes against the mutated Pod's, and per series t
 of log(time) against log(size) over the sizes from 1000 up (1.0 is linear, 2.0 quadratic).
 
 Bounded: each size is repeated for at most ``--seconds``, and a series stops once one
-review took more than ``--max-review`` seconds.
+review took more than ``--max-review`` seconds. ``--no-gc`` turns the cyclic garbage
+collector off, which separates the engine's own cost from the collector's passes over
+everything a large object allocates (they grow a little faster than linearly).
 
-    python bench/bench_sizes.py [--sizes 10,100,1000,3000,10000,30000,100000]
+    python bench/bench_sizes.py [--sizes 10,100,1000,3000,10000,30000,100000] [--no-gc]
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import math
 import sys
@@ -172,7 +175,12 @@ def main() -> None:
     parser.add_argument("--policy", default=str(ROOT / "policies"))
     parser.add_argument("--seconds", type=float, default=2.0, help="repeat a size this long")
     parser.add_argument("--max-review", type=float, default=30.0, help="stop a series past it")
+    parser.add_argument(
+        "--no-gc", action="store_true", help="cyclic GC off: the engine's own cost alone"
+    )
     args = parser.parse_args()
+    if args.no_gc:
+        gc.disable()
     sizes = [int(s) for s in args.sizes.split(",")]
     policy = load_policy(args.policy)
     context = Context(requester=PLATFORM)
