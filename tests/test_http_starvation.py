@@ -101,3 +101,18 @@ def test_pipelined_requests_are_all_answered(runguard_server: RunguardServer) ->
                     break
                 data += chunk
     assert data.count(b"HTTP/1.1 200 OK") == 2, data[:300]
+
+
+@pytest.mark.slow
+def test_a_server_held_by_slow_connections_stops_in_bounded_time(
+    start_runguard: Callable[..., RunguardServer],
+) -> None:
+    """SIGTERM: connections that sent nothing close at once, those with half a request
+    at their deadline; the workers never wait the whole graceful timeout on them."""
+    server = start_runguard(workers=2)
+    with slow_clients.SlowClients(server.port, str(server.ca_file), SLOW) as held:
+        assert len(held.sockets) == SLOW
+        time.sleep(0.5)
+        start = time.monotonic()
+        assert server.stop() == 0
+        assert time.monotonic() - start < REQUEST_TIMEOUT + 10  # graceful_timeout is 25 s

@@ -204,14 +204,17 @@ class RunguardWorker(ThreadWorker):  # type: ignore[misc]  # gunicorn is untyped
         util.close(conn.sock)
 
     def murder_pending(self) -> None:
-        """Close connections that have not sent a whole request in time."""
+        """Close connections that have not sent a whole request in time, and, once the
+        worker is stopping, those that have sent nothing (a request begun may finish)."""
         super().murder_pending()
         now = time.monotonic()
-        for pending in [p for p in self._pending.values() if p.deadline <= now]:
-            self.log.info(
-                "closing %s: no whole request within %gs", _ip(pending.conn.client), REQUEST_TIMEOUT
-            )
-            self._drop(pending)
+        for pending in list(self._pending.values()):
+            if pending.deadline <= now:
+                ip = _ip(pending.conn.client)
+                self.log.info("closing %s: no whole request within %gs", ip, REQUEST_TIMEOUT)
+                self._drop(pending)
+            elif not self.alive and not pending.data:
+                self._drop(pending)
 
     # -- after a thread answered
 
