@@ -202,13 +202,14 @@ class Figures:
 
     examples: Counter[str] = field(default_factory=Counter)
     exits: Counter[tuple[str, int]] = field(default_factory=Counter)
-    slowest: dict[str, float] = field(default_factory=dict)
+    slowest: dict[str, tuple[float, str]] = field(default_factory=dict)
     ratio: dict[str, float] = field(default_factory=dict)
 
-    def note(self, target: str, code: int, seconds: float, ratio: float) -> None:
+    def note(self, target: str, code: int, seconds: float, ratio: float, text: str) -> None:
         self.examples[target] += 1
         self.exits[(target, code)] += 1
-        self.slowest[target] = max(self.slowest.get(target, 0.0), seconds)
+        if seconds > self.slowest.get(target, (0.0, ""))[0]:
+            self.slowest[target] = (seconds, f"{len(text)} chars: {text[:60]!r}")
         self.ratio[target] = max(self.ratio.get(target, 0.0), ratio)
 
 
@@ -242,7 +243,7 @@ def check_apply(text: str, workdir: Path, output: str) -> None:
     size = len(text.encode("utf-8", "surrogatepass"))
     bound = OUTPUT_FIXED + OUTPUT_PER_INPUT_BYTE * size + OUTPUT_FROM_ALIASES
     assert len(out) <= bound, (len(out), size)
-    FIGURES.note(f"apply -o {output}", code, seconds, len(out) / max(size, 1))
+    FIGURES.note(f"apply -o {output}", code, seconds, len(out) / max(size, 1), text)
 
 
 def _policy_dir(text: str, workdir: Path) -> Path:
@@ -260,7 +261,7 @@ def check_lint(text: str, workdir: Path) -> None:
     assert code in (0, 2), code
     out.encode("utf-8")
     err.encode("utf-8")
-    FIGURES.note("lint", code, seconds, len(out) / max(len(text), 1))
+    FIGURES.note("lint", code, seconds, len(out) / max(len(text), 1), text)
 
 
 def check_loader(text: str, workdir: Path) -> None:
@@ -269,7 +270,8 @@ def check_loader(text: str, workdir: Path) -> None:
     source = read_policy(directory)  # the server's reload: never raises
     for issue in source.errors:
         str(issue).encode("utf-8")
-    FIGURES.note("read_policy", 2 if source.errors else 0, time.perf_counter() - start, 0.0)
+    seconds = time.perf_counter() - start
+    FIGURES.note("read_policy", 2 if source.errors else 0, seconds, 0.0, text)
 
 
 # --- the long run ---------------------------------------------------------------------
@@ -316,9 +318,11 @@ def main() -> None:
         ratio = FIGURES.ratio[target]
         print(
             f"{target:<16} {FIGURES.examples[target]:>9} {codes[0]:>7} {codes[1]:>7} "
-            f"{codes[2]:>7} {FIGURES.slowest[target]:>10.3f} "
+            f"{codes[2]:>7} {FIGURES.slowest[target][0]:>10.3f} "
             f"{ratio if math.isfinite(ratio) else 0:>11.1f}"
         )
+    for target in sorted(FIGURES.slowest):
+        print(f"slowest {target}: {FIGURES.slowest[target][1]}")
     print(f"no failure in {time.perf_counter() - start:.0f} s")
 
 
