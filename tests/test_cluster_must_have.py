@@ -52,3 +52,14 @@ def test_a_class_the_cluster_has_is_written() -> None:
 def test_without_a_cluster_view_the_profile_is_applied_as_written() -> None:
     spec = evaluate(gpu_run(), POLICY).object["spec"]
     assert (spec["priorityClassName"], spec["runtimeClassName"]) == ("high", "nvidia")
+
+
+def test_a_default_priority_class_the_cluster_lacks_is_never_set() -> None:
+    run = gpu_run()
+    run["metadata"]["labels"].pop("dhcore/template")  # no profile: the default class
+    state = StaticClusterState.from_documents([cls("PriorityClass", "high")])
+    spec = evaluate(run, POLICY, context=Context(state=state)).object["spec"]
+    assert "priorityClassName" not in spec  # 'medium' is not in the cluster
+    state = StaticClusterState.from_documents([cls("PriorityClass", "medium")])
+    spec = evaluate(run, POLICY, context=Context(state=state)).object["spec"]
+    assert spec["priorityClassName"] == "medium"

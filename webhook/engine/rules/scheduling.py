@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from webhook.engine.context import cluster_lacks
 from webhook.engine.pod import Pod, copy_value, warning
 from webhook.engine.rules.profile import forget_computed_priority
 from webhook.engine.types import JSON, Change, Violation
@@ -46,6 +47,9 @@ def default_priority_class(pod: Pod) -> Change | None:
         return None
     if cfg.default_priority_class is None:
         return None  # nothing to put instead: validation denies a disallowed class
+    if cluster_lacks(pod.context, "PriorityClass", cfg.default_priority_class):
+        # The apiserver would refuse every run: leave the class to validation (SPEC 7).
+        return None
     pod.spec["priorityClassName"] = cfg.default_priority_class
     forget_computed_priority(pod.spec)
     if current is None:
