@@ -285,3 +285,21 @@ def test_names_alone_are_a_warning_until_the_platform_is_named(pol: Path) -> Non
     assert warnings_of() == [f"pol/runpolicy.yaml:4: {NAMES_ALONE}"]
     write(pol, "runpolicy.yaml", named + "  platform: {identities: [core]}\n")
     assert warnings_of() == []
+
+
+def test_lint_cluster_state_names_classes_the_cluster_lacks(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """runguard lint --cluster-state (and --cluster): a class a policy names that the
+    cluster lacks would make the apiserver refuse every run (SPEC section 7)."""
+    state = tmp_path / "state.yaml"
+    state.write_text(
+        "apiVersion: scheduling.k8s.io/v1\nkind: PriorityClass\n"
+        "metadata: {name: low, uid: u1}\nvalue: 1\n"
+    )
+    policy = str(REPO / "tests" / "cases" / "_policies" / "platform")
+    assert main(["lint", "-p", policy, "--cluster-state", str(state)]) == 2
+    out = capsys.readouterr().out
+    assert "the cluster has no PriorityClass 'medium'" in out  # the RunPolicy's default
+    assert "the cluster has no PriorityClass 'high'" in out  # a profile's
+    assert "the cluster has no RuntimeClass 'nvidia'" in out

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from webhook.policy.consistency import gpu_resource_name, resource_values
 from webhook.policy.declare import iter_keys
@@ -87,9 +87,20 @@ def format_warning(issue: PolicyIssue) -> str:
     return f"{where}: warning: {key}{issue.message}"
 
 
-def lint(directory: str | Path) -> LintReport:
-    """Check a policy directory; never raises for anything in the files."""
+class ClusterClasses(Protocol):
+    """What ``lint --cluster`` asks of a cluster view (``webhook.clusterstate``)."""
+
+    def has_priority_class(self, name: str) -> bool: ...
+    def has_runtime_class(self, name: str) -> bool: ...
+
+
+def lint(directory: str | Path, cluster: ClusterClasses | None = None) -> LintReport:
+    """Check a policy directory; never raises for anything in the files. With
+    ``cluster``, a class a RunPolicy or profile names that the cluster lacks is an error:
+    the apiserver would refuse every run runguard gave it (SPEC section 7)."""
     source = read_policy(directory)
+    if cluster is not None:
+        source.errors.extend(_missing_classes(source, cluster))
     warnings = sorted(_warnings(source), key=lambda i: (i.file, i.line or 0))
     return LintReport(
         directory=source.directory,
@@ -99,6 +110,30 @@ def lint(directory: str | Path) -> LintReport:
         run_policies=len(source.run_policies),
         profiles=len(source.profiles),
     )
+
+
+def _missing_classes(source: PolicySource, cluster: ClusterClasses) -> list[PolicyIssue]:
+    named: list[tuple[SourceDocument, tuple[str, ...], str, str]] = []
+    for doc in source.run_policies:
+        path = _run("scheduling", "priority_classes", "default")
+        named.append((doc, path, "PriorityClass", doc.get(*path)))
+    for doc in source.profiles:
+        for attr, kind in (
+            ("priority_class_name", "PriorityClass"),
+            ("runtime_class_name", "RuntimeClass"),
+        ):
+            path = _profile(attr)
+            named.append((doc, path, kind, doc.get(*path)))
+    issues = []
+    for doc, path, kind, name in named:
+        if not isinstance(name, str):
+            continue
+        has = cluster.has_priority_class if kind == "PriorityClass" else cluster.has_runtime_class
+        if not has(name):
+            issues.append(
+                doc.issue(path, f"the cluster has no {kind} {name!r}: runguard will not set it")
+            )
+    return issues
 
 
 def _warnings(source: PolicySource) -> Iterator[PolicyIssue]:
