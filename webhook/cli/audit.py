@@ -3,7 +3,7 @@
 The shell around ``webhook.clusteraudit``: the ``kubernetes`` client's connection, one
 list request per page (raw JSON, ``_preload_content=False``: no typed-model round
 trip), progress on stderr when it is a terminal, and ``--write``: the PolicyReports
-server-side applied, one per namespace (and part).
+server-side applied, one per namespace and RunPolicy (and part).
 """
 
 from __future__ import annotations
