@@ -11,7 +11,7 @@ from typing import Any
 
 import jsonpatch
 import pytest
-from conftest import admission_review, run_pod, sample_policy
+from harness import admission_review, run_pod, sample_policy
 
 from webhook import admission, engine
 from webhook.admission import (

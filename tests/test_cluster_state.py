@@ -7,13 +7,13 @@ from __future__ import annotations
 import os
 import re
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
+from harness import eventually
 
 from webhook.clusterstate import (
     KINDS,
@@ -654,14 +654,13 @@ def test_the_setting_starts_a_watch_process_that_reports_in_metrics(tmp_path: Pa
         client = app.test_client()
         assert client.get("/readyz").status_code == 503
         errors = re.compile(r'runguard_cluster_state_watch_errors_total\{kind="Secret"\} (\S+)')
-        deadline = time.monotonic() + 30
-        text = ""
-        while time.monotonic() < deadline:
+
+        def counted() -> str | None:
             text = client.get("/metrics").get_data(as_text=True)
-            if (found := errors.search(text)) and float(found[1]) >= 1:
-                break
-            time.sleep(0.2)
-        assert (found := errors.search(text)) and float(found[1]) >= 1, text
+            found = errors.search(text)
+            return text if found and float(found[1]) >= 1 else None
+
+        text = eventually("a Secret watch error counted in /metrics", counted, 30)
         assert 'runguard_cluster_state_synced{kind="Secret"} 0.0' in text
         assert "runguard_cluster_state_watch_heartbeat_age_seconds " in text
         assert watch.process.pid is not None

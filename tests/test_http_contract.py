@@ -14,7 +14,7 @@ from typing import Any
 import jsonpatch
 import pytest
 import requests
-from conftest import RunguardServer, admission_review, run_pod, sample_policy
+from harness import RunguardServer, admission_review, run_pod, sample_policy
 
 
 @pytest.fixture(scope="module")

@@ -3,43 +3,20 @@ kubelet's probes keep working without a certificate (a real gunicorn over TLS)."
 
 from __future__ import annotations
 
-import datetime as dt
 from pathlib import Path
 from typing import Any
 
 import pytest
 import requests
-from conftest import RunguardServer, TestCA, admission_review, run_pod, sample_policy
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from harness import RunguardServer, TestCA, admission_review, run_pod, sample_policy
 
 
 def client_certificate(ca: TestCA, directory: Path, name: str) -> tuple[str, str]:
     """A client certificate (``clientAuth``) for ``name`` signed by ``ca``: (cert, key) files."""
-    key = ec.generate_private_key(ec.SECP256R1())
-    now = dt.datetime.now(dt.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)]))
-        .issuer_name(ca.cert.subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(hours=1))
-        .not_valid_after(now + dt.timedelta(days=1))
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
-        .sign(ca.key, hashes.SHA256())
-    )
+    cert, key = ca.issue_client(name)
     cert_file, key_file = directory / f"{name}.crt", directory / f"{name}.key"
-    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_file.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
+    cert_file.write_bytes(cert)
+    key_file.write_bytes(key)
     return str(cert_file), str(key_file)
 
 

@@ -13,7 +13,8 @@ from typing import Any
 import jsonpatch
 import pytest
 import requests
-from conftest import (
+from cryptography import x509
+from harness import (
     AtomicDir,
     RunguardServer,
     Traffic,
@@ -22,7 +23,6 @@ from conftest import (
     run_pod,
     sample_policy,
 )
-from cryptography import x509
 
 from webhook.policy.errors import PolicyError
 from webhook.policy.loader import load_policy

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import (
+from harness import (
     STOP_TIMEOUT,
     RunguardServer,
     admission_review,

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 
 import pytest
-from conftest import REPO, RunguardServer
+from harness import REPO, RunguardServer, eventually
 
 sys.path.insert(0, str(REPO / "bench"))
 
@@ -41,12 +41,12 @@ def test_slow_and_idle_connections_do_not_starve_reviews(
         # while they are still open: the server is not waiting on them with a thread
         assert held.closed_by_server() < SLOW
         # and it closes every one that never sends a whole request, in bounded time
-        deadline = time.monotonic() + REQUEST_TIMEOUT + 20
-        closed = 0
-        while time.monotonic() < deadline and closed < SLOW:
-            time.sleep(0.5)
-            closed = held.closed_by_server()
-        assert closed == SLOW
+        eventually(
+            "the server closed every slow connection",
+            lambda: held.closed_by_server() == SLOW,
+            REQUEST_TIMEOUT + 20,
+            interval=0.5,
+        )
     # the server still answers afterwards, with the same workers
     assert all(ok for ok, _ in slow_clients.reviews(server.port, ca, 4, REVIEW_TIMEOUT))
     assert len(server.worker_pids()) == 2

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import requests
-from conftest import RunguardServer, Traffic, admission_review, run_pod, sample_policy
+from harness import RunguardServer, Traffic, admission_review, run_pod, sample_policy
 
 from webhook import engine
 from webhook.policy.loader import load_policy
@@ -118,9 +118,14 @@ def test_a_killed_worker_is_replaced_and_no_request_fails_after_retry(
             return status
         raise AssertionError("failed 5 times")
 
-    victim = min(server.worker_pids())
+    def serving() -> list[int]:
+        return [p for p in server.worker_pids() if (metrics_dir / f"counter_{p}.db").exists()]
+
     with Traffic(server, send_with_retry, threads=4, max_seconds=40) as traffic:
         server.wait_for(lambda: traffic.count > 50, "traffic")
+        # a worker that has served (each listens on its own socket, so one may not have)
+        server.wait_for(lambda: bool(serving()), "a worker that served")
+        victim = min(serving())
         os.kill(victim, signal.SIGKILL)
         server.wait_for(
             lambda: victim not in server.worker_pids() and len(server.worker_pids()) == 2,

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import write
+from harness import write
 
 from webhook.cli import main
 from webhook.policy import lint

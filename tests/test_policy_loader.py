@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import write
+from harness import write
 from jsonschema import Draft202012Validator
 
 from webhook.cli import main

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import yaml
+from harness import eventually
 
 from .cluster import Cluster, ClusterError, Identity
 from .devcluster import Runguard
@@ -383,16 +384,9 @@ def exists(cluster: Cluster, namespace: str, kind: str, name: str) -> bool:
 
 
 def until(what: str, probe: Callable[[], T | None], timeout: float = 30.0) -> T:
-    """Call ``probe`` every 0.2 s until it returns something true; return that. Fails
-    with ``what`` after ``timeout`` seconds: every wait in the e2e tests is bounded."""
-    deadline = time.monotonic() + timeout
-    while True:
-        found = probe()
-        if found:
-            return found
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout:.0f}s: {what}")
-        time.sleep(0.2)
+    """``harness.eventually``: call ``probe`` every 0.2 s until it returns something
+    true; return that. Every wait in the e2e tests is bounded."""
+    return eventually(what, probe, timeout)
 
 
 def poll(what: str, check: Callable[[], Any], timeout: float = 30.0) -> float:

@@ -1,0 +1,31 @@
+"""The test harness: one way to do each thing.
+
+* certificates: ``TestCA`` (``harness.certs``, built on ``webhook.certs``);
+* waiting: ``eventually(what, probe, timeout)`` (``harness.polling``);
+* a real server: ``RunguardServer``, ``Traffic``, ``AtomicDir`` and the fixtures
+  ``start_runguard`` / ``runguard_server`` (``harness.server``, registered by
+  ``tests/conftest.py``);
+* inputs: ``admission_review``, ``run_pod``, ``sample_policy``, ``write``
+  (``harness.inputs``).
+"""
+
+from .certs import TestCA, peer_certificate
+from .inputs import REPO, admission_review, run_pod, sample_policy, write
+from .polling import eventually
+from .server import STOP_TIMEOUT, AtomicDir, RunguardServer, Traffic, free_port
+
+__all__ = [
+    "REPO",
+    "STOP_TIMEOUT",
+    "AtomicDir",
+    "RunguardServer",
+    "TestCA",
+    "Traffic",
+    "admission_review",
+    "eventually",
+    "free_port",
+    "peer_certificate",
+    "run_pod",
+    "sample_policy",
+    "write",
+]
