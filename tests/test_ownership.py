@@ -59,6 +59,12 @@ class State:
     def synced(self, kind: str) -> bool:
         return self.all_synced
 
+    def has_priority_class(self, name: str) -> bool:
+        return True  # the classes the policy names exist: ownership is what is tested
+
+    def has_runtime_class(self, name: str) -> bool:
+        return True
+
 
 def owner(kind: str, name: str, uid: str) -> dict[str, Any]:
     return {"apiVersion": "batch/v1", "kind": kind, "name": name, "uid": uid, "controller": True}
