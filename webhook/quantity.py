@@ -26,7 +26,14 @@ def _parse_str(text: str) -> Decimal:
         raise QuantityError(f"{text!r} is not a quantity") from exc
     if not isinstance(value, Decimal) or not value.is_finite():
         raise QuantityError(f"{text!r} is not a quantity")
+    if value and value.adjusted() > _MAX_EXPONENT:
+        # No resource comes near; arithmetic on such a value (x memoryLimitFactor) would
+        # otherwise fail deep in a step instead of being named here as bad input.
+        raise QuantityError(f"{text[:40]!r} is out of range (above 1e{_MAX_EXPONENT})")
     return value
+
+
+_MAX_EXPONENT = 30
 
 
 _seen: dict[str, Decimal] = {}
