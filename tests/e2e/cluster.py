@@ -694,6 +694,7 @@ class Cluster:
                 "--log-level=warn",
             ],
         )
+        admission_config = self._write_webhook_client()
         self._spawn(
             "kube-apiserver",
             [
@@ -715,6 +716,9 @@ class Cluster:
                 "--allow-privileged=true",
                 # A loopback address cannot be an Endpoints address: skip the reconciler.
                 "--endpoint-reconciler-type=none",
+                # The apiserver presents a client certificate to webhooks (mTLS, issue 13);
+                # a runguard without --client-ca never asks for it.
+                f"--admission-control-config-file={admission_config}",
                 f"--audit-policy-file={self.audit_policy}",
                 f"--audit-log-path={self.audit_log}",
                 "--audit-log-format=json",
@@ -724,6 +728,43 @@ class Cluster:
         )
         self._write_kubeconfig()
         self._write_state()
+
+    @property
+    def webhook_client_user(self) -> str:
+        """The user name of the certificate the apiserver presents to webhooks."""
+        return "kube-apiserver-webhook-client"
+
+    def _write_webhook_client(self) -> Path:
+        """An AdmissionConfiguration whose webhook kubeconfig gives every webhook ("*")
+        a client certificate signed by the cluster's CA, as docs/server.md shows."""
+        cert, key = self.directory / "webhook-client.crt", self.directory / "webhook-client.key"
+        issue_client_cert(self.pki, cert, key, self.webhook_client_user)
+        kubeconfig = self.directory / "webhook-client.kubeconfig"
+        user = {"client-certificate": str(cert), "client-key": str(key)}
+        kubeconfig.write_text(
+            json.dumps(
+                {"apiVersion": "v1", "kind": "Config", "users": [{"name": "*", "user": user}]}
+            )
+        )
+        webhooks = {
+            "apiVersion": "apiserver.config.k8s.io/v1",
+            "kind": "WebhookAdmissionConfiguration",
+            "kubeConfigFile": str(kubeconfig),
+        }
+        config = self.directory / "admission-config.json"
+        config.write_text(
+            json.dumps(
+                {
+                    "apiVersion": "apiserver.config.k8s.io/v1",
+                    "kind": "AdmissionConfiguration",
+                    "plugins": [
+                        {"name": "ValidatingAdmissionWebhook", "configuration": webhooks},
+                        {"name": "MutatingAdmissionWebhook", "configuration": webhooks},
+                    ],
+                }
+            )
+        )
+        return config
 
     def _spawn(self, name: str, args: list[str], env: dict[str, str] | None = None) -> None:
         log = open(self.directory / f"{name}.log", "ab")  # the child holds its own copy

@@ -115,6 +115,7 @@ class Runguard:
         port: int | None = None,
         workers: int = 2,
         owned: bool = True,
+        serve_args: Sequence[str] = (),
     ) -> None:
         self.directory = Path(directory).resolve()
         self.policy_dir = Path(policy_dir).resolve()
@@ -123,6 +124,7 @@ class Runguard:
         self.port = port or _free_port()
         self.workers = workers
         self.owned = owned
+        self.serve_args = tuple(serve_args)  # more `runguard serve` options (--client-ca)
         self.pid: int | None = None
         self.registered = False
         self._proc: subprocess.Popen[bytes] | None = None
@@ -164,6 +166,7 @@ class Runguard:
                     f"127.0.0.1:{self.port}",
                     "--workers",
                     str(self.workers),
+                    *self.serve_args,
                 ],  # fmt: skip
                 stdin=subprocess.DEVNULL,
                 stdout=log,
