@@ -113,6 +113,9 @@ def test_a_server_held_by_slow_connections_stops_in_bounded_time(
     with slow_clients.SlowClients(server.port, str(server.ca_file), SLOW) as held:
         assert len(held.sockets) == SLOW
         time.sleep(0.5)
-        start = time.monotonic()
+        workers = server.worker_pids()
         assert server.stop() == 0
-        assert time.monotonic() - start < REQUEST_TIMEOUT + 10  # graceful_timeout is 25 s
+    # Each worker left on its own (gunicorn logs this from the worker itself), not
+    # killed by the master when the graceful timeout ran out: no clock needed to tell.
+    for pid in workers:
+        assert f"Worker exiting (pid: {pid})" in server.stderr, server.stderr[-2000:]

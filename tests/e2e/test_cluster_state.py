@@ -145,8 +145,7 @@ def test_first_sync_then_additions_updates_deletions(
     create(cluster, namespace, replica_set)
     state = SharedClusterState(publication)
     running.start()
-    took = poll("every kind synced", lambda: synced(state), timeout=30)
-    assert took < 30
+    poll("every kind synced", lambda: synced(state), timeout=30)  # fails after 30 s
 
     claim = state.get("PersistentVolumeClaim", namespace, "v-r1-data")
     assert claim is not None and claim.labels == {"dhcore/project": "p1"}
