@@ -68,7 +68,7 @@ class Pod:
     @property
     def meta_path(self) -> str:
         """The pod metadata path next to the spec (``spec.template.spec`` -> ``...metadata``)."""
-        return self.spec_path[: -len("spec")] + "metadata"
+        return spec_prefix(self.spec_path) + "metadata"
 
     def containers(
         self, lists: tuple[str, ...] = CONTAINER_LISTS
@@ -78,6 +78,12 @@ class Pod:
     def short(self, resource: str) -> str:
         """How warnings name a resource: ``gpu`` for the policy's gpu resource."""
         return "gpu" if resource == self.policy.resources.gpu_resource_name else resource
+
+
+def spec_prefix(spec_path: str) -> str:
+    """What comes before ``spec`` in a pod spec's path (``spec.template.spec`` ->
+    ``spec.template.``): where the pod's metadata and the spec's relative paths start."""
+    return spec_path[: -len("spec")]
 
 
 def iter_containers(

@@ -16,7 +16,7 @@ from typing import Any, ParamSpec
 
 from webhook.engine.context import NO_CONTEXT, STAMP, Context, Ownership
 from webhook.engine.diff import make_patch
-from webhook.engine.pod import WARNING_LIMIT, Pod
+from webhook.engine.pod import WARNING_LIMIT, Pod, spec_prefix
 from webhook.engine.pod import warning as warning_text
 from webhook.engine.podspec import InvalidObject, Target, locate, object_meta
 from webhook.engine.rules import ownership, run_checks, run_steps
@@ -29,6 +29,7 @@ from webhook.policy.model import Policy
 
 P = ParamSpec("P")
 UPDATE_KEPT = "a running pod's spec cannot change: kept the values runguard set at creation"
+STAMPED = Change("ownership.stamp", warning_text(f"stamped {STAMP}"))
 _ALWAYS_DENIED = frozenset({INVALID, ENGINE_ERROR})
 
 
@@ -241,17 +242,33 @@ def mutate(
     stamped = _stamped(result, policy, context)
     if stamped is not None:
         result = stamped
-        changes.append(Change("ownership.stamp", warning_text(f"stamped {STAMP}")))
+        changes.append(STAMPED)
+    return _patched(
+        obj, result, policy, namespace, changes, profile=pod.profile.name if pod.profile else None
+    )
+
+
+def _patched(
+    obj: Any,
+    result: JSON,
+    policy: Policy,
+    namespace: str | None,
+    changes: list[Change],
+    *,
+    applies: bool = True,
+    profile: str | None = None,
+) -> Decision:
+    """A mutation's decision: ``result``, the JSON Patch to it and a warning per change."""
     return _decision(
         result,
         policy,
         namespace,
-        applies=True,
+        applies=applies,
         allowed=True,
         patch=make_patch(obj, result),
         warnings=[c.warning for c in changes],
         mutations=changes,
-        profile=pod.profile.name if pod.profile else None,
+        profile=profile,
     )
 
 
@@ -268,17 +285,7 @@ def _debug_containers_hardened(
     if hardened is None:
         return None
     spec, change = hardened
-    result = _with_spec(obj, target, spec)
-    return _decision(
-        result,
-        policy,
-        namespace,
-        applies=True,
-        allowed=True,
-        patch=make_patch(obj, result),
-        warnings=[change.warning],
-        mutations=[change],
-    )
+    return _patched(obj, _with_spec(obj, target, spec), policy, namespace, [change])
 
 
 @_guarded
@@ -328,16 +335,8 @@ def validate(
         _, pod, mutations = _mutated(target, policy, who)
     violations = run_checks(pod)
     violations.extend(ownership.check_ownership(pod))
-    if old is not None and isinstance(old, dict):
-        violations.extend(
-            ownership.check_stamp(
-                who.metadata,
-                old.get("metadata") or {},
-                _in_scope(old, policy, namespace),
-                policy,
-                context,
-            )
-        )
+    if isinstance(old, dict):
+        violations.extend(_stamp_violations(who, old, policy, namespace))
     if target.kind == "Pod" and old is None:
         violations.extend(_not_mutated(target, policy, violations, who))
     decision = _decision(
@@ -374,17 +373,8 @@ def _stamp_only(
         stamped = _stamped(obj, policy, context)
     if stamped is None:
         return _decision(obj, policy, namespace, applies=applies, allowed=True)
-    change = Change("ownership.stamp", warning_text(f"stamped {STAMP}"))
-    return _decision(
-        stamped,
-        policy,
-        namespace,
-        applies=applies,  # a stamped pod outside the selector is still not a run
-        allowed=True,
-        patch=make_patch(obj, stamped),
-        warnings=[change.warning],
-        mutations=[change],
-    )
+    # applies: a stamped pod outside the selector is still not a run
+    return _patched(obj, stamped, policy, namespace, [STAMPED], applies=applies)
 
 
 def _names_platform_objects(obj: Any, policy: Policy) -> bool:
@@ -415,11 +405,9 @@ def _scope_violations(obj: Any, old: Any, policy: Policy, namespace: str | None)
     except InvalidObject:
         return []  # the new object's own problems are reported as input.invalid
     labels = after.labels if after is not None else {}
-    return check_scope_labels(before.labels, labels, policy, _meta_path(before.spec_path))
-
-
-def _meta_path(spec_path: str) -> str:
-    return spec_path[: -len("spec")] + "metadata"
+    return check_scope_labels(
+        before.labels, labels, policy, spec_prefix(before.spec_path) + "metadata"
+    )
 
 
 def _outside_selector(
@@ -450,27 +438,28 @@ def _outside_selector(
             had = {(k, n) for k, n, _ in ownership.platform_references(before.spec, policy)}
             now = ownership.platform_references(target.spec, policy)
             fresh = {path for k, n, path in now if (k, n) not in had}
-            prefix = target.spec_path[: -len("spec")]
+            prefix = spec_prefix(target.spec_path)
             violations = [v for v in violations if v.path.removeprefix(prefix) in fresh]
-    if (
-        old is not None
-        and isinstance(old, dict)
-        and ownership.platform_references(target.spec, policy)
-    ):
-        violations.extend(
-            ownership.check_stamp(
-                who.metadata,
-                old.get("metadata") or {},
-                _in_scope(old, policy, namespace),
-                policy,
-                context,
-            )
-        )
+    if isinstance(old, dict) and ownership.platform_references(target.spec, policy):
+        violations.extend(_stamp_violations(who, old, policy, namespace))
     if not violations:
         return _decision(obj, policy, namespace, applies=False, allowed=True)
     return _finish(
         _decision(obj, policy, namespace, applies=True, allowed=False, violations=violations),
         policy,
+    )
+
+
+def _stamp_violations(
+    who: _Who, old: JSON, policy: Policy, namespace: str | None
+) -> list[Violation]:
+    """On UPDATE: the stamp kept, and no object entering the platform's scope."""
+    return ownership.check_stamp(
+        who.metadata,
+        old.get("metadata") or {},
+        _in_scope(old, policy, namespace),
+        policy,
+        who.context,
     )
 
 

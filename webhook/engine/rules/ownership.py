@@ -31,6 +31,7 @@ from webhook.engine.context import (
     Ownership,
     Requester,
 )
+from webhook.engine.pod import spec_prefix
 from webhook.engine.rules.volumes import project_claim
 from webhook.engine.types import JSON, Violation
 from webhook.policy.model import NamePattern, Policy
@@ -258,7 +259,7 @@ def check_not_a_run(
     created it."""
     if not enabled(policy) or ownership.platform:
         return []
-    prefix = spec_path[: -len("spec")]
+    prefix = spec_prefix(spec_path)
     return [
         Violation(
             "ownership.not-a-run",
