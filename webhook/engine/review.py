@@ -9,14 +9,13 @@ in ``Decision.error`` for the server to log and count.
 from __future__ import annotations
 
 import functools
-import marshal
 from collections.abc import Callable
 from decimal import Decimal
 from typing import Any, ParamSpec
 
 from webhook.engine.context import NO_CONTEXT, STAMP, Context, Ownership
 from webhook.engine.diff import make_patch
-from webhook.engine.pod import WARNING_LIMIT, Pod, spec_prefix
+from webhook.engine.pod import WARNING_LIMIT, Pod, copy_json, spec_prefix
 from webhook.engine.pod import warning as warning_text
 from webhook.engine.podspec import InvalidObject, Target, locate, object_meta
 from webhook.engine.rules import ownership, run_checks, run_steps
@@ -31,23 +30,6 @@ P = ParamSpec("P")
 UPDATE_KEPT = "a running pod's spec cannot change: kept the values runguard set at creation"
 STAMPED = Change("ownership.stamp", warning_text(f"stamped {STAMP}"))
 _ALWAYS_DENIED = frozenset({INVALID, ENGINE_ERROR})
-
-
-def copy_json(value: Any) -> Any:
-    """Deep copy of a JSON document: ``marshal`` round trip (C speed, exact types), falling
-    back to a recursive copy for values marshal cannot carry."""
-    try:
-        return marshal.loads(marshal.dumps(value))
-    except ValueError:
-        return _copy_tree(value)
-
-
-def _copy_tree(value: Any) -> Any:
-    if type(value) is dict:
-        return {k: _copy_tree(v) for k, v in value.items()}
-    if type(value) is list:
-        return [_copy_tree(v) for v in value]
-    return value
 
 
 def _decision(obj: Any, policy: Policy, namespace: str | None, **fields: Any) -> Decision:

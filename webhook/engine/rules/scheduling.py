@@ -26,7 +26,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from webhook.engine.context import cluster_lacks
-from webhook.engine.pod import Pod, copy_value, warning
+from webhook.engine.pod import Pod, copy_json, copy_value, warning
 from webhook.engine.rules.profile import forget_computed_priority
 from webhook.engine.types import JSON, Change, Violation
 from webhook.policy.model import PREEMPTION_MODES, PreemptionConfig
@@ -103,7 +103,7 @@ def inferred_mode(cfg: PreemptionConfig, scheduling: JSON) -> str | None:
     including what no mode writes (a hand-written toleration, a spot nodeSelector,
     mixed terms), states no mode: None.
     """
-    spot = Spot(cfg)
+    spot = spot_of(cfg)
     for mode in INFERABLE:
         if spot.leaves_trace(mode) and spot.enriched(mode, scheduling) == scheduling:
             return mode
@@ -124,8 +124,9 @@ def apply_preemption_mode(pod: Pod) -> Change | None:
     mode = preemption_mode(pod)
     if cfg is None or mode not in ("allow", "constrain", "prevent"):
         return None  # "none", no mode, or an unknown one (denied by validation)
-    before = scheduling_of(pod.spec)
-    after = Spot(cfg).enriched(mode, before)
+    spec = pod.spec
+    before = {k: spec[k] for k in SCHEDULING if spec.get(k) is not None}
+    after = spot_of(cfg).enriched(mode, before)  # a copy: ``before`` is the pod's own
     if after == before:
         return None
     for key in SCHEDULING:
@@ -136,6 +137,21 @@ def apply_preemption_mode(pod: Pod) -> Change | None:
     return Change("scheduling.preemption-mode", warning(f"preemption mode {mode} applied"))
 
 
+_SPOTS: dict[int, tuple[PreemptionConfig, Spot]] = {}
+
+
+def spot_of(cfg: PreemptionConfig) -> Spot:
+    """The policy's ``Spot``, built once per loaded policy (policies are immutable)."""
+    known = _SPOTS.get(id(cfg))
+    if known is not None and known[0] is cfg:
+        return known[1]
+    if len(_SPOTS) > 64:  # policies replaced by reloads
+        _SPOTS.clear()
+    spot = Spot(cfg)
+    _SPOTS[id(cfg)] = (cfg, spot)
+    return spot
+
+
 class Spot:
     """The policy's spot nodes, and MLRun's enrichment of a pod's scheduling for them."""
 
@@ -144,6 +160,7 @@ class Spot:
         self.tolerations: list[JSON] = [copy_value(t) for t in cfg.tolerations]
         self.relies_on_taint = cfg.infer and bool(self.tolerations)
         self._tolerations = [_normal(t) for t in self.tolerations]
+        self._requirements = {op: self._requirements_of(op) for op in ("In", "NotIn")}
 
     @property
     def configured(self) -> bool:
@@ -157,14 +174,18 @@ class Spot:
         return mode == "prevent" and bool(self.node_selector) and not self.tolerations
 
     def requirements(self, operator: str) -> list[JSON]:
-        """One requirement per spot label, in the policy's order (k8s_utils.py L39-61)."""
+        """One requirement per spot label, in the policy's order (k8s_utils.py L39-61);
+        shared: callers copy what they put into a pod."""
+        return self._requirements[operator]
+
+    def _requirements_of(self, operator: str) -> list[JSON]:
         return [
             {"key": k, "operator": operator, "values": [v]} for k, v in self.node_selector.items()
         ]
 
     def enriched(self, mode: str, scheduling: JSON) -> JSON:
         """``scheduling`` (``scheduling_of``) as ``mode`` leaves it; the input is not changed."""
-        out: JSON = copy_value(scheduling)
+        out: JSON = copy_json(scheduling)
         if not self.configured or mode not in INFERABLE:
             return out  # MLRun: nothing configured, or mode none
         if mode == "prevent":
