@@ -21,7 +21,7 @@ import orjson
 from flask import Flask, Response, request
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
-from webhook import admission, logs, metrics
+from webhook import admission, gcpause, logs, metrics
 from webhook.admission import AdmissionError, Endpoint
 from webhook.auditlog import AuditLog, audit_record
 from webhook.clusterstate import ClusterState
@@ -119,6 +119,10 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
             return _json(CLIENT_CERTIFICATE_REQUIRED, 403)
 
     def answer(endpoint: Endpoint, environ: Mapping[str, Any]) -> tuple[int, bytes]:
+        with gcpause.paused(_content_length(environ)):
+            return judge(endpoint, environ)
+
+    def judge(endpoint: Endpoint, environ: Mapping[str, Any]) -> tuple[int, bytes]:
         start = time.perf_counter()
         m = metrics.get()
         try:
