@@ -285,3 +285,18 @@ def test_audit_log_survives_a_closed_stream(tmp_path: Path) -> None:
     stream = open(tmp_path / "out", "w")  # noqa: SIM115
     stream.close()
     AuditLog(stream).write({"uid": "a"})  # no exception: a review must not fail on logging
+
+
+def test_warnings_past_the_apiservers_budget_are_counted_not_sent() -> None:
+    text = "runguard: allowed on update, already present: [security.root] c"
+    many = [f"{text}{i}" for i in range(500)]
+    response = admission.review_response("u", allowed=True, warnings=many)["response"]
+    shown = response["warnings"]
+    assert sum(map(len, shown)) <= admission.WARNINGS_BUDGET
+    assert shown[:-1] == many[: len(shown) - 1]
+    assert shown[-1] == f"runguard: {500 - (len(shown) - 1)} more warnings not shown"
+
+
+def test_warnings_within_the_budget_are_all_sent() -> None:
+    few = [f"runguard: w{i}" for i in range(20)]
+    assert admission.review_response("u", allowed=True, warnings=few)["response"]["warnings"] == few

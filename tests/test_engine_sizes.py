@@ -19,6 +19,7 @@ import pytest
 from webhook.engine import mutate, validate
 from webhook.engine.context import Context, Requester
 from webhook.engine.diff import make_patch
+from webhook.engine.types import MESSAGE_LIMIT
 from webhook.policy.loader import load_policy
 
 REPO = Path(__file__).resolve().parents[1]
@@ -120,3 +121,30 @@ def test_many_tolerations_with_the_profile_key_are_replaced_by_the_profile_one()
         {"key": "other", "operator": "Exists"},
         {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
     ]
+
+
+def test_a_huge_denial_lists_what_fits_and_counts_the_rest_by_rule() -> None:
+    # A 25k-container Pod that bypassed mutation: 100k violations, 13 MB as one list.
+    sent = bench_sizes.as_sent(bench_sizes.containers_pod(25000))
+    decision = validate(sent, POLICY, context=PLATFORM)
+    assert not decision.allowed and len(decision.violations) > 100_000 - 1000
+    message = decision.message()
+    assert len(message) <= MESSAGE_LIMIT + 1024  # the per-rule tail is bounded by rule ids
+    listed, _, tail = message.partition("; ... and ")
+    shown = listed.count("; [") + 1
+    more, _, counts = tail.partition(" more: ")
+    assert shown + int(more) == len(decision.violations)
+    by_rule = dict(item.split(" x") for item in counts.split(", "))
+    rest = decision.violations[shown:]
+    assert {rule: int(n) for rule, n in by_rule.items()} == {
+        rule: sum(1 for v in rest if v.rule == rule) for rule in {v.rule for v in rest}
+    }
+    assert message.startswith(f"runguard denied Pod big: {len(decision.violations)} violations: ")
+    assert str(decision.violations[0]) in listed
+
+
+def test_a_denial_that_fits_lists_every_violation() -> None:
+    decision = validate(bench_sizes.as_sent(bench_sizes.containers_pod(3)), POLICY)
+    message = decision.message()
+    assert " more: " not in message
+    assert all(str(v) in message for v in decision.violations)

@@ -319,7 +319,7 @@ def review_response(
         response["patchType"] = "JSONPatch"
         response["patch"] = base64.b64encode(orjson.dumps(patch)).decode("ascii")
     if warnings:
-        response["warnings"] = list(warnings)
+        response["warnings"] = shown_warnings(warnings)
     if audit_annotations:
         response["auditAnnotations"] = dict(audit_annotations)
     if not allowed:
@@ -329,6 +329,26 @@ def review_response(
             "message": message or "runguard denied the request",
         }
     return {"apiVersion": API_VERSION, "kind": KIND, "response": response}
+
+
+# The apiserver keeps about 4 KiB of warnings per response (k8s.io/apiserver
+# pkg/endpoints/filters/warning.go, truncateAtTotalRunes) and drops the rest unsaid.
+WARNINGS_BUDGET = 4096
+
+
+def shown_warnings(warnings: list[str]) -> list[str]:
+    """The warnings that fit the apiserver's budget, then one saying how many did not
+    (an UPDATE of a Pod with 100k violations already present would send 100k)."""
+    shown: list[str] = []
+    used = 0
+    for text in warnings:
+        if used + len(text) > WARNINGS_BUDGET - 64 and len(shown) < len(warnings) - 1:
+            rest = len(warnings) - len(shown)
+            shown.append(f"runguard: {rest} more warnings not shown")
+            break
+        shown.append(text)
+        used += len(text)
+    return shown
 
 
 def encode_review(review_doc: AdmissionReview) -> bytes:

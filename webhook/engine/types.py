@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
@@ -9,6 +10,9 @@ from typing import Any
 JSON = dict[str, Any]
 INVALID = "input.invalid"  # the object cannot be understood: always denied
 ENGINE_ERROR = "engine.error"  # a bug in runguard: denied (fail closed), logged, counted
+# A denial's message lists violations up to about this many characters, then counts the
+# rest by rule (``Decision.message``).
+MESSAGE_LIMIT = 8192
 
 
 @dataclass(frozen=True)
@@ -78,14 +82,33 @@ class Decision:
             out["enforcement"] = self.enforcement
         return out
 
-    def message(self) -> str:
-        """One clear message listing every violation, for ``status.message`` on denial."""
+    def message(self, limit: int = MESSAGE_LIMIT) -> str:
+        """One clear message listing every violation, for ``status.message`` on denial.
+
+        Past ``limit`` characters the violations not listed are counted by rule id
+        (``... and 100203 more: security.root x25000, ...``): a Pod of 25k containers
+        bypassing mutation would otherwise be denied with 13 MB that kubectl prints and
+        the apiserver's audit log keeps; ``runguard apply -o json`` still lists each."""
         if not self.violations:
             return ""
-        items = "; ".join(str(v) for v in self.violations)
         count = len(self.violations)
         noun = "violation" if count == 1 else "violations"
-        return f"runguard denied {self.kind} {self.name or '(unnamed)'}: {count} {noun}: {items}"
+        text = f"runguard denied {self.kind} {self.name or '(unnamed)'}: {count} {noun}: "
+        shown: list[str] = []
+        used = len(text)
+        for v in self.violations:
+            item = str(v)[:limit]
+            if used + len(item) + 2 > limit and shown:
+                break
+            shown.append(item)
+            used += len(item) + 2
+        text += "; ".join(shown)
+        rest = self.violations[len(shown) :]
+        if rest:
+            by_rule = Counter(v.rule for v in rest)
+            counts = ", ".join(f"{rule} x{n}" for rule, n in by_rule.most_common())
+            text += f"; ... and {len(rest)} more: {counts}"
+        return text
 
     def to_dict(self) -> JSON:
         """The ``runguard apply -o json`` entry (SPEC section 5)."""
