@@ -98,20 +98,23 @@ def iter_containers(
 
 def warning(summary: str, details: Iterable[str] = ()) -> str:
     """``runguard: summary: a, b, c`` cut to fit kubectl's 120 characters, with ``+N more``."""
-    items = list(details)
+    items = details if isinstance(details, list | tuple) else list(details)
     text = f"runguard: {summary}"
     if not items:
         return text[:WARNING_LIMIT]
-    shown: list[str] = []
+    shown = 0
+    out = f"{text}: "
     for i, item in enumerate(items):
         rest = len(items) - i - 1
-        candidate = f"{text}: {', '.join([*shown, item])}"
-        tail = f" (+{rest} more)" if rest else ""
-        if len(candidate) + len(tail) > WARNING_LIMIT:
+        tail = len(f" (+{rest} more)") if rest else 0
+        added = item if i == 0 else f", {item}"
+        if len(out) + len(added) + tail > WARNING_LIMIT:
             break
-        shown.append(item)
-    hidden = len(items) - len(shown)
-    out = f"{text}: {', '.join(shown)}" if shown else text
+        out += added
+        shown += 1
+    if not shown:
+        out = text
+    hidden = len(items) - shown
     if hidden:
         out += f" (+{hidden} more)"
     return out[:WARNING_LIMIT]
