@@ -66,15 +66,27 @@ def default_config() -> str:
     return CONFIGS[1][0]
 
 
-def engine_round(policy: Any, seconds: float) -> float:
-    """Median wall time of one typical-pod review (mutate + validate), in us."""
+def engine_round(policy: Any, seconds: float) -> dict[str, float]:
+    """Median wall time of one typical-pod review (mutate + validate), and of each half
+    (``validate`` of the mutated pod: its checks and the backstop's second mutation), in us."""
     pod = bench_engine.gpu_pod(1)
+    mutated = bench_engine.mutate(pod, policy).object
 
     def review() -> None:
         decision = bench_engine.mutate(pod, policy)
         bench_engine.validate(decision.object, policy)
 
-    return bench_engine.summary(bench_engine.measure(review, 20000, seconds))[0]
+    def mutate() -> None:
+        bench_engine.mutate(pod, policy)
+
+    def validate() -> None:
+        bench_engine.validate(mutated, policy)
+
+    third = seconds / 3
+    return {
+        name: bench_engine.summary(bench_engine.measure(fn, 20000, third))[0]
+        for name, fn in (("review", review), ("mutate", mutate), ("validate", validate))
+    }
 
 
 def server_round(proc: Any, port: int, ca_file: str, seconds: float) -> dict[str, float]:
@@ -115,7 +127,7 @@ def main() -> int:
     policy = load_policy(str(bench_engine.ROOT / "tests/cases/_policies/platform"))
     default = default_config()
     load_before = load_average()
-    engine: list[float] = []
+    engine: list[dict[str, float]] = []
     results: dict[str, list[dict[str, float]]] = {name: [] for name, *_ in CONFIGS}
     memory: dict[str, list[float]] = {}
     servers: dict[str, tuple[Any, int, str]] = {}
@@ -155,7 +167,12 @@ def main() -> int:
         f"{STARVE_REVIEWS} reviews given {STARVE_TIMEOUT:g} s each"
     )
     print(f"load average before: {load_before}; after: {load_after}")
-    print(f"engine, typical pod review (mutate + validate): {_fmt(spread(engine), '.0f')} us")
+    for part, title in (
+        ("review", "typical pod review (mutate + validate)"),
+        ("mutate", "  of which mutate"),
+        ("validate", "  of which validate (checks + the backstop's mutation)"),
+    ):
+        print(f"engine, {title}: {_fmt(spread([e[part] for e in engine]), '.0f')} us")
     columns = (
         ("trivial_rps", "trivial req/s", ".0f"),
         ("mutate_rps", "mutate req/s", ".0f"),
@@ -177,13 +194,30 @@ def main() -> int:
         )
 
     chosen = table[default]
-    figures: dict[str, Any] = {"engine_us_p50": round(statistics.median(engine), 1)}
-    ranges: dict[str, list[float]] = {
-        "engine_us_p50": [round(min(engine), 1), round(max(engine), 1)]
-    }
+    figures: dict[str, Any] = {}
+    ranges: dict[str, list[float]] = {}
+    for key, part in (
+        ("engine_us_p50", "review"),
+        ("engine_mutate_us_p50", "mutate"),
+        ("engine_validate_us_p50", "validate"),
+    ):
+        median, low, high = spread([e[part] for e in engine])
+        figures[key], ranges[key] = round(median, 1), [round(low, 1), round(high, 1)]
     for key, *_ in columns:
         figures[key] = round(chosen[key][0], 2)
         ranges[key] = [round(chosen[key][1], 2), round(chosen[key][2], 2)]
+    # the targets' ratios, per round: every round counts, not only the median one
+    rps_ratios = [run["mutate_rps"] / run["trivial_rps"] for run in results[default]]
+    cpu_ratios = [run["mutate_cpu_us"] / run["trivial_cpu_us"] for run in results[default]]
+    figures["mutate_rps_ratio_min"] = round(min(rps_ratios), 3)
+    figures["mutate_cpu_ratio"] = round(statistics.median(cpu_ratios), 3)
+    ranges["mutate_cpu_ratio"] = [round(min(cpu_ratios), 3), round(max(cpu_ratios), 3)]
+    print(
+        f"{default}: mutate/trivial req/s per round "
+        + ", ".join(f"{r:.2f}" for r in rps_ratios)
+        + "; mutate/trivial CPU per round "
+        + ", ".join(f"{r:.2f}" for r in cpu_ratios)
+    )
     figures["rss_mb_per_worker"] = round(statistics.median(memory[default]), 1)
     ranges["rss_mb_per_worker"] = [round(min(memory[default]), 1), round(max(memory[default]), 1)]
     summary = {
