@@ -817,14 +817,19 @@ class OpaSide:
     ``stop()`` stops them. Raises ``OpaUnavailable`` when OPA cannot be built or started.
     """
 
-    def __init__(self, policy_dir: Path = POLICY_DIR, connections: int = CONNECTIONS) -> None:
-        self.policy_dir = policy_dir
+    def __init__(
+        self, connections: int = CONNECTIONS, server: tuple[Any, int, str] | None = None
+    ) -> None:
+        """``server``: a runguard already served by ``bench_http.start_server`` with the
+        repository's policies, as (process, port, its certs folder), measured instead of
+        starting one (and left running by ``stop``); OPA then uses its certificate."""
         self.connections = connections
-        self.policy = load_policy(policy_dir)
+        self.policy = load_policy(POLICY_DIR)
         self.config = _default_config()
         self.body = throughput_review(self.policy)
         self.opa_binary = ""
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
+        self._given = server
         self.runguard: subprocess.Popen[bytes] | None = None
         self.opa: subprocess.Popen[bytes] | None = None
         self.runguard_port = self.opa_port = 0
@@ -835,13 +840,15 @@ class OpaSide:
         self._tmp = tempfile.TemporaryDirectory(prefix="runguard-bench-opa-")
         workdir = Path(self._tmp.name)
         try:
-            _, worker_class, workers, threads = self.config
-            if str(self.policy_dir) != str(POLICY_DIR):
-                raise ValueError("the server side serves the repository's policies/")
-            self.runguard, self.runguard_port = bench_http.start_server(
-                workdir, "gthread", workers, threads, worker_class
-            )
-            certs = workdir / "certs"
+            if self._given is not None:
+                self.runguard, self.runguard_port, given_certs = self._given
+                certs = Path(given_certs)
+            else:
+                _, worker_class, workers, threads = self.config
+                self.runguard, self.runguard_port = bench_http.start_server(
+                    workdir, "gthread", workers, threads, worker_class
+                )
+                certs = workdir / "certs"
             self.ca_file = str(certs / "ca.crt")
             data = workdir / "data.json"
             data.write_text(json.dumps(opa_data(self.policy), indent=1))
@@ -957,10 +964,12 @@ class OpaSide:
         return out
 
     def stop(self) -> None:
-        for proc in (self.runguard, self.opa):
+        """Stop OPA, and runguard unless it was handed in."""
+        mine = (self.opa,) if self._given is not None else (self.runguard, self.opa)
+        for proc in mine:
             if proc is not None and proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
-        for proc in (self.runguard, self.opa):
+        for proc in mine:
             if proc is None:
                 continue
             try:
