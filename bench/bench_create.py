@@ -30,8 +30,15 @@ machine. Every answer must be 201; in ``bench-pair`` the stamp runguard's mutati
   with no admission (``none_full``);
 * ``pair_empty_patch``: the valid Pod with the stamp already right (mutation changes
   nothing: an empty patch);
-* ``direct_validate`` / ``direct_mutate``: the same reviews sent straight to runguard
-  over one keep-alive TLS connection (what runguard itself costs, loopback included);
+* ``vap_trivial``: a VAP matching the same Pods with one validation, ``true``, bound to
+  ``bench-vap-trivial`` (the VAP machinery's fixed cost, before any rule);
+* ``runguard_direct_validate_ms`` / ``..._mutate_ms``: the same reviews sent straight to
+  runguard over one keep-alive TLS connection (runguard's cost, loopback included);
+* where the time goes: each case alone for a batch, between two scrapes of the
+  apiserver's and runguard's ``/metrics`` histograms (the request, the admit and
+  validate steps, each admission plugin, each webhook call as the apiserver times it,
+  the matchConditions of runguard's other webhooks, runguard's own time per review),
+  in ms per create;
 * the connections the apiserver opened to runguard (does it keep them alive?).
 
 Before measuring, non-compliant Pods go to ``bench-validate`` and ``bench-vap``: both
@@ -102,6 +109,7 @@ JSON = dict[str, Any]
 POLICY_DIR = REPO / "policies"
 VAP_FILE = BENCH / "vap" / "policy.yaml"
 VAP_NAME = "runguard-bench-digitalhub"
+TRIVIAL_VAP_NAME = "runguard-bench-trivial"  # one validation, `true`: the VAP's fixed cost
 RUN_POLICY = "digitalhub"  # the RunPolicy of policies/ that judges the benchmark's Pod
 PLATFORM = ("digitalhub", "core")  # namespace, ServiceAccount: the platform identity
 NS = {
@@ -109,6 +117,7 @@ NS = {
     "validate": "bench-validate",
     "pair": "bench-pair",
     "vap": "bench-vap",
+    "vap_trivial": "bench-vap-trivial",
 }
 # Which namespaces each of runguard's configurations serves.
 WEBHOOK_NAMESPACES = {
@@ -125,6 +134,7 @@ CASES: dict[str, tuple[str, str]] = {
     "none_full": (NS["none"], "full"),
     "pair_full_patch": (NS["pair"], "full"),
     "pair_empty_patch": (NS["pair"], "stamped"),
+    "vap_trivial": (NS["vap_trivial"], "valid"),
 }
 ADDED = {  # reported figure -> (case, its baseline)
     "create_added_ms_validate": ("validate", "none"),
@@ -132,6 +142,7 @@ ADDED = {  # reported figure -> (case, its baseline)
     "create_added_ms_vap": ("vap", "none"),
     "create_added_ms_pair_full_patch": ("pair_full_patch", "none_full"),
     "create_added_ms_pair_empty_patch": ("pair_empty_patch", "none"),
+    "create_added_ms_vap_trivial": ("vap_trivial", "none"),
 }
 TARGETS = {"create_added_ms_validate": 1.5, "create_added_ms_pair": 2.5}  # x ..._vap
 MAX_ROUNDS, MAX_CREATES = 20, 2000
@@ -477,6 +488,7 @@ def vap_rules(policy: Policy) -> list[tuple[str, str, str]]:
         "!has(v.ephemeral.volumeClaimTemplate.spec.volumeName) && "
         "!has(v.ephemeral.volumeClaimTemplate.spec.selector))))",
         "a claim or configMap the platform did not create for this run")  # fmt: skip
+
     def ok(name: str) -> str:
         return _name_matches(name, policy.secrets.allowed)
 
@@ -613,6 +625,18 @@ def vap_documents(full: Policy, namespaces: Sequence[str] = (NS["vap"],)) -> lis
     return [vap, binding]
 
 
+def trivial_vap_documents(full: Policy) -> list[JSON]:
+    """A VAP matching the same Pods with one validation that always holds, bound to
+    ``bench-vap-trivial``: what the VAP machinery costs before any rule."""
+    vap, binding = copy.deepcopy(vap_documents(full, (NS["vap_trivial"],)))
+    vap["metadata"]["name"] = binding["metadata"]["name"] = TRIVIAL_VAP_NAME
+    binding["spec"]["policyName"] = TRIVIAL_VAP_NAME
+    vap["spec"].pop("matchConditions", None)
+    vap["spec"].pop("variables", None)
+    vap["spec"]["validations"] = [{"expression": "true", "message": "never"}]
+    return [vap, binding]
+
+
 def vap_text(policy: Policy) -> str:
     """bench/vap/policy.yaml: the documents, and which runguard rules they carry."""
     rules = sorted({rule for rule, _, _ in vap_rules(run_policy(policy))})
@@ -709,10 +733,88 @@ class Client:
             self.close()
         return response.status, data, elapsed, response.headers
 
+    def get(self, path: str) -> bytes:
+        """``GET path``, timed by no one (metrics scrapes)."""
+        if self.conn is None:
+            self.conn = http.client.HTTPSConnection(
+                "127.0.0.1", self.port, context=self.context, timeout=30
+            )
+            self.connects += 1
+        try:
+            self.conn.request("GET", path, headers=self.headers)
+            response = self.conn.getresponse()
+            data = response.read()
+        except (OSError, http.client.HTTPException):
+            self.close()
+            raise
+        if response.status != 200:
+            raise ClusterError(f"GET {path} answered {response.status}")
+        return data
+
     def close(self) -> None:
         if self.conn is not None:
             self.conn.close()
             self.conn = None
+
+
+# Histograms read around a batch of one case's creates: where the time goes, per create.
+#   apiserver: the request, the admit (mutating) and validate steps, the webhook and
+#   policy plugins, each webhook call as the apiserver times it, the matchConditions
+#   of runguard's other webhooks; runguard: its own time per review.
+APISERVER_HISTOGRAMS = (
+    "apiserver_request_duration_seconds",
+    "apiserver_admission_step_admission_duration_seconds",
+    "apiserver_admission_controller_admission_duration_seconds",
+    "apiserver_admission_webhook_admission_duration_seconds",
+    "apiserver_admission_match_condition_evaluation_seconds",
+)
+RUNGUARD_HISTOGRAMS = ("runguard_admission_review_duration_seconds",)
+PLUGINS = ("MutatingAdmissionWebhook", "ValidatingAdmissionWebhook", "ValidatingAdmissionPolicy")
+_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*?)_sum(\{[^}]*\})? (\S+)$")
+
+
+def histogram_sums(text: str, names: Sequence[str]) -> dict[str, float]:
+    """``{"<name>{labels}": sum}`` of the named histograms, one key per series."""
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        match = _SAMPLE.match(line)
+        if match and match.group(1) in names:
+            out[f"{match.group(1)}{match.group(2) or ''}"] = float(match.group(3))
+    return out
+
+
+def _label(series: str, key: str) -> str:
+    found = re.search(key + r'="([^"]*)"', series)
+    return found.group(1) if found else ""
+
+
+def _part(series: str) -> str | None:
+    """What a series times, as the breakdown names it (None: not reported)."""
+    name = series.partition("{")[0]
+    if name == "apiserver_request_duration_seconds":
+        pods = _label(series, "resource") == "pods" and _label(series, "subresource") == ""
+        return "apiserver request" if pods and _label(series, "verb") == "POST" else None
+    if name == "apiserver_admission_step_admission_duration_seconds":
+        return f"admission step {_label(series, 'type')}"
+    if name == "apiserver_admission_controller_admission_duration_seconds":
+        plugin = _label(series, "name")
+        return f"plugin {plugin}" if plugin in PLUGINS else None
+    if name == "apiserver_admission_webhook_admission_duration_seconds":
+        return f"webhook call {_label(series, 'name')}"
+    if name == "apiserver_admission_match_condition_evaluation_seconds":
+        return f"matchConditions {_label(series, 'name')}"
+    return f"runguard server /{_label(series, 'endpoint')}"
+
+
+def breakdown(before: dict[str, float], after: dict[str, float], creates: int) -> dict[str, float]:
+    """ms per create of each part between two scrapes around ``creates`` creates."""
+    out: dict[str, float] = {}
+    for series, total in after.items():
+        part = _part(series)
+        spent = total - before.get(series, 0.0)
+        if part is not None and spent > 0:
+            out[part] = out.get(part, 0.0) + spent * 1000 / creates
+    return out
 
 
 class CreateLatency:
@@ -775,7 +877,11 @@ class CreateLatency:
         configurations = json.loads(runguard.manifests("json"))
         items = configurations.get("items", configurations)
         registered = [_with_namespaces(item, WEBHOOK_NAMESPACES[item["kind"]]) for item in items]
-        documents = [*registered, *vap_documents(self.policy)]
+        documents = [
+            *registered,
+            *vap_documents(self.policy),
+            *trivial_vap_documents(self.policy),
+        ]
         listed = {"apiVersion": "v1", "kind": "List", "items": documents}
         cluster.kubectl("apply", "-f", "-", input=json.dumps(listed), check=True)
         runguard.registered = True
@@ -909,6 +1015,14 @@ class CreateLatency:
                 break
             for case in cases:
                 times[case].append(self._one(case))
+        where: dict[str, float] = {}
+        batch = max(1, min(creates // 4, 50))
+        for case in cases:  # each case alone between two scrapes: where its time goes
+            before = self._scrape()
+            for _ in range(batch):
+                self._one(case)
+            for part, ms in breakdown(before, self._scrape(), batch).items():
+                where[f"{case}: {part}"] = ms
         direct: dict[str, list[float]] = {"validate": [], "mutate": []}
         for _ in range(max(1, creates // 2)):
             if time.monotonic() > deadline + seconds / 2:
@@ -924,9 +1038,16 @@ class CreateLatency:
             out[key] = out[f"create_ms_{case}"] - out[f"create_ms_{base}"]
         for path, values in direct.items():
             out[f"runguard_direct_{path}_ms"] = statistics.median(values)
+        out.update(where)
         out["creates"] = float(min(len(values) for values in times.values()))
         out["load_1m"] = (load_before + os.getloadavg()[0]) / 2
         return out
+
+    def _scrape(self) -> dict[str, float]:
+        assert self.admin is not None and self.direct is not None
+        totals = histogram_sums(self.admin.get("/metrics").decode(), APISERVER_HISTOGRAMS)
+        totals.update(histogram_sums(self.direct.get("/metrics").decode(), RUNGUARD_HISTOGRAMS))
+        return totals
 
     def _one(self, case: str) -> float:
         namespace, variant = CASES[case]
@@ -964,7 +1085,7 @@ def summarize(
 def table(medians: dict[str, float], ranges: dict[str, list[float]]) -> str:
     lines = []
     for key in medians:
-        if key in ("creates", "load_1m"):
+        if key in ("creates", "load_1m") or ": " in key:
             continue
         low, high = ranges[key]
         lines.append(f"  {key:<36} {medians[key]:8.2f} ms  [{low:.2f} - {high:.2f}]")
@@ -973,7 +1094,30 @@ def table(medians: dict[str, float], ranges: dict[str, list[float]]) -> str:
         ratio = medians[key] / vap if vap > 0 else float("inf")
         verdict = "met" if ratio <= factor else "MISSED"
         lines.append(f"  target {key} <= {factor} x vap: {ratio:.2f} x  {verdict}")
+    where = breakdown_table(medians)
+    parts = sorted({part for per_case in where.values() for part in per_case})
+    cases = [case for case in CASES if case in where]
+    width = max((len(part) for part in parts), default=10)
+    lines.append("\nwhere the time goes: ms per create, each case alone (apiserver and runguard "
+                 "histograms), median over rounds")  # fmt: skip
+    lines.append(f"  {'':<{width}} " + " ".join(f"{case[:11]:>11}" for case in cases))
+    for part in parts:
+        cells = [where[case].get(part) for case in cases]
+        lines.append(
+            f"  {part:<{width}} "
+            + " ".join(f"{cell:11.2f}" if cell is not None else f"{'-':>11}" for cell in cells)
+        )
     return "\n".join(lines)
+
+
+def breakdown_table(medians: dict[str, float]) -> dict[str, dict[str, float]]:
+    """``{case: {part: ms per create}}`` from the ``"case: part"`` figures."""
+    where: dict[str, dict[str, float]] = {}
+    for key, value in medians.items():
+        case, sep, part = key.partition(": ")
+        if sep:
+            where.setdefault(case, {})[part] = value
+    return where
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -1028,6 +1172,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "runguard_direct_validate_ms": medians["runguard_direct_validate_ms"],
         "runguard_direct_mutate_ms": medians["runguard_direct_mutate_ms"],
         "ranges": {key: ranges[key] for key in ADDED},
+        "breakdown_ms": breakdown_table(medians),
         "rounds": len(rounds),
         "creates_per_case": medians["creates"],
         "webhook_connections": connections,
