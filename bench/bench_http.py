@@ -97,7 +97,8 @@ def run_pod() -> dict[str, Any]:
 
 
 def review_bytes() -> bytes:
-    return slow_clients.review_of(run_pod(), user="system:serviceaccount:dhcore:core")
+    # as the platform (policies/ platform.identities): its run keeps its own claim and secret
+    return slow_clients.review_of(run_pod(), user="system:serviceaccount:digitalhub:core")
 
 
 # ------------------------------------------------------------------ load generator
