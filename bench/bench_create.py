@@ -822,15 +822,19 @@ class CreateLatency:
 
     ``start()``, then ``round(creates)`` as often as wanted (each returns the medians of
     that round, in ms, and the added figures), then ``stop()`` (always: it stops every
-    process started)."""
+    process started). runguard is ``runguard serve --workers WORKERS SERVE_ARGS...``."""
 
     def __init__(
         self,
         policy_dir: Path = POLICY_DIR,
         workdir: Path | None = None,
         log: Callable[[str], None] = print,
+        workers: int = 2,
+        serve_args: Sequence[str] = (),
     ) -> None:
         self.policy_dir = Path(policy_dir)
+        self.workers = workers
+        self.serve_args = tuple(serve_args)  # more `runguard serve` options (--threads ...)
         self.log = log
         self._tmp = None if workdir else tempfile.mkdtemp(prefix="runguard-bench-create-")
         self.workdir = Path(workdir or self._tmp or ".")
@@ -864,7 +868,12 @@ class CreateLatency:
     def _start(self) -> None:
         cluster = self.cluster = Cluster(self.workdir / "cluster", build_binaries())
         cluster.start()
-        runguard = self.runguard = Runguard(self.workdir / "runguard", self.policy_dir)
+        runguard = self.runguard = Runguard(
+            self.workdir / "runguard",
+            self.policy_dir,
+            workers=self.workers,
+            serve_args=self.serve_args,
+        )
         runguard.start()
         prepare_cluster(cluster)
         unlisted = {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
