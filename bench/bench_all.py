@@ -14,12 +14,22 @@ of them. Per round and configuration:
   half a body held open (``slow_clients.py``) while 10 real ``/validate`` reviews on
   new connections are sent at once, each given 5 s: how many failed.
 
+And per round, beside them:
+
+* OPA (``bench_opa.OpaSide``, built at a pinned version by ``bench/opa/build.sh``) against
+  the default configuration's ``/validate`` on the same rules (``bench/opa/runguard.rego``),
+  after their decision agreement on a shared set of reviews is printed;
+* Pod create latency through the e2e kube-apiserver (``bench_create.CreateLatency``):
+  runguard's validating webhook only, both webhooks, a ValidatingAdmissionPolicy with
+  the same rules (``bench/vap/policy.yaml``), each minus no admission.
+
 Prints a table (median [min-max] over rounds), the load average before and after, and
 as its last line one JSON object: the default configuration's figures (medians), their
 ``[min, max]`` in ``ranges``, and every configuration's medians in ``configs``. Bounded:
-``--rounds`` (<= 5) x ``--seconds`` (<= 20) per endpoint, about 5 minutes by default.
+``--rounds`` (<= 5) x ``--seconds`` (<= 20) per endpoint and ``--creates`` per case,
+about 9 minutes by default (plus OPA's and the cluster's builds the first time).
 
-    .venv/bin/python bench/bench_all.py [--rounds 3] [--seconds 5]
+    .venv/bin/python bench/bench_all.py [--rounds 3] [--seconds 5] [--creates 100] [--no-create]
 """
 
 from __future__ import annotations
@@ -39,8 +49,10 @@ BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 sys.path.insert(0, str(BENCH.parent))
 
+import bench_create  # noqa: E402
 import bench_engine  # noqa: E402
 import bench_http  # noqa: E402
+import bench_opa  # noqa: E402
 import slow_clients  # noqa: E402
 
 # (name, gunicorn worker class, workers, threads); the first RunguardWorker one with the
@@ -53,6 +65,20 @@ CONFIGS: tuple[tuple[str, str, int, int], ...] = (
     ("shared listener 2x2", "webhook.worker.SharedListenerWorker", 2, 2),
 )
 SLOW_CONNECTIONS, STARVE_REVIEWS, STARVE_TIMEOUT = 64, 10, 5.0
+OPA_KEYS = (
+    "runguard_validate_rps",
+    "opa_validate_rps",
+    "runguard_validate_cpu_us",
+    "opa_validate_cpu_us",
+    "runguard_validate_p99_ms",
+    "opa_validate_p99_ms",
+)
+CREATE_KEYS = (
+    "create_ms_none",
+    "create_added_ms_validate",
+    "create_added_ms_pair",
+    "create_added_ms_vap",
+)
 CONNECTIONS = 8
 
 
@@ -118,6 +144,10 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=5.0, help="per endpoint and round")
+    parser.add_argument("--creates", type=int, default=100, help="Pod creates per case and round")
+    parser.add_argument(
+        "--no-create", dest="create", action="store_false", help="skip the e2e apiserver"
+    )
     args = parser.parse_args()
     rounds = max(1, min(args.rounds, 5))
     seconds = max(1.0, min(args.seconds, 20.0))
@@ -128,6 +158,11 @@ def main() -> int:
     default = default_config()
     load_before = load_average()
     engine: list[dict[str, float]] = []
+    opa_rounds: list[dict[str, float]] = []
+    create_rounds: list[dict[str, float]] = []
+    agreement: dict[str, Any] = {}
+    opa: bench_opa.OpaSide | None = None
+    create: bench_create.CreateLatency | None = None
     results: dict[str, list[dict[str, float]]] = {name: [] for name, *_ in CONFIGS}
     memory: dict[str, list[float]] = {}
     servers: dict[str, tuple[Any, int, str]] = {}
@@ -140,6 +175,19 @@ def main() -> int:
                     workdir, "gthread", workers, threads, worker_class
                 )
                 servers[name] = (proc, port, str(workdir / "certs" / "ca.crt"))
+            proc, port, ca_file = servers[default]
+            opa = bench_opa.OpaSide(server=(proc, port, str(Path(ca_file).parent)))
+            try:
+                opa.start()
+                agreement = opa.agreement()
+                bench_opa.print_agreement(agreement)
+            except bench_opa.OpaUnavailable as exc:
+                print(f"OPA side skipped: {exc}")
+                opa = None
+            create = None
+            if args.create:
+                create = bench_create.CreateLatency(log=lambda line: print(f"create: {line}"))
+                create.start()
             for number in range(rounds):
                 engine.append(engine_round(policy, min(seconds, 3.0)))
                 order = list(servers.items())
@@ -147,10 +195,18 @@ def main() -> int:
                     order.reverse()  # no configuration always right after the engine
                 for name, (proc, port, ca_file) in order:
                     results[name].append(server_round(proc, port, ca_file, seconds))
+                if opa is not None:
+                    opa_rounds.append(opa.round(seconds))
+                if create is not None:
+                    create_rounds.append(create.round(args.creates, 6 * seconds))
             for name, (proc, _, _) in servers.items():
                 workers = bench_http.workers_of(proc.pid)
                 memory[name] = [bench_http.memory_mb(pid)[0] for pid in workers]
         finally:
+            if opa is not None:
+                opa.stop()
+            if create is not None:
+                create.stop()
             for proc, _, _ in servers.values():
                 proc.send_signal(signal.SIGTERM)
             for proc, _, _ in servers.values():
@@ -220,6 +276,22 @@ def main() -> int:
     )
     figures["rss_mb_per_worker"] = round(statistics.median(memory[default]), 1)
     ranges["rss_mb_per_worker"] = [round(min(memory[default]), 1), round(max(memory[default]), 1)]
+    if opa_rounds:
+        print("side by side with OPA on the same validation rules (bench/bench_opa.py):")
+        for key in OPA_KEYS:
+            median, low, high = spread([r[key] for r in opa_rounds])
+            figures[key], ranges[key] = round(median, 2), [round(low, 2), round(high, 2)]
+            print(f"  {key:<36} {_fmt((median, low, high), '.2f')}")
+        ratio = figures["runguard_validate_cpu_us"] / figures["opa_validate_cpu_us"]
+        figures["validate_cpu_ratio_vs_opa"] = round(ratio, 3)
+        print(f"  runguard/OPA CPU per request: {ratio:.2f} (target <= 0.6)")
+        figures["agreement"] = {k: agreement[k] for k in ("agree", "total", "same_rules")}
+    if create_rounds:
+        medians, spans = bench_create.summarize(create_rounds)
+        print("Pod create latency through the e2e apiserver (bench/bench_create.py):")
+        print(bench_create.table(medians, spans))
+        for key in CREATE_KEYS:
+            figures[key], ranges[key] = medians[key], spans[key]
     summary = {
         **figures,
         "config": default,
