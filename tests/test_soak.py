@@ -31,7 +31,9 @@ LOG_QUEUE = 64  # audit lines a worker holds for the slow sink before it drops
 SINK_RATE = 512  # bytes/s the audit log is read at: far less than any run writes
 FD_SLACK = 3  # e.g. the harness's own keep-alive connection to one worker
 THREAD_SLACK = 2  # a worker's pool may have started its second thread only under load
-RSS_SLACK_MB = 48.0  # loose: memory that keeps growing with requests would pass it
+# loose: a run grows a worker by about 1 MB; one that kept its reviews and answers
+# (3-4 KB each way) would grow by about 25 MB
+RSS_SLACK_MB = 16.0
 
 
 def idle_usage(server: RunguardServer) -> dict[int, soak.Sample]:
