@@ -717,20 +717,35 @@ class Client:
         self.used = 0.0  # monotonic time of the last answer
 
     def post(self, path: str, body: bytes) -> tuple[int, bytes, float, http.client.HTTPMessage]:
-        """Status, body, seconds from sending to the last byte, headers. A kept-alive
-        connection the server closed while idle (between rounds, the other benchmarks ran)
-        is opened again and the request sent once more: dry-run creates can be repeated."""
+        """Status, body, seconds from sending to the last byte, headers."""
+        return self._request("POST", path, body)
+
+    def get(self, path: str) -> bytes:
+        """``GET path``, timed by no one (metrics scrapes)."""
+        status, data, _, _ = self._request("GET", path, None)
+        if status != 200:
+            raise ClusterError(f"GET {path} answered {status}")
+        return data
+
+    def _request(
+        self, method: str, path: str, body: bytes | None
+    ) -> tuple[int, bytes, float, http.client.HTTPMessage]:
+        """A kept-alive connection the server closed while idle (between rounds, the other
+        benchmarks ran) is opened again and the request sent once more: dry-run creates
+        and scrapes can be repeated."""
         if self.conn is not None and time.monotonic() - self.used > IDLE_REOPEN:
             self.close()  # the apiserver closes idle connections: do not time a reconnect
         fresh = self.conn is None
         try:
-            return self._post(path, body)
+            return self._send(method, path, body)
         except (OSError, http.client.HTTPException):
             if fresh:
                 raise
-            return self._post(path, body)
+            return self._send(method, path, body)
 
-    def _post(self, path: str, body: bytes) -> tuple[int, bytes, float, http.client.HTTPMessage]:
+    def _send(
+        self, method: str, path: str, body: bytes | None
+    ) -> tuple[int, bytes, float, http.client.HTTPMessage]:
         if self.conn is None:
             self.conn = http.client.HTTPSConnection(
                 "127.0.0.1", self.port, context=self.context, timeout=30
@@ -741,7 +756,7 @@ class Client:
             self.connects += 1
         started = time.perf_counter()
         try:
-            self.conn.request("POST", path, body, self.headers)
+            self.conn.request(method, path, body, self.headers)
             response = self.conn.getresponse()
             data = response.read()
         except (OSError, http.client.HTTPException):
@@ -752,24 +767,6 @@ class Client:
         if response.will_close:
             self.close()
         return response.status, data, elapsed, response.headers
-
-    def get(self, path: str) -> bytes:
-        """``GET path``, timed by no one (metrics scrapes)."""
-        if self.conn is None:
-            self.conn = http.client.HTTPSConnection(
-                "127.0.0.1", self.port, context=self.context, timeout=30
-            )
-            self.connects += 1
-        try:
-            self.conn.request("GET", path, headers=self.headers)
-            response = self.conn.getresponse()
-            data = response.read()
-        except (OSError, http.client.HTTPException):
-            self.close()
-            raise
-        if response.status != 200:
-            raise ClusterError(f"GET {path} answered {response.status}")
-        return data
 
     def close(self) -> None:
         if self.conn is not None:
