@@ -45,8 +45,9 @@ lint: $(STAMP)
 cases: $(STAMP)
 	$(BIN)/runguard test tests/cases
 
-# The engine and the server under several worker models, interleaved rounds (~5 min);
-# the last line is one JSON object (docs/performance.md).
+# The engine and the server under several worker models, OPA on the same rules, and Pod
+# create latency through the e2e apiserver, interleaved rounds (~10 min); the last line
+# is one JSON object (docs/performance.md).
 bench: $(STAMP)
 	$(BIN)/python bench/bench_all.py
 
