@@ -247,6 +247,22 @@ class PreemptionConfig(Section):
         "as MLRun does. Read only from runs the platform created (platform.identities).",
     )
 
+    @cached_property
+    def spot_requirements(self) -> Mapping[str, tuple[dict[str, Any], ...]]:
+        """Per operator (``In``, ``NotIn``), one node requirement per spot label in the
+        policy's order (MLRun's k8s_utils.py L39-61). Read-only: copied into a pod."""
+        return {
+            op: tuple(
+                {"key": k, "operator": op, "values": [v]} for k, v in self.node_selector.items()
+            )
+            for op in ("In", "NotIn")
+        }
+
+    @cached_property
+    def compared_tolerations(self) -> tuple[dict[str, Any], ...]:
+        """The tolerations as MLRun compares them: a null field the same as an absent one."""
+        return tuple({k: v for k, v in t.items() if v is not None} for t in self.tolerations)
+
 
 class SchedulingConfig(Section):
     """Priority classes and spot-node preemption."""

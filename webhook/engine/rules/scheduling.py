@@ -103,7 +103,7 @@ def inferred_mode(cfg: PreemptionConfig, scheduling: JSON) -> str | None:
     including what no mode writes (a hand-written toleration, a spot nodeSelector,
     mixed terms), states no mode: None.
     """
-    spot = spot_of(cfg)
+    spot = Spot(cfg)
     for mode in INFERABLE:
         if spot.leaves_trace(mode) and spot.enriched(mode, scheduling) == scheduling:
             return mode
@@ -111,8 +111,9 @@ def inferred_mode(cfg: PreemptionConfig, scheduling: JSON) -> str | None:
 
 
 def scheduling_of(spec: JSON) -> JSON:
-    """A copy of the fields a mode may change; null ones are absent (as stored)."""
-    return {k: copy_value(spec[k]) for k in SCHEDULING if spec.get(k) is not None}
+    """The fields a mode may change, the pod's own (``Spot.enriched`` copies them); null
+    ones are absent (as stored)."""
+    return {k: spec[k] for k in SCHEDULING if spec.get(k) is not None}
 
 
 # --- applying it ----------------------------------------------------------------------
@@ -124,9 +125,8 @@ def apply_preemption_mode(pod: Pod) -> Change | None:
     mode = preemption_mode(pod)
     if cfg is None or mode not in ("allow", "constrain", "prevent"):
         return None  # "none", no mode, or an unknown one (denied by validation)
-    spec = pod.spec
-    before = {k: spec[k] for k in SCHEDULING if spec.get(k) is not None}
-    after = spot_of(cfg).enriched(mode, before)  # a copy: ``before`` is the pod's own
+    before = scheduling_of(pod.spec)
+    after = Spot(cfg).enriched(mode, before)
     if after == before:
         return None
     for key in SCHEDULING:
@@ -137,30 +137,16 @@ def apply_preemption_mode(pod: Pod) -> Change | None:
     return Change("scheduling.preemption-mode", warning(f"preemption mode {mode} applied"))
 
 
-_SPOTS: dict[int, tuple[PreemptionConfig, Spot]] = {}
-
-
-def spot_of(cfg: PreemptionConfig) -> Spot:
-    """The policy's ``Spot``, built once per loaded policy (policies are immutable)."""
-    known = _SPOTS.get(id(cfg))
-    if known is not None and known[0] is cfg:
-        return known[1]
-    if len(_SPOTS) > 64:  # policies replaced by reloads
-        _SPOTS.clear()
-    spot = Spot(cfg)
-    _SPOTS[id(cfg)] = (cfg, spot)
-    return spot
-
-
 class Spot:
     """The policy's spot nodes, and MLRun's enrichment of a pod's scheduling for them."""
 
     def __init__(self, cfg: PreemptionConfig):
-        self.node_selector: dict[str, str] = dict(cfg.node_selector)
-        self.tolerations: list[JSON] = [copy_value(t) for t in cfg.tolerations]
+        # the policy's own values, read-only: whatever goes into a pod is copied first
+        self.node_selector: Mapping[str, str] = cfg.node_selector
+        self.tolerations: Sequence[JSON] = cfg.tolerations
         self.relies_on_taint = cfg.infer and bool(self.tolerations)
-        self._tolerations = [_normal(t) for t in self.tolerations]
-        self._requirements = {op: self._requirements_of(op) for op in ("In", "NotIn")}
+        self._tolerations = cfg.compared_tolerations
+        self._requirements = cfg.spot_requirements
 
     @property
     def configured(self) -> bool:
@@ -173,15 +159,9 @@ class Spot:
             return bool(self.tolerations)
         return mode == "prevent" and bool(self.node_selector) and not self.tolerations
 
-    def requirements(self, operator: str) -> list[JSON]:
-        """One requirement per spot label, in the policy's order (k8s_utils.py L39-61);
-        shared: callers copy what they put into a pod."""
+    def requirements(self, operator: str) -> Sequence[JSON]:
+        """One requirement per spot label (``PreemptionConfig.spot_requirements``)."""
         return self._requirements[operator]
-
-    def _requirements_of(self, operator: str) -> list[JSON]:
-        return [
-            {"key": k, "operator": operator, "values": [v]} for k, v in self.node_selector.items()
-        ]
 
     def enriched(self, mode: str, scheduling: JSON) -> JSON:
         """``scheduling`` (``scheduling_of``) as ``mode`` leaves it; the input is not changed."""
@@ -264,7 +244,7 @@ def _prune_node_selector(scheduling: JSON, spot: Mapping[str, str]) -> None:
         del scheduling["nodeSelector"]  # the apiserver stores no empty map
 
 
-def _prune_requirements(scheduling: JSON, requirements: list[JSON]) -> None:
+def _prune_requirements(scheduling: JSON, requirements: Sequence[JSON]) -> None:
     """L769-862: required expressions equal to one of ``requirements`` removed; a term left
     with nothing is dropped, and the node affinity with nothing is removed."""
     affinity = scheduling.get("affinity")
@@ -310,7 +290,7 @@ def _set_required(scheduling: JSON, terms: list[JSON]) -> None:
     _node_affinity(scheduling)[REQUIRED] = {"nodeSelectorTerms": copy_value(terms)}
 
 
-def _require_in_every_term(scheduling: JSON, requirements: list[JSON]) -> None:
+def _require_in_every_term(scheduling: JSON, requirements: Sequence[JSON]) -> None:
     """runguard's anti-affinity where MLRun relies on the taint: ``requirements`` added to
     every required term (terms are ORed), or one term of them; nothing else removed."""
     node_affinity = _node_affinity(scheduling)
