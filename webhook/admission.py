@@ -339,12 +339,13 @@ WARNINGS_BUDGET = 4096
 def shown_warnings(warnings: list[str]) -> list[str]:
     """The warnings that fit the apiserver's budget, then one saying how many did not
     (an UPDATE of a Pod with 100k violations already present would send 100k)."""
-    if sum(map(len, warnings)) <= WARNINGS_BUDGET - 64:
+    budget = WARNINGS_BUDGET - 64  # room for the line counting the rest
+    if sum(map(len, warnings)) <= budget:
         return list(warnings)
     shown: list[str] = []
     used = 0
     for text in warnings:
-        if used + len(text) > WARNINGS_BUDGET - 64 and len(shown) < len(warnings) - 1:
+        if used + len(text) > budget and len(shown) < len(warnings) - 1:
             rest = len(warnings) - len(shown)
             shown.append(f"runguard: {rest} more warnings not shown")
             break
