@@ -12,12 +12,17 @@ ENV VIRTUAL_ENV=/opt/runguard \
     PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY requirements-image.lock pyproject.toml README.md ./
 COPY webhook ./webhook
-# Dependencies come from pyproject.toml, as published wheels (no compiler needed).
-# The venv gets no pip of its own: the image's pip installs into it.
+# Dependencies: exactly the versions and hashes of requirements-image.lock (the tested
+# versions, `make lock`), as published wheels (no compiler needed); then runguard with
+# the locked setuptools. The venv gets no pip of its own: the image's pip installs into it.
 RUN python -m venv --without-pip "$VIRTUAL_ENV" \
-    && python -m pip --python "$VIRTUAL_ENV/bin/python" install --no-cache-dir --only-binary=:all: .
+    && python -m pip --python "$VIRTUAL_ENV/bin/python" install --no-cache-dir \
+        --require-hashes --no-deps --only-binary=:all: -r requirements-image.lock \
+    && python -m pip --python "$VIRTUAL_ENV/bin/python" install --no-cache-dir \
+        --no-deps --no-build-isolation . \
+    && python -m pip --python "$VIRTUAL_ENV/bin/python" check
 
 # --- runtime: the same slim base, the virtualenv, nothing else --------------------
 FROM ${PYTHON_IMAGE}

@@ -9,17 +9,35 @@ DEV_CERTS := certs/dev
 BIND ?= 127.0.0.1:8443
 POLICY ?= policies
 
-.PHONY: all venv run certs test lint typecheck cases bench cluster cluster-down manifests clean
+.PHONY: all venv lock run certs test lint typecheck cases bench cluster cluster-down manifests clean
 
 all: test
 
-$(STAMP): pyproject.toml
+# Every Python package, direct and transitive, at the version and hashes requirements.lock
+# names (pip, setuptools and the test tools included); then runguard itself, built with
+# the locked setuptools. The image installs requirements-image.lock, the same versions.
+$(STAMP): requirements.lock pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test]'
+	$(BIN)/python -m pip install --quiet --require-hashes --no-deps --only-binary=:all: \
+	    -r requirements.lock
+	$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e .
+	$(BIN)/python -m pip check
 	touch $(STAMP)
 
 venv: $(STAMP)
+
+# Regenerates both locks from pyproject.toml, keeping every pin that still satisfies it;
+# `make lock UPGRADE=1` moves every package to the newest version allowed, and
+# `make lock UPGRADE=pyyaml` one package (docs/contributing.md). The image's lock is
+# the runtime subset, constrained to the test lock's versions.
+LOCK_FLAGS := --quiet --generate-hashes --allow-unsafe --strip-extras --all-build-deps \
+    --no-emit-index-url --no-emit-find-links --no-emit-trusted-host \
+    $(if $(filter 1,$(UPGRADE)),--upgrade,$(if $(UPGRADE),--upgrade-package $(UPGRADE)))
+lock: $(STAMP)
+	CUSTOM_COMPILE_COMMAND="make lock" $(BIN)/pip-compile $(LOCK_FLAGS) \
+	    --extra test --extra lock -o requirements.lock pyproject.toml
+	CUSTOM_COMPILE_COMMAND="make lock" $(BIN)/pip-compile $(LOCK_FLAGS) \
+	    -c requirements.lock -o requirements-image.lock pyproject.toml
 
 $(DEV_CERTS)/tls.crt: | $(STAMP)
 	$(BIN)/runguard certs --service runguard --namespace runguard --out $(DEV_CERTS) \

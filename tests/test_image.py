@@ -159,7 +159,9 @@ def test_build_context_holds_what_the_image_needs_and_no_more(tmp_path: Path) ->
     assert "webhook/cli/serve.py" in copied
     assert any(c.startswith("webhook/policy/") and c.endswith(".json") for c in copied)
     for c in copied:
-        assert c in ("pyproject.toml", "README.md") or c.startswith("webhook/"), c
+        assert c in ("pyproject.toml", "README.md", "requirements-image.lock") or c.startswith(
+            "webhook/"
+        ), c
         assert "__pycache__" not in c and not c.endswith(".pyc"), c
     # Every COPY source of the build stage is in the context (else `docker build` fails).
     for keyword, rest in dockerfile_stages()[0]:

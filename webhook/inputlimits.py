@@ -193,9 +193,21 @@ def check_yaml(text: str, limits: Limits) -> int:
             elif isinstance(event, yaml.DocumentEndEvent):
                 anchors.clear()  # anchors are per document
                 open_anchors.clear()
+    except yaml.MarkedYAMLError as error:
+        # PyYAML 6.0.4's scanner refuses deep flow nesting itself, ahead of the events
+        # counted here: the same refusal, in runguard's words, at the parser's line.
+        if _DEPTH_REFUSAL.search(error.problem or "") and error.problem_mark is not None:
+            raise LimitError(
+                error.problem_mark.line + 1, f"nested deeper than {limits.max_depth} levels"
+            ) from None
     except yaml.YAMLError:
         pass
     return added
+
+
+# How a parser words its own depth limit (PyYAML >= 6.0.4: "exceeded maximum nesting
+# depth"); any other syntax error is the loader's to report.
+_DEPTH_REFUSAL = re.compile(r"nesting|depth|too deep", re.IGNORECASE)
 
 
 def _line(event: yaml.Event) -> int | None:
