@@ -97,7 +97,7 @@ def test_dockerfile_is_multi_stage_non_root_and_runs_runguard_serve() -> None:
 def test_dockerfile_env_matches_the_deployment() -> None:
     env = stage_env(dockerfile_stages()[-1])
     (container,) = deployment_pod()["spec"]["containers"]
-    deployment_env = {e["name"]: e["value"] for e in container["env"]}
+    deployment_env = {e["name"]: e.get("value", "") for e in container["env"]}
     assert {k: v for k, v in env.items() if k.startswith("RUNGUARD_")} == deployment_env
     (expose,) = [rest for kw, rest in dockerfile_stages()[-1] if kw == "EXPOSE"]
     assert int(expose) == container["ports"][0]["containerPort"]

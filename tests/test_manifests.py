@@ -893,6 +893,57 @@ def test_deployment_is_hardened() -> None:
     }
 
 
+# What a kubelet writes for a Secret volume (pkg/volume: secret's SetUpAt, then
+# SetVolumeOwnership for a read-only volume): files owned by root:root with the volume's
+# defaultMode; with an fsGroup, group fsGroup and the mode or'ed with 0440.
+def secret_file_owner_and_mode(
+    volume: dict[str, Any], fs_group: int | None
+) -> tuple[int, int, int]:
+    mode = volume["secret"].get("defaultMode", 0o644)
+    if fs_group is None:
+        return 0, 0, mode
+    return 0, fs_group, mode | 0o440
+
+
+def readable_by(uid: int, gids: set[int], owner: tuple[int, int, int]) -> bool:
+    """POSIX read permission (no capabilities: the container drops ALL)."""
+    file_uid, file_gid, mode = owner
+    if uid == file_uid:
+        return bool(mode & 0o400)
+    if file_gid in gids:
+        return bool(mode & 0o040)
+    return bool(mode & 0o004)
+
+
+def test_the_tls_key_is_readable_by_the_pods_user() -> None:
+    """The crash a real kubelet showed (issue 20): the Secret mounted root:root 0440 and
+    runguard running as 10001 with no fsGroup, ``[Errno 13] Permission denied``."""
+    spec = deployment_pod()["spec"]
+    security = spec["securityContext"]
+    (container,) = spec["containers"]
+    assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}  # no DAC override
+    uid = container["securityContext"].get("runAsUser", security["runAsUser"])
+    gids = {security["runAsGroup"], *security.get("supplementalGroups", [])}
+    fs_group = security.get("fsGroup")
+    if fs_group is not None:
+        gids.add(fs_group)
+    (tls,) = [v for v in spec["volumes"] if v["name"] == "tls"]
+    owner = secret_file_owner_and_mode(tls, fs_group)
+    assert readable_by(uid, gids, owner), (uid, gids, oct(owner[2]))
+    # The key is not world-readable, and without the fsGroup the same Pod could not read
+    # it: the model above is the one that failed on the real node.
+    assert not owner[2] & 0o004
+    assert not readable_by(uid, {security["runAsGroup"]}, secret_file_owner_and_mode(tls, None))
+
+
+def test_no_field_the_apiserver_drops() -> None:
+    """An empty env value is omitted by the apiserver, so each `kubectl apply` sent it
+    again and reported the Deployment "configured" (issue 20)."""
+    for container in deployment_pod()["spec"]["containers"]:
+        for env in container["env"]:
+            assert env.get("value", None) != "", env["name"]
+
+
 def test_base_objects_refer_to_each_other() -> None:
     deployment = base_object("Deployment", "runguard")
     pod = deployment_pod()
@@ -916,7 +967,7 @@ def test_base_objects_refer_to_each_other() -> None:
     assert port["port"] == manifests.SERVICE_PORT
     (container_port,) = container["ports"]
     assert port["targetPort"] == container_port["name"] == "https"
-    env = {e["name"]: e["value"] for e in container["env"]}
+    env = {e["name"]: e.get("value", "") for e in container["env"]}
     assert env["RUNGUARD_BIND"] == f"0.0.0.0:{container_port['containerPort']}"
     for probe in ("readinessProbe", "livenessProbe"):
         assert container[probe]["httpGet"]["port"] == "https"
