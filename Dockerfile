@@ -1,8 +1,10 @@
 # syntax=docker/dockerfile:1
-# runguard admission webhook. Build:  docker build -t runguard:0.1.0 .
+# runguard admission webhook. Build:  make image  (podman, no daemon, no registry: the
+# base is made from Debian's packages and passed as PYTHON_IMAGE; scripts/build-image.sh)
+# or, with a registry at hand:  docker build -t runguard:0.1.0 .
 #
-# tests/test_manifests.py runs this file's install step (the RUN with `pip install`)
-# and checks its entrypoint, user and stages, since CI has no Docker engine.
+# tests/test_image.py builds it (make image), checks its entrypoint, user, stages and
+# locked versions, and runs it as the Deployment's Pod runs.
 
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 

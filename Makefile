@@ -9,7 +9,7 @@ DEV_CERTS := certs/dev
 BIND ?= 127.0.0.1:8443
 POLICY ?= policies
 
-.PHONY: all venv lock run certs test lint typecheck cases bench cluster cluster-down manifests clean
+.PHONY: all venv lock run certs test lint typecheck cases bench image cluster cluster-down manifests clean
 
 all: test
 
@@ -68,6 +68,12 @@ cases: $(STAMP)
 # is one JSON object (docs/performance.md).
 bench: $(STAMP)
 	$(BIN)/python bench/bench_all.py
+
+# The image, from the Dockerfile, with Debian's podman on a base made by mmdebstrap (no
+# Docker daemon, no registry; the tools are apt-get installed when missing, the base is
+# cached in ~/.cache/runguard/image): localhost/runguard:<version> (docs/operations.md).
+image:
+	@bash scripts/build-image.sh
 
 # A local cluster (built once, cached): etcd, kube-apiserver, kube-controller-manager,
 # kube-scheduler and kwok's simulated CPU/GPU/spot nodes, with runguard serving

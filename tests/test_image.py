@@ -263,3 +263,114 @@ def test_image_install_step_and_entrypoint_work(tmp_path: Path) -> None:
             server.wait()
         if server.stderr:
             server.stderr.close()
+
+
+# --- the image itself: `make image` (scripts/build-image.sh), run as a kubelet runs it ---
+
+
+def podman_env() -> dict[str, str]:
+    """podman with the containers.conf build-image.sh writes (runc, rlimits this host
+    allows)."""
+    cache = os.environ.get("RUNGUARD_IMAGE_CACHE") or str(
+        Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "runguard" / "image"
+    )
+    return {**os.environ, "CONTAINERS_CONF": str(Path(cache) / "containers.conf")}
+
+
+@pytest.fixture(scope="module")
+def built_image() -> str:
+    """``make image``: the Dockerfile built with podman on a base made by mmdebstrap
+    (cached in ~/.cache/runguard/image; the tools installed by scripts/image-tools.sh)."""
+    done = subprocess.run(
+        ["bash", str(REPO / "scripts" / "build-image.sh")],
+        capture_output=True, text=True, timeout=1800, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-4000:]
+    return done.stdout.strip().splitlines()[-1]
+
+
+def podman(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run(
+        ["podman", *args], capture_output=True, text=True, timeout=120, env=podman_env(),
+        check=False,
+    )  # fmt: skip
+    assert not check or done.returncode == 0, done.stderr
+    return done
+
+
+def test_the_image_is_tagged_with_the_version_and_runs_as_the_deployment_says(
+    built_image: str,
+) -> None:
+    import webhook
+
+    assert built_image == f"localhost/runguard:{webhook.__version__}"
+    (config,) = json.loads(podman("image", "inspect", built_image).stdout)
+    security = deployment_pod()["spec"]["securityContext"]
+    assert config["Config"]["User"] == f"{security['runAsUser']}:{security['runAsGroup']}"
+    assert config["Config"]["Entrypoint"] == ["runguard", "serve"]
+    # The locked versions, no pip of the venv's own (the Dockerfile's RUN says so).
+    frozen = podman(
+        "run", "--rm", "--network", "none", "--entrypoint", "/opt/runguard/bin/python",
+        built_image, "-c",
+        "import importlib.metadata as m, os, json; print(json.dumps(["
+        "{d.metadata['Name'].lower(): d.version for d in m.distributions()},"
+        "os.path.exists('/opt/runguard/bin/pip')]))",
+    ).stdout  # fmt: skip
+    versions, has_pip = json.loads(frozen)
+    locked = dict(
+        re.findall(r"^([a-z0-9._-]+)==([^\s\\]+)", (REPO / "requirements-image.lock").read_text(),
+                   re.M)
+    )  # fmt: skip
+    installed = {name.replace("_", "-"): v for name, v in versions.items()}
+    assert locked
+    for name, version in locked.items():
+        assert installed.get(name.replace("_", "-")) == version, name
+    assert versions["runguard"] == webhook.__version__ and not has_pip
+
+
+@pytest.mark.parametrize("fs_group", [True, False], ids=["fsGroup", "no-fsGroup"])
+def test_the_image_serves_with_the_secret_mounted_as_a_kubelet_mounts_it(
+    built_image: str, tmp_path: Path, fs_group: bool
+) -> None:
+    """The TLS files as a kubelet writes the Secret volume (root-owned, defaultMode 0440;
+    group fsGroup when the Pod has one), the container hardened as the Deployment's:
+    ready with the fsGroup, and the crash issue 20 saw without it."""
+    security = deployment_pod()["spec"]["securityContext"]
+    tls = tmp_path / "tls"
+    assert main(["certs", "--out", str(tls), "--host", "127.0.0.1"]) == 0
+    group = security["fsGroup"] if fs_group else 0
+    for path in (tls, *tls.iterdir()):
+        os.chown(path, 0, group)
+        path.chmod(0o750 if path.is_dir() else 0o440)
+    port = free_port()
+    name = f"runguard-test-{os.getpid()}-{port}"
+    podman(
+        "run", "-d", "--name", name, "--network", "host", "--read-only",
+        "--tmpfs", "/tmp:rw,size=64m", "--cap-drop", "ALL",
+        "--security-opt", "no-new-privileges",
+        "-v", f"{REPO / 'policies'}:/etc/runguard/policies:ro",
+        "-v", f"{tls}:/etc/runguard/tls:ro",
+        "-e", f"RUNGUARD_BIND=127.0.0.1:{port}", "-e", "RUNGUARD_WORKERS=1",
+        built_image,
+    )  # fmt: skip
+    try:
+        context_tls = ssl.create_default_context(cafile=str(tls / "ca.crt"))
+        status, state = None, "running"
+        deadline = time.monotonic() + 60  # a bound on waiting, not a timing assertion
+        while status is None and state == "running" and time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(
+                    f"https://127.0.0.1:{port}/readyz", context=context_tls, timeout=5
+                ) as response:
+                    status = response.status
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                time.sleep(0.2)
+                state = podman("inspect", name, "--format", "{{.State.Status}}").stdout.strip()
+        logs = podman("logs", name).stderr
+        if fs_group:
+            assert status == 200, logs[-3000:]
+        else:
+            assert status is None and state == "exited", logs[-3000:]
+            assert "Permission denied: '/etc/runguard/tls/tls.crt'" in logs
+    finally:
+        podman("rm", "-f", "-t", "5", name, check=False)
