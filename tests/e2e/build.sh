@@ -2,9 +2,10 @@
 # Build the e2e cluster's binaries, once per content of go.mod, go.sum, cmd/*/main.go
 # and this script, and print the folder holding them. Build output goes to stderr.
 #
-#   kube-apiserver, kube-controller-manager, kube-scheduler, etcd: the e2e module
-#     (k8s.io/kubernetes and etcd pinned in go.mod), one `go build` per binary so the
-#     links (~2 GB each) run one after the other;
+#   kube-apiserver, kube-controller-manager, kube-scheduler, etcd, kubelet: the e2e
+#     module (k8s.io/kubernetes and etcd pinned in go.mod), one `go build` per binary so
+#     the links (~2 GB each) run one after the other; pause, the real node's sandbox
+#     program (cmd/pause, tests/e2e/realnode.py);
 #   kwok: sigs.k8s.io/kwok at KWOK_VERSION below, `go install`ed into its own cache
 #     folder keyed by that version, then linked into the bin folder.
 #
@@ -17,7 +18,7 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 cache="${RUNGUARD_E2E_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/runguard/e2e}"
 key="$(cd "$here" && cat go.mod go.sum cmd/*/main.go build.sh | sha256sum | cut -c1-16)"
 bin="$cache/$key/bin"
-kubernetes=(kube-apiserver kube-controller-manager kube-scheduler etcd)
+kubernetes=(kube-apiserver kube-controller-manager kube-scheduler etcd kubelet pause)
 binaries=("${kubernetes[@]}" kwok)
 
 have_all() {

@@ -303,8 +303,9 @@ def issue_client_cert(
     key.chmod(0o600)
 
 
-def write_pki(directory: Path) -> Pki:
-    """A CA, the apiserver serving cert, an admin client cert and the SA signing key."""
+def write_pki(directory: Path, address: str = "127.0.0.1") -> Pki:
+    """A CA, the apiserver serving cert (for ``address`` and loopback), an admin client
+    cert and the SA signing key."""
     directory.mkdir(parents=True, exist_ok=True)
     pem = serialization.Encoding.PEM
 
@@ -320,7 +321,10 @@ def write_pki(directory: Path) -> Pki:
         ca_key,
         usage=ExtendedKeyUsageOID.SERVER_AUTH,
         sans=[
-            x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
+            *(
+                x509.IPAddress(ipaddress.ip_address(a))
+                for a in dict.fromkeys(["127.0.0.1", address])
+            ),
             x509.DNSName("localhost"),
             x509.DNSName("kubernetes"),
             x509.DNSName("kubernetes.default"),
@@ -429,6 +433,12 @@ class Cluster:
     ``whole_path=True`` (or a later ``start_whole_path()``) the controller-manager, the
     scheduler and kwok with its nodes run too. With ``owned=False`` (the ``up``
     command) the processes outlive this Python process.
+
+    With ``netns`` (the name of a network namespace, ``realnode.Netns``) every process
+    runs inside it and listens on ``address``, that namespace's end of its link to the
+    host: what the cluster dials (webhook Services, Pods) then stays inside it. The
+    apiserver resolves webhook Services to their endpoints (``--enable-aggregator-
+    routing``): there is no kube-proxy to make ClusterIPs work.
     """
 
     def __init__(
@@ -440,9 +450,13 @@ class Cluster:
         ready_timeout: float = 180.0,
         owned: bool = True,
         whole_path: bool = False,
+        address: str = "127.0.0.1",
+        netns: str | None = None,
     ) -> None:
         self.directory = Path(directory).resolve()
         self.bin_dir = Path(bin_dir).resolve()
+        self.address = address
+        self.netns = netns
         self.kubectl_path = kubectl or os.environ.get("RUNGUARD_E2E_KUBECTL", "kubectl")
         self.ready_timeout = ready_timeout
         self.owned = owned
@@ -460,7 +474,13 @@ class Cluster:
 
     @property
     def server(self) -> str:
-        return f"https://127.0.0.1:{self.port}"
+        return f"https://{self.address}:{self.port}"
+
+    @property
+    def command_prefix(self) -> list[str]:
+        """What runs a command inside the cluster's network namespace (nothing else of the
+        host changes: same mounts, so a kubelet's volumes are what containerd sees)."""
+        return ["nsenter", f"--net=/run/netns/{self.netns}", "--"] if self.netns else []
 
     def __enter__(self) -> Cluster:
         self.start()
@@ -479,7 +499,7 @@ class Cluster:
         then the rest of the path if ``whole_path``."""
         self._check_binaries(CONTROL_PLANE + (COMPONENTS if self.whole_path else ()))
         self.directory.mkdir(parents=True, exist_ok=True)
-        self.pki = write_pki(self.directory / "pki")
+        self.pki = write_pki(self.directory / "pki", self.address)
         self.audit_policy.write_text(yaml.safe_dump(AUDIT_POLICY, sort_keys=False))
         _retry_on_port_clash(self._start_processes, self._wait_ready, self.stop)
         if self.whole_path:
@@ -554,6 +574,8 @@ class Cluster:
 
     def create_nodes(self, nodes: Sequence[dict[str, Any]]) -> None:
         """Create (or update) Nodes, status included: kwok makes them Ready."""
+        if not nodes:
+            return
         listed = {"apiVersion": "v1", "kind": "List", "items": list(nodes)}
         self.kubectl("apply", "-f", "-", input=json.dumps(listed), check=True)
 
@@ -595,7 +617,7 @@ class Cluster:
                 f"--authorization-kubeconfig={kcm}",
                 # The apiserver has no request-header CA: do not look for one.
                 "--authentication-skip-lookup=true",
-                "--bind-address=127.0.0.1",
+                f"--bind-address={self.address}",
                 f"--secure-port={kcm_port}",
                 "--leader-elect=false",
                 # Each controller acts as system:serviceaccount:kube-system:<name>-controller,
@@ -619,7 +641,7 @@ class Cluster:
                 f"--authentication-kubeconfig={scheduler}",
                 f"--authorization-kubeconfig={scheduler}",
                 "--authentication-skip-lookup=true",
-                "--bind-address=127.0.0.1",
+                f"--bind-address={self.address}",
                 f"--secure-port={scheduler_port}",
                 "--leader-elect=false",
                 "--profiling=false",
@@ -652,7 +674,7 @@ class Cluster:
             last = "no answer yet"
             while True:
                 self._check_alive(COMPONENTS)
-                problem = _probe(f"https://127.0.0.1:{port}/healthz", context)
+                problem = _probe(f"https://{self.address}:{port}/healthz", context)
                 if problem is None:
                     break
                 last = problem
@@ -699,15 +721,15 @@ class Cluster:
             "kube-apiserver",
             [
                 f"--etcd-servers={etcd_url}",
-                "--bind-address=127.0.0.1",
-                "--advertise-address=127.0.0.1",
+                f"--bind-address={self.address}",
+                f"--advertise-address={self.address}",
                 f"--secure-port={self.port}",
                 f"--tls-cert-file={self.pki.serving_cert}",
                 f"--tls-private-key-file={self.pki.serving_key}",
                 f"--client-ca-file={self.pki.ca_cert}",
                 "--authorization-mode=RBAC",
                 "--service-cluster-ip-range=10.0.0.0/24",
-                f"--service-account-issuer=https://127.0.0.1:{self.port}",
+                f"--service-account-issuer=https://{self.address}:{self.port}",
                 f"--service-account-key-file={self.pki.sa_pub}",
                 f"--service-account-signing-key-file={self.pki.sa_key}",
                 # No controller-manager creates default ServiceAccounts.
@@ -724,6 +746,16 @@ class Cluster:
                 "--audit-log-format=json",
                 "--audit-log-mode=blocking",
                 "--profiling=false",
+                *(
+                    # Webhook Services resolve to a ready endpoint's Pod IP (no kube-proxy),
+                    # and the real node's kubelet is reached at its InternalIP.
+                    [
+                        "--enable-aggregator-routing=true",
+                        "--kubelet-preferred-address-types=InternalIP",
+                    ]
+                    if self.netns
+                    else []
+                ),
             ],
         )
         self._write_kubeconfig()
@@ -770,7 +802,7 @@ class Cluster:
         log = open(self.directory / f"{name}.log", "ab")  # the child holds its own copy
         try:
             proc = subprocess.Popen(
-                [str(self.bin_dir / name), *args],
+                [*self.command_prefix, str(self.bin_dir / name), *args],
                 env=env,
                 stdin=subprocess.DEVNULL,
                 stdout=log,
@@ -873,6 +905,8 @@ class Cluster:
             "kubeconfig": str(self.kubeconfig),
             "whole_path": self.whole_path,
             "component_ports": self.component_ports,
+            "address": self.address,
+            "netns": self.netns,
         }
         (self.directory / STATE_FILE).write_text(json.dumps(state, indent=2) + "\n")
 
@@ -884,7 +918,13 @@ class Cluster:
             state = json.loads((directory / STATE_FILE).read_text())
         except (OSError, ValueError) as error:
             raise ClusterError(f"no cluster state in {directory}: {error}") from error
-        cluster = cls(directory, state["bin_dir"], owned=False)
+        cluster = cls(
+            directory,
+            state["bin_dir"],
+            owned=False,
+            address=state.get("address", "127.0.0.1"),
+            netns=state.get("netns"),
+        )
         cluster.port = state["port"]
         cluster.whole_path = state.get("whole_path", False)
         cluster.component_ports = state.get("component_ports", {})

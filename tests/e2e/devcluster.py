@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import shutil
 import ssl
 import subprocess
 import sys
@@ -59,6 +60,7 @@ else:  # run as a script: python tests/e2e/devcluster.py
 __all__ = ["CLUSTER_OBJECTS", "PRIORITIES", "Runguard", "prepare_cluster", "main"]
 
 RUNGUARD_STATE = "runguard.json"
+REPO = Path(__file__).resolve().parents[2]
 
 # The apiserver's Priority and RuntimeClass plugins refuse a Pod naming a class that
 # does not exist, so the classes the profiles name must be there first.
@@ -256,6 +258,144 @@ class Runguard:
                 f"runguard {' '.join(args)} exited {done.returncode}:\n{done.stderr}"
             )
         return done.stdout
+
+
+# --- the shipped manifests, installed as an admin installs them -----------------------
+
+
+def install_overlay(directory: Path, image: str, node: str) -> Path:
+    """``manifests/`` as shipped, with certificates from ``runguard certs`` (for the
+    Service ``runguard.runguard.svc``), and an overlay doing what docs/operations.md
+    asks of an admin: the image's name (``images``); plus a nodeSelector pinning the
+    replicas to ``node``, as kwok's nodes would only pretend to run them."""
+    base = directory / "manifests"
+    subprocess.run(["rm", "-rf", str(base), str(directory / "overlay")], check=True)
+    shutil.copytree(REPO / "manifests", base, ignore=shutil.ignore_patterns("certs"))
+    done = subprocess.run(
+        [runguard_command(), "certs", "--service", "runguard", "--namespace", "runguard",
+         "--out", str(base / "certs")],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    if done.returncode != 0:
+        raise ClusterError(f"runguard certs: {done.stderr}")
+    name, _, tag = image.rpartition(":")
+    overlay = directory / "overlay"
+    overlay.mkdir()
+    (overlay / "kustomization.yaml").write_text(
+        json.dumps(
+            {
+                "apiVersion": "kustomize.config.k8s.io/v1beta1",
+                "kind": "Kustomization",
+                "resources": ["../manifests"],
+                "images": [{"name": "runguard", "newName": name, "newTag": tag}],
+                "patches": [
+                    {
+                        "target": {"kind": "Deployment", "name": "runguard"},
+                        "patch": json.dumps([{
+                            "op": "add", "path": "/spec/template/spec/nodeSelector",
+                            "value": {"kubernetes.io/hostname": node},
+                        }]),
+                    }
+                ],
+            },
+            indent=2,
+        )
+    )  # fmt: skip
+    return overlay
+
+
+def install(cluster: Cluster, overlay: Path, timeout: float = 180.0) -> None:
+    """The README's install, step by step: the namespace, the server-side dry run,
+    runguard without its webhooks, until rolled out and every replica Ready, then the
+    webhook configurations (by Service reference), until the apiserver calls them."""
+    cluster.kubectl("apply", "-f", str(overlay.parent / "manifests" / "namespace.yaml"),
+                    check=True)  # fmt: skip
+    cluster.kubectl("apply", "-k", str(overlay), "--dry-run=server", check=True)
+    cluster.kubectl("apply", "-k", str(overlay), "-l", "app.kubernetes.io/component!=admission",
+                    check=True)  # fmt: skip
+    cluster.kubectl("-n", "runguard", "rollout", "status", "deployment/runguard",
+                    f"--timeout={timeout:.0f}s", check=True, timeout=timeout + 30)  # fmt: skip
+    wait_ready_replicas(cluster, timeout)
+    cluster.kubectl("apply", "-k", str(overlay), check=True)
+    wait_called(cluster, timeout)
+
+
+def run_labels(cluster: Cluster) -> dict[str, str]:
+    """Labels a Pod needs to be a run: what the registered mutate.runguard.io webhook's
+    objectSelector asks (``Exists`` and ``In`` satisfied by a value of their own)."""
+    configuration = cluster.get_json(
+        "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/runguard"
+    )
+    (hook,) = [h for h in configuration["webhooks"] if h["name"] == "mutate.runguard.io"]
+    selector = hook.get("objectSelector", {})
+    labels = dict(selector.get("matchLabels", {}))
+    for expression in selector.get("matchExpressions", []):
+        if expression["operator"] == "Exists":
+            labels[expression["key"]] = "probe"
+        elif expression["operator"] == "In":
+            labels[expression["key"]] = expression["values"][0]
+    return labels
+
+
+def mutating_calls(cluster: Cluster, namespace: str, name: str) -> list[dict[str, Any]]:
+    """The mutating webhooks the apiserver called for the creation of Pod ``name`` (its
+    audit annotations ``mutation.webhook.admission.k8s.io/round_*``)."""
+    calls = []
+    for event in cluster.audit_events(verb="create", resource="pods", namespace=namespace,
+                                      name=name):  # fmt: skip
+        for key, value in event.get("annotations", {}).items():
+            if key.startswith("mutation.webhook.admission.k8s.io/"):
+                calls.append(json.loads(value))
+    return calls
+
+
+def wait_called(cluster: Cluster, timeout: float = 60.0) -> None:
+    """Until a server-side dry run of a run Pod is sent to mutate.runguard.io (seen in
+    the audit log): registered webhooks are called once the apiserver's informers and
+    the Service's endpoints have caught up."""
+    labels = ",".join(f"{k}={v}" for k, v in run_labels(cluster).items())
+    deadline = time.monotonic() + timeout
+    for attempt in range(10_000):
+        name = f"runguard-install-probe-{attempt}"
+        cluster.kubectl("-n", "default", "run", name, "--image=x", "--restart=Never",
+                        "--dry-run=server", "-l", labels)  # fmt: skip
+        time.sleep(0.2)  # the audit log is written as the response goes out
+        if any(c.get("webhook") == "mutate.runguard.io"
+               for c in mutating_calls(cluster, "default", name)):  # fmt: skip
+            return
+        if time.monotonic() > deadline:
+            break
+    raise ClusterError(f"the apiserver did not call mutate.runguard.io within {timeout:.0f}s")
+
+
+def wait_ready_replicas(cluster: Cluster, timeout: float = 180.0) -> list[dict[str, Any]]:
+    """Until the Deployment's replicas all run (containers started and Ready, probes
+    passing) and are the Service's ready endpoints; returns the Pods."""
+    deadline = time.monotonic() + timeout
+    while True:
+        deployment = cluster.get_json("/apis/apps/v1/namespaces/runguard/deployments/runguard")
+        pods = cluster.get_json(
+            "/api/v1/namespaces/runguard/pods?labelSelector=app.kubernetes.io%2Fname%3Drunguard"
+        )["items"]
+        endpoints = cluster.get_json("/api/v1/namespaces/runguard/endpoints/runguard")
+        ready_ips = {
+            a["ip"] for s in endpoints.get("subsets", []) for a in s.get("addresses", [])
+        }
+        running = [p for p in pods if p.get("metadata", {}).get("deletionTimestamp") is None]
+        ok = [
+            p for p in running
+            if all(c.get("ready") and c.get("started")
+                   for c in p.get("status", {}).get("containerStatuses", [{}]))
+            and p["status"].get("podIP") in ready_ips
+        ]  # fmt: skip
+        if len(ok) == len(running) == deployment["spec"]["replicas"]:
+            return ok
+        if time.monotonic() > deadline:
+            raise ClusterError(
+                f"runguard not Ready after {timeout:.0f}s: "
+                + json.dumps([p.get("status", {}).get("containerStatuses") for p in pods])[:3000]
+            )
+        time.sleep(0.5)
 
 
 # --- command line -------------------------------------------------------------------
