@@ -378,9 +378,7 @@ def wait_ready_replicas(cluster: Cluster, timeout: float = 180.0) -> list[dict[s
             "/api/v1/namespaces/runguard/pods?labelSelector=app.kubernetes.io%2Fname%3Drunguard"
         )["items"]
         endpoints = cluster.get_json("/api/v1/namespaces/runguard/endpoints/runguard")
-        ready_ips = {
-            a["ip"] for s in endpoints.get("subsets", []) for a in s.get("addresses", [])
-        }
+        ready_ips = {a["ip"] for s in endpoints.get("subsets", []) for a in s.get("addresses", [])}
         running = [p for p in pods if p.get("metadata", {}).get("deletionTimestamp") is None]
         ok = [
             p for p in running

@@ -114,8 +114,17 @@ class Netns:
     def _wire(self) -> None:
         inside = f"rg{self.slot}n"
         # IPv4 only: no IPv6 link-local addresses, router solicitations or MLD reports.
-        _run("ip", "netns", "exec", self.name, "sysctl", "-q", "-w",
-             "net.ipv6.conf.all.disable_ipv6=1", "net.ipv6.conf.default.disable_ipv6=1")
+        _run(
+            "ip",
+            "netns",
+            "exec",
+            self.name,
+            "sysctl",
+            "-q",
+            "-w",
+            "net.ipv6.conf.all.disable_ipv6=1",
+            "net.ipv6.conf.default.disable_ipv6=1",
+        )
         _run("ip", "-n", self.name, "link", "set", "lo", "up")
         _run("ip", "link", "add", self.host_link, "type", "veth", "peer", "name", inside,
              "netns", self.name)  # fmt: skip

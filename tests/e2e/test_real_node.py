@@ -70,9 +70,12 @@ def real(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealCluster]:
         cluster.stop()
         netns.delete()
     # Everything is gone: the namespace, its link, every mount of the node.
-    assert netns.name not in subprocess.run(
-        ["ip", "netns", "list"], capture_output=True, text=True, check=True
-    ).stdout.split()
+    assert (
+        netns.name
+        not in subprocess.run(
+            ["ip", "netns", "list"], capture_output=True, text=True, check=True
+        ).stdout.split()
+    )
     links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True, check=True)
     assert f" {netns.host_link}@" not in links.stdout
     assert str(directory) not in Path("/proc/self/mountinfo").read_text()
