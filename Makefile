@@ -76,10 +76,16 @@ image:
 	@bash scripts/build-image.sh
 
 # A local cluster (built once, cached): etcd, kube-apiserver, kube-controller-manager,
-# kube-scheduler and kwok's simulated CPU/GPU/spot nodes, with runguard serving
-# $(POLICY) in place and registered; prints the `export KUBECONFIG=...` line (docs/e2e.md).
+# kube-scheduler, kwok's simulated CPU/GPU/spot nodes and a real node (kubelet,
+# containerd, the image `make image` builds), all inside a network namespace with no
+# route out, with runguard serving $(POLICY) in place and registered; INSTALL=1 installs
+# runguard from manifests/ on the real node instead (webhooks by Service reference);
+# REAL_NODE=0: no namespace, no real node, no root needed. Prints the `export
+# KUBECONFIG=...` line (docs/e2e.md).
+REAL_NODE ?= 1
 cluster: $(STAMP)
-	@$(BIN)/python tests/e2e/devcluster.py up --dir .cache/cluster --policy $(POLICY)
+	@$(BIN)/python tests/e2e/devcluster.py up --dir .cache/cluster --policy $(POLICY) \
+	    $(if $(filter 1,$(INSTALL)),--install,$(if $(filter 1,$(REAL_NODE)),--real-node))
 
 cluster-down:
 	@$(BIN)/python tests/e2e/devcluster.py down --dir .cache/cluster

@@ -45,6 +45,7 @@ if __package__:
         _tail,
         build_binaries,
     )
+    from .realnode import REAL_NODE, Netns, RealNode, build_image, ensure_tools
 else:  # run as a script: python tests/e2e/devcluster.py
     from cluster import (  # type: ignore[no-redef]
         SIMULATED_NODES,
@@ -55,6 +56,13 @@ else:  # run as a script: python tests/e2e/devcluster.py
         _kill_group,
         _tail,
         build_binaries,
+    )
+    from realnode import (  # type: ignore[no-redef]
+        REAL_NODE,
+        Netns,
+        RealNode,
+        build_image,
+        ensure_tools,
     )
 
 __all__ = ["CLUSTER_OBJECTS", "PRIORITIES", "Runguard", "prepare_cluster", "main"]
@@ -118,6 +126,8 @@ class Runguard:
         workers: int = 2,
         owned: bool = True,
         serve_args: Sequence[str] = (),
+        host: str = "127.0.0.1",
+        command_prefix: Sequence[str] = (),
     ) -> None:
         self.directory = Path(directory).resolve()
         self.policy_dir = Path(policy_dir).resolve()
@@ -127,13 +137,17 @@ class Runguard:
         self.workers = workers
         self.owned = owned
         self.serve_args = tuple(serve_args)  # more `runguard serve` options (--client-ca)
+        # Where it listens and how it is started: inside a cluster's network namespace
+        # (``Cluster.command_prefix``), on that namespace's address.
+        self.host = host
+        self.command_prefix = tuple(command_prefix)
         self.pid: int | None = None
         self.registered = False
         self._proc: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
-        return f"https://127.0.0.1:{self.port}"
+        return f"https://{self.host}:{self.port}"
 
     @property
     def ca_file(self) -> Path:
@@ -142,11 +156,11 @@ class Runguard:
     # -- lifecycle --
 
     def write_certs(self) -> None:
-        """``runguard certs --host 127.0.0.1``: the apiserver calls it by IP."""
+        """``runguard certs --host HOST``: the apiserver calls it by IP."""
         self.directory.mkdir(parents=True, exist_ok=True)
         self._run(
             "certs", "--service", "runguard", "--namespace", "runguard",
-            "--out", str(self.certs), "--host", "127.0.0.1",
+            "--out", str(self.certs), "--host", self.host,
         )  # fmt: skip
 
     def start(self, timeout: float = 60.0) -> None:
@@ -156,6 +170,7 @@ class Runguard:
         with open(self.log, "ab") as log:  # the child keeps its own descriptor
             self._proc = subprocess.Popen(
                 [
+                    *self.command_prefix,
                     runguard_command(),
                     "serve",
                     "-p",
@@ -165,7 +180,7 @@ class Runguard:
                     "--key",
                     str(self.certs / "tls.key"),
                     "--bind",
-                    f"127.0.0.1:{self.port}",
+                    f"{self.host}:{self.port}",
                     "--workers",
                     str(self.workers),
                     *self.serve_args,
@@ -412,14 +427,22 @@ def _runguard_pid(directory: Path) -> int | None:
     return None
 
 
+REAL_NODE_STATE = "realnode.json"
+
+
 def _up(args: argparse.Namespace) -> int:
     directory = Path(args.dir).resolve()
     policy = Path(args.policy).resolve()
     if not policy.is_dir():
         print(f"devcluster: no policy directory {policy}", file=sys.stderr)
         return 2
+    real_node = args.real_node or args.install
+    if real_node and args.admission_only:
+        print("devcluster: a real node needs the whole path (no --admission-only)",
+              file=sys.stderr)  # fmt: skip
+        return 2
     running = (directory / "state.json").exists() and Cluster.attach(directory).pids
-    if running or _runguard_pid(directory):
+    if running or _runguard_pid(directory) or (directory / REAL_NODE_STATE).exists():
         print(
             f"devcluster: a cluster is already running in {directory}; stop it first "
             f"(make cluster-down)",
@@ -427,41 +450,94 @@ def _up(args: argparse.Namespace) -> int:
         )
         return 1
     started = time.monotonic()
-    cluster = Cluster(directory, build_binaries(), owned=False, whole_path=not args.admission_only)
-    runguard = Runguard(directory / "runguard", policy, owned=False)
+    bin_dir = build_binaries()
+    image = ""
+    if real_node:
+        ensure_tools()
+        image = build_image()
+    directory.mkdir(parents=True, exist_ok=True)
+    netns = Netns.create() if real_node else None
+    cluster = Cluster(
+        directory, bin_dir, owned=False, whole_path=not args.admission_only,
+        address=netns.address if netns else "127.0.0.1", netns=netns.name if netns else None,
+    )  # fmt: skip
+    node = RealNode(cluster, directory / "node", owned=False) if netns else None
+    runguard = Runguard(
+        directory / "runguard", policy, owned=False,
+        host=cluster.address, command_prefix=cluster.command_prefix,
+    )  # fmt: skip
     try:
+        if netns is not None and node is not None:
+            (directory / REAL_NODE_STATE).write_text(
+                json.dumps({"netns": netns.to_state(), "node": node.to_state()}) + "\n"
+            )
         cluster.start()
-        # Fresh certificates each time: the CA is the one registered below.
-        subprocess.run(["rm", "-rf", str(runguard.certs)], check=True)
-        runguard.log.unlink(missing_ok=True)
-        runguard.start()
-        (directory / RUNGUARD_STATE).write_text(
-            json.dumps({"pid": runguard.pid, "url": runguard.url, "policy": str(policy)}, indent=2)
-            + "\n"
-        )
+        if node is not None:
+            subprocess.run(["rm", "-rf", str(node.directory)], check=True)
+            node.directory.mkdir(parents=True)
+            node.start(images=[(image, image.rpartition(":")[0])])
+            (directory / REAL_NODE_STATE).write_text(
+                json.dumps({"netns": netns.to_state(), "node": node.to_state()}) + "\n"  # type: ignore[union-attr]
+            )
         prepare_cluster(cluster)
-        runguard.register(cluster)
+        if args.install:
+            install(cluster, install_overlay(directory / "install", image, REAL_NODE))
+        else:
+            # Fresh certificates each time: the CA is the one registered below.
+            subprocess.run(["rm", "-rf", str(runguard.certs)], check=True)
+            runguard.log.unlink(missing_ok=True)
+            runguard.start()
+            (directory / RUNGUARD_STATE).write_text(
+                json.dumps(
+                    {"pid": runguard.pid, "url": runguard.url, "policy": str(policy)}, indent=2
+                )
+                + "\n"
+            )
+            runguard.register(cluster)
     except BaseException:
         runguard.stop()
-        cluster.stop()
+        _stop_all(directory, cluster, node, netns)
         raise
     nodes = (
         "  no controllers, scheduler or nodes (--admission-only): Pods stay Pending\n"
         if args.admission_only
         else f"  simulated nodes: {', '.join(n['metadata']['name'] for n in SIMULATED_NODES)}\n"
-        f"  controller-manager, scheduler, kwok logs in {directory}\n"
+        + (f"  real node {REAL_NODE} (kubelet, containerd) with {image}; logs in "
+           f"{directory / 'node'}\n" if real_node else "")
+        + f"  controller-manager, scheduler, kwok logs in {directory}\n"
+        + (f"  every process in network namespace {netns.name}, no route out\n"
+           if netns else "")
+    )  # fmt: skip
+    served = (
+        f"runguard installed from manifests/ ({directory / 'install' / 'overlay'}), Ready "
+        f"on {REAL_NODE}, webhooks by Service reference\n"
+        if args.install
+        else f"runguard {runguard.url} (policy {policy}) in place\n"
+        f"  runguard log:   {runguard.log}\n"
+        f"  policy edits in {policy} apply within seconds\n"
     )
     print(
-        f"kube-apiserver {cluster.server} and runguard {runguard.url} (policy {policy}) "
-        f"ready after {time.monotonic() - started:.1f}s\n"
+        f"kube-apiserver {cluster.server} ready after {time.monotonic() - started:.1f}s\n"
+        f"  {served}"
         f"{nodes}"
-        f"  runguard log:   {runguard.log}\n"
         f"  audit log:      {cluster.audit_log}\n"
-        f"  policy edits in {policy} apply within seconds; stop with: make cluster-down",
+        f"  stop with: make cluster-down",
         file=sys.stderr,
     )
     print(f"export KUBECONFIG={cluster.kubeconfig}")
     return 0
+
+
+def _stop_all(
+    directory: Path, cluster: Cluster, node: RealNode | None, netns: Netns | None
+) -> None:
+    """The real node, the cluster, then the network namespace (and its links)."""
+    if node is not None:
+        node.stop()
+    cluster.stop()
+    if netns is not None:
+        netns.delete()
+    (directory / REAL_NODE_STATE).unlink(missing_ok=True)
 
 
 def _down(args: argparse.Namespace) -> int:
@@ -472,10 +548,20 @@ def _down(args: argparse.Namespace) -> int:
         _kill_group(pid, 20.0)
         stopped.append("runguard")
     (directory / RUNGUARD_STATE).unlink(missing_ok=True)
-    if (directory / "state.json").exists():
-        Cluster.attach(directory).stop()
-        (directory / "state.json").unlink()
-        stopped.append("the cluster")
+    real: dict[str, Any] = {}
+    with contextlib.suppress(OSError, ValueError):
+        real = json.loads((directory / REAL_NODE_STATE).read_text())
+    if (directory / "state.json").exists() or real:
+        cluster = (
+            Cluster.attach(directory)
+            if (directory / "state.json").exists()
+            else Cluster(directory, directory, owned=False, netns=real["netns"]["name"])
+        )
+        node = RealNode.attach(cluster, real["node"]) if real else None
+        netns = Netns.from_state(real["netns"]) if real else None
+        _stop_all(directory, cluster, node, netns)
+        (directory / "state.json").unlink(missing_ok=True)
+        stopped.append("the cluster" + (f", its real node and {netns.name}" if netns else ""))
     print(
         f"stopped {' and '.join(stopped)} in {directory}"
         if stopped
@@ -494,6 +580,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     up = sub.add_parser("up", help="start cluster and runguard, register the webhooks")
     up.add_argument("--dir", required=True, help="state folder (certs, logs, kubeconfig, data)")
     up.add_argument("-p", "--policy", default="policies", help="policy directory, served in place")
+    up.add_argument(
+        "--real-node",
+        action="store_true",
+        help="the cluster in its own network namespace, with a real node (kubelet, "
+        "containerd) running the image `make image` builds",
+    )
+    up.add_argument(
+        "--install",
+        action="store_true",
+        help="install runguard from manifests/ on the real node (implies --real-node) "
+        "instead of serving the policy in place",
+    )
     up.add_argument(
         "--admission-only",
         action="store_true",

@@ -35,15 +35,26 @@ from typing import Any
 
 import yaml
 
-from .cluster import (
-    Cluster,
-    ClusterError,
-    _die_with_parent,
-    _kill_group,
-    _node_schedulable,
-    _tail,
-    issue_client_cert,
-)
+if __package__:
+    from .cluster import (
+        Cluster,
+        ClusterError,
+        _die_with_parent,
+        _kill_group,
+        _node_schedulable,
+        _tail,
+        issue_client_cert,
+    )
+else:  # imported by devcluster.py run as a script
+    from cluster import (  # type: ignore[no-redef]
+        Cluster,
+        ClusterError,
+        _die_with_parent,
+        _kill_group,
+        _node_schedulable,
+        _tail,
+        issue_client_cert,
+    )
 
 __all__ = ["POD_SUBNET", "REAL_NODE", "Netns", "RealNode", "ensure_tools"]
 
