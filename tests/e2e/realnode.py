@@ -241,24 +241,33 @@ def containerd_config(directory: Path) -> str:
     return text
 
 
-CNI_CONFIG = {
-    "cniVersion": "0.4.0",
-    "name": "runguard-e2e",
-    "plugins": [
-        {
-            "type": "bridge",
-            "bridge": "rgpods0",
-            # The bridge gets the subnet's first address (the kubelet's probes reach the
-            # Pods through it), but Pods get no default route: nothing to go anywhere else.
-            "isGateway": True,
-            "isDefaultGateway": False,
-            "ipMasq": False,
-            "hairpinMode": True,
-            "ipam": {"type": "host-local", "ranges": [[{"subnet": POD_SUBNET}]]},
-        },
-        {"type": "loopback"},
-    ],
-}
+CNI_RESULTS = Path("/var/lib/cni/results")  # libcni's cache, not configurable in containerd 1.6
+
+
+def cni_config(directory: Path, network: str) -> dict[str, Any]:
+    """A bridge for the Pods, addresses from POD_SUBNET, leases kept under ``directory``."""
+    return {
+        "cniVersion": "0.4.0",
+        "name": network,
+        "plugins": [
+            {
+                "type": "bridge",
+                "bridge": "rgpods0",
+                # The bridge gets the subnet's first address (the kubelet's probes reach
+                # the Pods through it), but Pods get no default route: nowhere else to go.
+                "isGateway": True,
+                "isDefaultGateway": False,
+                "ipMasq": False,
+                "hairpinMode": True,
+                "ipam": {
+                    "type": "host-local",
+                    "ranges": [[{"subnet": POD_SUBNET}]],
+                    "dataDir": str(directory / "ipam"),
+                },
+            },
+            {"type": "loopback"},
+        ],
+    }
 
 
 def kubelet_config(directory: Path, containerd_socket: Path, address: str) -> dict[str, Any]:
@@ -310,6 +319,8 @@ class RealNode:
         self.containerd_dir = self.directory / "containerd"
         self.kubelet_dir = self.directory / "kubelet"
         self.socket = self.containerd_dir / "containerd.sock"
+        # One CNI network name per cluster namespace: libcni's cache files carry it.
+        self.network = f"runguard-e2e-{cluster.netns}"
         self.pids: dict[str, int] = {}
         self._procs: dict[str, subprocess.Popen[bytes]] = {}
 
@@ -321,7 +332,7 @@ class RealNode:
         self.containerd_dir.mkdir(parents=True, exist_ok=True)
         (self.containerd_dir / "cni").mkdir(exist_ok=True)
         (self.containerd_dir / "cni" / "10-runguard-e2e.conflist").write_text(
-            json.dumps(CNI_CONFIG, indent=2)
+            json.dumps(cni_config(self.containerd_dir, self.network), indent=2)
         )
         config = self.containerd_dir / "config.toml"
         config.write_text(containerd_config(self.containerd_dir))
@@ -379,7 +390,9 @@ class RealNode:
         """The kubelet, every container, containerd; then every mount left under the
         node's folder (Secret volumes, rootfs, the Pods' network namespaces)."""
         self._stop("kubelet", timeout)
+        containers: list[str] = []
         if self.pids.get("containerd") or self._ctr("version", check=False).returncode == 0:
+            containers = self._ctr("containers", "ls", "-q", check=False).stdout.split()
             for task in self._ctr("tasks", "ls", "-q", check=False).stdout.split():
                 self._ctr("tasks", "kill", "-s", "SIGKILL", task, check=False)
             deadline = time.monotonic() + timeout
@@ -394,6 +407,10 @@ class RealNode:
                 self._ctr("containers", "delete", container, check=False)
         self._stop("containerd", timeout)
         unmount_under(self.directory)
+        # What libcni cached for our sandboxes (the Pods were killed, not torn down).
+        for path in CNI_RESULTS.glob("*"):
+            if path.name.startswith(f"{self.network}-") or any(c in path.name for c in containers):
+                path.unlink(missing_ok=True)
 
     def _stop(self, name: str, timeout: float) -> None:
         pid = self.pids.pop(name, None)

@@ -28,7 +28,15 @@ from .devcluster import (
     run_labels,
     wait_ready_replicas,
 )
-from .realnode import POD_SUBNET, REAL_NODE, Netns, RealNode, build_image, ensure_tools
+from .realnode import (
+    CNI_RESULTS,
+    POD_SUBNET,
+    REAL_NODE,
+    Netns,
+    RealNode,
+    build_image,
+    ensure_tools,
+)
 from .test_install import APPLY_NOISE, applied
 
 pytestmark = pytest.mark.e2e
@@ -79,6 +87,7 @@ def real(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealCluster]:
     links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True, check=True)
     assert f" {netns.host_link}@" not in links.stdout
     assert str(directory) not in Path("/proc/self/mountinfo").read_text()
+    assert not list(CNI_RESULTS.glob(f"{node.network}-*"))
 
 
 def test_nothing_in_the_cluster_has_a_route_out(real: RealCluster) -> None:
