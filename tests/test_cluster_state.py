@@ -96,7 +96,7 @@ def test_meta_defaults_and_scopes() -> None:
 @pytest.mark.parametrize(
     ("given", "message"),
     [
-        (obj("Pod", "p", "u"), "kind 'Pod' is not cluster state"),
+        ({"metadata": {"name": "p"}}, "an object without a kind"),
         ({"kind": "Secret"}, "Secret without metadata"),
         (obj("Secret", "", "u"), "without metadata.name"),
         (obj("Secret", "s", "u", labels={"a": 1}), "labels must map strings to strings"),
@@ -178,7 +178,8 @@ def test_static_state_answers_lookups(cluster: StaticClusterState) -> None:
     assert cluster.has_runtime_class("nvidia") and not cluster.has_runtime_class("high")
     assert cluster.by_uid("nope") is None and cluster.by_uid("") is None
     assert cluster.get("Pod", "ml", "x") is None
-    assert all(cluster.synced(kind) for kind in KINDS) and not cluster.synced("Pod")
+    # a fixed state is complete: any kind it holds nothing of has nothing (SPEC section 8)
+    assert all(cluster.synced(kind) for kind in (*KINDS, "Pod", "Workflow"))
     stats = cluster.stats()
     assert stats["ReplicaSet"].objects == 1 and stats["ReplicaSet"].synced
     assert sum(s.objects for s in stats.values()) == 9
@@ -222,8 +223,8 @@ def test_static_state_from_file(tmp_path: Path) -> None:
     state = StaticClusterState.from_file(path)
     assert state.get("Secret", "ml", "s") == Meta("Secret", "ml", "s", "u1")
     assert state.has_priority_class("low")
-    path.write_text("kind: Pod\nmetadata: {name: p}\n")
-    with pytest.raises(ClusterStateError, match=r"cluster.yaml: object 1: kind 'Pod'"):
+    path.write_text("kind: Pod\nmetadata: {name: p}\n---\nmetadata: {name: q}\n")
+    with pytest.raises(ClusterStateError, match=r"cluster.yaml: object 2: an object without"):
         StaticClusterState.from_file(path)
     path.write_text("kind: [\n")
     with pytest.raises(ClusterStateError, match="invalid YAML"):

@@ -124,8 +124,13 @@ def test_validate_judges_pod_templates_of_controllers(server: RunguardServer) ->
     out = server.review("/validate", job)
     assert out["allowed"] is False
     assert "[profile.unknown]" in out["status"]["message"]
-    mutated = server.review("/mutate", job)  # controllers are judged, never patched
-    assert mutated["allowed"] is True and "patch" not in mutated
+    # controllers are judged; their template is never patched, they only get the label of
+    # the RunPolicy that governs them (SPEC section 8)
+    mutated = server.review("/mutate", job)
+    assert mutated["allowed"] is True
+    assert json.loads(base64.b64decode(mutated["patch"])) == [
+        {"op": "add", "path": "/metadata/labels/runguard.io~1policy", "value": "http-test"}
+    ]
 
 
 def test_validate_update_ignores_violations_already_there(server: RunguardServer) -> None:

@@ -105,6 +105,36 @@ RUN_TEMPLATE_CONDITION = {
 }
 
 
+# Controllers: the template is a run's, or was before the update, or the object carries
+# runguard's records (SPEC section 8: an object cannot leave runguard's sight).
+RECORDS = (
+    "object.?metadata.?annotations[?'runguard.io/requested-by'].hasValue()"
+    " || object.?metadata.?annotations[?'runguard.io/platform'].hasValue()"
+    " || object.?metadata.?labels[?'runguard.io/policy'].hasValue()"
+)
+CONTROLLERS_CONDITION = {
+    "name": "run-template",
+    "expression": (
+        RUN_TEMPLATE_CONDITION["expression"]
+        + "\n|| (oldObject != null && [oldObject.?spec.?template.or(oldObject.?spec.?jobTemplate"
+        ".?spec.?template).orValue({})].exists(o,\n"
+        "  o.?metadata.?labels[?'app.kubernetes.io/managed-by'] == optional.of('dhcore')\n"
+        "  && o.?metadata.?labels[?'dhcore/run'].hasValue()))\n|| "
+        + RECORDS
+    ),
+}
+OTHER_PODS_CONDITIONS = [
+    {
+        "name": "not-a-run",
+        "expression": (
+            "!(object.metadata.?labels[?'app.kubernetes.io/managed-by'] == optional.of('dhcore')"
+            "\n && object.metadata.?labels[?'dhcore/run'].hasValue())"
+        ),
+    },
+    {"name": "platform-names-or-records", "expression": RECORDS},
+]
+
+
 # --- rendering -----------------------------------------------------------------------
 
 
@@ -138,12 +168,20 @@ def test_mutating_configuration_field_by_field(policy: Policy) -> None:
             "objectSelector": EXPECTED_OBJECT_SELECTOR,
         },
         # Controllers carry the run labels in their pod template, out of objectSelector's
-        # sight: a CEL condition on the template instead. Mutated at CREATE, to be stamped.
+        # sight: a CEL condition on the template instead. Mutated at CREATE, to be stamped,
+        # and on UPDATE, to keep runguard's records.
         {
             **common,
             "name": "mutate-controllers.runguard.io",
-            "rules": controller_rules(["CREATE"]),
-            "matchConditions": [RUN_TEMPLATE_CONDITION],
+            "rules": controller_rules(["CREATE", "UPDATE"]),
+            "matchConditions": [CONTROLLERS_CONDITION],
+        },
+        # Pods outside the selector that carry runguard's records.
+        {
+            **common,
+            "name": "mutate-references.runguard.io",
+            "rules": [pod_rule(["CREATE", "UPDATE"], ["pods"])],
+            "matchConditions": OTHER_PODS_CONDITIONS,
         },
     ]
 
@@ -152,7 +190,7 @@ def test_validating_configuration_field_by_field(policy: Policy) -> None:
     config = manifests.validating_webhook_configuration(policy)
     assert config["kind"] == "ValidatingWebhookConfiguration"
     assert config["metadata"]["name"] == "runguard"
-    pods, controllers = config["webhooks"]
+    pods, controllers, others = config["webhooks"]
     ops = ["CREATE", "UPDATE"]
     common = webhook_fields("/validate")
     assert pods == {
@@ -169,7 +207,13 @@ def test_validating_configuration_field_by_field(policy: Policy) -> None:
         "name": "validate-controllers.runguard.io",
         "rules": controller_rules(ops),
         "failurePolicy": "Fail",
-        "matchConditions": [RUN_TEMPLATE_CONDITION],
+        "matchConditions": [CONTROLLERS_CONDITION],
+    }
+    assert others == {
+        **common,
+        "name": "validate-references.runguard.io",
+        "rules": [pod_rule(ops, ["pods", "pods/ephemeralcontainers", "pods/resize"])],
+        "matchConditions": OTHER_PODS_CONDITIONS,
     }
     # reinvocationPolicy exists only for mutating webhooks; the apiserver rejects it here.
     assert "reinvocationPolicy" not in pods and "reinvocationPolicy" not in controllers
@@ -298,32 +342,38 @@ RUN_PODS: set[Route] = {
       for r in ("pods", "pods/ephemeralcontainers", "pods/resize") for op in ("CREATE", "UPDATE")),
 }  # fmt: skip
 RUN_CONTROLLERS: set[Route] = {
-    *((MUTATING, "mutate-controllers.runguard.io", g, r, "CREATE") for g, r in CONTROLLERS),
+    *((MUTATING, "mutate-controllers.runguard.io", g, r, op)
+      for g, r in CONTROLLERS for op in ("CREATE", "UPDATE")),
     *((VALIDATING, "validate-controllers.runguard.io", g, r, op)
       for g, r in CONTROLLERS for op in ("CREATE", "UPDATE")),
 }  # fmt: skip
+# Pods outside every selector that carry runguard's records (SPEC section 8: only runguard
+# writes them, so it sees every object carrying one), or with ownership on name the
+# platform's objects: stamped at CREATE, records kept on UPDATE, judged on both.
+OTHER_PODS: set[Route] = {
+    *((MUTATING, "mutate-references.runguard.io", "", "pods", op) for op in ("CREATE", "UPDATE")),
+    *((VALIDATING, "validate-references.runguard.io", "", r, op)
+      for r in ("pods", "pods/ephemeralcontainers", "pods/resize")
+      for op in ("CREATE", "UPDATE")),
+}  # fmt: skip
 
 
-def test_without_ownership_only_runs_reach_runguard(policy: Policy) -> None:
+def test_without_ownership_runs_and_runguards_records_reach_runguard(policy: Policy) -> None:
     rows, narrowed = routes(manifests.webhook_configurations(policy))
-    assert rows == RUN_PODS | RUN_CONTROLLERS
+    assert rows == RUN_PODS | RUN_CONTROLLERS | OTHER_PODS
     assert narrowed == {
         "mutate.runguard.io": ("objectSelector",),
         "mutate-controllers.runguard.io": ("run-template",),
+        "mutate-references.runguard.io": ("not-a-run", "platform-names-or-records"),
         "validate.runguard.io": ("objectSelector",),
         "validate-controllers.runguard.io": ("run-template",),
+        "validate-references.runguard.io": ("not-a-run", "platform-names-or-records"),
     }
 
 
 def test_with_ownership_every_rule_and_condition(owned: Policy) -> None:
     rows, narrowed = routes(manifests.webhook_configurations(owned))
-    assert rows == RUN_PODS | RUN_CONTROLLERS | {
-        # Pods outside the selector naming the platform's objects: stamped at CREATE,
-        # judged (ownership.not-a-run, ownership.stamp) on CREATE and UPDATE.
-        (MUTATING, "mutate-references.runguard.io", "", "pods", "CREATE"),
-        *((VALIDATING, "validate-references.runguard.io", "", r, op)
-          for r in ("pods", "pods/ephemeralcontainers", "pods/resize")
-          for op in ("CREATE", "UPDATE")),
+    assert rows == RUN_PODS | RUN_CONTROLLERS | OTHER_PODS | {
         # Objects created with a platform name (ownership.reserved-name).
         *((VALIDATING, "validate-reserved-names.runguard.io", "", r, "CREATE")
           for r in ("persistentvolumeclaims", "secrets", "configmaps")),
@@ -331,10 +381,10 @@ def test_with_ownership_every_rule_and_condition(owned: Policy) -> None:
     assert narrowed == {
         "mutate.runguard.io": ("objectSelector",),
         "mutate-controllers.runguard.io": ("run-template-or-platform-names",),
-        "mutate-references.runguard.io": ("not-a-run", "platform-names"),
+        "mutate-references.runguard.io": ("not-a-run", "platform-names-or-records"),
         "validate.runguard.io": ("objectSelector",),
         "validate-controllers.runguard.io": ("run-template-or-platform-names",),
-        "validate-references.runguard.io": ("not-a-run", "platform-names"),
+        "validate-references.runguard.io": ("not-a-run", "platform-names-or-records"),
         "validate-reserved-names.runguard.io": ("platform-name",),
     }
     conditions = {
@@ -352,7 +402,7 @@ def test_with_ownership_every_rule_and_condition(owned: Policy) -> None:
         "request.resource.resource == 'persistentvolumeclaims'"
         " && object.metadata.?name.orValue('').matches('^(?:v-.+-.*)$')\n"
         "|| request.resource.resource == 'secrets'"
-        " && object.metadata.?name.orValue('').matches('^(?:sec-.*-.+)$')\n"
+        " && object.metadata.?name.orValue('').matches('^(?:sec-.*-.+|registry[.]pull)$')\n"
         "|| request.resource.resource == 'configmaps'"
         " && object.metadata.?name.orValue('').matches('^(?:init-config-map-.+)$')"
     )
@@ -381,11 +431,12 @@ def test_reserved_names_only_for_the_kinds_with_patterns() -> None:
                          "persistentvolumeclaims", "CREATE")}  # fmt: skip
 
 
-def test_ownership_without_platform_names_routes_only_runs() -> None:
+def test_ownership_without_platform_names_routes_runs_and_records() -> None:
     spec = {**OWNED_POLICY["spec"], "volumes": {}, "secrets": {}}
     rows, narrowed = routes(owned_with(spec))
-    assert rows == RUN_PODS | RUN_CONTROLLERS
-    assert narrowed["validate-controllers.runguard.io"] == ("run-template",)
+    assert rows == RUN_PODS | RUN_CONTROLLERS | OTHER_PODS
+    # the platform's own ServiceAccount is still a platform name (ownership.service-account)
+    assert narrowed["validate-controllers.runguard.io"] == ("run-template-or-platform-names",)
 
 
 def test_empty_selector_routes_every_pod_and_controller() -> None:
@@ -601,6 +652,17 @@ REFERENCES: dict[str, dict[str, Any]] = {
     "ephemeral container": {"containers": [{"name": "c"}], "ephemeralContainers": [
         {"name": "debug", "envFrom": [{"secretRef": {"name": "sec-db-r1"}}]}]},
     "imagePullSecrets": {"imagePullSecrets": [{"name": "team"}, {"name": "registry.pull"}]},
+    # the volume types that name a secret of their own (SPEC section 8, "every door")
+    **{f"{vtype} {key}": {"volumes": [{"name": "v", vtype: {key: {"name": "sec-db-r1"}}}]}
+       for vtype, key in (("csi", "nodePublishSecretRef"), ("flexVolume", "secretRef"),
+                          ("cephfs", "secretRef"), ("rbd", "secretRef"), ("iscsi", "secretRef"),
+                          ("cinder", "secretRef"), ("scaleIO", "secretRef"),
+                          ("storageos", "secretRef"))},
+    "azureFile secretName": {"volumes": [{"name": "v", "azureFile": {"secretName": "sec-db-r1"}}]},
+    # a platform claim cloned into a new one by a generic ephemeral volume
+    **{f"ephemeral {key}": {"volumes": [{"name": "v", "ephemeral": {"volumeClaimTemplate": {
+        "spec": {key: {"kind": "PersistentVolumeClaim", "name": "v-r1-a"}}}}}]}
+       for key in ("dataSource", "dataSourceRef")},
 }  # fmt: skip
 # The same names, one character off: none is the platform's.
 NOT_PLATFORM = {"v-r1-a": "v-r1", "init-config-map-r1": "init-config-map", "sec-db-r1": "sec-db",

@@ -200,10 +200,13 @@ def test_reserved_names_only_for_the_platform() -> None:
 def test_an_unlabelled_copy_of_a_run_is_denied() -> None:
     """kubectl debug --copy-to drops the run labels and keeps the volumes and secrets."""
     copy_ = run_pod(labels={"app": "debug"})
-    decision = validate(copy_, POLICY, context=Context(ALICE, State([])))
+    decision = evaluate(copy_, POLICY, context=Context(ALICE, State([])))
     assert not decision.allowed
     assert {v.rule for v in decision.violations} == {"ownership.not-a-run"}
-    assert validate(copy_, POLICY, context=Context(CORE, State([]))).allowed
+    assert evaluate(copy_, POLICY, context=Context(CORE, State([]))).allowed
+    # at /validate without /mutate's stamp, the copy is also a bypass (SPEC section 8)
+    decision = validate(copy_, POLICY, context=Context(ALICE, State([])))
+    assert {v.rule for v in decision.violations} == {"ownership.not-a-run", "ownership.stamp"}
     plain = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web", "namespace": "ml"}}
     plain["spec"] = {"containers": [{"name": "web", "image": "nginx"}]}
     assert validate(plain, POLICY, context=Context(ALICE, State([]))).applies is False
@@ -245,7 +248,7 @@ def test_the_stamp_cannot_change_and_nothing_enters_scope_by_update() -> None:
     entering = copy.deepcopy(outside)
     entering["metadata"]["labels"] = dict(RUN)
     decision = validate(entering, POLICY, old=outside, context=update)
-    assert "ownership.stamp" in {v.rule for v in decision.violations}
+    assert {v.rule for v in decision.violations} == {"scope.labels"}
 
 
 def test_without_platform_identities_names_decide_as_before() -> None:
@@ -276,11 +279,24 @@ def test_a_controller_may_update_the_pod_it_created_outside_the_selector() -> No
     assert {v.rule for v in decision.violations} >= {"ownership.not-a-run"}
 
 
-def test_installation_wide_names_are_not_reserved_per_run_names_are() -> None:
-    """An admin's chart creates the platform-wide secret; only per-run names are reserved."""
-    from webhook.engine.rules.ownership import platform_named, reserved_name
+def test_every_platform_name_is_reserved_installation_wide_ones_for_installers_too() -> None:
+    """A user cannot squat the platform-wide secret before the chart creates it (SPEC 8);
+    the admin's chart (``platform.installers``, default group system:masters) can."""
+    from webhook.engine.rules.ownership import check_reserved_name, platform_named, reserved_name
 
     shipped = load_policy(Path(__file__).resolve().parents[1] / "policies")
-    assert reserved_name(shipped, "Secret", "digitalhub-common-creds") is None
+    assert reserved_name(shipped, "Secret", "digitalhub-common-creds") is not None
     assert platform_named(shipped, "Secret", "digitalhub-common-creds")
     assert reserved_name(shipped, "PersistentVolumeClaim", "v-r9-data") is not None
+    secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "digitalhub-common-creds"}}
+    claim = {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "v-r9-x"}}
+    admin = Requester("kubernetes-admin", ("system:masters", "system:authenticated"))
+    assert [v.rule for v in check_reserved_name(secret, shipped, Context(ALICE))] == [
+        "ownership.reserved-name"
+    ]
+    assert check_reserved_name(secret, shipped, Context(admin)) == []
+    assert check_reserved_name(secret, shipped, Context(CORE)) == []
+    # a per-run name is the platform's alone, installers included
+    assert [v.rule for v in check_reserved_name(claim, shipped, Context(admin))] == [
+        "ownership.reserved-name"
+    ]

@@ -27,7 +27,8 @@ import yaml
 
 from webhook.clusterstate.static import StaticClusterState
 from webhook.engine import Decision, evaluate
-from webhook.engine.context import STAMP, Context, Requester
+from webhook.engine.context import PLATFORM_RECORD, POLICY_LABEL, STAMP, Context, Requester
+from webhook.engine.rules import ownership
 from webhook.policy.loader import load_policy
 from webhook.policy.model import Policy
 
@@ -220,6 +221,15 @@ def contexts(
         ctx = Context(Requester(user), state)
         return ctx, ctx
     controller, chain = OWNER_CHAINS[obj["kind"]]
+    # As runguard recorded them when each was created (SPEC section 8): who asked, whether
+    # that was the platform (the chain's top, created by ``user``), the RunPolicy.
+    requester = Requester(user)
+    governing = policy.choose(
+        template_of(obj)["metadata"].get("labels") or {},
+        namespace,
+        lambda p: ownership.is_identity(p.requesters, requester),
+    )
+    records = {PLATFORM_RECORD: "true"} if ownership.is_platform_identity(policy, requester) else {}
     owners: list[dict[str, Any]] = []
     for i, (kind, stamp) in enumerate(chain):
         owners.append(
@@ -230,7 +240,8 @@ def contexts(
                     "name": f"{obj['metadata']['name']}-{i}",
                     "namespace": namespace,
                     "uid": f"uid-{kind.lower()}-{i}",
-                    "annotations": {STAMP: user if stamp == "platform" else stamp},
+                    "labels": {POLICY_LABEL: governing.name} if governing else {},
+                    "annotations": {STAMP: user if stamp == "platform" else stamp, **records},
                 },
             }
         )

@@ -255,7 +255,13 @@ def context_of(request: AdmissionRequest, cluster: ClusterView | None) -> Contex
         if isinstance(username, str) and username
         else None
     )
-    return Context(requester=requester, state=cluster, operation=request["operation"])
+    subresource = request.get("subResource")
+    return Context(
+        requester=requester,
+        state=cluster,
+        operation=request["operation"],
+        subresource=subresource if isinstance(subresource, str) else "",
+    )
 
 
 def _judge(

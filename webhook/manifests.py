@@ -36,8 +36,10 @@ from urllib.parse import urlsplit
 
 import yaml
 
+from webhook.engine.context import PLATFORM_RECORD, POLICY_LABEL, STAMP
+from webhook.engine.doors import CONTAINER_LISTS, CONTAINERS, DOORS
 from webhook.engine.rules.ownership import enabled as ownership_enabled
-from webhook.engine.rules.ownership import reserved_patterns
+from webhook.engine.rules.ownership import reserved_patterns, service_account_identities
 from webhook.policy.model import LabelSelector, NamePattern, Policy
 from webhook.policy.patterns import split
 
@@ -93,6 +95,9 @@ CONTROLLERS_WEBHOOK = "validate-controllers.runguard.io"
 MUTATING_REFERENCES_WEBHOOK = "mutate-references.runguard.io"
 VALIDATING_REFERENCES_WEBHOOK = "validate-references.runguard.io"
 RESERVED_NAMES_WEBHOOK = "validate-reserved-names.runguard.io"
+# Platform operators' objects (Argo Workflows, RayClusters, ...), by kind.
+MUTATING_OPERATORS_WEBHOOK = "mutate-operators.runguard.io"
+OPERATORS_WEBHOOK = "validate-operators.runguard.io"
 MUTATE_PATH, VALIDATE_PATH = "/mutate", "/validate"
 CONFIG_MAP_NAME = "runguard-policies"
 # Pod subresources that change a Pod's spec after creation: each is a door into a running
@@ -145,6 +150,7 @@ class ManifestError(Exception):
 # The pod template of a controller: `spec.template`, or a CronJob's
 # `spec.jobTemplate.spec.template`; `{}` when neither is there.
 TEMPLATE = "object.spec.?template.or(object.spec.?jobTemplate.?spec.?template).orValue({})"
+OLD_TEMPLATE = TEMPLATE.replace("object.spec", "oldObject.?spec")
 
 
 @dataclass(frozen=True)
@@ -292,44 +298,102 @@ def _matches(value: str, regex: str | None) -> str | None:
     return f"{value}.orValue('').matches({_cel_string(regex)})"
 
 
+# The CEL variable of each list the doors go through (readable, unique when nested).
+_LIST_VARS = {
+    "volumes": "v",
+    "sources": "s",
+    CONTAINERS: "c",
+    "env": "e",
+    "envFrom": "e",
+    "imagePullSecrets": "r",
+}
+_DoorItem = tuple[tuple[str, ...], tuple[str, str] | None, str]  # rest of path, when, regex
+
+
+def _doors(items: list[_DoorItem], base: str) -> _Expr | None:
+    """CEL: one of the doors (paths below ``base``) names an object matching its regex."""
+    groups: dict[str, list[_DoorItem]] = {}
+    for path, when, regex in items:
+        groups.setdefault(path[0], []).append((path[1:], when, regex))
+    parts: list[_Expr | None] = []
+    for head, rest in groups.items():
+        if head == CONTAINERS:  # init, regular and ephemeral containers, as one list
+            containers = " + ".join(f"{base}.?{n}.orValue([])" for n in CONTAINER_LISTS)
+            body = _doors([(p[1:], w, r) for p, w, r in rest], "c")
+            parts.append(None if body is None else _Exists(f"({containers})", "c", body))
+        elif all(p[:1] == ("*",) for p, _, _ in rest):
+            var = _LIST_VARS.get(head, head[0])
+            parts.append(
+                _exists(f"{base}.?{head}", var, _doors([(p[1:], w, r) for p, w, r in rest], var))
+            )
+        elif any(not p for p, _, _ in rest):
+            for _, when, regex in rest:
+                matched: _Expr | None = _matches(f"{base}.?{head}", regex)
+                if when is not None:
+                    key, value = when
+                    matched = _join(
+                        "&&", f"{base}.?{key}.orValue('') == {_cel_string(value)}", matched
+                    )
+                parts.append(matched)
+        else:
+            parts.append(_doors(rest, f"{base}.?{head}"))
+    return _join("||", *parts)
+
+
+def _name_regexes(policy: Policy) -> dict[str, str]:
+    """kind -> the regex of every platform name of that kind, over every RunPolicy with
+    ownership on (SPEC section 8: every RunPolicy's names are routed)."""
+    out = {}
+    for kind in ("PersistentVolumeClaim", "ConfigMap", "Secret"):
+        patterns = [
+            pattern
+            for p in policy.run_policies()
+            if ownership_enabled(p)
+            for pattern in reserved_patterns(p, kind)
+        ]
+        regex = name_regex(patterns)
+        if regex is not None:
+            out[kind] = regex
+    return out
+
+
 def _references(policy: Policy, spec: str) -> _Expr | None:
     """The pod spec ``spec`` (an expression, may be optional) names an object with a
-    platform name, where ``ownership.platform_references`` looks; None when the policy
-    reserves no name."""
-    claims = name_regex(reserved_patterns(policy, "PersistentVolumeClaim"))
-    config_maps = name_regex(reserved_patterns(policy, "ConfigMap"))
-    secrets = name_regex(reserved_patterns(policy, "Secret"))
-    projected = _join(
-        "||", _matches("s.?configMap.?name", config_maps), _matches("s.?secret.?name", secrets)
+    platform name through one of ``webhook.engine.doors``' doors, or runs as one of the
+    platform's ServiceAccounts; None when no RunPolicy reserves a name."""
+    regexes = _name_regexes(policy)
+    items: list[_DoorItem] = [
+        (door.path, door.when, regexes[door.kind]) for door in DOORS if door.kind in regexes
+    ]
+    named = _doors(items, spec) if items else None
+    accounts = sorted(
+        {
+            sa
+            for p in policy.run_policies()
+            if ownership_enabled(p)
+            for sa in service_account_identities(p)
+        }
     )
-    volume = _join(
+    account = f"{spec}.?serviceAccountName.orValue({spec}.?serviceAccount.orValue(''))"
+    runs_as = _join(
         "||",
-        _matches("v.?persistentVolumeClaim.?claimName", claims),
-        _matches("v.?configMap.?name", config_maps),
-        _matches("v.?secret.?secretName", secrets),
-        _exists("v.?projected.?sources", "s", projected),
+        *(
+            f"(request.namespace == {_cel_string(ns)} && {account} == {_cel_string(name)})"
+            for ns, name in accounts
+        ),
     )
-    env = _join(
-        "||",
-        _matches("e.?valueFrom.?secretKeyRef.?name", secrets),
-        _matches("e.?valueFrom.?configMapKeyRef.?name", config_maps),
-    )
-    env_from = _join(
-        "||",
-        _matches("e.?secretRef.?name", secrets),
-        _matches("e.?configMapRef.?name", config_maps),
-    )
-    container = _join("||", _exists("c.?env", "e", env), _exists("c.?envFrom", "e", env_from))
-    # init, regular and ephemeral containers, as one list
-    containers = " + ".join(
-        f"{spec}.?{name}.orValue([])"
-        for name in ("initContainers", "containers", "ephemeralContainers")
-    )
-    return _join(
-        "||",
-        _exists(f"{spec}.?volumes", "v", volume),
-        None if container is None else _Exists(f"({containers})", "c", container),
-        _exists(f"{spec}.?imagePullSecrets", "r", _matches("r.?name", secrets)),
+    return _join("||", named, runs_as)
+
+
+def _records(meta: str) -> str:
+    """CEL: the metadata ``meta`` carries one of runguard's records (only runguard writes
+    them, so an object carrying one is always sent to it)."""
+    return " || ".join(
+        [
+            f"{meta}.?annotations[?{_cel_string(STAMP)}].hasValue()",
+            f"{meta}.?annotations[?{_cel_string(PLATFORM_RECORD)}].hasValue()",
+            f"{meta}.?labels[?{_cel_string(POLICY_LABEL)}].hasValue()",
+        ]
     )
 
 
@@ -343,53 +407,66 @@ def references_expression(policy: Policy, spec: str) -> str | None:
 
 
 def _reserved(policy: Policy) -> dict[str, str]:
-    """resource -> the regex of the names the platform reserves for it, if any: its
-    per-run patterns (with a label placeholder), as ``ownership.reserved_name`` reads them;
-    installation-wide names are an admin's chart's to create."""
-    regexes = {
-        resource: name_regex(tuple(p for p in reserved_patterns(policy, kind) if p.label_keys))
-        for resource, kind in PLATFORM_OBJECTS.items()
+    """resource -> the regex of the names the platform reserves for it, if any: every
+    pattern of every RunPolicy with ownership on, as ``ownership.reserved_name`` reads
+    them (installation-wide names too: SPEC section 8)."""
+    regexes = _name_regexes(policy)
+    return {
+        resource: regexes[kind] for resource, kind in PLATFORM_OBJECTS.items() if kind in regexes
     }
-    return {resource: regex for resource, regex in regexes.items() if regex is not None}
 
 
 def _condition(name: str, expression: _Expr) -> dict[str, str]:
     return {"name": name, "expression": _render(expression)}
 
 
+def _any_ownership(policy: Policy) -> bool:
+    return any(ownership_enabled(p) for p in policy.run_policies())
+
+
 def controller_condition(policy: Policy) -> dict[str, str] | None:
-    """The controllers' matchCondition: the template is a run's, or (ownership on) names
-    the platform's objects. None when every controller qualifies (empty selector)."""
+    """The controllers' matchCondition: the template is a run's (or, on UPDATE, was), or
+    (ownership on) names the platform's objects, or the object carries runguard's records.
+    None when every controller qualifies (empty selector)."""
     run = _runs(policy, "t.?metadata.?labels")
-    if run is None:
+    was = _runs(policy, "o.?metadata.?labels")
+    if run is None or was is None:
         return None
-    references = _references(policy, "t.?spec") if ownership_enabled(policy) else None
+    references = _references(policy, "t.?spec") if _any_ownership(policy) else None
     name = "run-template" if references is None else "run-template-or-platform-names"
     either = _join("||", run, references)
     assert either is not None
     # A one-element list binds the template to `t` (this CEL has no `let`).
-    return _condition(name, _Exists(f"[{TEMPLATE}]", "t", either))
+    routed = _join(
+        "||",
+        _Exists(f"[{TEMPLATE}]", "t", either),
+        f"(oldObject != null && {_render(_Exists(f'[{OLD_TEMPLATE}]', 'o', was))})",
+        _records("object.?metadata"),
+    )
+    assert routed is not None
+    return _condition(name, routed)
 
 
 def _pod_reference_conditions(policy: Policy) -> list[dict[str, str]] | None:
-    """Ownership on: a Pod outside the selector naming the platform's objects. None when
-    no Pod can be (ownership off, no platform name, or every Pod is a run)."""
-    if not ownership_enabled(policy):
-        return None
+    """A Pod outside every selector that names the platform's objects or runs as its
+    ServiceAccount (ownership on), or carries runguard's records. None when every Pod is
+    a run (empty selector)."""
     run = _runs(policy, "object.metadata.?labels")
-    references = _references(policy, "object.spec")
-    if run is None or references is None:
+    if run is None:
         return None
+    references = _references(policy, "object.spec") if _any_ownership(policy) else None
+    either = _join("||", references, _records("object.?metadata"))
+    assert either is not None
     return [
         _condition("not-a-run", f"!({_render(run, ' ')})"),
-        _condition("platform-names", references),
+        _condition("platform-names-or-records", either),
     ]
 
 
 def reserved_name_condition(policy: Policy) -> dict[str, str] | None:
     """Ownership on: a PVC, Secret or ConfigMap created with a name a platform pattern
     gives (placeholders as wildcards). None when the policy reserves no name."""
-    if not ownership_enabled(policy):
+    if not _any_ownership(policy):
         return None
     alternatives = [
         f"request.resource.resource == {_cel_string(resource)}"
@@ -426,6 +503,32 @@ def _rule(group: str, resources: Iterable[str], operations: list[str]) -> dict[s
         "resources": list(resources),
         "scope": "Namespaced",
     }
+
+
+def plural(kind: str) -> str:
+    """The resource name the API serves a custom kind under, by Kubernetes' own default
+    (``kubectl``'s and controller-gen's): lower case, plus ``s`` (``es``, ``ies``)."""
+    lower = kind.lower()
+    if lower.endswith(("s", "x", "z", "ch", "sh")):
+        return lower + "es"
+    if lower.endswith("y") and lower[-2:-1] not in ("a", "e", "i", "o", "u"):
+        return lower[:-1] + "ies"
+    return lower + "s"
+
+
+def _operator_rules(policy: Policy) -> list[dict[str, Any]]:
+    """The operators' kinds (``platform.operators``), stamped at CREATE and kept on
+    UPDATE, so that their Pods' ownership can follow them (SPEC section 8)."""
+    by_group: dict[str, list[str]] = {}
+    for p in policy.run_policies():
+        if ownership_enabled(p):
+            for group_kind in sorted(p.platform.operator_kinds):
+                group, _, kind = group_kind.rpartition("/")
+                by_group.setdefault(group, []).append(plural(kind))
+    return [
+        {**_rule(group, sorted(set(resources)), ["CREATE", "UPDATE"]), "apiVersions": ["*"]}
+        for group, resources in sorted(by_group.items())
+    ]
 
 
 def _controller_rules(operations: list[str]) -> list[dict[str, Any]]:
@@ -551,18 +654,25 @@ def mutating_webhook_configuration(
         target.webhook(
             MUTATING_CONTROLLERS_WEBHOOK,
             MUTATE_PATH,
-            _controller_rules(["CREATE"]),
+            # UPDATE: runguard's records are put back (a controller copying its parent's
+            # annotations cannot change them)
+            _controller_rules(["CREATE", "UPDATE"]),
             conditions=_conditions(controller_condition(policy)),
             mutating=True,
         ),
     ]
+    operators = _operator_rules(policy)
+    if operators:
+        hooks.append(
+            target.webhook(MUTATING_OPERATORS_WEBHOOK, MUTATE_PATH, operators, mutating=True)
+        )
     references = _pod_reference_conditions(policy)
     if references is not None:
         hooks.append(
             target.webhook(
                 MUTATING_REFERENCES_WEBHOOK,
                 MUTATE_PATH,
-                [_rule("", ["pods"], ["CREATE"])],
+                [_rule("", ["pods"], ["CREATE", "UPDATE"])],
                 conditions=references,
                 mutating=True,
             )
@@ -602,6 +712,9 @@ def validating_webhook_configuration(
             conditions=_conditions(controller_condition(policy)),
         ),
     ]
+    operators = _operator_rules(policy)
+    if operators:
+        hooks.append(target.webhook(OPERATORS_WEBHOOK, VALIDATE_PATH, operators))
     references = _pod_reference_conditions(policy)
     if references is not None:
         # UPDATE too: the stamp must not change, and `kubectl debug` must not add a

@@ -44,7 +44,12 @@ def test_registered_configurations_are_the_rendered_ones(
         assert picked(stored["webhooks"], want["webhooks"]) == want["webhooks"]
         assert is_subset(want["metadata"]["labels"], stored["metadata"]["labels"])
     names = [h["name"] for h in rendered["ValidatingWebhookConfiguration"]["webhooks"]]
-    assert names == ["validate.runguard.io", "validate-controllers.runguard.io"]
+    # runs, controllers, and Pods outside the selector carrying runguard's records
+    assert names == [
+        "validate.runguard.io",
+        "validate-controllers.runguard.io",
+        "validate-references.runguard.io",
+    ]
 
 
 def test_kustomize_base_passes_server_dry_run(

@@ -189,17 +189,20 @@ def meta_from_object(obj: Any, kind: str | None = None) -> Meta:
     if not isinstance(obj, Mapping):
         raise ClusterStateError(f"an object must be a mapping, not {type(obj).__name__}")
     kind = kind or obj.get("kind")
-    if kind not in KINDS:
-        raise ClusterStateError(
-            f"kind {kind!r} is not cluster state runguard uses (one of: {', '.join(KINDS)})"
-        )
+    if not isinstance(kind, str) or not kind:
+        raise ClusterStateError("an object without a kind")
     metadata = obj.get("metadata")
     if not isinstance(metadata, Mapping):
         raise ClusterStateError(f"{kind} without metadata")
     name = metadata.get("name")
     if not isinstance(name, str) or not name:
         raise ClusterStateError(f"{kind} without metadata.name")
-    namespace = "" if kind in CLUSTER_SCOPED else metadata.get("namespace") or "default"
+    if kind in KINDS:
+        namespace = "" if kind in CLUSTER_SCOPED else metadata.get("namespace") or "default"
+    else:
+        # Any other kind (a Namespace, an operator's custom resource): namespaced when the
+        # export says so, as `kubectl get -o yaml` always does for namespaced objects.
+        namespace = metadata.get("namespace") or ""
     uid = metadata.get("uid") or ""
     where = f"{kind} {namespace + '/' if namespace else ''}{name}"
     if not isinstance(namespace, str) or not isinstance(uid, str):

@@ -52,13 +52,14 @@ class TableState:
 
 
 class StaticClusterState(TableState):
-    """A fixed cluster state: exactly the objects given, every kind synced (an object
-    absent from them does not exist)."""
+    """A fixed cluster state: exactly the objects given, of any kind (Namespaces and
+    operators' custom resources included), every kind synced (an object absent from them
+    does not exist)."""
 
     def __init__(self, metas: Iterable[Meta] = ()) -> None:
         records: dict[str, list[bytes]] = {kind: [] for kind in KINDS}
         for meta in metas:
-            records[meta.kind].append(encode_record(meta))
+            records.setdefault(meta.kind, []).append(encode_record(meta))
         self._tables = {kind: table_from_records(kind, rs) for kind, rs in records.items()}
 
     @classmethod
@@ -89,7 +90,8 @@ class StaticClusterState(TableState):
         return self._tables
 
     def synced(self, kind: str) -> bool:
-        return kind in self._tables
+        # A fixed state is complete: a kind it holds no object of has none.
+        return True
 
     def stats(self) -> Mapping[str, KindStats]:
         return {k: KindStats(objects=t.count, synced=True) for k, t in self._tables.items()}

@@ -11,6 +11,13 @@ from dataclasses import dataclass
 from typing import Protocol
 
 STAMP = "runguard.io/requested-by"  # who created a run Pod or controller, set at CREATE
+# "true" when the object's creator was the platform (a platform identity, or one of its
+# controllers acting for an object that was the platform's): decided from the CREATE
+# request and its controller owner then, written by runguard, never changed after.
+PLATFORM_RECORD = "runguard.io/platform"
+# The RunPolicy that governs the object, chosen at CREATE and fixed for its life (a label,
+# so that the webhooks' objectSelector can route by it).
+POLICY_LABEL = "runguard.io/policy"
 
 
 class ObjectMeta(Protocol):
@@ -62,6 +69,7 @@ class Context:
     requester: Requester | None = None
     state: ClusterView | None = None
     operation: str = "CREATE"
+    subresource: str = ""
 
 
 NO_CONTEXT = Context()

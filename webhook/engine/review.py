@@ -10,17 +10,25 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, ParamSpec
 
-from webhook.engine.context import NO_CONTEXT, STAMP, Context, Ownership
+from webhook.engine.context import (
+    NO_CONTEXT,
+    PLATFORM_RECORD,
+    POLICY_LABEL,
+    STAMP,
+    Context,
+    Ownership,
+)
 from webhook.engine.diff import make_patch
 from webhook.engine.pod import WARNING_LIMIT, Pod, copy_json, spec_prefix
 from webhook.engine.pod import warning as warning_text
 from webhook.engine.podspec import InvalidObject, Target, locate, object_meta
 from webhook.engine.rules import ownership, run_checks, run_steps
 from webhook.engine.rules.profile import PRIORITY_COMPUTED
-from webhook.engine.rules.scope import check_scope_labels
+from webhook.engine.rules.scope import check_scope_labels, scope_label_keys
 from webhook.engine.rules.security import harden_debug_containers
 from webhook.engine.shape import check_shape
 from webhook.engine.types import ENGINE_ERROR, INVALID, JSON, Change, Decision, Violation
@@ -29,6 +37,10 @@ from webhook.policy.model import Policy
 P = ParamSpec("P")
 UPDATE_KEPT = "a running pod's spec cannot change: kept the values runguard set at creation"
 STAMPED = Change("ownership.stamp", warning_text(f"stamped {STAMP}"))
+RECORDS_KEPT = Change(
+    "ownership.stamp",
+    warning_text("runguard's records (who created it, its RunPolicy) cannot change: kept"),
+)
 _ALWAYS_DENIED = frozenset({INVALID, ENGINE_ERROR})
 
 
@@ -44,34 +56,91 @@ def _decision(obj: Any, policy: Policy, namespace: str | None, **fields: Any) ->
     )
 
 
-def _select(
-    obj: Any, policy: Policy, namespace: str | None
-) -> tuple[Target | None, list[Violation]]:
-    """The pod template when the object is a run this policy governs, else None."""
-    try:
-        target = locate(obj)
-    except InvalidObject as exc:
-        return None, exc.violations
-    if target is None:
-        return None, []
+@dataclass
+class _Review:
+    """One review, worked out once: the pod template of the object and of the old one,
+    the RunPolicy that governs it (fixed at CREATE, SPEC section 8) and who asks."""
+
+    root: Policy  # every RunPolicy (``root.run_policies()``)
+    obj: Any
+    old: Any
+    namespace: str
+    context: Context
+    target: Target | None = None
+    invalid: list[Violation] = field(default_factory=list)  # the object cannot be located
+    old_target: Target | None = None
+    governing: Policy | None = None  # None: outside every RunPolicy
+
+    @property
+    def policy(self) -> Policy:
+        """The governing RunPolicy, else the first (ownership of objects outside them)."""
+        return self.governing or self.root
+
+    @property
+    def metadata(self) -> JSON:
+        meta = self.obj.get("metadata") if isinstance(self.obj, dict) else None
+        return meta if isinstance(meta, dict) else {}
+
+    @property
+    def old_metadata(self) -> JSON | None:
+        if not isinstance(self.old, dict):
+            return None
+        meta = self.old.get("metadata")
+        return meta if isinstance(meta, dict) else {}
+
+
+def _review(
+    obj: Any,
+    root: Policy,
+    namespace: str | None,
+    old: Any,
+    context: Context,
+    governing: Policy | None = None,
+) -> _Review:
     ns = namespace or object_meta(obj)[1]
-    if ns in policy.exclude_namespaces or not policy.selector.matches(target.labels):
-        return None, []
-    return target, check_shape(target.spec, target.spec_path)
-
-
-def _run_policy_for(obj: Any, policy: Policy, namespace: str | None) -> Policy:
-    """The RunPolicy that governs ``obj`` (SPEC section 1: the first by name whose selector
-    matches its pod's labels); ``policy`` itself when none does or there is no other."""
-    if not policy.alternatives:
-        return policy
+    r = _Review(root, obj, old if isinstance(old, dict) else None, ns, context)
     try:
-        target = locate(obj)
-    except InvalidObject:
-        return policy
-    if target is None:
-        return policy
-    return policy.choose(target.labels, namespace or object_meta(obj)[1]) or policy
+        r.target = locate(obj)
+    except InvalidObject as exc:
+        r.invalid = exc.violations
+    if r.old is not None:
+        try:
+            r.old_target = locate(r.old)
+        except InvalidObject:
+            r.old_target = None
+    r.governing = governing or _governing(r)
+    return r
+
+
+def _governing(r: _Review) -> Policy | None:
+    """The RunPolicy that governs the object. On UPDATE, the one recorded at CREATE
+    (label ``runguard.io/policy`` of the old object), whatever the labels say now; for an
+    object from before that label, the one its old labels chose. At CREATE, the first
+    whose selector matches and whose ``requesters`` created it."""
+    if r.old is not None:
+        recorded = ownership.records(r.old_metadata or {})[2]
+        named = r.root.named(recorded) if recorded else None
+        if named is not None:
+            return named if r.namespace not in named.exclude_namespaces else None
+        if r.old_target is None:
+            return None
+        return r.root.choose(r.old_target.labels, r.namespace, lambda _p: True)
+    if r.target is None:
+        return None
+    return r.root.choose(
+        r.target.labels,
+        r.namespace,
+        lambda p: ownership.requested_by(p, r.metadata, r.namespace, r.context),
+    )
+
+
+def _select(r: _Review) -> tuple[Target | None, list[Violation]]:
+    """The pod template when the object is a run its RunPolicy governs, else None."""
+    if r.invalid:
+        return None, r.invalid
+    if r.target is None or r.governing is None:
+        return None, []
+    return r.target, check_shape(r.target.spec, r.target.spec_path)
 
 
 def _pod(target: Target, policy: Policy, spec: JSON, who: _Who) -> Pod:
@@ -91,13 +160,12 @@ def _pod(target: Target, policy: Policy, spec: JSON, who: _Who) -> Pod:
 class _Who:
     """Where the object lives, who asks, and whether the platform created it."""
 
-    def __init__(self, obj: Any, policy: Policy, namespace: str | None, context: Context):
-        self.namespace = namespace or object_meta(obj)[1]
-        self.context = context
-        meta = obj.get("metadata") if isinstance(obj, dict) else None
-        self.metadata: JSON = meta if isinstance(meta, dict) else {}
+    def __init__(self, r: _Review, policy: Policy):
+        self.namespace = r.namespace
+        self.context = r.context
+        self.metadata: JSON = r.metadata
         self.ownership: Ownership = ownership.ownership_of(
-            self.metadata, self.namespace, policy, context
+            self.metadata, self.namespace, policy, r.context, r.old_metadata
         )
 
 
@@ -108,18 +176,71 @@ def _mutated(target: Target, policy: Policy, who: _Who) -> tuple[JSON, Pod, list
     return pod.spec, pod, changes
 
 
-def _stamped(obj: JSON, policy: Policy, context: Context) -> JSON | None:
-    """``obj`` stamped with the requester at CREATE (any value sent is overwritten), or None
-    when there is nothing to stamp (ownership off, an UPDATE, no requester known)."""
-    if not ownership.enabled(policy) or context.operation != "CREATE" or context.requester is None:
+def _stamps_owner(r: _Review) -> Policy | None:
+    """The RunPolicy whose ``platform`` records who created the object, when runguard
+    records it: a governed object, an operator's object, or one naming the platform's
+    objects or carrying runguard's records (which only runguard may write)."""
+    policy = r.policy
+    if not ownership.enabled(policy):
+        policy = next((p for p in r.root.run_policies() if ownership.enabled(p)), policy)
+        if not ownership.enabled(policy):
+            return None
+    if r.governing is not None or ownership.is_operator_object(r.obj, r.root):
+        return policy
+    if any(ownership.records(r.metadata)[:2]) or _names_platform_objects(r):
+        return policy
+    return None
+
+
+def _expected_records(r: _Review) -> dict[str, str | None]:
+    """What runguard writes on the object: at CREATE, the stamp, the platform record and
+    the governing RunPolicy (None: the key is removed); on UPDATE, what the old object has."""
+    if r.old is not None:
+        stamp, record, label = ownership.records(r.old_metadata or {})
+        return {STAMP: stamp, PLATFORM_RECORD: record, POLICY_LABEL: label}
+    out: dict[str, str | None] = {
+        POLICY_LABEL: r.governing.name if r.governing is not None and r.target else None
+    }
+    owner = _stamps_owner(r)
+    if owner is not None and r.context.requester is not None:
+        platform = ownership.ownership_of(r.metadata, r.namespace, owner, r.context).platform
+        out[STAMP] = r.context.requester.username
+        out[PLATFORM_RECORD] = "true" if platform else None
+    elif owner is not None:
+        out[PLATFORM_RECORD] = None  # nobody known asks: never the platform
+    return out
+
+
+def _with_records(obj: JSON, expected: dict[str, str | None]) -> JSON | None:
+    """``obj`` with runguard's records as expected, or None when it has them already."""
+    metadata = obj.get("metadata")
+    if not isinstance(metadata, dict):
         return None
-    metadata = dict(obj.get("metadata") or {})
-    annotations = dict(metadata.get("annotations") or {})
-    if annotations.get(STAMP) == context.requester.username:
-        return None
-    annotations[STAMP] = context.requester.username
-    metadata["annotations"] = annotations
-    return {**obj, "metadata": metadata}
+    metadata = dict(metadata)
+    changed = False
+    for key, value in expected.items():
+        where = "labels" if key == POLICY_LABEL else "annotations"
+        current = metadata.get(where)
+        mapping = dict(current) if isinstance(current, dict) else {}
+        if mapping.get(key) == value:
+            continue
+        if value is None:
+            mapping.pop(key, None)
+        else:
+            mapping[key] = value
+        metadata[where] = mapping
+        changed = True
+    return {**obj, "metadata": metadata} if changed else None
+
+
+def _record_changes(r: _Review, result: JSON) -> tuple[JSON, list[Change]]:
+    expected = _expected_records(r)
+    recorded = _with_records(result, expected)
+    if recorded is None:
+        return result, []
+    if r.old is not None:
+        return recorded, [RECORDS_KEPT]
+    return recorded, [STAMPED] if expected.get(STAMP) else []
 
 
 def _with_spec(obj: JSON, target: Target, spec: JSON) -> JSON:
@@ -188,46 +309,52 @@ def mutate(
     old: Any = None,
     context: Context = NO_CONTEXT,
 ) -> Decision:
-    """The mutating webhook: patch a run Pod. Never denies; other objects pass untouched.
+    """The mutating webhook: patch a run Pod, and write runguard's records. Never denies.
 
     On UPDATE (``old`` given) a Pod's spec is immutable, so the patch is kept only when
     it turns the spec back into the running one: that is ``kubectl apply`` of the
     user's manifest again, whose three-way merge re-sends the values runguard changed
     at creation. Any other change (a policy edited since) is not made on UPDATE, which
     would make the apiserver refuse unrelated updates such as a finalizer removal.
+    runguard's records (stamp, platform record, governing RunPolicy) are put back as
+    they were: a controller copying its parent's annotations cannot change them.
     """
-    chosen = _run_policy_for(obj, policy, namespace)
-    if chosen is not policy:
-        return mutate(obj, chosen, namespace=namespace, old=old, context=context)
-    target, problems = _select(obj, policy, namespace)
-    if target is None and not problems:
-        return _stamp_only(obj, policy, namespace, context, applies=False)
-    if problems or target is None or target.kind != "Pod":
-        # Controllers are judged by validate(); malformed pods are denied there too.
-        return _stamp_only(obj, policy, namespace, context, applies=True)
-    debug = _debug_containers_hardened(obj, target, policy, namespace, old) if old else None
-    if debug is not None:
-        return debug
-    spec, pod, changes = _mutated(target, policy, _Who(obj, policy, namespace, context))
-    if spec == target.spec:
-        changes = []  # steps that undid each other changed nothing
-    elif old is not None:
-        running = old.get("spec") if isinstance(old, dict) else None
-        if isinstance(running, dict):
-            for key in PRIORITY_COMPUTED:  # computed at creation, kept for the pod's life
-                if key in running:
-                    spec[key] = running[key]
-        if spec != running:
-            return _decision(obj, policy, namespace, applies=True, allowed=True)
-        changes = [Change("update.spec-kept", warning_text(UPDATE_KEPT))]
-    result = _with_spec(obj, target, spec)
-    stamped = _stamped(result, policy, context)
-    if stamped is not None:
-        result = stamped
-        changes.append(STAMPED)
-    return _patched(
-        obj, result, policy, namespace, changes, profile=pod.profile.name if pod.profile else None
-    )
+    r = _review(obj, policy, namespace, old, context)
+    governing = r.policy
+    target, problems = _select(r)
+    changes: list[Change] = []
+    profile = None
+    result = obj
+    if target is not None and not problems and target.kind == "Pod":
+        hardened = _debug_containers_hardened(target, governing, r.old) if r.old else None
+        if hardened is not None:
+            spec, change = hardened
+            result, changes = _with_spec(obj, target, spec), [change]
+        else:
+            spec, pod, changes = _mutated(target, governing, _Who(r, governing))
+            profile = pod.profile.name if pod.profile else None
+            if spec == target.spec:
+                changes = []  # steps that undid each other changed nothing
+            elif r.old is not None:
+                running = r.old.get("spec")
+                if isinstance(running, dict):
+                    for key in PRIORITY_COMPUTED:  # computed at creation, kept for its life
+                        if key in running:
+                            spec[key] = running[key]
+                if spec != running:
+                    spec, changes = target.spec, []
+                else:
+                    changes = [Change("update.spec-kept", warning_text(UPDATE_KEPT))]
+            if changes:
+                result = _with_spec(obj, target, spec)
+    if isinstance(result, dict) and not r.invalid and not problems:
+        # (an object that cannot be understood is denied by /validate: nothing to record)
+        result, recorded = _record_changes(r, result)
+        changes.extend(recorded)
+    applies = r.governing is not None or bool(problems)
+    if result is obj:
+        return _decision(obj, governing, namespace, applies=applies, allowed=True)
+    return _patched(obj, result, governing, namespace, changes, applies=applies, profile=profile)
 
 
 def _patched(
@@ -255,19 +382,15 @@ def _patched(
 
 
 def _debug_containers_hardened(
-    obj: JSON, target: Target, policy: Policy, namespace: str | None, old: Any
-) -> Decision | None:
+    target: Target, policy: Policy, old: JSON
+) -> tuple[JSON, Change] | None:
     """UPDATE of ``pods/ephemeralcontainers`` (``kubectl debug``): the ephemeral containers
     added, the only part of a running Pod's spec that may change, get their hardening and
     nothing else is patched. None when no container was added or none needs it."""
-    running = old.get("spec") if isinstance(old, dict) else None
+    running = old.get("spec")
     if not isinstance(running, dict):
         return None
-    hardened = harden_debug_containers(target.spec, running, policy)
-    if hardened is None:
-        return None
-    spec, change = hardened
-    return _patched(obj, _with_spec(obj, target, spec), policy, namespace, [change])
+    return harden_debug_containers(target.spec, running, policy)
 
 
 @_guarded
@@ -278,52 +401,39 @@ def validate(
     namespace: str | None = None,
     old: Any = None,
     context: Context = NO_CONTEXT,
+    governing: Policy | None = None,
 ) -> Decision:
     """The validating webhook: every violation of the object as it arrives.
 
     A pod controller is judged by its template *after* mutation, since that is what its
     pods will look like. On UPDATE (``old`` given), violations the old object already had
     are reported as warnings instead of denying, so labels and annotations of an existing
-    object can still be edited.
+    object can still be edited; what SPEC section 8 forbids (leaving or changing the
+    RunPolicy, rewriting owners or runguard's records) never is.
     """
-    chosen = _run_policy_for(obj, policy, namespace)
-    if chosen is not policy:
-        return validate(obj, chosen, namespace=namespace, old=old, context=context)
-    reserved = ownership.check_reserved_name(obj, policy, context) if isinstance(obj, dict) else []
+    r = _review(obj, policy, namespace, old, context, governing)
+    governing = r.policy
+    reserved = ownership.check_reserved_name(obj, r.root, context) if isinstance(obj, dict) else []
     if reserved:
-        return _finish(
-            _decision(obj, policy, namespace, applies=True, allowed=False, violations=reserved),
-            policy,
-        )
-    target, problems = _select(obj, policy, namespace)
-    scope = _scope_violations(obj, old, policy, namespace) if old is not None else []
-    if scope and (target is None or problems):
-        # A run leaving the selector: judged by what it was.
-        return _finish(
-            _decision(obj, policy, namespace, applies=True, allowed=False, violations=scope),
-            policy,
-        )
-    if target is None and not problems:
-        return _outside_selector(obj, policy, namespace, old, context)
-    if problems or target is None:
-        return _finish(
-            _decision(obj, policy, namespace, applies=True, allowed=False, violations=problems),
-            policy,
-        )
-    who = _Who(obj, policy, namespace, context)
-    pod = _pod(target, policy, target.spec, who)
+        return _deny(obj, governing, namespace, reserved)
+    trust = _trust_violations(r)
+    target, problems = _select(r)
+    if problems or (r.invalid and r.old is not None):
+        return _deny(obj, governing, namespace, [*problems, *trust])
+    if target is None:
+        return _outside_selector(r, trust)
+    who = _Who(r, governing)
+    pod = _pod(target, governing, target.spec, who)
     mutations: list[Change] = []
     if target.kind != "Pod":
-        _, pod, mutations = _mutated(target, policy, who)
+        _, pod, mutations = _mutated(target, governing, who)
     violations = run_checks(pod)
     violations.extend(ownership.check_ownership(pod))
-    if isinstance(old, dict):
-        violations.extend(_stamp_violations(who, old, policy, namespace))
-    if target.kind == "Pod" and old is None:
-        violations.extend(_not_mutated(target, policy, violations, who))
+    if target.kind == "Pod" and r.old is None:
+        violations.extend(_not_mutated(target, governing, violations, who))
     decision = _decision(
         obj,
-        policy,
+        governing,
         namespace,
         applies=True,
         allowed=True,
@@ -332,8 +442,8 @@ def validate(
         warnings=[c.warning for c in mutations],
         mutations=mutations,
     )
-    if old is not None and violations:
-        before = validate(old, policy, namespace=namespace)
+    if r.old is not None and violations:
+        before = validate(r.old, governing, namespace=namespace, governing=governing)
         known = {(v.rule, v.path): v.amount for v in before.violations}
         present = [v for v in violations if _already_present(v, known)]
         decision.violations = [v for v in violations if not _already_present(v, known)]
@@ -341,32 +451,99 @@ def validate(
             f"runguard: allowed on update, already present: [{v.rule}] {v.path}"[:WARNING_LIMIT]
             for v in present
         )
-    decision.violations.extend(scope)
-    return _finish(decision, policy)
+    decision.violations.extend(trust)
+    return _finish(decision, governing)
 
 
-def _stamp_only(
-    obj: Any, policy: Policy, namespace: str | None, context: Context, *, applies: bool
-) -> Decision:
-    """A controller run, or a pod outside the selector naming the platform's objects: only
-    the stamp is written (SPEC section 7); anything else passes untouched."""
-    stamped = None
-    if isinstance(obj, dict) and (applies or _names_platform_objects(obj, policy)):
-        stamped = _stamped(obj, policy, context)
-    if stamped is None:
-        return _decision(obj, policy, namespace, applies=applies, allowed=True)
-    # applies: a stamped pod outside the selector is still not a run
-    return _patched(obj, stamped, policy, namespace, [STAMPED], applies=applies)
+def _deny(obj: Any, policy: Policy, namespace: str | None, found: list[Violation]) -> Decision:
+    return _finish(
+        _decision(obj, policy, namespace, applies=True, allowed=False, violations=found), policy
+    )
 
 
-def _names_platform_objects(obj: Any, policy: Policy) -> bool:
-    if not ownership.enabled(policy):
+def _trust_violations(r: _Review) -> list[Violation]:
+    """SPEC section 8, whatever the object's own rules say: runguard's records as
+    ``/mutate`` writes them, the scope kept on UPDATE, owners not rewritten, no debug
+    container in a platform Pod but the platform's, no platform ServiceAccount."""
+    out = _record_violations(r)
+    if r.old is not None:
+        out.extend(_scope_violations(r))
+        old_meta = r.old_metadata or {}
+        out.extend(ownership.check_owner_change(r.metadata, old_meta, r.root, r.context))
+        out.extend(_debug_violations(r))
+    out.extend(_service_account_violations(r))
+    return out
+
+
+def _record_violations(r: _Review) -> list[Violation]:
+    """The records are what ``/mutate`` writes: at CREATE for the request's user (a
+    forged stamp or record of a Pod that skipped ``/mutate`` is denied), on UPDATE the
+    old object's. Unknown requester (offline without ``--as``): nothing to compare with."""
+    if r.invalid or (r.old is None and r.context.requester is None):
+        return []
+    stamp, record, label = ownership.records(r.metadata)
+    now = {STAMP: stamp, PLATFORM_RECORD: record, POLICY_LABEL: label}
+    out = []
+    for key, expected in _expected_records(r).items():
+        if now[key] == expected:
+            continue
+        rule = "scope.labels" if key == POLICY_LABEL else "ownership.stamp"
+        where = "labels" if key == POLICY_LABEL else "annotations"
+        when = "at creation" if r.old is None else "and cannot change"
+        out.append(
+            Violation(
+                rule,
+                f"metadata.{where}[{key}]",
+                f"{key} is written by runguard's mutating webhook {when}: "
+                f"{now[key]!r} is not {expected!r} (was the webhook bypassed?)",
+            )
+        )
+    return out
+
+
+def _outside_selector(r: _Review, trust: list[Violation]) -> Decision:
+    """Not a run: allowed untouched, unless it uses the platform's objects without being
+    the platform's (``ownership.not-a-run``), or breaks SPEC section 8."""
+    policy = r.policy
+    violations = list(trust)
+    if r.target is not None and r.namespace not in policy.exclude_namespaces:
+        violations.extend(_not_a_run(r))
+        if r.old is not None and _names_platform_objects(r):
+            violations.extend(_stamp_violations(r))
+    if not violations:
+        return _decision(r.obj, policy, r.namespace, applies=False, allowed=True)
+    return _deny(r.obj, policy, r.namespace, violations)
+
+
+def _not_a_run(r: _Review) -> list[Violation]:
+    assert r.target is not None
+    found: list[Violation] = []
+    for policy in r.root.run_policies():
+        if not ownership.enabled(policy):
+            continue
+        who = _Who(r, policy)
+        violations = ownership.check_not_a_run(
+            r.target.spec, r.target.spec_path, who.ownership, policy
+        )
+        if violations and r.old_target is not None:
+            # On UPDATE a reference the old object already had is not new: the object was
+            # admitted with it (a controller removing its finalizer must go through).
+            had = {(k, n) for k, n, _ in ownership.platform_references(r.old_target.spec, policy)}
+            now = ownership.platform_references(r.target.spec, policy)
+            fresh = {path for k, n, path in now if (k, n) not in had}
+            prefix = spec_prefix(r.target.spec_path)
+            violations = [v for v in violations if v.path.removeprefix(prefix) in fresh]
+        found.extend(v for v in violations if v not in found)
+    return found
+
+
+def _names_platform_objects(r: _Review) -> bool:
+    if r.target is None:
         return False
-    try:
-        target = locate(obj)
-    except InvalidObject:
-        return False
-    return target is not None and bool(ownership.platform_references(target.spec, policy))
+    return any(
+        ownership.enabled(p) and ownership.platform_references(r.target.spec, p)
+        for p in r.root.run_policies()
+    )
 
 
 def _already_present(v: Violation, known: dict[tuple[str, str], Decimal | None]) -> bool:
@@ -377,78 +554,107 @@ def _already_present(v: Violation, known: dict[tuple[str, str], Decimal | None])
     return v.amount is None or (before is not None and v.amount <= before)
 
 
-def _scope_violations(obj: Any, old: Any, policy: Policy, namespace: str | None) -> list[Violation]:
-    """``scope.labels`` when an UPDATE changes the labels that make ``old`` a governed run."""
-    before, _ = _select(old, policy, namespace)
-    if before is None or before.kind != "Pod":
-        return []  # a controller's new template labels only shape pods judged at creation
-    try:
-        after = locate(obj)
-    except InvalidObject:
-        return []  # the new object's own problems are reported as input.invalid
-    labels = after.labels if after is not None else {}
+def _scope_violations(r: _Review) -> list[Violation]:
+    """``scope.labels`` when an UPDATE changes a label that decides whether and how an
+    object is governed (any RunPolicy's selector keys, profile label and pattern labels),
+    for a Pod's labels and for a controller's template labels alike."""
+    if r.old_target is None:
+        return []
+    labels = r.target.labels if r.target is not None else {}
+    if r.governing is None:
+        entering = r.root.choose(labels, r.namespace, lambda _p: True)
+        if entering is None:
+            return []
+        return [
+            Violation(
+                "scope.labels",
+                spec_prefix(r.old_target.spec_path) + "metadata.labels",
+                f"these labels make it a run of RunPolicy {entering.name}: an existing object "
+                "cannot become a run by an update; create it anew",
+            )
+        ]
+    keys: list[str] = []
+    for p in r.root.run_policies():
+        keys.extend(scope_label_keys(p))
     return check_scope_labels(
-        before.labels, labels, policy, spec_prefix(before.spec_path) + "metadata"
+        r.old_target.labels,
+        labels,
+        list(dict.fromkeys(keys)),
+        spec_prefix(r.old_target.spec_path) + "metadata",
     )
 
 
-def _outside_selector(
-    obj: Any, policy: Policy, namespace: str | None, old: Any, context: Context
-) -> Decision:
-    """Not a run: allowed untouched, unless it uses the platform's objects without being
-    the platform's (``ownership.not-a-run``)."""
-    if not ownership.enabled(policy):
-        return _decision(obj, policy, namespace, applies=False, allowed=True)
-    try:
-        target = locate(obj)
-    except InvalidObject:
-        target = None
-    if target is None:
-        return _decision(obj, policy, namespace, applies=False, allowed=True)
-    who = _Who(obj, policy, namespace, context)
-    if who.namespace in policy.exclude_namespaces:
-        return _decision(obj, policy, namespace, applies=False, allowed=True)
-    violations = ownership.check_not_a_run(target.spec, target.spec_path, who.ownership, policy)
-    if violations and isinstance(old, dict):
-        # On UPDATE a reference the old object already had is not new: the object was
-        # admitted with it (a controller removing its finalizer must go through).
-        try:
-            before = locate(old)
-        except InvalidObject:
-            before = None
-        if before is not None:
-            had = {(k, n) for k, n, _ in ownership.platform_references(before.spec, policy)}
-            now = ownership.platform_references(target.spec, policy)
-            fresh = {path for k, n, path in now if (k, n) not in had}
-            prefix = spec_prefix(target.spec_path)
-            violations = [v for v in violations if v.path.removeprefix(prefix) in fresh]
-    if isinstance(old, dict) and ownership.platform_references(target.spec, policy):
-        violations.extend(_stamp_violations(who, old, policy, namespace))
-    if not violations:
-        return _decision(obj, policy, namespace, applies=False, allowed=True)
-    return _finish(
-        _decision(obj, policy, namespace, applies=True, allowed=False, violations=violations),
-        policy,
-    )
+def _debug_violations(r: _Review) -> list[Violation]:
+    """``ownership.debug``: an ephemeral container added to a Pod that holds the platform's
+    objects, by anyone but a platform identity (a shell in the run, with its secrets)."""
+    if r.context.subresource != "ephemeralcontainers" or r.target is None:
+        return []
+    if r.old_target is None or r.target.kind != "Pod":
+        return []
+    before = r.old_target.spec.get("ephemeralContainers") or []
+    after = r.target.spec.get("ephemeralContainers") or []
+    if not isinstance(after, list) or len(after) <= len(before if isinstance(before, list) else []):
+        return []
+    out = []
+    for p in r.root.run_policies():
+        if not ownership.enabled(p) or ownership.is_platform_identity(p, r.context.requester):
+            continue
+        if ownership.platform_references(r.old_target.spec, p):
+            out.append(
+                Violation(
+                    "ownership.debug",
+                    "spec.ephemeralContainers",
+                    "this Pod holds the platform's secrets or volumes: only the platform may "
+                    "add a debug container to it",
+                )
+            )
+            break
+    return out
 
 
-def _stamp_violations(
-    who: _Who, old: JSON, policy: Policy, namespace: str | None
-) -> list[Violation]:
-    """On UPDATE: the stamp kept, and no object entering the platform's scope."""
+def _service_account_violations(r: _Review) -> list[Violation]:
+    """``ownership.service-account``: only the platform's own objects run as its accounts."""
+    if r.target is None or (r.old is not None and r.old_target is not None):
+        return []  # a Pod's service account never changes after CREATE
+    spec = r.target.spec
+    name = spec.get("serviceAccountName") or spec.get("serviceAccount")
+    if not isinstance(name, str) or not name:
+        return []
+    for p in r.root.run_policies():
+        if not ownership.enabled(p) or (r.namespace, name) not in (
+            ownership.service_account_identities(p)
+        ):
+            continue
+        if ownership.ownership_of(r.metadata, r.namespace, p, r.context).platform:
+            return []
+        return [
+            Violation(
+                "ownership.service-account",
+                f"{r.target.spec_path}.serviceAccountName",
+                f"ServiceAccount {name!r} is the platform's own identity: only objects the "
+                "platform creates run as it",
+            )
+        ]
+    return []
+
+
+def _stamp_violations(r: _Review) -> list[Violation]:
+    """On UPDATE: no object entering the platform's scope."""
     return ownership.check_stamp(
-        who.metadata,
-        old.get("metadata") or {},
-        _in_scope(old, policy, namespace),
-        policy,
-        who.context,
+        r.metadata, r.old_metadata or {}, _in_scope(r), r.policy, r.context
     )
 
 
-def _in_scope(obj: Any, policy: Policy, namespace: str | None) -> bool:
-    """Whether runguard governs ``obj``: a run, or an object naming the platform's objects."""
-    target, problems = _select(obj, policy, namespace)
-    return target is not None or bool(problems) or _names_platform_objects(obj, policy)
+def _in_scope(r: _Review) -> bool:
+    """Whether runguard governed the old object: a run, or one naming the platform's."""
+    if r.old_target is None:
+        return False
+    if r.governing is not None:
+        return True
+    return any(
+        ownership.enabled(p) and ownership.platform_references(r.old_target.spec, p)
+        for p in r.root.run_policies()
+    )
 
 
 def _not_mutated(
@@ -484,7 +690,7 @@ def evaluate(
     mutation = mutate(obj, policy, namespace=namespace, context=context)
     if not mutation.applies:
         # Not a run, but still judged: a reserved name, an unlabelled copy of a run.
-        validation = validate(obj, policy, namespace=namespace, context=context)
+        validation = validate(mutation.object, policy, namespace=namespace, context=context)
         return validation if validation.applies else mutation
     if mutation.error is not None:
         return mutation

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from decimal import Decimal
 from functools import cached_property
 from typing import Annotated, Any, Literal, get_args
@@ -283,7 +283,35 @@ class SchedulingConfig(Section):
 
 
 _KCM = "system:serviceaccount:kube-system:"
+# The identity of each kube-controller-manager controller that creates Pods or pod
+# controllers (``--use-service-account-credentials``), and the kind it owns them through.
+KCM_CONTROLLERS: Mapping[str, str] = {
+    f"{_KCM}job-controller": "batch/Job",
+    f"{_KCM}cronjob-controller": "batch/CronJob",
+    f"{_KCM}replicaset-controller": "apps/ReplicaSet",
+    f"{_KCM}deployment-controller": "apps/Deployment",
+    f"{_KCM}statefulset-controller": "apps/StatefulSet",
+    f"{_KCM}daemon-set-controller": "apps/DaemonSet",
+    f"{_KCM}replication-controller": "ReplicationController",
+}
+# A user name, ``group:NAME`` (a group of the requester) or ``serviceaccount:NS:NAME``.
 Identity = Annotated[str, Field(min_length=1)]
+# ``GROUP/Kind`` as in an ownerReferences' apiVersion (without version) and kind;
+# ``Kind`` alone for the core group.
+GroupKind = Annotated[
+    str, Field(pattern=r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Z][A-Za-z0-9]*$")
+]
+
+
+class Operator(Section):
+    """A controller that creates the platform's Pods (or pod controllers) from its own
+    objects: its identity, and the kinds it owns them through (by ownerReferences)."""
+
+    identity: Identity = Field(description="Who the operator acts as.")
+    kinds: Annotated[tuple[GroupKind, ...], UNIQUE] = Field(
+        min_length=1,
+        description="GROUP/Kind of the objects whose Pods it creates (argoproj.io/Workflow).",
+    )
 
 
 class PlatformConfig(Section):
@@ -291,30 +319,54 @@ class PlatformConfig(Section):
 
     identities: Annotated[tuple[Identity, ...], UNIQUE] = Field(
         default=(),
-        description="Users the platform acts as (group:NAME for a group). Set: only runs they "
-        "create use platform-named claims, configMaps and secrets; absent: names decide.",
+        description="Who the platform acts as: a user name, group:NAME or "
+        "serviceaccount:NAMESPACE:NAME. Set: only runs they create use platform-named claims, "
+        "configMaps and secrets; absent: names decide.",
     )
     controllers: Annotated[tuple[Identity, ...], UNIQUE] = Field(
-        default=tuple(
-            f"{_KCM}{name}-controller"
-            for name in (
-                "job",
-                "cronjob",
-                "replicaset",
-                "deployment",
-                "statefulset",
-                "daemonset",
-                "replication",
-            )
-        ),
-        description="Controllers whose Pods are the platform's when their owner, found by uid, "
-        "carries a platform stamp.",
+        default=tuple(KCM_CONTROLLERS),
+        description="Kubernetes controllers whose objects are the platform's when their "
+        "controller owner, found by uid, was the platform's when it was created.",
+    )
+    operators: tuple[Operator, ...] = Field(
+        default=(),
+        description="Operators (Argo, KubeRay, ...): an identity and the kinds it owns Pods "
+        "through; their objects are stamped at creation like pod controllers.",
+    )
+    installers: Annotated[tuple[Identity, ...], UNIQUE] = Field(
+        default=("group:system:masters",),
+        description="Who else may create objects with installation-wide platform names "
+        "(the platform's chart): besides the identities.",
     )
     project_label: LabelKey | None = Field(
         default=None,
         description="Label naming a run's project: a claim with the run's value is a "
         "project-shared volume of the project's platform runs.",
     )
+
+    @cached_property
+    def owner_kinds(self) -> Mapping[str, frozenset[str]]:
+        """identity -> the GROUP/Kinds it owns objects through."""
+        out: dict[str, set[str]] = {}
+        for identity in self.controllers:
+            default = KCM_CONTROLLERS.get(_username(identity))
+            out.setdefault(_username(identity), set()).update(
+                [default] if default else set(KCM_CONTROLLERS.values())
+            )
+        for operator in self.operators:
+            out.setdefault(_username(operator.identity), set()).update(operator.kinds)
+        return {k: frozenset(v) for k, v in out.items()}
+
+    @cached_property
+    def operator_kinds(self) -> frozenset[str]:
+        return frozenset(k for o in self.operators for k in o.kinds)
+
+
+def _username(identity: str) -> str:
+    """The user name an identity of a user or a service account is."""
+    if identity.startswith("serviceaccount:"):
+        return "system:" + identity
+    return identity
 
 
 class RunPolicySpec(Section):
@@ -347,6 +399,12 @@ class RunPolicySpec(Section):
     scheduling: SchedulingConfig = Field(default_factory=SchedulingConfig)
     platform: PlatformConfig = Field(
         default_factory=PlatformConfig, description="Who the platform is (ownership checks)."
+    )
+    requesters: Annotated[tuple[Identity, ...], UNIQUE] = Field(
+        default=(),
+        description="Set: this RunPolicy governs only objects these identities create "
+        "(directly, or through controllers from an object it governs); anyone else's go on "
+        "to the next RunPolicy whose selector matches.",
     )
 
 
@@ -447,12 +505,26 @@ class Policy(RunPolicySpec):
         """Every RunPolicy, in the order they are tried."""
         return (self, *self.alternatives)
 
-    def choose(self, labels: Mapping[str, str], namespace: str) -> Policy | None:
-        """The RunPolicy governing a pod with these labels in this namespace, if any."""
+    def choose(
+        self,
+        labels: Mapping[str, str],
+        namespace: str,
+        requested: Callable[[Policy], bool] | None = None,
+    ) -> Policy | None:
+        """The RunPolicy governing a pod with these labels in this namespace, if any: the
+        first whose selector matches and, when it names ``requesters``, whose requesters
+        created the object (``requested(policy)``; None: no requester is known)."""
         for policy in (self, *self.alternatives):
-            if namespace not in policy.exclude_namespaces and policy.selector.matches(labels):
-                return policy
+            if namespace in policy.exclude_namespaces or not policy.selector.matches(labels):
+                continue
+            if policy.requesters and (requested is None or not requested(policy)):
+                continue
+            return policy
         return None
+
+    def named(self, name: str) -> Policy | None:
+        """The RunPolicy called ``name``, if there is one."""
+        return next((p for p in (self, *self.alternatives) if p.name == name), None)
 
 
 def with_alternatives(policies: Sequence[Policy]) -> Policy:

@@ -4,8 +4,10 @@ With the NVIDIA container runtime, ``NVIDIA_VISIBLE_DEVICES=all`` in a container
 every GPU of the node, whatever the pod requested. The variables of
 ``resources.deviceEnv`` are removed where users set them (with ``security.onRoot:
 Strip``) or denied; a profile's value for the main container stays, since the admin
-wrote it. Out of reach: a value coming from ``envFrom`` a configMap, whose keys the
-admission request does not show (the device plugin's own allocation still applies).
+wrote it. So is an ``envFrom`` whose ``prefix`` begins such a name (``NVIDIA_VISIBLE_``
+with a key ``DEVICES``). Out of reach: a value coming from ``envFrom`` a configMap
+without a prefix, whose keys the admission request does not show (the device plugin's
+own allocation still applies).
 """
 
 from __future__ import annotations
@@ -30,6 +32,14 @@ def _from_profile(
     return container is main and env in set_by_profile
 
 
+def _prefix_selects(env_from: JSON, names: tuple[str, ...]) -> bool:
+    """An ``envFrom`` whose prefix starts a device variable's name (``NVIDIA_VISIBLE_``
+    and a key ``DEVICES``): it can set the variable from keys the request does not show.
+    Without a prefix the keys are whatever the source holds (out of reach, module doc)."""
+    prefix = env_from.get("prefix")
+    return isinstance(prefix, str) and bool(prefix) and any(n.startswith(prefix) for n in names)
+
+
 def drop_device_env(pod: Pod) -> Change | None:
     names = pod.policy.resources.device_env
     if not names or pod.policy.security.on_root != "Strip":
@@ -37,6 +47,12 @@ def drop_device_env(pod: Pod) -> Change | None:
     main, set_by_profile = _profile_env(pod)
     removed: list[str] = []
     for _, _, container in pod.containers(ALL_CONTAINER_LISTS):
+        env_from = container.get("envFrom")
+        if env_from and any(_prefix_selects(e, names) for e in env_from):
+            for e in env_from:
+                if _prefix_selects(e, names):
+                    removed.append(f"{container['name']} envFrom prefix {e['prefix']}")
+            set_list(container, "envFrom", [e for e in env_from if not _prefix_selects(e, names)])
         env = container.get("env")
         if not env:
             continue
@@ -62,6 +78,17 @@ def check_device_env(pod: Pod) -> list[Violation]:
         return out
     main, set_by_profile = _profile_env(pod)
     for list_name, i, container in pod.containers(ALL_CONTAINER_LISTS):
+        for j, env_from in enumerate(container.get("envFrom") or ()):
+            if _prefix_selects(env_from, names):
+                out.append(
+                    Violation(
+                        "resources.device-env",
+                        f"{pod.spec_path}.{list_name}[{i}].envFrom[{j}].prefix",
+                        f"envFrom with prefix {env_from['prefix']!r} can set a variable that "
+                        "selects the node's devices: use another prefix and request "
+                        f"{pod.short(pod.policy.resources.gpu_resource_name)} in resources",
+                    )
+                )
         for j, env in enumerate(container.get("env") or ()):
             if env["name"] in names and not _from_profile(container, env, main, set_by_profile):
                 out.append(

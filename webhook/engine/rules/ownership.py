@@ -1,33 +1,40 @@
-"""Ownership (SPEC section 7): the platform's volumes and secrets only for the platform's runs.
+"""Ownership (SPEC sections 7 and 8): the platform's volumes and secrets only for its runs.
 
 Names and labels are written by whoever writes the manifest, so they cannot alone decide
-what a run may use. With ``platform.identities`` set, a Pod is the platform's when:
+what a run may use. With ``platform.identities`` set, an object is the platform's when,
+at its CREATE:
 
-- the request's user is a platform identity (a user, or ``group:NAME`` of its groups);
-- or the request comes from a controller of ``platform.controllers`` (the
-  kube-controller-manager's job-controller, replicaset-controller...) and the Pod's
-  controller owner, found *by uid* in the cluster state, carries a platform stamp,
-  directly or through owners stamped by those controllers (Pod -> ReplicaSet ->
-  Deployment, Pod -> Job -> CronJob). An ``ownerReferences`` a user writes proves
-  nothing: the requester must be the controller itself.
+- the request's user is a platform identity (a user name, ``group:NAME`` of its groups,
+  ``serviceaccount:NS:NAME``; a user name is never compared with a group identity);
+- or the request comes from a controller (``platform.controllers``, the
+  kube-controller-manager's job-controller, replicaset-controller...) or an operator
+  (``platform.operators``) and the object's controller owner, of a kind that identity
+  owns, found *by uid* in the cluster state, was the platform's when *it* was created.
+  An ``ownerReferences`` a user writes proves nothing: the requester must be the
+  controller itself.
 
-The stamp (``runguard.io/requested-by``) is written by runguard at CREATE, overwriting
-any value sent, and cannot change on UPDATE, so it can be trusted later. Without
-``platform.identities`` the checks are off and names decide (``runguard lint`` warns).
+That decision is recorded by runguard at CREATE (``runguard.io/platform``, beside the
+stamp ``runguard.io/requested-by``), overwriting anything sent, and never changes: later
+checks read the record of the object as it was (``old``), never its new owners or a
+string comparison of the stamp. Without ``platform.identities`` the checks are off and
+names decide (``runguard lint`` warns).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from functools import lru_cache
 from typing import Any
 
+from webhook.engine import doors
 from webhook.engine.context import (
     OWNERSHIP_OFF,
+    PLATFORM_RECORD,
+    POLICY_LABEL,
     STAMP,
-    ClusterView,
     Context,
+    ObjectMeta,
     Ownership,
     Requester,
 )
@@ -37,74 +44,164 @@ from webhook.engine.types import JSON, Violation
 from webhook.policy.model import NamePattern, Policy
 from webhook.policy.patterns import split
 
-# The kinds whose ownerReferences chain a Pod back to what the platform created.
-OWNER_KINDS = frozenset(
-    {
-        "Job",
-        "CronJob",
-        "ReplicaSet",
-        "Deployment",
-        "StatefulSet",
-        "DaemonSet",
-        "ReplicationController",
-    }
-)
 _MAX_DEPTH = 6  # Pod -> ReplicaSet -> Deployment is 2; anything longer is not a controller chain
+GROUP = "group:"
+SERVICE_ACCOUNT = "serviceaccount:"
 
 
 def enabled(policy: Policy) -> bool:
     return bool(policy.platform.identities)
 
 
+def identity_matches(identity: str, requester: Requester) -> bool:
+    """Typed: ``group:NAME`` against the groups only, ``serviceaccount:NS:NAME`` against
+    the service account's user name, anything else against the user name."""
+    if identity.startswith(GROUP):
+        return identity[len(GROUP) :] in requester.groups
+    if identity.startswith(SERVICE_ACCOUNT):
+        return requester.username == "system:" + identity
+    return requester.username == identity
+
+
+def is_identity(identities: tuple[str, ...], requester: Requester | None) -> bool:
+    return requester is not None and any(identity_matches(i, requester) for i in identities)
+
+
 def is_platform_identity(policy: Policy, requester: Requester | None) -> bool:
-    if requester is None:
-        return False
+    return is_identity(policy.platform.identities, requester)
+
+
+def service_account_identities(policy: Policy) -> frozenset[tuple[str, str]]:
+    """(namespace, name) of every ServiceAccount that is a platform identity."""
+    out = set()
     for identity in policy.platform.identities:
-        if identity.startswith("group:"):
-            if identity[len("group:") :] in requester.groups:
-                return True
-        elif identity == requester.username:
-            return True
-    return False
+        text = identity.removeprefix("system:")
+        if text.startswith(SERVICE_ACCOUNT):
+            namespace, _, name = text[len(SERVICE_ACCOUNT) :].partition(":")
+            if namespace and name:
+                out.add((namespace, name))
+    return frozenset(out)
 
 
-def stamped_by_platform(policy: Policy, annotations: Mapping[str, str]) -> bool:
-    """A stamp names a platform user (group identities are honoured at request time)."""
-    stamp = annotations.get(STAMP)
-    return stamp is not None and stamp in policy.platform.identities
+def recorded_platform(policy: Policy, annotations: Mapping[str, str]) -> bool:
+    """The object's record says the platform created it. An object stamped before
+    records existed (no record key) counts when its stamp is a platform *user* name."""
+    record = annotations.get(PLATFORM_RECORD)
+    if record is not None:
+        return record == "true"
+    return annotations.get(STAMP) in _user_names(policy.platform.identities)
 
 
-def ownership_of(object_meta: JSON, namespace: str, policy: Policy, context: Context) -> Ownership:
-    """Whether the object being admitted (a Pod or a pod controller) is the platform's."""
+@lru_cache(maxsize=64)
+def _user_names(identities: tuple[str, ...]) -> frozenset[str]:
+    """The user names of the identities that are users or service accounts."""
+    return frozenset(
+        "system:" + i if i.startswith(SERVICE_ACCOUNT) else i
+        for i in identities
+        if not i.startswith(GROUP)
+    )
+
+
+def records(object_meta: JSON) -> tuple[str | None, str | None, str | None]:
+    """The stamp, the platform record and the governing policy label of an object."""
+    annotations = object_meta.get("annotations") or {}
+    labels = object_meta.get("labels") or {}
+    if not isinstance(annotations, dict):
+        annotations = {}
+    if not isinstance(labels, dict):
+        labels = {}
+    return annotations.get(STAMP), annotations.get(PLATFORM_RECORD), labels.get(POLICY_LABEL)
+
+
+def ownership_of(
+    object_meta: JSON,
+    namespace: str,
+    policy: Policy,
+    context: Context,
+    old_meta: JSON | None = None,
+) -> Ownership:
+    """Whether the object being admitted (a Pod, a pod controller, an operator's object)
+    is the platform's. After CREATE: what runguard recorded then, read from the object
+    as it was (``old_meta``), whatever the update sends."""
     if not enabled(policy):
         return OWNERSHIP_OFF
     if context.operation != "CREATE":
-        # Who created it is recorded in the stamp runguard wrote then, immutable since:
-        # the platform, or a controller whose owner, by uid, the platform stamped.
-        annotations = object_meta.get("annotations") or {}
-        if stamped_by_platform(policy, annotations):
+        meta = old_meta if old_meta is not None else object_meta
+        annotations = meta.get("annotations")
+        if not isinstance(annotations, dict):
+            annotations = {}
+        if recorded_platform(policy, annotations):
             return Ownership(True)
-        if annotations.get(STAMP) in policy.platform.controllers:
-            return _owned_through(
-                object_meta.get("ownerReferences"), namespace, policy, context.state, 0
-            )
+        if PLATFORM_RECORD not in annotations and annotations.get(STAMP) in (
+            policy.platform.owner_kinds
+        ):
+            # created by a controller before records existed: its owner's record then
+            as_stamp = Context(Requester(annotations[STAMP]), context.state, context.operation)
+            admit = _platform_owner(policy, context)
+            return _through_owner(meta, namespace, policy, as_stamp, admit)
         return Ownership(False)
-    requester = context.requester
-    if is_platform_identity(policy, requester):
+    if is_platform_identity(policy, context.requester):
         return Ownership(True)
-    if requester is None or requester.username not in policy.platform.controllers:
-        return Ownership(False)
-    return _owned_through(object_meta.get("ownerReferences"), namespace, policy, context.state, 0)
+    return _through_owner(object_meta, namespace, policy, context, _platform_owner(policy, context))
 
 
-def _owned_through(
-    references: Any, namespace: str, policy: Policy, state: ClusterView | None, depth: int
+def _platform_owner(
+    policy: Policy, context: Context
+) -> Callable[[ObjectMeta, int], bool | Ownership]:
+    """Accepts an owner that was the platform's when it was created: its record, or for
+    an owner from before records existed, its stamp and then its own owner's."""
+
+    def admit(owner: ObjectMeta, depth: int) -> bool | Ownership:
+        if recorded_platform(policy, owner.annotations):
+            return True
+        stamp = owner.annotations.get(STAMP)
+        if (
+            stamp is None
+            or PLATFORM_RECORD in owner.annotations
+            or stamp not in policy.platform.owner_kinds
+            or depth >= _MAX_DEPTH
+        ):
+            return False
+        refs = [{"kind": k, "name": n, "uid": u, "controller": c} for k, n, u, c in owner.owners]
+        as_stamp = Context(Requester(stamp), context.state, context.operation)
+        return _through_owner(
+            {"ownerReferences": refs}, owner.namespace, policy, as_stamp, admit, depth + 1
+        )
+
+    return admit
+
+
+def created_through(
+    object_meta: JSON,
+    namespace: str,
+    policy: Policy,
+    context: Context,
+    admit: Callable[[ObjectMeta], bool],
 ) -> Ownership:
-    """Follow the controller owner by uid up to a platform stamp."""
-    owner = _controller_owner(references)
-    if owner is None or depth >= _MAX_DEPTH:
+    """The request comes from a controller or operator of ``policy.platform`` and the
+    object's controller owner, of a kind it owns, found by uid, is one ``admit`` accepts."""
+    return _through_owner(object_meta, namespace, policy, context, lambda o, _d: admit(o))
+
+
+def _through_owner(
+    object_meta: JSON,
+    namespace: str,
+    policy: Policy,
+    context: Context,
+    admit: Callable[[ObjectMeta, int], bool | Ownership],
+    depth: int = 0,
+) -> Ownership:
+    requester = context.requester
+    if requester is None:
+        return Ownership(False)
+    kinds = policy.platform.owner_kinds.get(requester.username)
+    if kinds is None:
+        return Ownership(False)
+    owner = _controller_owner(object_meta.get("ownerReferences"), kinds)
+    if owner is None:
         return Ownership(False)
     kind, name, uid = owner
+    state = context.state
     if state is None:
         return Ownership(False, f"no cluster state to find the owner {kind} {name} (uid {uid})")
     found = state.by_uid(uid)
@@ -114,22 +211,20 @@ def _owned_through(
         return Ownership(False)  # no such owner: the reference is forged or stale
     if found.kind != kind or found.namespace != namespace or found.name != name:
         return Ownership(False)  # a uid borrowed from another object proves nothing
-    if stamped_by_platform(policy, found.annotations):
-        return Ownership(True)
-    if found.annotations.get(STAMP) in policy.platform.controllers:
-        refs = [{"kind": k, "name": n, "uid": u, "controller": c} for k, n, u, c in found.owners]
-        return _owned_through(refs, namespace, policy, state, depth + 1)
-    return Ownership(False)
+    verdict = admit(found, depth)
+    return verdict if isinstance(verdict, Ownership) else Ownership(verdict)
 
 
-def _controller_owner(references: Any) -> tuple[str, str, str] | None:
+def _controller_owner(references: Any, kinds: frozenset[str]) -> tuple[str, str, str] | None:
+    """The controller owner reference, when it is of one of ``kinds`` (GROUP/Kind)."""
     if not isinstance(references, list):
         return None
+    names = {k.rpartition("/")[2] for k in kinds}
     for ref in references:
         if (
             isinstance(ref, dict)
             and ref.get("controller") is True
-            and ref.get("kind") in OWNER_KINDS
+            and ref.get("kind") in names
             and isinstance(ref.get("uid"), str)
         ):
             return ref["kind"], str(ref.get("name", "")), ref["uid"]
@@ -151,15 +246,10 @@ def reserved_patterns(policy: Policy, kind: str) -> tuple[NamePattern, ...]:
 
 
 def reserved_name(policy: Policy, kind: str, name: str) -> NamePattern | None:
-    """The per-run platform pattern ``name`` falls under, placeholders matching any value.
-
-    Only patterns naming a run's label are reserved: they are the names the platform
-    creates per run, which a user could take first. A pattern without a placeholder
-    (``digitalhub-common-creds``, ``mlrun-*``) names installation-wide objects an admin
-    creates with the platform's chart, before any run."""
+    """The platform pattern ``name`` falls under, placeholders matching any value: a
+    per-run name (a pattern naming a run's label) or an installation-wide one (the
+    common credentials, a shared claim), which a user could otherwise take first."""
     for pattern in reserved_patterns(policy, kind):
-        if not pattern.label_keys:
-            continue
         if _any_labels(pattern.text).fullmatch(name):
             return pattern
     return None
@@ -180,23 +270,87 @@ def platform_named(policy: Policy, kind: str, name: str) -> bool:
     return any(_any_labels(p.text).fullmatch(name) for p in reserved_patterns(policy, kind))
 
 
-def check_reserved_name(obj: JSON, policy: Policy, context: Context) -> list[Violation]:
-    """``ownership.reserved-name``: only the platform creates objects with its names."""
-    if not enabled(policy) or context.operation != "CREATE":
+def check_reserved_name(obj: JSON, root: Policy, context: Context) -> list[Violation]:
+    """``ownership.reserved-name``: only the platform creates objects with its names (of
+    any RunPolicy); an installation-wide name also ``platform.installers`` (its chart)."""
+    if context.operation != "CREATE":
         return []
-    kind = obj.get("kind")
-    name = (obj.get("metadata") or {}).get("name")
+    kind, metadata = obj.get("kind"), obj.get("metadata")
+    name = metadata.get("name") if isinstance(metadata, dict) else None
     if not isinstance(kind, str) or not isinstance(name, str):
         return []
-    pattern = reserved_name(policy, kind, name)
-    if pattern is None or is_platform_identity(policy, context.requester):
+    for policy in root.run_policies():
+        if not enabled(policy):
+            continue
+        pattern = reserved_name(policy, kind, name)
+        if pattern is None or is_platform_identity(policy, context.requester):
+            continue
+        if not pattern.label_keys and is_identity(policy.platform.installers, context.requester):
+            continue
+        return [
+            Violation(
+                "ownership.reserved-name",
+                "metadata.name",
+                f"{kind} name {name!r} is reserved for the platform (pattern {pattern.text!r}): "
+                "choose another name",
+            )
+        ]
+    return []
+
+
+def requested_by(policy: Policy, object_meta: JSON, namespace: str, context: Context) -> bool:
+    """The object was created by one of ``policy.requesters``: the request's user, or a
+    controller (or operator) of ``policy.platform`` creating it for an owner, by uid, that
+    this RunPolicy governs (which its requesters created)."""
+    if is_identity(policy.requesters, context.requester):
+        return True
+
+    def governed(owner: ObjectMeta) -> bool:
+        return owner.labels.get(POLICY_LABEL) == policy.name
+
+    return created_through(object_meta, namespace, policy, context, governed).platform
+
+
+def is_operator_object(obj: Any, root: Policy) -> bool:
+    """An object of a kind a platform operator owns Pods through (stamped at CREATE)."""
+    if not isinstance(obj, dict):
+        return False
+    kind, api_version = obj.get("kind"), obj.get("apiVersion")
+    if not isinstance(kind, str) or not isinstance(api_version, str):
+        return False
+    group = api_version.rpartition("/")[0]
+    key = f"{group}/{kind}" if group else kind
+    return any(key in p.platform.operator_kinds for p in root.run_policies() if enabled(p))
+
+
+def check_owner_change(
+    new_meta: JSON, old_meta: JSON, root: Policy, context: Context
+) -> list[Violation]:
+    """``ownership.owner-changed``: the ownerReferences of an object runguard stamped may
+    only lose entries (the garbage collector orphaning it), or be written by a platform
+    identity or a controller (adoption, release); adoption grants nothing, since what the
+    object may use was recorded at its CREATE."""
+    annotations = old_meta.get("annotations")
+    if not isinstance(annotations, dict) or STAMP not in annotations:
         return []
+    before = old_meta.get("ownerReferences") or []
+    after = new_meta.get("ownerReferences") or []
+    if not isinstance(after, list) or not isinstance(before, list):
+        return []
+    if all(ref in before for ref in after):
+        return []
+    for policy in root.run_policies():
+        if is_platform_identity(policy, context.requester):
+            return []
+        requester = context.requester
+        if requester is not None and requester.username in policy.platform.owner_kinds:
+            return []
     return [
         Violation(
-            "ownership.reserved-name",
-            "metadata.name",
-            f"{kind} name {name!r} is reserved for the platform (pattern {pattern.text!r}): "
-            "choose another name",
+            "ownership.owner-changed",
+            "metadata.ownerReferences",
+            "the owners of an object runguard admitted are the controllers' and the "
+            "platform's to write: only removing one is allowed",
         )
     ]
 
@@ -204,39 +358,19 @@ def check_reserved_name(obj: JSON, policy: Policy, context: Context) -> list[Vio
 # --- references to the platform's objects ----------------------------------------------
 
 
+_NAMED_KINDS = frozenset({"PersistentVolumeClaim", "ConfigMap", "Secret"})
+
+
 def platform_references(spec: Any, policy: Policy) -> list[tuple[str, str, str]]:
     """(kind, name, path) of every reference in a pod spec to an object with a platform
-    name, whatever the pod's labels (a pattern's placeholders stand for any value). Reads
-    defensively: it also runs on pods outside the selector, which are not shape-checked."""
-    out: list[tuple[str, str, str]] = []
-
-    def see(kind: str, name: Any, path: str) -> None:
-        if isinstance(name, str) and platform_named(policy, kind, name):
-            out.append((kind, name, path))
-
-    if not isinstance(spec, dict):
-        return out
-    for i, volume in enumerate(_items(spec.get("volumes"))):
-        path = f"spec.volumes[{i}]"
-        see("PersistentVolumeClaim", _get(volume, "persistentVolumeClaim", "claimName"), path)
-        see("ConfigMap", _get(volume, "configMap", "name"), path)
-        see("Secret", _get(volume, "secret", "secretName"), path)
-        for j, source in enumerate(_items(_get(volume, "projected", "sources"))):
-            see("ConfigMap", _get(source, "configMap", "name"), f"{path}.projected.sources[{j}]")
-            see("Secret", _get(source, "secret", "name"), f"{path}.projected.sources[{j}]")
-    for list_name in ("initContainers", "containers", "ephemeralContainers"):
-        for i, container in enumerate(_items(spec.get(list_name))):
-            path = f"spec.{list_name}[{i}]"
-            for j, env in enumerate(_items(_get(container, "env"))):
-                value_from = _get(env, "valueFrom")
-                see("Secret", _get(value_from, "secretKeyRef", "name"), f"{path}.env[{j}]")
-                see("ConfigMap", _get(value_from, "configMapKeyRef", "name"), f"{path}.env[{j}]")
-            for j, env_from in enumerate(_items(_get(container, "envFrom"))):
-                see("Secret", _get(env_from, "secretRef", "name"), f"{path}.envFrom[{j}]")
-                see("ConfigMap", _get(env_from, "configMapRef", "name"), f"{path}.envFrom[{j}]")
-    for i, ref in enumerate(_items(spec.get("imagePullSecrets"))):
-        see("Secret", _get(ref, "name"), f"spec.imagePullSecrets[{i}]")
-    return out
+    name, through every door of ``webhook.engine.doors``, whatever the pod's labels (a
+    pattern's placeholders stand for any value). Reads defensively: it also runs on pods
+    outside the selector, which are not shape-checked."""
+    return [
+        (kind, name, path)
+        for kind, name, path in doors.references(spec, _NAMED_KINDS)
+        if platform_named(policy, kind, name)
+    ]
 
 
 def _items(value: Any) -> list[Any]:
@@ -285,6 +419,20 @@ def check_ownership(pod: Any) -> list[Violation]:
                 "this run, which uses the platform's objects; retry in a moment",
             )
         )
+    if not pod.ownership.platform and not pod.ownership.unknown:
+        # Volumes and secrets are stripped or denied by their own rules; a platform
+        # configMap read into the environment is this rule's.
+        prefix = spec_prefix(pod.spec_path)
+        for kind, name, path in platform_references(pod.spec, pod.policy):
+            if kind == "ConfigMap" and (".env[" in path or ".envFrom[" in path):
+                out.append(
+                    Violation(
+                        "ownership.not-a-run",
+                        f"{prefix}{path}",
+                        f"ConfigMap {name!r} is the platform's and the platform did not "
+                        "create this run: only its runs may read it",
+                    )
+                )
     for i, volume in enumerate(pod.spec.get("volumes") or ()):
         claim = _get(volume, "persistentVolumeClaim", "claimName")
         if isinstance(claim, str) and project_claim(pod, claim) is None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from webhook.engine.context import POLICY_LABEL
 from webhook.engine.types import Violation
 from webhook.policy.model import Policy
 
@@ -31,11 +32,12 @@ def scope_label_keys(policy: Policy) -> list[str]:
 
 
 def check_scope_labels(
-    old: Mapping[str, str], new: Mapping[str, str], policy: Policy, meta_path: str
+    old: Mapping[str, str], new: Mapping[str, str], keys: list[str], meta_path: str
 ) -> list[Violation]:
-    """A violation per scope label a running run's update adds, removes or changes."""
+    """A violation per scope label (``keys``, and runguard's own RunPolicy label) a
+    governed object's update adds, removes or changes."""
     out: list[Violation] = []
-    for key in scope_label_keys(policy):
+    for key in dict.fromkeys([*keys, POLICY_LABEL]):
         before, after = old.get(key), new.get(key)
         if before == after:
             continue
@@ -49,8 +51,8 @@ def check_scope_labels(
             Violation(
                 "scope.labels",
                 f"{meta_path}.labels[{key}]",
-                f"{what} of a running run is not allowed: it decides how runguard governs the "
-                "run; delete the run and create a new one instead",
+                f"{what} of a run is not allowed: it decides whether and how runguard "
+                "governs it; delete it and create a new one instead",
             )
         )
     return out

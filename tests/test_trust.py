@@ -1,0 +1,396 @@
+"""Trust that survives time and every door (SPEC section 8), against the shipped policies.
+
+Each test is an attack chain a user with kubectl create/update rights in a run namespace
+has (each succeeded on 474493f), or a controller's legitimate path that must keep working,
+judged by the engine as the webhooks judge it: the request's user, the cluster state
+(objects' metadata by uid), ``old`` and the subresource for UPDATE. The same attacks go
+through the real apiserver in ``tests/e2e/test_trust.py``.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from test_ownership import Meta, OwnerRef, State, owner
+
+from webhook.engine import evaluate, mutate, validate
+from webhook.engine.context import PLATFORM_RECORD, POLICY_LABEL, STAMP, Context, Requester
+from webhook.policy.loader import load_policy
+from webhook.policy.model import build_policy, with_alternatives
+
+REPO = Path(__file__).resolve().parents[1]
+SHIPPED = load_policy(REPO / "policies")
+CORE = Requester("system:serviceaccount:digitalhub:core", ("system:serviceaccounts",))
+ALICE = Requester("alice", ("developers", "system:authenticated"))
+KCM = "system:serviceaccount:kube-system:"
+JOBS = Requester(f"{KCM}job-controller")
+RS = Requester(f"{KCM}replicaset-controller")
+DEPLOYMENTS = Requester(f"{KCM}deployment-controller")
+RUN = {"app.kubernetes.io/managed-by": "dhcore", "dhcore/run": "r1", "dhcore/project": "p1"}
+BUILD = {**RUN, "dhcore/framework": "k8sbuild"}
+
+
+def pod(labels: dict[str, str] | None = None, **meta: Any) -> dict[str, Any]:
+    """A run reading its own claim and secret (platform names for run r1)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "train", "namespace": "ml", "labels": dict(RUN if labels is None
+                                                                        else labels), **meta},
+        "spec": {
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "python:3.11",
+                    "volumeMounts": [{"name": "data", "mountPath": "/data"}],
+                    "envFrom": [{"secretRef": {"name": "sec-api-r1"}}],
+                }
+            ],
+            "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "v-r1-data"}}],
+        },
+    }  # fmt: skip
+
+
+def created(obj: dict[str, Any], who: Requester, state: State | None = None) -> dict[str, Any]:
+    """The object as the apiserver stores it: mutated, then admitted, at CREATE."""
+    decision = evaluate(obj, SHIPPED, namespace="ml", context=Context(who, state or State([])))
+    assert decision.allowed, decision.message()
+    return decision.object
+
+
+def update(new: Any, old: Any, who: Requester, state: State | None = None,
+           subresource: str = "") -> tuple[Any, Any]:  # fmt: skip
+    """(the mutating webhook's decision, the validating one's on what it patched)."""
+    context = Context(who, state or State([]), "UPDATE", subresource)
+    mutation = mutate(new, SHIPPED, namespace="ml", old=old, context=context)
+    validation = validate(mutation.object, SHIPPED, namespace="ml", old=old, context=context)
+    return mutation, validation
+
+
+def rules(decision: Any) -> set[str]:
+    assert decision.error is None, decision.message()
+    return {v.rule for v in decision.violations}
+
+
+# --- the governing RunPolicy is fixed at CREATE ------------------------------------------
+
+
+def test_the_governing_policy_is_recorded_and_a_forged_one_overwritten() -> None:
+    run = created(pod(), CORE)
+    assert run["metadata"]["labels"][POLICY_LABEL] == "digitalhub"
+    forged = pod()
+    forged["metadata"]["labels"][POLICY_LABEL] = "builds"
+    assert created(forged, ALICE)["metadata"]["labels"][POLICY_LABEL] == "digitalhub"
+    outside = pod(labels={"app": "web", POLICY_LABEL: "builds"})
+    outside["spec"] = {"containers": [{"name": "web", "image": "nginx"}]}
+    assert POLICY_LABEL not in created(outside, ALICE)["metadata"]["labels"]
+
+
+def test_leaving_the_scope_by_relabeling_is_denied() -> None:
+    """Removing managed-by (or the run id) took a run out of every webhook's sight."""
+    run = created(pod(), CORE)
+    for key in ("app.kubernetes.io/managed-by", "dhcore/run"):
+        left = copy.deepcopy(run)
+        del left["metadata"]["labels"][key]
+        _, validation = update(left, run, ALICE)
+        assert not validation.allowed and "scope.labels" in rules(validation), key
+
+
+def test_removing_the_policy_label_is_put_back() -> None:
+    run = created(pod(), CORE)
+    edited = copy.deepcopy(run)
+    del edited["metadata"]["labels"][POLICY_LABEL]
+    mutation, validation = update(edited, run, ALICE)
+    assert mutation.object["metadata"]["labels"][POLICY_LABEL] == "digitalhub"
+    assert validation.allowed, validation.message()
+    # a Pod that skipped /mutate on that UPDATE is denied
+    bypassed = validate(edited, SHIPPED, namespace="ml", old=run,
+                        context=Context(ALICE, State([]), "UPDATE"))  # fmt: skip
+    assert "scope.labels" in rules(bypassed)
+
+
+def test_moving_a_run_to_the_lax_build_policy_by_a_label_is_denied() -> None:
+    run = created(pod(), CORE)
+    moved = copy.deepcopy(run)
+    moved["metadata"]["labels"]["dhcore/framework"] = "k8sbuild"
+    _, validation = update(moved, run, ALICE)
+    assert not validation.allowed and "scope.labels" in rules(validation)
+
+
+def test_a_users_build_labelled_pod_is_judged_by_the_run_policy() -> None:
+    """builds (root allowed, no maximums) names the Core as requester: alice's Pod with the
+    build labels gets uid 8877 and the maximums, as any run."""
+    greedy = pod(labels=BUILD)
+    greedy["spec"]["securityContext"] = {"runAsUser": 0}
+    greedy["spec"]["priorityClassName"] = "system-cluster-critical"
+    greedy["spec"]["containers"][0]["resources"] = {
+        "limits": {"cpu": "500", "nvidia.com/gpu": "64"}
+    }
+    decision = evaluate(greedy, SHIPPED, namespace="ml", context=Context(ALICE, State([])))
+    assert decision.object["metadata"]["labels"][POLICY_LABEL] == "digitalhub"
+    assert decision.object["spec"]["securityContext"]["runAsUser"] != 0
+    limits = decision.object["spec"]["containers"][0]["resources"]["limits"]
+    assert limits["cpu"] != "500" and limits["nvidia.com/gpu"] != "64"
+    assert not decision.allowed and rules(decision) == {"scheduling.priority-class"}
+    # the Core's own build is the build policy's
+    build = pod(labels=BUILD)
+    assert created(build, CORE)["metadata"]["labels"][POLICY_LABEL] == "builds"
+
+
+def test_a_build_jobs_pods_follow_the_job_to_the_build_policy() -> None:
+    """The Core creates the build Job (builds); the job-controller's Pod is a build too,
+    through the Job's recorded policy; a user's Job with build labels is not."""
+    job = {"apiVersion": "batch/v1", "kind": "Job",
+           "metadata": {"name": "build", "namespace": "ml", "uid": "uid-build"},
+           "spec": {"template": {"metadata": {"labels": BUILD},
+                                 "spec": pod()["spec"]}}}  # fmt: skip
+    stored = created(job, CORE)
+    assert stored["metadata"]["labels"][POLICY_LABEL] == "builds"
+    state = State([Meta("Job", "ml", "build", "uid-build", stored["metadata"]["labels"],
+                        stored["metadata"]["annotations"])])  # fmt: skip
+    child = pod(labels=BUILD, ownerReferences=[owner("Job", "build", "uid-build")])
+    assert created(child, JOBS, state)["metadata"]["labels"][POLICY_LABEL] == "builds"
+    users = created(job, ALICE)
+    assert users["metadata"]["labels"][POLICY_LABEL] == "digitalhub"
+    state = State([Meta("Job", "ml", "build", "uid-build", users["metadata"]["labels"],
+                        users["metadata"]["annotations"])])  # fmt: skip
+    assert created(child, JOBS, state)["metadata"]["labels"][POLICY_LABEL] == "digitalhub"
+
+
+def test_a_cronjobs_template_run_id_cannot_be_changed() -> None:
+    cron = {"apiVersion": "batch/v1", "kind": "CronJob",
+            "metadata": {"name": "nightly", "namespace": "ml"},
+            "spec": {"schedule": "0 0 * * *", "jobTemplate": {"spec": {"template": {
+                "metadata": {"labels": RUN}, "spec": pod()["spec"]}}}}}  # fmt: skip
+    stored = created(cron, CORE)
+    other = copy.deepcopy(stored)
+    other["spec"]["jobTemplate"]["spec"]["template"]["metadata"]["labels"]["dhcore/run"] = "r2"
+    _, validation = update(other, stored, ALICE)
+    assert not validation.allowed and "scope.labels" in rules(validation)
+
+
+# --- ownership is decided at CREATE ------------------------------------------------------
+
+
+def test_rewriting_a_pods_owners_is_denied_and_grants_nothing() -> None:
+    state = State([Meta("Job", "ml", "train", "uid-platform-job",
+                        annotations={STAMP: CORE.username, PLATFORM_RECORD: "true"})])  # fmt: skip
+    mine = created(pod(), ALICE, state)
+    assert mine["metadata"]["annotations"][STAMP] == "alice"
+    assert PLATFORM_RECORD not in mine["metadata"]["annotations"]
+    adopted = copy.deepcopy(mine)
+    adopted["metadata"]["ownerReferences"] = [owner("Job", "train", "uid-platform-job")]
+    _, validation = update(adopted, mine, ALICE, state)
+    assert "ownership.owner-changed" in rules(validation)
+    # even were it let through, the record read on UPDATE is the old object's
+    _, by_job_controller = update(adopted, mine, JOBS, state)
+    assert "ownership.owner-changed" not in rules(by_job_controller)
+    assert PLATFORM_RECORD not in by_job_controller.object["metadata"]["annotations"]
+
+
+def test_the_garbage_collector_may_orphan() -> None:
+    state = State([Meta("Job", "ml", "train", "uid-job",
+                        annotations={STAMP: CORE.username, PLATFORM_RECORD: "true"})])  # fmt: skip
+    child = created(pod(ownerReferences=[owner("Job", "train", "uid-job")]), JOBS, state)
+    assert child["metadata"]["annotations"][PLATFORM_RECORD] == "true"
+    orphan = copy.deepcopy(child)
+    orphan["metadata"]["ownerReferences"] = []
+    gc = Requester(f"{KCM}generic-garbage-collector")
+    _, validation = update(orphan, child, gc, state)
+    assert validation.allowed, validation.message()
+
+
+def test_a_stamp_that_skipped_mutate_is_denied() -> None:
+    """A Pod created past /mutate with a forged stamp: /validate's backstop."""
+    forged = pod(annotations={STAMP: CORE.username, PLATFORM_RECORD: "true"})
+    forged["metadata"]["labels"][POLICY_LABEL] = "digitalhub"
+    decision = validate(forged, SHIPPED, namespace="ml", context=Context(ALICE, State([])))
+    assert not decision.allowed and "ownership.stamp" in rules(decision)
+
+
+def test_a_user_named_like_a_group_identity_is_not_the_group() -> None:
+    policy = build_policy(
+        {"apiVersion": "runguard.io/v1", "kind": "RunPolicy", "metadata": {"name": "p"},
+         "spec": {"selector": {"matchLabels": {"app.kubernetes.io/managed-by": "dhcore"}},
+                  "secrets": {"allowed": ["sec-*-{labels[dhcore/run]}"]},
+                  "volumes": {"platformClaims": ["v-{labels[dhcore/run]}-*"]},
+                  "platform": {"identities": ["group:platform-admins"]}}}, [])  # fmt: skip
+    impostor = Requester("group:platform-admins", ("system:authenticated",))
+    decision = evaluate(pod(), policy, namespace="ml", context=Context(impostor, State([])))
+    assert PLATFORM_RECORD not in decision.object["metadata"]["annotations"]
+    assert not decision.object["spec"].get("volumes")
+    stored = decision.object
+    state = State([Meta("Job", "ml", "j", "uid-j", {}, stored["metadata"]["annotations"])])
+    child = pod(ownerReferences=[owner("Job", "j", "uid-j")])
+    later = evaluate(child, policy, namespace="ml", context=Context(JOBS, state))
+    assert not later.object["spec"].get("volumes")
+    member = Requester("bob", ("platform-admins",))
+    member_run = evaluate(pod(), policy, namespace="ml", context=Context(member, State([])))
+    assert member_run.object["metadata"]["annotations"][PLATFORM_RECORD] == "true"
+
+
+def test_the_kcm_controller_identities_are_the_real_ones() -> None:
+    assert f"{KCM}daemon-set-controller" in SHIPPED.platform.controllers
+    assert f"{KCM}daemonset-controller" not in SHIPPED.platform.controllers
+    assert f"{KCM}replication-controller" in SHIPPED.platform.controllers
+
+
+# --- controllers keep working --------------------------------------------------------------
+
+
+def test_the_deployment_controller_copying_annotations_keeps_the_replicasets_records() -> None:
+    """Scaling: the deployment-controller re-copies the Deployment's annotations (its
+    stamp, the Core) onto the ReplicaSet; /mutate puts the ReplicaSet's back."""
+    deployment = {"apiVersion": "apps/v1", "kind": "Deployment",
+                  "metadata": {"name": "serve", "namespace": "ml", "uid": "uid-dep"},
+                  "spec": {"replicas": 1, "selector": {"matchLabels": RUN},
+                           "template": {"metadata": {"labels": RUN},
+                                        "spec": pod()["spec"]}}}  # fmt: skip
+    dep = created(deployment, CORE)
+    state = State([Meta("Deployment", "ml", "serve", "uid-dep", dep["metadata"]["labels"],
+                        dep["metadata"]["annotations"])])  # fmt: skip
+    replicaset = copy.deepcopy(deployment)
+    replicaset.update(kind="ReplicaSet")
+    replicaset["metadata"] = {"name": "serve-1", "namespace": "ml", "uid": "uid-rs",
+                              "annotations": dict(dep["metadata"]["annotations"]),
+                              "ownerReferences": [{**owner("Deployment", "serve", "uid-dep"),
+                                                   "apiVersion": "apps/v1"}]}  # fmt: skip
+    rs = created(replicaset, DEPLOYMENTS, state)
+    assert rs["metadata"]["annotations"][STAMP] == DEPLOYMENTS.username
+    assert rs["metadata"]["annotations"][PLATFORM_RECORD] == "true"
+    scaled = copy.deepcopy(rs)
+    scaled["spec"]["replicas"] = 3
+    scaled["metadata"]["annotations"][STAMP] = CORE.username  # copied from the Deployment
+    mutation, validation = update(scaled, rs, DEPLOYMENTS, state)
+    assert mutation.object["metadata"]["annotations"][STAMP] == DEPLOYMENTS.username
+    assert validation.allowed, validation.message()
+    # and the ReplicaSet's Pods are the platform's
+    meta = rs["metadata"]
+    chain = (OwnerRef("Deployment", "serve", "uid-dep", True),)
+    state = State([*state.objects, Meta("ReplicaSet", "ml", "serve-1", "uid-rs",
+                                        meta["labels"], meta["annotations"], chain)])  # fmt: skip
+    child = pod(ownerReferences=[{**owner("ReplicaSet", "serve-1", "uid-rs"),
+                                  "apiVersion": "apps/v1"}])  # fmt: skip
+    stored = created(child, RS, state)
+    assert stored["spec"]["volumes"] and stored["metadata"]["annotations"][PLATFORM_RECORD]
+
+
+# --- every door ----------------------------------------------------------------------------
+
+
+def test_a_platform_configmap_read_into_a_users_run_is_denied() -> None:
+    run = pod()
+    run["spec"]["containers"][0]["envFrom"] = [{"configMapRef": {"name": "init-config-map-r1"}}]
+    decision = evaluate(run, SHIPPED, namespace="ml", context=Context(ALICE, State([])))
+    assert not decision.allowed and "ownership.not-a-run" in rules(decision)
+    assert evaluate(run, SHIPPED, namespace="ml", context=Context(CORE, State([]))).allowed
+
+
+def test_a_platform_claim_cloned_by_an_ephemeral_volume_is_denied() -> None:
+    clone = pod(labels={"app": "copy"})
+    clone["spec"]["volumes"] = [{"name": "data", "ephemeral": {"volumeClaimTemplate": {"spec": {
+        "accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}},
+        "dataSource": {"kind": "PersistentVolumeClaim", "name": "v-r1-data"}}}}}]  # fmt: skip
+    clone["spec"]["containers"][0]["envFrom"] = []
+    decision = evaluate(clone, SHIPPED, namespace="ml", context=Context(ALICE, State([])))
+    assert not decision.allowed and rules(decision) == {"ownership.not-a-run"}
+
+
+def test_a_platform_secret_through_a_csi_or_flex_volume_is_denied() -> None:
+    for volume in ({"csi": {"driver": "x", "nodePublishSecretRef": {"name": "sec-api-r1"}}},
+                   {"flexVolume": {"driver": "x",
+                                   "secretRef": {"name": "digitalhub-common-creds"}}}):  # fmt: skip
+        other = pod(labels={"app": "copy"})
+        other["spec"]["volumes"] = [{"name": "data", **volume}]
+        other["spec"]["containers"][0]["envFrom"] = []
+        decision = evaluate(other, SHIPPED, namespace="ml", context=Context(ALICE, State([])))
+        assert not decision.allowed and rules(decision) == {"ownership.not-a-run"}, volume
+
+
+def test_an_envfrom_prefix_that_selects_devices_is_removed() -> None:
+    run = pod()
+    run["spec"]["containers"][0]["envFrom"] = [
+        {"prefix": "NVIDIA_VISIBLE_", "configMapRef": {"name": "mine"}},
+        {"prefix": "APP_", "configMapRef": {"name": "mine"}},
+    ]
+    decision = evaluate(run, SHIPPED, namespace="ml", context=Context(CORE, State([])))
+    assert decision.allowed, decision.message()
+    assert decision.object["spec"]["containers"][0]["envFrom"] == [
+        {"prefix": "APP_", "configMapRef": {"name": "mine"}}
+    ]
+    assert "resources.device-env" in {c.rule for c in decision.mutations}
+    bypassed = validate(run, SHIPPED, namespace="ml", context=Context(None, State([])))
+    assert "resources.device-env" in rules(bypassed)
+
+
+def test_the_platforms_service_account_is_not_a_users() -> None:
+    mine = pod(labels={"app": "web"})
+    mine["metadata"]["namespace"] = "digitalhub"
+    mine["spec"] = {"serviceAccountName": "core", "containers": [{"name": "c", "image": "x"}]}
+    decision = evaluate(mine, SHIPPED, namespace="digitalhub", context=Context(ALICE, State([])))
+    assert not decision.allowed and rules(decision) == {"ownership.service-account"}
+    assert evaluate(mine, SHIPPED, namespace="digitalhub",
+                    context=Context(CORE, State([]))).allowed  # fmt: skip
+    elsewhere = copy.deepcopy(mine)  # another namespace's "core" is another account
+    assert evaluate(elsewhere, SHIPPED, namespace="ml", context=Context(ALICE, State([]))).allowed
+
+
+def test_every_run_policys_names_are_judged() -> None:
+    """registry-credentials is only the build policy's: an unlabelled Pod using it is
+    denied as it would be for the first policy's names."""
+    other = pod(labels={"app": "copy"})
+    other["spec"]["volumes"] = []
+    other["spec"]["containers"][0]["volumeMounts"] = []
+    other["spec"]["containers"][0]["envFrom"] = [{"secretRef": {"name": "registry-credentials"}}]
+    decision = evaluate(other, SHIPPED, namespace="ml", context=Context(ALICE, State([])))
+    assert not decision.allowed and rules(decision) == {"ownership.not-a-run"}
+
+
+def test_a_debug_container_in_a_platform_pod_is_the_platforms_to_add() -> None:
+    run = created(pod(), CORE)
+    debugged = copy.deepcopy(run)
+    debugged["spec"]["ephemeralContainers"] = [{"name": "debug", "image": "busybox"}]
+    _, validation = update(debugged, run, ALICE, subresource="ephemeralcontainers")
+    assert "ownership.debug" in rules(validation)
+    _, by_core = update(debugged, run, CORE, subresource="ephemeralcontainers")
+    assert "ownership.debug" not in rules(by_core)
+
+
+# --- offline sees what online sees ---------------------------------------------------------
+
+
+def test_cluster_state_reads_any_kinds(tmp_path: Path) -> None:
+    """`kubectl get ns,pvc,secret,workflows -A -o yaml`: Namespaces and custom resources
+    are read (and ignored where no decision needs them)."""
+    state = {"apiVersion": "v1", "kind": "List", "items": [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ml", "uid": "ns-1",
+                                                              "labels": {"team": "a"}}},
+        {"apiVersion": "argoproj.io/v1alpha1", "kind": "Workflow",
+         "metadata": {"name": "wf", "namespace": "ml", "uid": "wf-1"}},
+        {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s", "namespace": "ml"},
+         "data": {"k": "c2VjcmV0"}},
+    ]}  # fmt: skip
+    (tmp_path / "state.yaml").write_text(json.dumps(state))
+    (tmp_path / "pod.json").write_text(json.dumps(pod()))
+    done = subprocess.run(
+        [sys.executable, "-m", "webhook", "apply", "-p", str(REPO / "policies"), "-o", "json",
+         "--cluster-state", str(tmp_path / "state.yaml"), "--as", CORE.username,
+         str(tmp_path / "pod.json")],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    (result,) = json.loads(done.stdout)
+    assert result["allowed"] and result["object"]["metadata"]["labels"][POLICY_LABEL]
+
+
+def test_two_policies_in_any_order_keep_their_scopes() -> None:
+    """with_alternatives: the policy recorded governs, whichever is first."""
+    first, second = SHIPPED.run_policies()
+    swapped = with_alternatives([second, first.model_copy(update={"alternatives": ()})])
+    run = evaluate(pod(), swapped, namespace="ml", context=Context(CORE, State([]))).object
+    assert run["metadata"]["labels"][POLICY_LABEL] == "digitalhub"
