@@ -306,6 +306,43 @@ def kubelet_config(directory: Path, containerd_socket: Path, address: str) -> di
     }  # fmt: skip
 
 
+# The kubelet sets these at start (its container manager's "kernel tunables":
+# overcommit 1, panic 10 s after an oops...). They belong to the machine: the values from
+# before the first of our kubelets are recorded and written back when the last one stops.
+KERNEL_TUNABLES = ("vm/overcommit_memory", "vm/panic_on_oom", "kernel/panic",
+                   "kernel/panic_on_oops", "kernel/keys/root_maxkeys",
+                   "kernel/keys/root_maxbytes")  # fmt: skip
+TUNABLES_RECORD = Path("/run/runguard-e2e/kernel-tunables-before-kubelet.json")
+
+
+def record_kernel_tunables() -> None:
+    """Before a kubelet starts: the machine's values, unless an earlier record holds them."""
+    TUNABLES_RECORD.parent.mkdir(parents=True, exist_ok=True)
+    values = {k: (Path("/proc/sys") / k).read_text().strip() for k in KERNEL_TUNABLES}
+    try:
+        with open(TUNABLES_RECORD, "x") as record:
+            json.dump(values, record)
+    except FileExistsError:
+        pass  # another of our kubelets runs (or one died): the record is from before it
+
+
+def restore_kernel_tunables() -> None:
+    """After a kubelet stopped: the recorded values back, once no kubelet runs."""
+    for proc in Path("/proc").glob("[0-9]*"):
+        with contextlib.suppress(OSError):
+            argv0 = (proc / "cmdline").read_bytes().split(b"\0")[0]
+            if argv0.endswith(b"/kubelet"):
+                return
+    try:
+        values = json.loads(TUNABLES_RECORD.read_text())
+    except (OSError, ValueError):
+        return
+    for key, value in values.items():
+        with contextlib.suppress(OSError):
+            (Path("/proc/sys") / key).write_text(value + "\n")
+    TUNABLES_RECORD.unlink(missing_ok=True)
+
+
 class RealNode:
     """containerd + kubelet inside the cluster's network namespace, registered as Node
     ``REAL_NODE``; state, logs and every mount under ``directory``."""
@@ -358,6 +395,7 @@ class RealNode:
 
     def _start_kubelet(self) -> None:
         self.kubelet_dir.mkdir(parents=True, exist_ok=True)
+        record_kernel_tunables()
         config = self.directory / "kubelet-config.yaml"
         config.write_text(
             yaml.safe_dump(kubelet_config(self.directory, self.socket, self.cluster.address))
@@ -390,6 +428,7 @@ class RealNode:
         """The kubelet, every container, containerd; then every mount left under the
         node's folder (Secret volumes, rootfs, the Pods' network namespaces)."""
         self._stop("kubelet", timeout)
+        restore_kernel_tunables()
         containers: list[str] = []
         if self.pids.get("containerd") or self._ctr("version", check=False).returncode == 0:
             containers = self._ctr("containers", "ls", "-q", check=False).stdout.split()

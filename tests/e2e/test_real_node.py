@@ -30,8 +30,10 @@ from .devcluster import (
 )
 from .realnode import (
     CNI_RESULTS,
+    KERNEL_TUNABLES,
     POD_SUBNET,
     REAL_NODE,
+    TUNABLES_RECORD,
     Netns,
     RealNode,
     build_image,
@@ -61,6 +63,8 @@ def real(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealCluster]:
     image = build_image()
     bin_dir = build_binaries()
     directory = tmp_path_factory.mktemp("realnode")
+    alone = not TUNABLES_RECORD.exists()  # no other kubelet of ours has changed them
+    tunables = {k: (Path("/proc/sys") / k).read_text() for k in KERNEL_TUNABLES}
     netns = Netns.create()
     cluster = Cluster(directory, bin_dir, address=netns.address, netns=netns.name)
     node = RealNode(cluster, directory / "node")
@@ -88,6 +92,8 @@ def real(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealCluster]:
     assert f" {netns.host_link}@" not in links.stdout
     assert str(directory) not in Path("/proc/self/mountinfo").read_text()
     assert not list(CNI_RESULTS.glob(f"{node.network}-*"))
+    if alone:  # the kernel settings the kubelet changed are the machine's again
+        assert {k: (Path("/proc/sys") / k).read_text() for k in KERNEL_TUNABLES} == tunables
 
 
 def test_nothing_in_the_cluster_has_a_route_out(real: RealCluster) -> None:
