@@ -306,12 +306,16 @@ def kubelet_config(directory: Path, containerd_socket: Path, address: str) -> di
     }  # fmt: skip
 
 
-# The kubelet sets these at start (its container manager's "kernel tunables":
-# overcommit 1, panic 10 s after an oops...). They belong to the machine: the values from
-# before the first of our kubelets are recorded and written back when the last one stops.
+# The kubelet changes the machine in a few places its flags do not reach: the kernel
+# settings its container manager wants at start (overcommit 1, panic 10 s after an
+# oops...), its device plugin socket and a folder of log links at fixed paths. What was
+# there before the first of our kubelets is recorded and put back when the last stops.
 KERNEL_TUNABLES = ("vm/overcommit_memory", "vm/panic_on_oom", "kernel/panic",
                    "kernel/panic_on_oops", "kernel/keys/root_maxkeys",
                    "kernel/keys/root_maxbytes")  # fmt: skip
+KUBELET_FIXED_PATHS = (Path("/var/lib/kubelet"), Path("/var/lib/kubelet/device-plugins"),
+                       Path("/var/log/containers"))  # fmt: skip
+DEVICE_PLUGIN_SOCKET = Path("/var/lib/kubelet/device-plugins/kubelet.sock")
 TUNABLES_RECORD = Path("/run/runguard-e2e/kernel-tunables-before-kubelet.json")
 
 
@@ -319,9 +323,10 @@ def record_kernel_tunables() -> None:
     """Before a kubelet starts: the machine's values, unless an earlier record holds them."""
     TUNABLES_RECORD.parent.mkdir(parents=True, exist_ok=True)
     values = {k: (Path("/proc/sys") / k).read_text().strip() for k in KERNEL_TUNABLES}
+    created = [str(path) for path in KUBELET_FIXED_PATHS if not path.exists()]
     try:
         with open(TUNABLES_RECORD, "x") as record:
-            json.dump(values, record)
+            json.dump({"sysctl": values, "created": created}, record)
     except FileExistsError:
         pass  # another of our kubelets runs (or one died): the record is from before it
 
@@ -334,12 +339,16 @@ def restore_kernel_tunables() -> None:
             if argv0.endswith(b"/kubelet"):
                 return
     try:
-        values = json.loads(TUNABLES_RECORD.read_text())
+        record = json.loads(TUNABLES_RECORD.read_text())
     except (OSError, ValueError):
         return
-    for key, value in values.items():
+    for key, value in record["sysctl"].items():
         with contextlib.suppress(OSError):
             (Path("/proc/sys") / key).write_text(value + "\n")
+    DEVICE_PLUGIN_SOCKET.unlink(missing_ok=True)
+    for path in sorted(record["created"], key=len, reverse=True):
+        with contextlib.suppress(OSError):
+            Path(path).rmdir()  # only if empty
     TUNABLES_RECORD.unlink(missing_ok=True)
 
 
@@ -428,6 +437,10 @@ class RealNode:
         """The kubelet, every container, containerd; then every mount left under the
         node's folder (Secret volumes, rootfs, the Pods' network namespaces)."""
         self._stop("kubelet", timeout)
+        for link in Path("/var/log/containers").glob("*.log"):  # the kubelet's links
+            with contextlib.suppress(OSError):
+                if os.readlink(link).startswith(f"{self.directory}/"):
+                    link.unlink()
         restore_kernel_tunables()
         containers: list[str] = []
         if self.pids.get("containerd") or self._ctr("version", check=False).returncode == 0:

@@ -31,6 +31,7 @@ from .devcluster import (
 from .realnode import (
     CNI_RESULTS,
     KERNEL_TUNABLES,
+    KUBELET_FIXED_PATHS,
     POD_SUBNET,
     REAL_NODE,
     TUNABLES_RECORD,
@@ -65,6 +66,7 @@ def real(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealCluster]:
     directory = tmp_path_factory.mktemp("realnode")
     alone = not TUNABLES_RECORD.exists()  # no other kubelet of ours has changed them
     tunables = {k: (Path("/proc/sys") / k).read_text() for k in KERNEL_TUNABLES}
+    existed = [p.exists() for p in KUBELET_FIXED_PATHS]
     netns = Netns.create()
     cluster = Cluster(directory, bin_dir, address=netns.address, netns=netns.name)
     node = RealNode(cluster, directory / "node")
@@ -92,8 +94,9 @@ def real(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealCluster]:
     assert f" {netns.host_link}@" not in links.stdout
     assert str(directory) not in Path("/proc/self/mountinfo").read_text()
     assert not list(CNI_RESULTS.glob(f"{node.network}-*"))
-    if alone:  # the kernel settings the kubelet changed are the machine's again
+    if alone:  # what the kubelet changed outside its folders is the machine's again
         assert {k: (Path("/proc/sys") / k).read_text() for k in KERNEL_TUNABLES} == tunables
+        assert [p.exists() for p in KUBELET_FIXED_PATHS] == existed
 
 
 def test_nothing_in_the_cluster_has_a_route_out(real: RealCluster) -> None:
