@@ -45,7 +45,7 @@ if __package__:
         _tail,
         build_binaries,
     )
-    from .realnode import REAL_NODE, Netns, RealNode, build_image, ensure_tools
+    from .realnode import Netns, RealNode, build_image, ensure_tools
 else:  # run as a script: python tests/e2e/devcluster.py
     from cluster import (  # type: ignore[no-redef]
         SIMULATED_NODES,
@@ -58,7 +58,6 @@ else:  # run as a script: python tests/e2e/devcluster.py
         build_binaries,
     )
     from realnode import (  # type: ignore[no-redef]
-        REAL_NODE,
         Netns,
         RealNode,
         build_image,
@@ -68,6 +67,7 @@ else:  # run as a script: python tests/e2e/devcluster.py
 __all__ = ["CLUSTER_OBJECTS", "PRIORITIES", "Runguard", "prepare_cluster", "main"]
 
 RUNGUARD_STATE = "runguard.json"
+REAL_NODES = {"type": "real"}  # the real nodes' label (kwok's are type: kwok)
 REPO = Path(__file__).resolve().parents[2]
 
 # The apiserver's Priority and RuntimeClass plugins refuse a Pod naming a class that
@@ -278,11 +278,11 @@ class Runguard:
 # --- the shipped manifests, installed as an admin installs them -----------------------
 
 
-def install_overlay(directory: Path, image: str, node: str) -> Path:
+def install_overlay(directory: Path, image: str, node_selector: dict[str, str]) -> Path:
     """``manifests/`` as shipped, with certificates from ``runguard certs`` (for the
     Service ``runguard.runguard.svc``), and an overlay doing what docs/operations.md
-    asks of an admin: the image's name (``images``); plus a nodeSelector pinning the
-    replicas to ``node``, as kwok's nodes would only pretend to run them."""
+    asks of an admin: the image's name (``images``); plus ``node_selector`` keeping the
+    replicas on the real nodes, as kwok's would only pretend to run them."""
     base = directory / "manifests"
     subprocess.run(["rm", "-rf", str(base), str(directory / "overlay")], check=True)
     shutil.copytree(REPO / "manifests", base, ignore=shutil.ignore_patterns("certs"))
@@ -308,7 +308,7 @@ def install_overlay(directory: Path, image: str, node: str) -> Path:
                         "target": {"kind": "Deployment", "name": "runguard"},
                         "patch": json.dumps([{
                             "op": "add", "path": "/spec/template/spec/nodeSelector",
-                            "value": {"kubernetes.io/hostname": node},
+                            "value": node_selector,
                         }]),
                     }
                 ],
@@ -461,27 +461,33 @@ def _up(args: argparse.Namespace) -> int:
         directory, bin_dir, owned=False, whole_path=not args.admission_only,
         address=netns.address if netns else "127.0.0.1", netns=netns.name if netns else None,
     )  # fmt: skip
-    node = RealNode(cluster, directory / "node", owned=False) if netns else None
+    # Two: the shipped Deployment spreads its 2 replicas over two nodes.
+    nodes = (
+        [RealNode(cluster, directory / f"node-{i}", index=i, owned=False) for i in range(2)]
+        if netns
+        else []
+    )
     runguard = Runguard(
         directory / "runguard", policy, owned=False,
         host=cluster.address, command_prefix=cluster.command_prefix,
     )  # fmt: skip
     try:
-        if netns is not None and node is not None:
-            (directory / REAL_NODE_STATE).write_text(
-                json.dumps({"netns": netns.to_state(), "node": node.to_state()}) + "\n"
-            )
+
+        def save_real_state() -> None:
+            if netns is not None:
+                state = {"netns": netns.to_state(), "nodes": [n.to_state() for n in nodes]}
+                (directory / REAL_NODE_STATE).write_text(json.dumps(state) + "\n")
+
+        save_real_state()
         cluster.start()
-        if node is not None:
+        for node in nodes:
             subprocess.run(["rm", "-rf", str(node.directory)], check=True)
             node.directory.mkdir(parents=True)
             node.start(images=[(image, image.rpartition(":")[0])])
-            (directory / REAL_NODE_STATE).write_text(
-                json.dumps({"netns": netns.to_state(), "node": node.to_state()}) + "\n"  # type: ignore[union-attr]
-            )
+            save_real_state()
         prepare_cluster(cluster)
         if args.install:
-            install(cluster, install_overlay(directory / "install", image, REAL_NODE))
+            install(cluster, install_overlay(directory / "install", image, REAL_NODES))
         else:
             # Fresh certificates each time: the CA is the one registered below.
             subprocess.run(["rm", "-rf", str(runguard.certs)], check=True)
@@ -496,21 +502,21 @@ def _up(args: argparse.Namespace) -> int:
             runguard.register(cluster)
     except BaseException:
         runguard.stop()
-        _stop_all(directory, cluster, node, netns)
+        _stop_all(directory, cluster, nodes, netns)
         raise
     nodes = (
         "  no controllers, scheduler or nodes (--admission-only): Pods stay Pending\n"
         if args.admission_only
         else f"  simulated nodes: {', '.join(n['metadata']['name'] for n in SIMULATED_NODES)}\n"
-        + (f"  real node {REAL_NODE} (kubelet, containerd) with {image}; logs in "
-           f"{directory / 'node'}\n" if real_node else "")
+        + (f"  real nodes {', '.join(n.name for n in nodes)} (kubelet, containerd) with "
+           f"{image}; logs in {directory}/node-*\n" if real_node else "")
         + f"  controller-manager, scheduler, kwok logs in {directory}\n"
         + (f"  every process in network namespace {netns.name}, no route out\n"
            if netns else "")
     )  # fmt: skip
     served = (
         f"runguard installed from manifests/ ({directory / 'install' / 'overlay'}), Ready "
-        f"on {REAL_NODE}, webhooks by Service reference\n"
+        f"on the real nodes, webhooks by Service reference\n"
         if args.install
         else f"runguard {runguard.url} (policy {policy}) in place\n"
         f"  runguard log:   {runguard.log}\n"
@@ -529,10 +535,10 @@ def _up(args: argparse.Namespace) -> int:
 
 
 def _stop_all(
-    directory: Path, cluster: Cluster, node: RealNode | None, netns: Netns | None
+    directory: Path, cluster: Cluster, nodes: Sequence[RealNode], netns: Netns | None
 ) -> None:
-    """The real node, the cluster, then the network namespace (and its links)."""
-    if node is not None:
+    """The real nodes, the cluster, then the network namespace (and its links)."""
+    for node in nodes:
         node.stop()
     cluster.stop()
     if netns is not None:
@@ -557,11 +563,11 @@ def _down(args: argparse.Namespace) -> int:
             if (directory / "state.json").exists()
             else Cluster(directory, directory, owned=False, netns=real["netns"]["name"])
         )
-        node = RealNode.attach(cluster, real["node"]) if real else None
+        nodes = [RealNode.attach(cluster, state) for state in real.get("nodes", [])]
         netns = Netns.from_state(real["netns"]) if real else None
-        _stop_all(directory, cluster, node, netns)
+        _stop_all(directory, cluster, nodes, netns)
         (directory / "state.json").unlink(missing_ok=True)
-        stopped.append("the cluster" + (f", its real node and {netns.name}" if netns else ""))
+        stopped.append("the cluster" + (f", its real nodes and {netns.name}" if netns else ""))
     print(
         f"stopped {' and '.join(stopped)} in {directory}"
         if stopped

@@ -56,11 +56,17 @@ else:  # imported by devcluster.py run as a script
         issue_client_cert,
     )
 
-__all__ = ["POD_SUBNET", "REAL_NODE", "Netns", "RealNode", "ensure_tools"]
+__all__ = ["REAL_NODE", "Netns", "RealNode", "ensure_tools", "pod_subnet"]
 
 REPO = Path(__file__).resolve().parents[2]
-REAL_NODE = "real-0"
-POD_SUBNET = "198.18.0.0/24"
+REAL_NODE = "real-0"  # the first; RealNode(index=i) is real-<i>
+
+
+def pod_subnet(index: int) -> str:
+    """Node ``index``'s Pod addresses (a /24 of 198.18.0.0/17; the links use 198.18.100+)."""
+    return f"198.18.{index}.0/24"
+
+
 LINK_RANGE = range(100, 200)  # 198.18.<n>.0/30 links to the host, one per namespace
 PAUSE_IMAGE = "localhost/pause:3.10"
 CNI_BIN_DIR = Path("/usr/lib/cni")
@@ -244,15 +250,15 @@ def containerd_config(directory: Path) -> str:
 CNI_RESULTS = Path("/var/lib/cni/results")  # libcni's cache, not configurable in containerd 1.6
 
 
-def cni_config(directory: Path, network: str) -> dict[str, Any]:
-    """A bridge for the Pods, addresses from POD_SUBNET, leases kept under ``directory``."""
+def cni_config(directory: Path, network: str, index: int) -> dict[str, Any]:
+    """A bridge for node ``index``'s Pods, leases kept under ``directory``."""
     return {
         "cniVersion": "0.4.0",
         "name": network,
         "plugins": [
             {
                 "type": "bridge",
-                "bridge": "rgpods0",
+                "bridge": f"rgpods{index}",
                 # The bridge gets the subnet's first address (the kubelet's probes reach
                 # the Pods through it), but Pods get no default route: nowhere else to go.
                 "isGateway": True,
@@ -261,7 +267,7 @@ def cni_config(directory: Path, network: str) -> dict[str, Any]:
                 "hairpinMode": True,
                 "ipam": {
                     "type": "host-local",
-                    "ranges": [[{"subnet": POD_SUBNET}]],
+                    "ranges": [[{"subnet": pod_subnet(index)}]],
                     "dataDir": str(directory / "ipam"),
                 },
             },
@@ -270,7 +276,9 @@ def cni_config(directory: Path, network: str) -> dict[str, Any]:
     }
 
 
-def kubelet_config(directory: Path, containerd_socket: Path, address: str) -> dict[str, Any]:
+def kubelet_config(
+    directory: Path, containerd_socket: Path, address: str, index: int = 0
+) -> dict[str, Any]:
     """What this VM needs (docs/e2e.md, "The real node"): cgroupfs on cgroup v1, no QoS
     cgroups or node allocatable enforcement, no swap check, no eviction on filesystem
     stats (imagefs has none here), every path under ``directory``."""
@@ -278,10 +286,10 @@ def kubelet_config(directory: Path, containerd_socket: Path, address: str) -> di
         "apiVersion": "kubelet.config.k8s.io/v1beta1",
         "kind": "KubeletConfiguration",
         "address": address,
-        "port": 10250,
+        "port": 10250 + 10 * index,  # nodes share the namespace's address
         "readOnlyPort": 0,
         "healthzBindAddress": "127.0.0.1",
-        "healthzPort": 10248,
+        "healthzPort": 10248 + 10 * index,
         "authentication": {"anonymous": {"enabled": True}, "webhook": {"enabled": False}},
         "authorization": {"mode": "AlwaysAllow"},
         "cgroupDriver": "cgroupfs",
@@ -354,9 +362,13 @@ def restore_kernel_tunables() -> None:
 
 class RealNode:
     """containerd + kubelet inside the cluster's network namespace, registered as Node
-    ``REAL_NODE``; state, logs and every mount under ``directory``."""
+    ``real-<index>`` (``REAL_NODE`` for 0); state, logs and every mount under
+    ``directory``. Several share the namespace: each its own containerd, Pod bridge and
+    subnet (``pod_subnet``), kubelet ports."""
 
-    def __init__(self, cluster: Cluster, directory: Path, *, owned: bool = True) -> None:
+    def __init__(
+        self, cluster: Cluster, directory: Path, *, index: int = 0, owned: bool = True
+    ) -> None:
         if not cluster.netns:
             raise ClusterError("a real node needs the cluster in its own network namespace")
         self.cluster = cluster
@@ -366,7 +378,9 @@ class RealNode:
         self.kubelet_dir = self.directory / "kubelet"
         self.socket = self.containerd_dir / "containerd.sock"
         # One CNI network name per cluster namespace: libcni's cache files carry it.
-        self.network = f"runguard-e2e-{cluster.netns}"
+        self.index = index
+        self.name = f"real-{index}"
+        self.network = f"runguard-e2e-{cluster.netns}-{index}"
         self.pids: dict[str, int] = {}
         self._procs: dict[str, subprocess.Popen[bytes]] = {}
 
@@ -378,7 +392,7 @@ class RealNode:
         self.containerd_dir.mkdir(parents=True, exist_ok=True)
         (self.containerd_dir / "cni").mkdir(exist_ok=True)
         (self.containerd_dir / "cni" / "10-runguard-e2e.conflist").write_text(
-            json.dumps(cni_config(self.containerd_dir, self.network), indent=2)
+            json.dumps(cni_config(self.containerd_dir, self.network, self.index), indent=2)
         )
         config = self.containerd_dir / "config.toml"
         config.write_text(containerd_config(self.containerd_dir))
@@ -391,7 +405,7 @@ class RealNode:
         for image, base_name in images:
             self.load_image(image, base_name)
         self._start_kubelet()
-        self._wait_for(self._node_ready, f"node {REAL_NODE} Ready and schedulable", timeout)
+        self._wait_for(self._node_ready, f"node {self.name} Ready and schedulable", timeout)
 
     def load_image(self, image: str, base_name: str) -> None:
         archive = self.directory / (hashlib.sha256(image.encode()).hexdigest()[:12] + ".tar")
@@ -407,13 +421,16 @@ class RealNode:
         record_kernel_tunables()
         config = self.directory / "kubelet-config.yaml"
         config.write_text(
-            yaml.safe_dump(kubelet_config(self.directory, self.socket, self.cluster.address))
+            yaml.safe_dump(
+                kubelet_config(self.directory, self.socket, self.cluster.address, self.index)
+            )
         )
         kubeconfig = self.directory / "kubelet.kubeconfig"
         pki = self.cluster.pki
-        cert, key = pki.ca_cert.parent / "kubelet.crt", pki.ca_cert.parent / "kubelet.key"
+        cert = pki.ca_cert.parent / f"kubelet-{self.name}.crt"
+        key = pki.ca_cert.parent / f"kubelet-{self.name}.key"
         # The node's own identity; system:masters because the Node authorizer is not on.
-        issue_client_cert(pki, cert, key, f"system:node:{REAL_NODE}",
+        issue_client_cert(pki, cert, key, f"system:node:{self.name}",
                           ["system:nodes", "system:masters"])  # fmt: skip
         self.cluster._user_kubeconfig(
             kubeconfig, "kubelet", {"client-certificate": str(cert), "client-key": str(key)}
@@ -424,7 +441,7 @@ class RealNode:
                 str(self.cluster.bin_dir / "kubelet"),
                 f"--config={config}",
                 f"--kubeconfig={kubeconfig}",
-                f"--hostname-override={REAL_NODE}",
+                f"--hostname-override={self.name}",
                 f"--node-ip={self.cluster.address}",
                 f"--root-dir={self.kubelet_dir}",
                 f"--cert-dir={self.directory / 'kubelet-pki'}",
@@ -474,11 +491,11 @@ class RealNode:
                 proc.wait(timeout=1)
 
     def to_state(self) -> dict[str, Any]:
-        return {"directory": str(self.directory), "pids": self.pids}
+        return {"directory": str(self.directory), "index": self.index, "pids": self.pids}
 
     @classmethod
     def attach(cls, cluster: Cluster, state: dict[str, Any]) -> RealNode:
-        node = cls(cluster, Path(state["directory"]), owned=False)
+        node = cls(cluster, Path(state["directory"]), index=state.get("index", 0), owned=False)
         for name, pid in state["pids"].items():
             with contextlib.suppress(OSError):
                 argv0 = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode()
@@ -513,7 +530,7 @@ class RealNode:
 
     def _node_ready(self) -> bool:
         try:
-            node = self.cluster.get_json(f"/api/v1/nodes/{REAL_NODE}")
+            node = self.cluster.get_json(f"/api/v1/nodes/{self.name}")
         except OSError:
             return False
         return _node_schedulable(node)

@@ -21,6 +21,7 @@ import pytest
 
 from .cluster import SIMULATED_NODES, Cluster, build_binaries
 from .devcluster import (
+    REAL_NODES,
     install,
     install_overlay,
     mutating_calls,
@@ -32,13 +33,13 @@ from .realnode import (
     CNI_RESULTS,
     KERNEL_TUNABLES,
     KUBELET_FIXED_PATHS,
-    POD_SUBNET,
     REAL_NODE,
     TUNABLES_RECORD,
     Netns,
     RealNode,
     build_image,
     ensure_tools,
+    pod_subnet,
 )
 from .test_install import APPLY_NOISE, applied
 
@@ -52,8 +53,14 @@ WEBHOOK_NOISE = {
 
 
 class RealCluster:
-    def __init__(self, cluster: Cluster, node: RealNode, netns: Netns, overlay: Path) -> None:
-        self.cluster, self.node, self.netns, self.overlay = cluster, node, netns, overlay
+    def __init__(
+        self, cluster: Cluster, nodes: list[RealNode], netns: Netns, overlay: Path
+    ) -> None:
+        self.cluster, self.nodes, self.netns, self.overlay = cluster, nodes, netns, overlay
+
+    def pod_log(self, pod: dict[str, Any]) -> str:
+        (node,) = [n for n in self.nodes if n.name == pod["spec"]["nodeName"]]
+        return node.pod_log("runguard", pod["metadata"]["name"], "runguard")
 
 
 @pytest.fixture(scope="module")
@@ -69,18 +76,22 @@ def real(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealCluster]:
     existed = [p.exists() for p in KUBELET_FIXED_PATHS]
     netns = Netns.create()
     cluster = Cluster(directory, bin_dir, address=netns.address, netns=netns.name)
-    node = RealNode(cluster, directory / "node")
+    # Two, as the shipped Deployment wants its 2 replicas on two nodes (and a drain of one
+    # can then complete).
+    nodes = [RealNode(cluster, directory / f"node-{i}", index=i) for i in range(2)]
     try:
         cluster.start()
         cluster.start_whole_path(SIMULATED_NODES)
-        (directory / "node").mkdir()
-        node.start(images=[(image, image.rpartition(":")[0])])
+        for node in nodes:
+            node.directory.mkdir()
+            node.start(images=[(image, image.rpartition(":")[0])])
         prepare_cluster(cluster)
-        overlay = install_overlay(directory / "install", image, REAL_NODE)
+        overlay = install_overlay(directory / "install", image, REAL_NODES)
         install(cluster, overlay)
-        yield RealCluster(cluster, node, netns, overlay)
+        yield RealCluster(cluster, nodes, netns, overlay)
     finally:
-        node.stop()
+        for node in nodes:
+            node.stop()
         cluster.stop()
         netns.delete()
     # Everything is gone: the namespace, its link, every mount of the node.
@@ -93,7 +104,7 @@ def real(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealCluster]:
     links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True, check=True)
     assert f" {netns.host_link}@" not in links.stdout
     assert str(directory) not in Path("/proc/self/mountinfo").read_text()
-    assert not list(CNI_RESULTS.glob(f"{node.network}-*"))
+    assert not [p for n in nodes for p in CNI_RESULTS.glob(f"{n.network}-*")]
     if alone:  # what the kubelet changed outside its folders is the machine's again
         assert {k: (Path("/proc/sys") / k).read_text() for k in KERNEL_TUNABLES} == tunables
         assert [p.exists() for p in KUBELET_FIXED_PATHS] == existed
@@ -103,7 +114,7 @@ def test_nothing_in_the_cluster_has_a_route_out(real: RealCluster) -> None:
     routes = real.netns.routes()
     assert not [r for r in routes if r.startswith("default")], routes
     assert sorted(r.split()[0] for r in routes) == sorted(
-        [f"198.18.{real.netns.slot}.0/30", POD_SUBNET]
+        [f"198.18.{real.netns.slot}.0/30", pod_subnet(0), pod_subnet(1)]
     ), routes
     assert real.cluster.server == f"https://{real.netns.address}:{real.cluster.port}"
 
@@ -111,14 +122,14 @@ def test_nothing_in_the_cluster_has_a_route_out(real: RealCluster) -> None:
 def test_the_shipped_deployment_runs_ready_on_the_real_node(real: RealCluster) -> None:
     pods = wait_ready_replicas(real.cluster, timeout=60)
     assert len(pods) == 2
+    assert sorted(pod["spec"]["nodeName"] for pod in pods) == [n.name for n in real.nodes]
     for pod in pods:
-        assert pod["spec"]["nodeName"] == REAL_NODE
         assert pod["spec"]["securityContext"]["fsGroup"] == 10001
         (status,) = pod["status"]["containerStatuses"]
         assert status["restartCount"] == 0 and "running" in status["state"], status
         assert status["image"].startswith("localhost/runguard:")
         # Really running: the kubelet wrote its log, and it is runguard's.
-        log = real.node.pod_log("runguard", pod["metadata"]["name"], "runguard")
+        log = real.pod_log(pod)
         assert "Permission denied" not in log
         assert "listening" in log.lower() or "booting" in log.lower(), log[-2000:]
     node = real.cluster.get_json(f"/api/v1/nodes/{REAL_NODE}")
@@ -144,10 +155,7 @@ def test_a_run_pod_created_with_kubectl_is_mutated_through_the_service(
         {k: c.get(k) for k in ("configuration", "webhook", "mutated")} for c in calls
     ], calls
     # Served by a replica on the real node: its decision log names the request.
-    logs = "".join(
-        real.node.pod_log("runguard", pod["metadata"]["name"], "runguard")
-        for pod in wait_ready_replicas(cluster, timeout=60)
-    )
+    logs = "".join(real.pod_log(pod) for pod in wait_ready_replicas(cluster, timeout=60))
     mutated = [
         json.loads(line.split(" ", 3)[3])
         for line in logs.splitlines()
@@ -177,3 +185,108 @@ def test_a_second_apply_of_the_whole_base_changes_nothing(real: RealCluster) -> 
     )
     assert versions() == before
     assert cluster.kubectl("diff", "-k", str(overlay)).returncode == 0
+
+
+class AdmissionLoop:
+    """Creates run Pods (server-side dry runs: every webhook is called, nothing piles up)
+    back to back in a thread, and keeps every answer: (time, HTTP status, message)."""
+
+    def __init__(self, cluster: Cluster, namespace: str) -> None:
+        import threading
+
+        self.cluster = cluster
+        self.url = f"{cluster.server}/api/v1/namespaces/{namespace}/pods?dryRun=All"
+        labels = run_labels(cluster)
+        self.body = json.dumps({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"generateName": "loop-", "labels": labels},
+            "spec": {"restartPolicy": "Never",
+                     "containers": [{"name": "main", "image": "localhost/pause:3.10"}]},
+        }).encode()  # fmt: skip
+        self.answers: list[tuple[float, int, str]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        import ssl
+        import time
+        import urllib.error
+        import urllib.request
+
+        context: ssl.SSLContext = self.cluster._admin_context()
+        while not self._stop.is_set():
+            request = urllib.request.Request(
+                self.url, data=self.body, method="POST",
+                headers={"Content-Type": "application/json"},
+            )  # fmt: skip
+            try:
+                with urllib.request.urlopen(request, context=context, timeout=30) as response:
+                    self.answers.append((time.monotonic(), response.status, ""))
+            except urllib.error.HTTPError as error:
+                message = json.loads(error.read() or b"{}").get("message", "")
+                self.answers.append((time.monotonic(), error.code, message))
+            except OSError as error:
+                self.answers.append((time.monotonic(), 0, str(error)))
+
+    def __enter__(self) -> AdmissionLoop:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=60)
+
+    def between(self, start: float, end: float) -> list[tuple[float, int, str]]:
+        return [a for a in self.answers if start <= a[0] <= end]
+
+
+def test_rollout_restart_and_drain_while_runs_are_created(real: RealCluster) -> None:
+    """Operations on runguard itself (issue 20): `kubectl rollout restart` (maxSurge 1,
+    maxUnavailable 0) and `kubectl drain` of a node holding a replica (the PDB lets one
+    go at a time), while run Pods are admitted in a loop. No admission may fail."""
+    import time
+
+    cluster = real.cluster
+    cluster.kubectl("create", "namespace", "loop", check=True)
+    figures: dict[str, Any] = {}
+    with AdmissionLoop(cluster, "loop") as loop:
+        time.sleep(3)
+        start = time.monotonic()
+        cluster.kubectl("-n", "runguard", "rollout", "restart", "deployment/runguard",
+                        check=True)  # fmt: skip
+        cluster.kubectl("-n", "runguard", "rollout", "status", "deployment/runguard",
+                        "--timeout=180s", check=True, timeout=210)  # fmt: skip
+        wait_ready_replicas(cluster, timeout=120)
+        figures["rollout_s"] = round(time.monotonic() - start, 1)
+        time.sleep(3)
+        rollout_end = time.monotonic()
+
+        (victim,) = [
+            p["spec"]["nodeName"] for p in wait_ready_replicas(cluster, timeout=60)
+            if p["spec"]["nodeName"] == real.nodes[1].name
+        ] or [real.nodes[1].name]  # fmt: skip
+        drained = time.monotonic()
+        done = cluster.kubectl("drain", victim, "--ignore-daemonsets", "--delete-emptydir-data",
+                               "--timeout=180s", timeout=210)  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        figures["drain_s"] = round(time.monotonic() - drained, 1)
+        pods = wait_ready_replicas(cluster, timeout=120)
+        figures["drain_ready_s"] = round(time.monotonic() - drained, 1)
+        assert {p["spec"]["nodeName"] for p in pods} == {real.nodes[0].name}
+        time.sleep(3)
+        end = time.monotonic()
+    cluster.kubectl("uncordon", victim, check=True)
+
+    phases = {
+        "rollout": loop.between(start - 3, rollout_end),
+        "drain": loop.between(rollout_end, end),
+    }
+    for phase, answers in phases.items():
+        failed = [a for a in answers if a[1] != 201]
+        figures[f"{phase}_admissions"] = len(answers)
+        figures[f"{phase}_failed"] = len(failed)
+        figures[f"{phase}_failures"] = sorted({a[2][:200] for a in failed})[:5]
+    print("rollout/drain:", json.dumps(figures))
+    (cluster.directory / "rollout-drain.json").write_text(json.dumps(figures, indent=2))
+    assert loop.answers and all(answers for answers in phases.values())
+    assert figures["rollout_failed"] == 0 and figures["drain_failed"] == 0, figures
