@@ -298,6 +298,7 @@ def podman(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     return done
 
 
+@pytest.mark.slow
 def test_the_image_is_tagged_with_the_version_and_runs_as_the_deployment_says(
     built_image: str,
 ) -> None:
@@ -328,6 +329,7 @@ def test_the_image_is_tagged_with_the_version_and_runs_as_the_deployment_says(
     assert versions["runguard"] == webhook.__version__ and not has_pip
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fs_group", [True, False], ids=["fsGroup", "no-fsGroup"])
 def test_the_image_serves_with_the_secret_mounted_as_a_kubelet_mounts_it(
     built_image: str, tmp_path: Path, fs_group: bool

@@ -251,6 +251,9 @@ def test_rollout_restart_and_drain_while_runs_are_created(real: RealCluster) -> 
     figures: dict[str, Any] = {}
     with AdmissionLoop(cluster, "loop") as loop:
         time.sleep(3)
+        assert loop.answers and all(a[1] == 201 for a in loop.answers), (
+            f"the loop's run Pod is not admitted by policies/ as shipped: {loop.answers[-1:]}"
+        )
         start = time.monotonic()
         cluster.kubectl("-n", "runguard", "rollout", "restart", "deployment/runguard",
                         check=True)  # fmt: skip
