@@ -110,7 +110,7 @@ RUN_TEMPLATE_CONDITION = {
 RECORDS = (
     "object.?metadata.?annotations[?'runguard.io/requested-by'].hasValue()"
     " || object.?metadata.?annotations[?'runguard.io/platform'].hasValue()"
-    " || object.?metadata.?labels[?'runguard.io/policy'].hasValue()"
+    " || object.?metadata.?labels[?'runguard.io/policy'] in [optional.of('platform')]"
 )
 CONTROLLERS_CONDITION = {
     "name": "run-template",

@@ -21,7 +21,7 @@ from test_ownership import Meta, OwnerRef, State, owner
 from webhook.engine import evaluate, mutate, validate
 from webhook.engine.context import PLATFORM_RECORD, POLICY_LABEL, STAMP, Context, Requester
 from webhook.policy.loader import load_policy
-from webhook.policy.model import build_policy, with_alternatives
+from webhook.policy.model import Operator, build_policy, with_alternatives
 
 REPO = Path(__file__).resolve().parents[1]
 SHIPPED = load_policy(REPO / "policies")
@@ -394,3 +394,58 @@ def test_two_policies_in_any_order_keep_their_scopes() -> None:
     swapped = with_alternatives([second, first.model_copy(update={"alternatives": ()})])
     run = evaluate(pod(), swapped, namespace="ml", context=Context(CORE, State([]))).object
     assert run["metadata"]["labels"][POLICY_LABEL] == "digitalhub"
+
+
+# --- operators are controllers ---------------------------------------------------------------
+
+
+def operator_policy() -> Any:
+    """The shipped digitalhub policy with Argo Workflows' controller as an operator."""
+    first, second = SHIPPED.run_policies()
+    run = second if second.name == "digitalhub" else first
+    platform = run.platform.model_copy(
+        update={"operators": (Operator(identity=ARGO.username, kinds=("argoproj.io/Workflow",)),)}
+    )
+    return with_alternatives([run.model_copy(update={"platform": platform, "alternatives": ()})])
+
+
+ARGO = Requester("system:serviceaccount:digitalhub:argo-workflow-controller")
+
+
+def workflow(uid: str) -> dict[str, Any]:
+    return {"apiVersion": "argoproj.io/v1alpha1", "kind": "Workflow",
+            "metadata": {"name": "pipeline", "namespace": "ml", "uid": uid},
+            "spec": {"entrypoint": "main"}}  # fmt: skip
+
+
+def test_an_operators_pods_follow_its_custom_resource_by_uid() -> None:
+    """The Core creates a Workflow (stamped, recorded as the platform's); the Argo
+    controller's step Pod, owned by it by uid, gets the run's claim and secret. A
+    Workflow a user created, or a Pod the operator creates for it, gets nothing."""
+    policy = operator_policy()
+    by_uid = {"apiVersion": "argoproj.io/v1alpha1", "kind": "Workflow", "name": "pipeline",
+              "uid": "wf-1", "controller": True}  # fmt: skip
+    step = pod(labels={"workflows.argoproj.io/workflow": "pipeline"}, ownerReferences=[by_uid])
+    for creator, platform in ((CORE, True), (ALICE, False)):
+        made = evaluate(workflow("wf-1"), policy, namespace="ml", context=Context(creator))
+        annotations = made.object["metadata"]["annotations"]
+        assert annotations[STAMP] == creator.username
+        assert (annotations.get(PLATFORM_RECORD) == "true") is platform
+        state = State([Meta("Workflow", "ml", "pipeline", "wf-1", {}, annotations)])
+        decision = evaluate(step, policy, namespace="ml", context=Context(ARGO, state))
+        assert decision.allowed is platform, decision.message()
+        assert (decision.object["metadata"]["annotations"].get(PLATFORM_RECORD) == "true") is (
+            platform
+        )
+    # the Workflow's records cannot be rewritten later
+    stored = evaluate(workflow("wf-1"), policy, namespace="ml", context=Context(ALICE)).object
+    forged = copy.deepcopy(stored)
+    forged["metadata"]["annotations"][PLATFORM_RECORD] = "true"
+    context = Context(ALICE, State([]), "UPDATE")
+    kept = mutate(forged, policy, namespace="ml", old=stored, context=context).object
+    assert PLATFORM_RECORD not in kept["metadata"]["annotations"]
+    denied = validate(forged, policy, namespace="ml", old=stored, context=context)
+    assert rules(denied) == {"ownership.stamp"}
+    # only the operator's identity follows its kinds: the job-controller does not
+    decision = evaluate(step, policy, namespace="ml", context=Context(JOBS, State([])))
+    assert not decision.allowed

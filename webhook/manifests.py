@@ -385,14 +385,16 @@ def _references(policy: Policy, spec: str) -> _Expr | None:
     return _join("||", named, runs_as)
 
 
-def _records(meta: str) -> str:
+def _records(policy: Policy, meta: str) -> str:
     """CEL: the metadata ``meta`` carries one of runguard's records (only runguard writes
-    them, so an object carrying one is always sent to it)."""
+    them, so an object carrying one is always sent to it): a stamp, or the label of one
+    of these RunPolicies (another's name is inert to this runguard)."""
+    names = ", ".join(f"optional.of({_cel_string(p.name)})" for p in policy.run_policies())
     return " || ".join(
         [
             f"{meta}.?annotations[?{_cel_string(STAMP)}].hasValue()",
             f"{meta}.?annotations[?{_cel_string(PLATFORM_RECORD)}].hasValue()",
-            f"{meta}.?labels[?{_cel_string(POLICY_LABEL)}].hasValue()",
+            f"{meta}.?labels[?{_cel_string(POLICY_LABEL)}] in [{names}]",
         ]
     )
 
@@ -441,7 +443,7 @@ def controller_condition(policy: Policy) -> dict[str, str] | None:
         "||",
         _Exists(f"[{TEMPLATE}]", "t", either),
         f"(oldObject != null && {_render(_Exists(f'[{OLD_TEMPLATE}]', 'o', was))})",
-        _records("object.?metadata"),
+        _records(policy, "object.?metadata"),
     )
     assert routed is not None
     return _condition(name, routed)
@@ -455,7 +457,7 @@ def _pod_reference_conditions(policy: Policy) -> list[dict[str, str]] | None:
     if run is None:
         return None
     references = _references(policy, "object.spec") if _any_ownership(policy) else None
-    either = _join("||", references, _records("object.?metadata"))
+    either = _join("||", references, _records(policy, "object.?metadata"))
     assert either is not None
     return [
         _condition("not-a-run", f"!({_render(run, ' ')})"),

@@ -53,7 +53,10 @@ def assert_messy_pod_mutated(stored: dict[str, Any]) -> None:
         "node.kubernetes.io/unreachable",
     ]
     assert "volumeMounts" not in spec["containers"][1]
-    assert stored["metadata"]["labels"] == {**RUN_LABELS, "dhcore/template": "1xa100"}
+    # the run's labels, and the RunPolicy that governs it for its whole life
+    assert stored["metadata"]["labels"] == {
+        **RUN_LABELS, "dhcore/template": "1xa100", "runguard.io/policy": "platform"
+    }
 
 
 def assert_messy_warnings(warnings: list[str]) -> None:

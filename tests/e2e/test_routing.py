@@ -27,7 +27,7 @@ from webhook import manifests
 
 from .cluster import Cluster
 from .devcluster import Runguard, prepare_cluster
-from .runs import controller, pod, rule_ids, session_policy
+from .runs import Webhook, controller, pod, rule_ids, session_policy, wait_for_admission
 
 pytestmark = pytest.mark.e2e
 
@@ -90,7 +90,9 @@ def wait_until_called(cluster: Cluster, what: str, timeout: float = 60.0) -> Non
 
 
 @pytest.fixture(scope="module")
-def routing(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Routing]:
+def routing(
+    cluster: Cluster, webhook: Webhook, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Routing]:
     base = tmp_path_factory.mktemp("routing")
     server = Runguard(base, base / "policy")
     server.policy_dir.mkdir()
@@ -99,6 +101,9 @@ def routing(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Itera
     )
     prepare_cluster(cluster)
     cluster.kubectl("create", "namespace", EXCLUDED)  # may exist already
+    # One runguard in front of the cluster: the session's would also judge (and label)
+    # the objects sent here, and this module's would judge what the session's labels.
+    webhook.unregister(cluster)
     try:
         server.start()
         configurations = list(yaml.safe_load_all(server.manifests()))
@@ -116,6 +121,8 @@ def routing(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Itera
             f"validatingwebhookconfiguration/{NAME}", "--ignore-not-found",
         )  # fmt: skip
         server.stop()
+        webhook.register(cluster)
+        wait_for_admission(cluster, active=True)
 
 
 @pytest.fixture
@@ -356,7 +363,8 @@ def test_unreachable_runguard_refuses_updates_that_enter_its_scope(
     into_a_run = {"spec": {"template": {"metadata": {"labels": RUN}}}}
     with pytest.raises(client.ApiException) as raised:
         apps.patch_namespaced_deployment("web", namespace, into_a_run, _preload_content=False)
-    assert unreachable(stopped, manifests.CONTROLLERS_WEBHOOK) in refusal(raised.value)
+    # (the mutating webhook is called first: on UPDATE it keeps runguard's records)
+    assert unreachable(stopped, manifests.MUTATING_CONTROLLERS_WEBHOOK) in refusal(raised.value)
 
     assert create(api_client, namespace, pod("tool", {"app": "tool"})) is None
     running = api_client.sanitize_for_serialization(core.read_namespaced_pod("tool", namespace))

@@ -93,8 +93,9 @@ def test_labels_and_annotations_on_a_run_pod_python_client(
 def test_a_pod_cannot_become_a_run_by_relabelling(
     cluster: Cluster, runguard: Webhook, namespace: str
 ) -> None:
-    """Labels added later make a Pod a run: the UPDATE is judged like a CREATE, so
-    create-then-label does not get around runguard."""
+    """Labels added later would make a Pod a run: a RunPolicy governs an object from its
+    CREATE (SPEC section 8), so create-then-label is refused outright (and the Pod, were
+    it judged as a run, has what runguard denies anyway)."""
     rootful = pod("tool", {"app": "tool"}, hostNetwork=True)
     assert apply(cluster, namespace, rootful).returncode == 0
     done = cluster.kubectl(
@@ -103,7 +104,8 @@ def test_a_pod_cannot_become_a_run_by_relabelling(
     )  # fmt: skip
     assert done.returncode != 0
     assert 'admission webhook "validate.runguard.io" denied the request' in done.stderr
-    assert "security.host-namespace" in rule_ids(done.stderr)
+    assert "scope.labels" in rule_ids(done.stderr)
+    assert "cannot become a run by an update" in done.stderr
     assert get(cluster, namespace, "pod", "tool")["metadata"]["labels"] == {"app": "tool"}
 
 

@@ -198,9 +198,14 @@ def _expected_records(r: _Review) -> dict[str, str | None]:
     if r.old is not None:
         stamp, record, label = ownership.records(r.old_metadata or {})
         return {STAMP: stamp, PLATFORM_RECORD: record, POLICY_LABEL: label}
-    out: dict[str, str | None] = {
-        POLICY_LABEL: r.governing.name if r.governing is not None and r.target else None
-    }
+    label = ownership.records(r.metadata)[2]
+    if r.governing is not None and r.target is not None:
+        label = r.governing.name
+    elif label is not None and r.root.named(label) is not None:
+        label = None  # one of ours on an object none of ours governs: forged
+    # (a name none of our RunPolicies has is inert: another installation's, or a renamed
+    # policy's; UPDATEs of such an object are judged by its labels, as at CREATE)
+    out: dict[str, str | None] = {POLICY_LABEL: label}
     owner = _stamps_owner(r)
     if owner is not None and r.context.requester is not None:
         platform = ownership.ownership_of(r.metadata, r.namespace, owner, r.context).platform

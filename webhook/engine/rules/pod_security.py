@@ -248,7 +248,7 @@ def check_pod_security(pod: Pod) -> list[Violation]:
                     )
                 )
         _check_probe_hosts(container, path, out)
-    _check_volume_types(pod, out)
+    # volume types: volumes.check_volumes judges the policy's list and the level at once
     return out
 
 
@@ -324,29 +324,6 @@ def _check_handler(handler: JSON, path: str, out: list[Violation]) -> None:
                     "remove host (the pod's own IP is used)",
                 )
             )
-
-
-def _check_volume_types(pod: Pod, out: list[Violation]) -> None:
-    """The volume types the level forbids even where ``volumes.allowedTypes`` lists
-    them (check_hostPathVolumes.go, check_restrictedVolumes.go); the types the policy
-    does not list are ``volumes.py``'s to report."""
-    allowed = pod.policy.volumes.allowed_types
-    level = pod.policy.security.level
-    for i, volume in enumerate(pod.spec.get("volumes") or ()):
-        for kind, source in volume.items():
-            if kind == "name" or source is None or kind not in allowed:
-                continue
-            if kind == "hostPath" or (
-                level == "restricted" and kind not in RESTRICTED_VOLUME_TYPES
-            ):
-                out.append(
-                    Violation(
-                        "volumes.forbidden-type",
-                        f"{pod.spec_path}.volumes[{i}]",
-                        f"volume {volume['name']!r} of type {kind} is not allowed at Pod "
-                        f"Security level {level}: use a persistentVolumeClaim",
-                    )
-                )
 
 
 def _allowed_apparmor_annotation(value: str) -> bool:

@@ -11,8 +11,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from webhook.engine.pod import Pod, remove_volumes, set_list, warning
+from webhook.engine.rules.pod_security import RESTRICTED_VOLUME_TYPES
 from webhook.engine.types import JSON, Change, Violation
-from webhook.policy.model import matches_any
+from webhook.policy.model import Policy, matches_any
 
 # Keys of a Volume that name its type (everything but ``name``).
 _NOT_TYPES = frozenset({"name"})
@@ -116,20 +117,34 @@ def drop_preexisting_volumes(pod: Pod) -> Change | None:
     return Change("volumes.pre-existing", warning("pre-existing volumes removed", notes))
 
 
+def forbidden_type(kind: str, policy: Policy) -> str | None:
+    """Why a volume of type ``kind`` may not be used, or None: the one judgment of volume
+    types, the policy's ``volumes.allowedTypes`` and then the Pod Security level, which
+    forbids some types even where the list names them (check_hostPathVolumes.go,
+    check_restrictedVolumes.go)."""
+    if kind not in policy.volumes.allowed_types:
+        return "is not allowed"
+    level = policy.security.level
+    if kind == "hostPath" or (level == "restricted" and kind not in RESTRICTED_VOLUME_TYPES):
+        return f"is not allowed at Pod Security level {level}: use a persistentVolumeClaim"
+    return None
+
+
 def check_volumes(pod: Pod) -> list[Violation]:
-    allowed = pod.policy.volumes.allowed_types
     out: list[Violation] = []
     for i, volume in enumerate(pod.spec.get("volumes") or ()):
         path = f"{pod.spec_path}.volumes[{i}]"
-        forbidden = [t for t in volume if t not in _NOT_TYPES and t not in allowed]
-        if forbidden:
-            out.append(
-                Violation(
-                    "volumes.forbidden-type",
-                    path,
-                    f"volume {volume['name']!r} of type {forbidden[0]} is not allowed",
+        for kind, source in volume.items():
+            reason = None if kind in _NOT_TYPES else forbidden_type(kind, pod.policy)
+            if reason is not None and (source is not None or "level" not in reason):
+                out.append(
+                    Violation(
+                        "volumes.forbidden-type",
+                        path,
+                        f"volume {volume['name']!r} of type {kind} {reason}",
+                    )
                 )
-            )
+                break
         reference = preexisting_reference(volume, pod)
         if reference is not None:
             out.append(

@@ -1,0 +1,252 @@
+"""SPEC section 8 through the real apiserver and controllers, with the shipped policies.
+
+runguard serves ``policies/`` as shipped (two RunPolicies, ownership on, the platform's
+ServiceAccount ``digitalhub/core``) with its cluster state watch, registered as
+``runguard manifests`` renders it; the session's runguard is unregistered meanwhile. The
+controller-manager, scheduler and kwok run: the platform's Deployment scales, rolls out
+and rolls back, a StatefulSet scales, a Job's Pods are orphaned by the garbage collector,
+and the attacks of a user with edit rights (relabeling, rewritten owners, a debug
+container) are refused by the apiserver with runguard's message.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from .cluster import Cluster, Identity, simulated_node
+from .devcluster import Runguard, prepare_cluster
+from .runs import REPO, Webhook, platform_identity, rule_ids, until, wait_for_admission
+
+pytestmark = pytest.mark.e2e
+
+RUN = {"app.kubernetes.io/managed-by": "dhcore", "dhcore/run": "r1", "dhcore/project": "p1"}
+WAIT = 90.0  # controllers, scheduler, kwok on 2 busy cores: bounded, not a timing check
+SECRET = "sec-api-r1"  # the run's own secret (policies/runpolicy.yaml: sec-*-{run})
+NODE_KEY = "runguard.io/e2e"
+TAINT = {"key": NODE_KEY, "value": "trust", "effect": "NoSchedule"}
+ON_OUR_NODE = {"nodeSelector": {NODE_KEY: "trust"}, "tolerations": [{**TAINT, "operator": "Equal"}]}
+
+
+@pytest.fixture(scope="module")
+def shipped(cluster: Cluster, webhook: Webhook, tmp_path_factory: Any) -> Iterator[Runguard]:
+    """runguard with the shipped policies, in place of the session's, and the controllers."""
+    base = tmp_path_factory.mktemp("trust")
+    state = ("--cluster-state", str(cluster.kubeconfig))
+    server = Runguard(base, REPO / "policies", serve_args=state)
+    prepare_cluster(cluster)
+    platform_identity(cluster)  # the namespace and ServiceAccount digitalhub/core
+    webhook.unregister(cluster)
+    try:
+        server.start()
+        server.register(cluster)
+        wait_for_shipped(cluster)
+        cluster.start_whole_path()
+        try:
+            # A node of this module's own: the shared ones hold what earlier modules left.
+            node = simulated_node("kwok-trust-0", cpu="64", memory="256Gi",
+                                  labels={NODE_KEY: "trust"}, taints=[TAINT])  # fmt: skip
+            cluster.kubectl("apply", "-f", "-", input=json.dumps(node), check=True)
+            yield server
+        finally:
+            cluster.kubectl("delete", "node", "kwok-trust-0", "--wait=false")
+            cluster.stop_whole_path()
+    finally:
+        if server.registered:
+            server.unregister(cluster)
+        server.stop()
+        webhook.register(cluster)
+        wait_for_admission(cluster, active=True)
+
+
+def wait_for_shipped(cluster: Cluster, timeout: float = 30.0) -> None:
+    """Until the apiserver calls runguard with the shipped policies: a server dry run of
+    a run Pod comes back labelled with its RunPolicy."""
+    probe = json.dumps({"apiVersion": "v1", "kind": "Pod",
+                        "metadata": {"name": "probe", "labels": RUN},
+                        "spec": {"containers": [{"name": "c", "image": "busybox"}]}})  # fmt: skip
+
+    def labelled() -> bool | None:
+        done = cluster.kubectl("create", "-n", "default", "--dry-run=server", "-o", "json",
+                               "-f", "-", input=probe)  # fmt: skip
+        if done.returncode != 0:
+            return None
+        labels = json.loads(done.stdout)["metadata"].get("labels", {})
+        return True if labels.get("runguard.io/policy") == "digitalhub" else None
+
+    until("the shipped policies' runguard called", labelled, timeout)
+
+
+@pytest.fixture
+def space(cluster: Cluster, shipped: Runguard) -> Iterator[str]:
+    """A namespace of the test's own, with the run's secret the platform created."""
+    name = f"t-trust-{os.urandom(3).hex()}"
+    cluster.kubectl("create", "namespace", name, check=True)
+    secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": SECRET},
+              "stringData": {"token": "x"}}  # fmt: skip
+    platform_identity(cluster).kubectl("apply", "-n", name, "-f", "-",
+                                       input=json.dumps(secret), check=True)  # fmt: skip
+    yield name
+    cluster.kubectl("delete", "namespace", name, "--wait=false")
+
+
+def user(cluster: Cluster) -> Identity:
+    """A data scientist with edit rights in every namespace (not the platform)."""
+    return cluster.user("mallory", ("developers",))
+
+
+def container(image: str = "python:3.11") -> dict[str, Any]:
+    return {"name": "main", "image": image, "envFrom": [{"secretRef": {"name": SECRET}}]}
+
+
+def run_deployment(name: str, replicas: int = 1) -> dict[str, Any]:
+    labels = {**RUN, "app": name}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {"metadata": {"labels": labels},
+                         "spec": {"containers": [container()], **ON_OUR_NODE}},
+        },
+    }
+
+
+def get(cluster: Cluster, namespace: str, what: str) -> Any:
+    done = cluster.kubectl("get", "-n", namespace, *what.split(), "-o", "json", check=True)
+    return json.loads(done.stdout)
+
+
+def run_pods(cluster: Cluster, namespace: str, selector: str) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = get(cluster, namespace, f"pods -l {selector}")["items"]
+    return [p for p in items if not p["metadata"].get("deletionTimestamp")]
+
+
+def wait_pods(cluster: Cluster, namespace: str, selector: str, count: int,
+              image: str | None = None) -> list[dict[str, Any]]:  # fmt: skip
+    """The ``count`` Pods (of ``image``) once they exist and are Running."""
+
+    def probe() -> list[dict[str, Any]] | None:
+        found = run_pods(cluster, namespace, selector)
+        if image is not None:
+            found = [p for p in found if p["spec"]["containers"][0]["image"] == image]
+        running = [p for p in found if p.get("status", {}).get("phase") == "Running"]
+        return running if len(running) == count and len(found) == count else None
+
+    return until(f"{count} running Pods {selector} in {namespace}", probe, WAIT)
+
+
+def platform_made(pod: dict[str, Any]) -> bool:
+    """The Pod is the platform's (runguard's record) and kept the run's secret."""
+    annotations = pod["metadata"].get("annotations", {})
+    env_from = pod["spec"]["containers"][0].get("envFrom", [])
+    return annotations.get("runguard.io/platform") == "true" and env_from == [
+        {"secretRef": {"name": SECRET}}
+    ]
+
+
+def test_a_run_deployment_scales_rolls_out_and_rolls_back(cluster: Cluster, space: str) -> None:
+    core = platform_identity(cluster)
+    core.kubectl("apply", "-n", space, "-f", "-", input=json.dumps(run_deployment("serve")),
+                 check=True)  # fmt: skip
+    first = wait_pods(cluster, space, "app=serve", 1)
+    assert all(platform_made(p) for p in first)
+    # scale (the deployment-controller re-copies the Deployment's annotations to its
+    # ReplicaSet: runguard keeps the ReplicaSet's own records)
+    core.kubectl("scale", "-n", space, "deployment/serve", "--replicas=3", check=True)
+    scaled = wait_pods(cluster, space, "app=serve", 3)
+    assert all(platform_made(p) for p in scaled)
+    # roll out a new image, then back
+    core.kubectl("set", "image", "-n", space, "deployment/serve", "main=python:3.12", check=True)
+    done = core.kubectl("rollout", "status", "-n", space, "deployment/serve", "--timeout=90s")
+    assert done.returncode == 0, done.stderr
+    rolled = wait_pods(cluster, space, "app=serve", 3, image="python:3.12")
+    assert all(platform_made(p) for p in rolled)
+    core.kubectl("rollout", "undo", "-n", space, "deployment/serve", check=True)
+    done = core.kubectl("rollout", "status", "-n", space, "deployment/serve", "--timeout=90s")
+    assert done.returncode == 0, done.stderr
+    back = wait_pods(cluster, space, "app=serve", 3, image="python:3.11")
+    assert all(platform_made(p) for p in back)
+    events = get(cluster, space, "events")["items"]
+    refused = [e["message"] for e in events if "denied the request" in e.get("message", "")]
+    assert refused == []
+
+
+def test_a_run_statefulset_scales(cluster: Cluster, space: str) -> None:
+    core = platform_identity(cluster)
+    labels = {**RUN, "app": "db"}
+    statefulset = {
+        "apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "db"},
+        "spec": {"replicas": 1, "serviceName": "db", "selector": {"matchLabels": {"app": "db"}},
+                 "template": {"metadata": {"labels": labels},
+                              "spec": {"containers": [container()], **ON_OUR_NODE}}},
+    }  # fmt: skip
+    core.kubectl("apply", "-n", space, "-f", "-", input=json.dumps(statefulset), check=True)
+    wait_pods(cluster, space, "app=db", 1)
+    core.kubectl("scale", "-n", space, "statefulset/db", "--replicas=2", check=True)
+    assert all(platform_made(p) for p in wait_pods(cluster, space, "app=db", 2))
+
+
+def test_a_job_orphaned_by_the_garbage_collector(cluster: Cluster, space: str) -> None:
+    core = platform_identity(cluster)
+    running = {"pod-complete.stage.kwok.x-k8s.io/delay": "300s"}  # kwok: no completion yet
+    template = {"metadata": {"labels": {**RUN, "app": "etl"}, "annotations": running},
+                "spec": {"restartPolicy": "Never", "containers": [container()],
+                         **ON_OUR_NODE}}  # fmt: skip
+    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "etl"},
+           "spec": {"template": template}}  # fmt: skip
+    core.kubectl("apply", "-n", space, "-f", "-", input=json.dumps(job), check=True)
+    (pod,) = wait_pods(cluster, space, "app=etl", 1)
+    assert platform_made(pod)
+    core.kubectl("delete", "-n", space, "job/etl", "--cascade=orphan", check=True)
+
+    def orphaned() -> dict[str, Any] | None:
+        found = get(cluster, space, f"pod/{pod['metadata']['name']}")
+        return None if found["metadata"].get("ownerReferences") else found
+
+    left = until("the Pod orphaned by the garbage collector", orphaned, WAIT)
+    assert platform_made(left)
+
+
+def test_relabeling_a_run_out_of_its_policy_is_refused(cluster: Cluster, space: str) -> None:
+    core = platform_identity(cluster)
+    core.kubectl("apply", "-n", space, "-f", "-", input=json.dumps(run_deployment("web")),
+                 check=True)  # fmt: skip
+    (pod,) = wait_pods(cluster, space, "app=web", 1)
+    name = f"pod/{pod['metadata']['name']}"
+    assert pod["metadata"]["labels"]["runguard.io/policy"] == "digitalhub"
+    mallory = user(cluster)
+    for change in ("app.kubernetes.io/managed-by-", "dhcore/run-", "dhcore/framework=k8sbuild"):
+        done = mallory.kubectl("label", "-n", space, name, change, "--overwrite")
+        assert done.returncode != 0 and "scope.labels" in rule_ids(done.stderr), change
+    # runguard's own label is put back as it was (its mutating webhook, on UPDATE)
+    mallory.kubectl("label", "-n", space, name, "runguard.io/policy=builds", "--overwrite")
+    assert get(cluster, space, name)["metadata"]["labels"]["runguard.io/policy"] == "digitalhub"
+    # rewriting its owners to another controller's is refused too
+    owners = [{"apiVersion": "batch/v1", "kind": "Job", "name": "x", "uid": "0000",
+               "controller": True}]  # fmt: skip
+    patch = json.dumps({"metadata": {"ownerReferences": owners}})
+    done = mallory.kubectl("patch", "-n", space, name, "--type=merge", "-p", patch)
+    assert done.returncode != 0 and "ownership.owner-changed" in rule_ids(done.stderr)
+    # and a debug container in a Pod holding the platform's secret, even by an admin
+    done = cluster.kubectl("debug", "-n", space, name, "--image=busybox", "--attach=false")
+    assert done.returncode != 0 and "ownership.debug" in rule_ids(done.stderr)
+    # the platform may still label it with anything else
+    core.kubectl("label", "-n", space, name, "note=ok", check=True)
+
+
+def test_a_users_pod_as_the_platforms_service_account_is_refused(
+    cluster: Cluster, shipped: Runguard
+) -> None:
+    bare = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "impostor"},
+            "spec": {"serviceAccountName": "core",
+                     "containers": [{"name": "c", "image": "busybox"}]}}  # fmt: skip
+    done = user(cluster).kubectl("create", "-n", "digitalhub", "--dry-run=server", "-f", "-",
+                                 input=json.dumps(bare))  # fmt: skip
+    assert done.returncode != 0 and "ownership.service-account" in rule_ids(done.stderr)
