@@ -26,7 +26,7 @@ from webhook.admission import AdmissionError, Endpoint
 from webhook.auditlog import AuditLog, audit_record
 from webhook.clusterstate import ClusterState
 from webhook.clusterstate.metrics import ClusterStateCollector
-from webhook.clusterstate.process import ClusterWatch
+from webhook.clusterstate.process import ClusterWatch, operator_kinds
 from webhook.engine.context import ClusterView
 from webhook.policystore import PolicyState, PolicyStore
 from webhook.settings import (
@@ -104,7 +104,7 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
     audit = AuditLog(
         config.get("audit_stream"), capacity=settings.get("log_queue", DEFAULT_LOG_QUEUE)
     )
-    cluster_state, cluster_watch = _cluster_state(config, settings)
+    cluster_state, cluster_watch = _cluster_state(config, settings, store)
     cluster_metrics = (ClusterStateCollector(cluster_watch.state),) if cluster_watch else ()
     state = Runguard(store, audit, cluster_state, cluster_watch)
     app.extensions["runguard"] = state
@@ -284,15 +284,17 @@ def _read_body(environ: Mapping[str, Any], limit: int) -> bytes:
 
 
 def _cluster_state(
-    config: Mapping[str, Any], settings: Mapping[str, Any]
+    config: Mapping[str, Any], settings: Mapping[str, Any], store: PolicyStore
 ) -> tuple[ClusterView | None, ClusterWatch | None]:
     """The handed-in ``cluster`` view, else the state the ``cluster_state`` setting
     watches (its watch process started here: in the gunicorn master, which loads the
-    app before forking the workers), else None."""
+    app before forking the workers), else None. The watch also keeps the operators'
+    kinds of the policy loaded now (a reload adding one needs a restart)."""
     given: ClusterView | None = config.get("cluster")
     if given is not None or settings.get("cluster_state") is None:
         return given, None
-    watch = ClusterWatch(settings["cluster_state"]).start()
+    kinds = operator_kinds(store.state.policy)
+    watch = ClusterWatch(settings["cluster_state"], operator_kinds=kinds).start()
     return watch.state, watch
 
 

@@ -2,7 +2,9 @@
 
 Every worker maps the same control block, so whichever worker answers ``/metrics``
 reports the same values; they are not written to ``prometheus_client``'s per-process
-files (which would sum them over the workers) but collected when scraped.
+files (which would sum them over the workers) but collected when scraped. Operators'
+kinds are labelled ``kind="GROUP/Kind"``, those that cannot be listed included (synced
+0, their errors counted).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ class ClusterStateCollector:
 
     def collect(self) -> Iterator[Metric]:
         now = time.time()
-        stats = self.state.stats()
+        stats = self.state.all_stats()  # operators' kinds by GROUP/Kind, not installed too
         objects = GaugeMetricFamily(
             "runguard_cluster_state_objects", "Objects in the cluster state cache.", labels=["kind"]
         )

@@ -24,6 +24,7 @@ __all__ = [
     "KINDS",
     "LAST_APPLIED",
     "MAX_ANNOTATION_VALUE",
+    "MAX_OPERATOR_KINDS",
     "REQUESTED_BY",
     "RESOURCES",
     "ClusterState",
@@ -33,6 +34,7 @@ __all__ = [
     "OwnerRef",
     "controller_chain",
     "meta_from_object",
+    "split_group_kind",
 ]
 
 # The kinds runguard decides with, as the API names them (``kind`` of the object).
@@ -68,6 +70,10 @@ CLUSTER_SCOPED = frozenset({"PriorityClass", "RuntimeClass"})
 CONTROLLER_KINDS = frozenset(
     {"Job", "CronJob", "ReplicaSet", "Deployment", "StatefulSet", "DaemonSet"}
 )
+# Operators' custom resource kinds (``platform.operators``, "GROUP/Kind") the watch keeps
+# besides ``KINDS``: the publication reserves this many slots for them, so its layout
+# stays fixed; kinds beyond it are not watched (their decisions fail closed).
+MAX_OPERATOR_KINDS = 16
 REQUESTED_BY = "runguard.io/requested-by"  # the stamp of who asked for a Pod or controller
 LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 # An annotation value longer than this is not kept (memory stays bounded whatever other
@@ -79,6 +85,12 @@ _EMPTY: Mapping[str, str] = MappingProxyType({})
 
 class ClusterStateError(ValueError):
     """Objects that cannot be read as cluster state; the message says which and why."""
+
+
+def split_group_kind(group_kind: str) -> tuple[str, str]:
+    """("argoproj.io", "Workflow") of "argoproj.io/Workflow" (group "" for the core API)."""
+    group, _, kind = group_kind.rpartition("/")
+    return group, kind
 
 
 class OwnerRef(NamedTuple):

@@ -8,6 +8,12 @@ mid-lock, and the ``kubernetes`` package stays out of the master and its workers
 exits on its own when the master is gone (it checks its parent every second). gunicorn
 reaps every child of the master, this one too (``waitpid(-1)``): this module only
 ``poll()``s it, and a reaped one reads as exited with code 0.
+
+Besides ``KINDS``, the watch keeps the operators' kinds (``platform.operators``) of every
+RunPolicy of the policy the server starts with (``operator_kinds``), in the
+publication's operator slots. They are fixed for the server's life: a kind a reload
+adds is not watched until the server restarts (until then its operator's Pods that use
+the platform's objects fail closed, ``ownership.unknown`` naming the kind).
 """
 
 from __future__ import annotations
@@ -22,17 +28,36 @@ import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
-from webhook.clusterstate.model import KINDS
+from webhook.clusterstate.model import KINDS, MAX_OPERATOR_KINDS, RESOURCES, split_group_kind
 from webhook.clusterstate.publication import SharedClusterState, create_directory
 
-__all__ = ["ClusterWatch", "WatchProcess"]
+if TYPE_CHECKING:
+    from webhook.policy.model import Policy
+
+__all__ = ["ClusterWatch", "WatchProcess", "operator_kinds"]
 
 log = logging.getLogger("runguard.server")
 
 RESTART_BACKOFF = (1.0, 30.0)  # seconds before a restart, doubling while it keeps exiting
 STABLE = 60.0  # a process that ran this long starts the backoff over
+
+
+def operator_kinds(policy: Policy | None) -> tuple[str, ...]:
+    """The "GROUP/Kind"s ``platform.operators`` of every RunPolicy of ``policy`` name, in
+    the order they are written, each once; those the watch keeps anyway (a built-in kind
+    named with its group, "apps/Deployment") left out."""
+    found: dict[str, None] = {}
+    for run_policy in policy.run_policies() if policy is not None else ():
+        for operator in run_policy.platform.operators:
+            for kind in operator.kinds:
+                group, name = split_group_kind(kind)
+                if name in KINDS and RESOURCES[name][0] == group:
+                    continue
+                if group:  # a custom resource always has one
+                    found[kind] = None
+    return tuple(found)
 
 
 class WatchProcess:
@@ -44,6 +69,7 @@ class WatchProcess:
         directory: Path | str,
         source: str,
         kinds: Sequence[str] = KINDS,
+        operator_kinds: Sequence[str] = (),
         *,
         backoff: tuple[float, float] = RESTART_BACKOFF,
         output: int | IO[bytes] | None = None,
@@ -51,6 +77,7 @@ class WatchProcess:
         self.directory = Path(directory)
         self.source = source
         self.kinds = tuple(kinds)
+        self.operator_kinds = tuple(operator_kinds)
         self.backoff = backoff
         self.output = output  # where its log goes: the server's stderr unless given
         self.restarts = 0
@@ -75,6 +102,7 @@ class WatchProcess:
             str(os.getpid()),
             "--kinds",
             ",".join(self.kinds),
+            *(["--operator-kinds", ",".join(self.operator_kinds)] if self.operator_kinds else []),
         ]
 
     def start(self) -> None:
@@ -135,12 +163,30 @@ class ClusterWatch:
     exit); a forked worker inherits the reader and never stops anything.
     """
 
-    def __init__(self, source: str, parent: str | None = None, kinds: Sequence[str] = KINDS):
+    def __init__(
+        self,
+        source: str,
+        parent: str | None = None,
+        kinds: Sequence[str] = KINDS,
+        operator_kinds: Sequence[str] = (),
+    ):
         if parent is None and os.path.isdir("/dev/shm"):
             parent = "/dev/shm"
-        self.directory = create_directory(parent)
+        watched = tuple(operator_kinds[:MAX_OPERATOR_KINDS])
+        if len(operator_kinds) > MAX_OPERATOR_KINDS:
+            log.error(
+                "cluster state: the policy names %d operator kinds, at most %d are watched; "
+                "Pods owned by %s fail closed",
+                len(operator_kinds),
+                MAX_OPERATOR_KINDS,
+                ", ".join(operator_kinds[MAX_OPERATOR_KINDS:]),
+            )
+        if watched:
+            log.info("cluster state: operator kinds watched: %s", ", ".join(watched))
+        self.operator_kinds = watched
+        self.directory = create_directory(parent, watched)
         self.state = SharedClusterState(self.directory)
-        self.process = WatchProcess(self.directory, source, kinds)
+        self.process = WatchProcess(self.directory, source, kinds, watched)
         self._owner = os.getpid()
 
     def start(self) -> ClusterWatch:

@@ -18,6 +18,15 @@ Per kind, one thread, as client-go's reflector does:
   row list again;
 * a restarted watch process resumes from the version the previous one published.
 
+Operators' custom resources (``--operator-kinds argoproj.io/Workflow,...``, the
+publication's operator slots) are watched the same way once found through discovery
+(``discover``: ``GET /apis/GROUP`` for the preferred version, ``GET /apis/GROUP/VERSION``
+for the resource of that kind). A kind the apiserver does not serve (its CRD not
+installed yet), or that runguard may not list (403: RBAC not granted), is said in the
+log, marked in its slot (it does not hold ``/readyz`` back; decisions needing it fail
+closed) and looked up again with the same backoff; once it is there it is listed and
+watched. A 404 later (the CRD removed) looks it up again.
+
 Every request asks for ``PartialObjectMetadata`` (list: ``PartialObjectMetadataList``)
 and for nothing else, so the apiserver answers with metadata or with an error, never
 with a Secret's ``data``; the JSON is decoded straight into records
@@ -38,18 +47,29 @@ import sys
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import urlencode
 
 import orjson
 
 from webhook.clusterstate.model import (
+    CLUSTER_SCOPED,
     KINDS,
+    MAX_OPERATOR_KINDS,
     RESOURCES,
     ClusterStateError,
     meta_from_object,
+    split_group_kind,
 )
-from webhook.clusterstate.publication import DELETE, PUT, KindPublisher, Publisher
+from webhook.clusterstate.publication import (
+    DELETE,
+    FAILING,
+    FORBIDDEN,
+    NOT_INSTALLED,
+    PUT,
+    KindPublisher,
+    Publisher,
+)
 from webhook.clusterstate.table import Record, encode_record
 
 __all__ = [
@@ -59,8 +79,11 @@ __all__ = [
     "ApiError",
     "Gone",
     "KindWatch",
+    "NotInstalled",
+    "Resource",
     "Watcher",
     "api_client",
+    "discover",
     "main",
     "resource_path",
 ]
@@ -91,9 +114,62 @@ class Gone(ApiError):
     """410: the resourceVersion (or the ``continue`` token) is too old: list again."""
 
 
+class NotInstalled(ApiError):
+    """Discovery found no listable resource of an operator's kind (CRD not installed)."""
+
+
+class Resource(NamedTuple):
+    """Where the apiserver serves a kind."""
+
+    group: str
+    version: str
+    resource: str  # the plural: "workflows"
+    namespaced: bool
+
+    @property
+    def path(self) -> str:
+        if not self.group:
+            return f"/api/{self.version}/{self.resource}"
+        return f"/apis/{self.group}/{self.version}/{self.resource}"
+
+
 def resource_path(kind: str) -> str:
-    group, version, resource = RESOURCES[kind]
-    return f"/api/{version}/{resource}" if not group else f"/apis/{group}/{version}/{resource}"
+    return Resource(*RESOURCES[kind], namespaced=kind not in CLUSTER_SCOPED).path
+
+
+def discover(api: Api, group_kind: str) -> Resource:
+    """Where the apiserver serves ``group_kind`` ("argoproj.io/Workflow"): its group's
+    preferred version first, then its other versions; the resource whose ``kind`` it
+    is, not a subresource, that can be listed and watched. ``NotInstalled`` when there
+    is none (the group is unknown: 404), ``ApiError`` when discovery fails."""
+    group, kind = split_group_kind(group_kind)
+    try:
+        found = api.get_json(f"/apis/{group}")
+    except ApiError as exc:
+        if exc.status == 404:
+            raise NotInstalled(404, f"the apiserver serves no API group {group}") from None
+        raise
+    preferred = str((found.get("preferredVersion") or {}).get("version") or "")
+    versions = [str(v.get("version") or "") for v in found.get("versions") or ()]
+    for version in dict.fromkeys(v for v in (preferred, *versions) if v):
+        try:
+            listed = api.get_json(f"/apis/{group}/{version}")
+        except ApiError as exc:
+            if exc.status == 404:  # removed since the group was read
+                continue
+            raise
+        for resource in listed.get("resources") or ():
+            name = str(resource.get("name") or "")
+            verbs = resource.get("verbs") or ()
+            if (
+                resource.get("kind") == kind
+                and name
+                and "/" not in name
+                and "list" in verbs
+                and "watch" in verbs
+            ):
+                return Resource(group, version, name, bool(resource.get("namespaced", True)))
+    raise NotInstalled(404, f"the API group {group} serves no {kind}")
 
 
 class Api:
@@ -112,7 +188,7 @@ class Api:
         bearer = self._configuration.auth_settings().get("BearerToken")
         if bearer and bearer.get("value"):
             headers["Authorization"] = bearer["value"]
-        url = f"{self._configuration.host}{path}?{urlencode(query)}"
+        url = f"{self._configuration.host}{path}" + (f"?{urlencode(query)}" if query else "")
         try:
             response = self._pool.request(
                 "GET",
@@ -132,6 +208,16 @@ class Api:
             raise cls(response.status, message)
         return response
 
+    def get_json(self, path: str) -> Any:
+        """``GET path`` (a discovery document), decoded."""
+        response = self.get(path, {}, "application/json", READ_TIMEOUT)
+        try:
+            return orjson.loads(response.read())
+        except orjson.JSONDecodeError as exc:
+            raise ApiError(0, f"{path}: not JSON: {exc}") from None
+        finally:
+            response.release_conn()
+
 
 def _status_message(body: bytes) -> str:
     try:
@@ -143,7 +229,8 @@ def _status_message(body: bytes) -> str:
 
 
 class KindWatch:
-    """List and watch one kind into its ``KindPublisher``, in a thread, until stopped."""
+    """List and watch one kind into its ``KindPublisher``, in a thread, until stopped;
+    an operator's kind ("GROUP/Kind") once discovery finds where it is served."""
 
     def __init__(
         self,
@@ -158,7 +245,8 @@ class KindWatch:
         self.api = api
         self.publisher = publisher
         self.kind = publisher.kind
-        self.path = resource_path(self.kind)
+        self.operator = self.kind not in KINDS
+        self.path = "" if self.operator else resource_path(self.kind)  # "": discover first
         self.page_size = page_size
         self.watch_seconds = watch_seconds
         self.resume = resume
@@ -174,6 +262,8 @@ class KindWatch:
         errors = 0
         while not self._stop.is_set():
             try:
+                if not self.path:
+                    self.find()
                 if self.version is None:
                     self.version = self.list_all()
                 self.watch(self.version)
@@ -185,21 +275,68 @@ class KindWatch:
                 if self._stop.is_set():
                     break
                 errors += 1
-                self.publisher.count_error()
                 doing = "list" if self.version is None else "watch"
+                if not self.path:
+                    doing = "discovery"
+                problem = self._problem(exc) if doing != "watch" else 0
+                self.publisher.count_error(problem)
+                if self.operator and isinstance(exc, ApiError) and exc.status == 404:
+                    self.path = ""  # its CRD removed, or not there yet: look it up again
                 if errors >= ERRORS_BEFORE_RELIST:
                     self.version = None
                 pause = min(BACKOFF[1], BACKOFF[0] * 2 ** (errors - 1)) * random.uniform(0.8, 1.2)
-                log.warning(
-                    "%s: %s: %s (error %d in a row, retrying in %.1fs%s)",
+                log.log(
+                    logging.ERROR if problem == FORBIDDEN else logging.WARNING,
+                    "%s: %s: %s (error %d in a row, retrying in %.1fs%s)%s",
                     self.kind,
                     doing,
                     exc if isinstance(exc, ApiError) else f"{type(exc).__name__}: {exc}",
                     errors,
                     pause,
                     ", listing again" if errors >= ERRORS_BEFORE_RELIST else "",
+                    self._consequence(problem),
                 )
                 self._stop.wait(pause)
+
+    def find(self) -> None:
+        """Where the apiserver serves this operator kind (``discover``)."""
+        found = discover(self.api, self.kind)
+        self.path = found.path
+        log.info(
+            "%s: served as %s.%s/%s (%s)",
+            self.kind,
+            found.resource,
+            found.group,
+            found.version,
+            "namespaced" if found.namespaced else "cluster-scoped",
+        )
+
+    def _problem(self, exc: Exception) -> int:
+        """Why an operator kind cannot be listed (0: a built-in kind, or no reason)."""
+        if not self.operator:
+            return 0
+        if isinstance(exc, NotInstalled) or (isinstance(exc, ApiError) and exc.status == 404):
+            return NOT_INSTALLED
+        if isinstance(exc, ApiError) and exc.status == 403:
+            return FORBIDDEN
+        return FAILING
+
+    def _consequence(self, problem: int) -> str:
+        """What a problem of an operator kind means, for the log line."""
+        if not problem:
+            return ""
+        name = self.publisher.table_kind
+        fails = f"; Pods owned by {name} objects fail closed (ownership.unknown) until it is listed"
+        if problem == NOT_INSTALLED:
+            return f"; is its CustomResourceDefinition installed?{fails}"
+        if problem == FORBIDDEN:
+            group, _ = split_group_kind(self.kind)
+            resource = self.path.rsplit("/", 1)[-1] or f"<plural of {name}>"
+            return (
+                f"; grant runguard's ServiceAccount get, list, watch on {resource} in API group "
+                f"{group} (docs/operations.md, operators' kinds){fails}"
+            )
+        return fails
 
     def list_all(self) -> str:
         """List every object into a new base; the list's resourceVersion."""
@@ -273,7 +410,7 @@ class KindWatch:
 
     def _record(self, obj: Any) -> Record | None:
         try:
-            return encode_record(meta_from_object(obj, self.kind))
+            return encode_record(meta_from_object(obj, self.publisher.table_kind))
         except ClusterStateError as exc:
             log.warning("%s: an object skipped: %s", self.kind, exc)
             return None
@@ -333,17 +470,20 @@ class _Pages:
 
 
 class Watcher:
-    """Every kind of ``kinds`` listed and watched, one thread each, into ``publisher``."""
+    """Every kind of ``kinds`` listed and watched, one thread each, into ``publisher``
+    (by default ``KINDS`` and the operator kinds ``publisher`` has slots for)."""
 
     def __init__(
         self,
         api: Api,
         publisher: Publisher,
-        kinds: Sequence[str] = KINDS,
+        kinds: Sequence[str] | None = None,
         **options: Any,
     ) -> None:
         self.publisher = publisher
         self._stop = threading.Event()
+        if kinds is None:
+            kinds = (*KINDS, *publisher.operator_kinds)
         self.kinds = {
             kind: KindWatch(api, publisher.kinds[kind], self._stop, **options) for kind in kinds
         }
@@ -364,9 +504,10 @@ class Watcher:
         return all(watch.publisher.slot.synced for watch in self.kinds.values())
 
 
-def api_client(source: str) -> Any:
+def api_client(source: str, watches: int = len(KINDS)) -> Any:
     """A ``kubernetes`` client: ``in-cluster`` (the pod's ServiceAccount) or the path
-    of a kubeconfig file (its current context)."""
+    of a kubeconfig file (its current context), with a connection for each of
+    ``watches`` at once."""
     from kubernetes import client, config
 
     configuration = client.Configuration()
@@ -374,7 +515,7 @@ def api_client(source: str) -> Any:
         config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
     else:
         config.load_kube_config(config_file=source, client_configuration=configuration)  # type: ignore[no-untyped-call]
-    configuration.connection_pool_maxsize = len(KINDS) + 2  # a watch per kind, at once
+    configuration.connection_pool_maxsize = watches + 2  # a watch per kind, at once
     return client.ApiClient(configuration)
 
 
@@ -388,11 +529,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--source", required=True, help="in-cluster, or a kubeconfig file")
     parser.add_argument("--parent", type=int, default=0, help="exit when this pid is gone")
     parser.add_argument("--kinds", default=",".join(KINDS), help="comma-separated kinds")
+    parser.add_argument(
+        "--operator-kinds",
+        default="",
+        help="comma-separated GROUP/Kind of operators' custom resources, as DIR was made with",
+    )
     args = parser.parse_args(argv)
     kinds = [k for k in args.kinds.split(",") if k]
     unknown = sorted(set(kinds) - set(KINDS))
     if unknown:
         parser.error(f"unknown kinds {unknown}; known: {', '.join(KINDS)}")
+    operator_kinds = [k for k in args.operator_kinds.split(",") if k]
+    if any("/" not in k for k in operator_kinds) or len(operator_kinds) > MAX_OPERATOR_KINDS:
+        parser.error(f"--operator-kinds: at most {MAX_OPERATOR_KINDS} GROUP/Kind names")
 
     from webhook.logs import configure_logging
 
@@ -401,14 +550,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
     try:
-        client = api_client(args.source)
+        publisher = Publisher(args.dir, operator_kinds)
+    except ValueError as exc:  # the master made DIR for other kinds: a bug, said
+        log.error("cluster state: %s", exc)
+        return 1
+    try:
+        client = api_client(args.source, len(kinds) + len(operator_kinds))
     except Exception as exc:  # noqa: BLE001  # a bad kubeconfig: said, and retried by the master
         log.error("cluster state: no client for %s: %s: %s", args.source, type(exc).__name__, exc)
+        publisher.close()
         return 1
-    publisher = Publisher(args.dir)
-    watcher = Watcher(Api(client), publisher, kinds)
+    watcher = Watcher(Api(client), publisher, [*kinds, *operator_kinds])
     watcher.start()
-    log.info("cluster state: watching %s (%s)", ", ".join(kinds), args.source)
+    log.info("cluster state: watching %s (%s)", ", ".join(watcher.kinds), args.source)
     while not stop.wait(1.0):
         publisher.beat()
         if args.parent and os.getppid() != args.parent:
