@@ -23,6 +23,7 @@ COMMANDS = (
     "lint",
     "test",
     "schema",
+    "rules",
     "certs",
     "manifests",
     "serve",
@@ -43,6 +44,20 @@ def load_policy_or_report(directory: str) -> Policy | None:
         for issue in exc.errors:
             print(issue, file=sys.stderr)
         return None
+
+
+def write_output(text: str, output: str | None, command: str) -> int:
+    """``text`` to stdout (no ``-o``, or ``-o -``) or to the file ``output``."""
+    if output is None or output == "-":
+        sys.stdout.write(text)
+        return EXIT_OK
+    try:
+        with open(output, "w", encoding="utf-8") as file:
+            file.write(text)
+    except OSError as exc:
+        print(f"runguard {command}: cannot write {output}: {exc.strerror}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    return EXIT_OK
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -9,11 +9,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
-from pathlib import Path
 from typing import Any
 
-from webhook.cli import EXIT_BAD_INPUT, EXIT_OK
+from webhook.cli import write_output
 from webhook.policy.reference import policy_reference
 from webhook.policy.schema import policy_schema
 
@@ -43,13 +41,4 @@ def render(fmt: str = "json") -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    text = render(args.format)
-    if args.output is None or args.output == "-":
-        sys.stdout.write(text)
-        return EXIT_OK
-    try:
-        Path(args.output).write_text(text, encoding="utf-8")
-    except OSError as exc:
-        print(f"runguard schema: cannot write {args.output}: {exc.strerror}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    return EXIT_OK
+    return write_output(render(args.format), args.output, "schema")

@@ -26,6 +26,13 @@ from webhook.engine.diff import make_patch
 from webhook.engine.pod import WARNING_LIMIT, Pod, copy_json, spec_prefix
 from webhook.engine.pod import warning as warning_text
 from webhook.engine.podspec import InvalidObject, Target, locate, object_meta
+from webhook.engine.rule_ids import (
+    OWNERSHIP_DEBUG,
+    OWNERSHIP_SERVICE_ACCOUNT,
+    OWNERSHIP_STAMP,
+    SCOPE_LABELS,
+    UPDATE_SPEC_KEPT,
+)
 from webhook.engine.rules import ownership, run_checks, run_steps
 from webhook.engine.rules.profile import PRIORITY_COMPUTED
 from webhook.engine.rules.scope import check_scope_labels, scope_label_keys
@@ -36,9 +43,9 @@ from webhook.policy.model import Policy
 
 P = ParamSpec("P")
 UPDATE_KEPT = "a running pod's spec cannot change: kept the values runguard set at creation"
-STAMPED = Change("ownership.stamp", warning_text(f"stamped {STAMP}"))
+STAMPED = Change(OWNERSHIP_STAMP, warning_text(f"stamped {STAMP}"))
 RECORDS_KEPT = Change(
-    "ownership.stamp",
+    OWNERSHIP_STAMP,
     warning_text("runguard's records (who created it, its RunPolicy) cannot change: kept"),
 )
 _ALWAYS_DENIED = frozenset({INVALID, ENGINE_ERROR})
@@ -349,7 +356,7 @@ def mutate(
                 if spec != running:
                     spec, changes = target.spec, []
                 else:
-                    changes = [Change("update.spec-kept", warning_text(UPDATE_KEPT))]
+                    changes = [Change(UPDATE_SPEC_KEPT, warning_text(UPDATE_KEPT))]
             if changes:
                 result = _with_spec(obj, target, spec)
     if isinstance(result, dict) and not r.invalid and not problems:
@@ -492,7 +499,7 @@ def _record_violations(r: _Review) -> list[Violation]:
     for key, expected in _expected_records(r).items():
         if now[key] == expected:
             continue
-        rule = "scope.labels" if key == POLICY_LABEL else "ownership.stamp"
+        rule = SCOPE_LABELS if key == POLICY_LABEL else OWNERSHIP_STAMP
         where = "labels" if key == POLICY_LABEL else "annotations"
         when = "at creation" if r.old is None else "and cannot change"
         out.append(
@@ -572,7 +579,7 @@ def _scope_violations(r: _Review) -> list[Violation]:
             return []
         return [
             Violation(
-                "scope.labels",
+                SCOPE_LABELS,
                 spec_prefix(r.old_target.spec_path) + "metadata.labels",
                 f"these labels make it a run of RunPolicy {entering.name}: an existing object "
                 "cannot become a run by an update; create it anew",
@@ -607,7 +614,7 @@ def _debug_violations(r: _Review) -> list[Violation]:
         if ownership.platform_references(r.old_target.spec, p):
             out.append(
                 Violation(
-                    "ownership.debug",
+                    OWNERSHIP_DEBUG,
                     "spec.ephemeralContainers",
                     "this Pod holds the platform's secrets or volumes: only the platform may "
                     "add a debug container to it",
@@ -634,7 +641,7 @@ def _service_account_violations(r: _Review) -> list[Violation]:
             return []
         return [
             Violation(
-                "ownership.service-account",
+                OWNERSHIP_SERVICE_ACCOUNT,
                 f"{r.target.spec_path}.serviceAccountName",
                 f"ServiceAccount {name!r} is the platform's own identity: only objects the "
                 "platform creates run as it",

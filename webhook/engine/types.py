@@ -7,9 +7,12 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
+from webhook.engine.rule_ids import ENGINE_ERROR as ENGINE_ERROR
+from webhook.engine.rule_ids import INPUT_INVALID
+
 JSON = dict[str, Any]
-INVALID = "input.invalid"  # the object cannot be understood: always denied
-ENGINE_ERROR = "engine.error"  # a bug in runguard: denied (fail closed), logged, counted
+INVALID = INPUT_INVALID  # the object cannot be understood: always denied
+# ENGINE_ERROR: a bug in runguard, denied (fail closed), logged, counted
 # A denial's message lists violations up to about this many characters, then counts the
 # rest by rule (``Decision.message``).
 MESSAGE_LIMIT = 8192

@@ -13,6 +13,7 @@ own allocation still applies).
 from __future__ import annotations
 
 from webhook.engine.pod import ALL_CONTAINER_LISTS, Pod, main_container, set_list, warning
+from webhook.engine.rule_ids import RESOURCES_DEVICE_ENV
 from webhook.engine.types import JSON, Change, Violation
 
 
@@ -66,7 +67,7 @@ def drop_device_env(pod: Pod) -> Change | None:
     if not removed:
         return None
     return Change(
-        "resources.device-env",
+        RESOURCES_DEVICE_ENV,
         warning("device selection removed (request gpus instead)", removed),
     )
 
@@ -82,7 +83,7 @@ def check_device_env(pod: Pod) -> list[Violation]:
             if _prefix_selects(env_from, names):
                 out.append(
                     Violation(
-                        "resources.device-env",
+                        RESOURCES_DEVICE_ENV,
                         f"{pod.spec_path}.{list_name}[{i}].envFrom[{j}].prefix",
                         f"envFrom with prefix {env_from['prefix']!r} can set a variable that "
                         "selects the node's devices: use another prefix and request "
@@ -93,7 +94,7 @@ def check_device_env(pod: Pod) -> list[Violation]:
             if env["name"] in names and not _from_profile(container, env, main, set_by_profile):
                 out.append(
                     Violation(
-                        "resources.device-env",
+                        RESOURCES_DEVICE_ENV,
                         f"{pod.spec_path}.{list_name}[{i}].env[{j}]",
                         f"{env['name']} selects the node's devices outside the pod's requests: "
                         f"remove it and request {pod.short(pod.policy.resources.gpu_resource_name)}"

@@ -39,6 +39,13 @@ from webhook.engine.context import (
     Requester,
 )
 from webhook.engine.pod import spec_prefix
+from webhook.engine.rule_ids import (
+    OWNERSHIP_NOT_A_RUN,
+    OWNERSHIP_OWNER_CHANGED,
+    OWNERSHIP_RESERVED_NAME,
+    OWNERSHIP_STAMP,
+    OWNERSHIP_UNKNOWN,
+)
 from webhook.engine.rules.volumes import project_claim
 from webhook.engine.types import JSON, Violation
 from webhook.policy.model import NamePattern, Policy
@@ -289,7 +296,7 @@ def check_reserved_name(obj: JSON, root: Policy, context: Context) -> list[Viola
             continue
         return [
             Violation(
-                "ownership.reserved-name",
+                OWNERSHIP_RESERVED_NAME,
                 "metadata.name",
                 f"{kind} name {name!r} is reserved for the platform (pattern {pattern.text!r}): "
                 "choose another name",
@@ -347,7 +354,7 @@ def check_owner_change(
             return []
     return [
         Violation(
-            "ownership.owner-changed",
+            OWNERSHIP_OWNER_CHANGED,
             "metadata.ownerReferences",
             "the owners of an object runguard admitted are the controllers' and the "
             "platform's to write: only removing one is allowed",
@@ -396,7 +403,7 @@ def check_not_a_run(
     prefix = spec_prefix(spec_path)
     return [
         Violation(
-            "ownership.not-a-run",
+            OWNERSHIP_NOT_A_RUN,
             f"{prefix}{path}",
             f"{kind} {name!r} is the platform's and this is not a platform run "
             "(a copy of a run without its labels?): only runs the platform creates may use it",
@@ -413,7 +420,7 @@ def check_ownership(pod: Any) -> list[Violation]:
     if pod.ownership.unknown and platform_references(pod.spec, pod.policy):
         out.append(
             Violation(
-                "ownership.unknown",
+                OWNERSHIP_UNKNOWN,
                 f"{pod.meta_path}.ownerReferences",
                 f"{pod.ownership.unknown}: runguard cannot tell whether the platform created "
                 "this run, which uses the platform's objects; retry in a moment",
@@ -427,7 +434,7 @@ def check_ownership(pod: Any) -> list[Violation]:
             if kind == "ConfigMap" and (".env[" in path or ".envFrom[" in path):
                 out.append(
                     Violation(
-                        "ownership.not-a-run",
+                        OWNERSHIP_NOT_A_RUN,
                         f"{prefix}{path}",
                         f"ConfigMap {name!r} is the platform's and the platform did not "
                         "create this run: only its runs may read it",
@@ -438,7 +445,7 @@ def check_ownership(pod: Any) -> list[Violation]:
         if isinstance(claim, str) and project_claim(pod, claim) is None:
             out.append(
                 Violation(
-                    "ownership.unknown",
+                    OWNERSHIP_UNKNOWN,
                     f"{pod.spec_path}.volumes[{i}]",
                     f"runguard's cache has not synced claims yet: cannot tell whether pvc "
                     f"{claim!r} is shared with this run's project; retry in a moment",
@@ -460,7 +467,7 @@ def check_stamp(
     if before != after:
         out.append(
             Violation(
-                "ownership.stamp",
+                OWNERSHIP_STAMP,
                 f"metadata.annotations[{STAMP}]",
                 f"the stamp {STAMP} is written by runguard at creation and cannot change",
             )
@@ -468,7 +475,7 @@ def check_stamp(
     if not in_scope_before and not is_platform_identity(policy, context.requester):
         out.append(
             Violation(
-                "ownership.stamp",
+                OWNERSHIP_STAMP,
                 "metadata",
                 "an existing object cannot become a run or use the platform's objects by an "
                 "update: create it anew",

@@ -19,6 +19,15 @@ refuses them there.
 from __future__ import annotations
 
 from webhook.engine.pod import ALL_CONTAINER_LISTS, CONTAINER_LISTS, Pod, warning
+from webhook.engine.rule_ids import (
+    SECURITY_APPARMOR,
+    SECURITY_HOST_PORTS,
+    SECURITY_PRIVILEGED,
+    SECURITY_PROBE_HOST,
+    SECURITY_PROC_MOUNT,
+    SECURITY_SELINUX,
+    SECURITY_SYSCTLS,
+)
 from webhook.engine.types import JSON, Change, Violation
 from webhook.policy.model import Policy
 
@@ -152,7 +161,7 @@ def confine_apparmor(pod: Pod) -> Change | None:
     for _, sc in unconfined:
         sc["appArmorProfile"] = {"type": "RuntimeDefault"}
     fixed = [where for where, _ in unconfined]
-    return Change("security.apparmor", warning("AppArmor Unconfined set to RuntimeDefault", fixed))
+    return Change(SECURITY_APPARMOR, warning("AppArmor Unconfined set to RuntimeDefault", fixed))
 
 
 def confine_selinux(pod: Pod) -> Change | None:
@@ -175,7 +184,7 @@ def confine_selinux(pod: Pod) -> Change | None:
             fixed.append(f"{where} {'/'.join(removed)}")
     if not fixed:
         return None
-    return Change("security.selinux", warning("SELinux options removed", fixed))
+    return Change(SECURITY_SELINUX, warning("SELinux options removed", fixed))
 
 
 def default_proc_mount(pod: Pod) -> Change | None:
@@ -189,7 +198,7 @@ def default_proc_mount(pod: Pod) -> Change | None:
             fixed.append(where)
     if not fixed:
         return None
-    return Change("security.proc-mount", warning("procMount set to Default", fixed))
+    return Change(SECURITY_PROC_MOUNT, warning("procMount set to Default", fixed))
 
 
 # --- check: everything of the level that step 5's check does not cover ---------------
@@ -205,7 +214,7 @@ def check_pod_security(pod: Pod) -> list[Violation]:
             if sysctl["name"] not in SAFE_SYSCTLS:  # check_sysctls.go
                 out.append(
                     Violation(
-                        "security.sysctls",
+                        SECURITY_SYSCTLS,
                         f"{path}.sysctls[{i}].name",
                         f"sysctl {sysctl['name']} is not in the Pod Security Standards' safe "
                         f"set: remove it (safe: {', '.join(sorted(SAFE_SYSCTLS))})",
@@ -216,7 +225,7 @@ def check_pod_security(pod: Pod) -> list[Violation]:
         if key.startswith(APPARMOR_ANNOTATION) and not _allowed_apparmor_annotation(value):
             out.append(
                 Violation(
-                    "security.apparmor",
+                    SECURITY_APPARMOR,
                     f"{pod.meta_path}.annotations[{key}]",
                     f"AppArmor profile {value!r} is not allowed: remove the annotation "
                     "(the runtime's default applies) or set runtime/default or localhost/NAME",
@@ -232,7 +241,7 @@ def check_pod_security(pod: Pod) -> list[Violation]:
             if proc_mount not in (None, "Default"):  # check_procMount_restricted.go
                 out.append(
                     Violation(
-                        "security.proc-mount",
+                        SECURITY_PROC_MOUNT,
                         f"{path}.securityContext.procMount",
                         f"procMount {proc_mount} unmasks /proc: remove it or set Default{more}",
                     )
@@ -241,7 +250,7 @@ def check_pod_security(pod: Pod) -> list[Violation]:
             if port.get("hostPort"):  # check_hostPorts.go: any non-zero hostPort
                 out.append(
                     Violation(
-                        "security.host-ports",
+                        SECURITY_HOST_PORTS,
                         f"{path}.ports[{j}].hostPort",
                         f"hostPort {port['hostPort']} binds a port of the node: remove hostPort "
                         "and reach the run through a Service",
@@ -258,7 +267,7 @@ def _check_context(sc: JSON, path: str, more: str, out: list[Violation]) -> None
     if profile is not None and profile.get("type") not in CONFINED_PROFILES:
         out.append(  # check_appArmorProfile.go, fields
             Violation(
-                "security.apparmor",
+                SECURITY_APPARMOR,
                 f"{path}.appArmorProfile.type",
                 f"AppArmor profile {profile.get('type')!r} is not allowed: "
                 f"set RuntimeDefault or Localhost{more}",
@@ -270,7 +279,7 @@ def _check_context(sc: JSON, path: str, more: str, out: list[Violation]) -> None
         if selinux_type not in SELINUX_TYPES:
             out.append(
                 Violation(
-                    "security.selinux",
+                    SECURITY_SELINUX,
                     f"{path}.seLinuxOptions.type",
                     f"SELinux type {selinux_type} is not allowed: remove it or use one of "
                     f"{', '.join(sorted(SELINUX_TYPES - {''}))}{more}",
@@ -280,7 +289,7 @@ def _check_context(sc: JSON, path: str, more: str, out: list[Violation]) -> None
             if options.get(key):
                 out.append(
                     Violation(
-                        "security.selinux",
+                        SECURITY_SELINUX,
                         f"{path}.seLinuxOptions.{key}",
                         f"a SELinux {key} may not be set: remove it{more}",
                     )
@@ -289,7 +298,7 @@ def _check_context(sc: JSON, path: str, more: str, out: list[Violation]) -> None
     if windows_options is not None and windows_options.get("hostProcess") is True:
         out.append(  # check_windowsHostProcess.go
             Violation(
-                "security.privileged",
+                SECURITY_PRIVILEGED,
                 f"{path}.windowsOptions.hostProcess",
                 "a HostProcess container runs on the host, outside any isolation: "
                 f"remove hostProcess{more}",
@@ -318,7 +327,7 @@ def _check_handler(handler: JSON, path: str, out: list[Violation]) -> None:
         if target is not None and target.get("host"):
             out.append(
                 Violation(
-                    "security.probe-host",
+                    SECURITY_PROBE_HOST,
                     f"{path}.{action}.host",
                     f"host {target['host']} makes the kubelet connect to another machine: "
                     "remove host (the pod's own IP is used)",

@@ -14,6 +14,7 @@ from webhook.engine.pod import (
     same_quantity,
     warning,
 )
+from webhook.engine.rule_ids import PROFILE_APPLIED, PROFILE_UNKNOWN
 from webhook.engine.types import JSON, Change, Violation
 
 # Set by the apiserver's Priority plugin from priorityClassName; it refuses a Pod whose
@@ -32,7 +33,7 @@ def note_profile_fallback(pod: Pod) -> Change | None:
     if not pod.profile_fallback or pod.profile is None:
         return None
     return Change(
-        "profile.unknown",
+        PROFILE_UNKNOWN,
         warning(f"unknown profile {pod.profile_asked!r}, using {pod.profile.name!r}"),
     )
 
@@ -94,7 +95,7 @@ def apply_profile(pod: Pod) -> Change | None:
     changed[:0] = [f"not set: the cluster has no {what}" for what in lacking]
     if not changed:
         return None
-    return Change("profile.applied", warning(f"profile {profile.name} applied", changed))
+    return Change(PROFILE_APPLIED, warning(f"profile {profile.name} applied", changed))
 
 
 _CLUSTER_KINDS = {"priorityClassName": "PriorityClass", "runtimeClassName": "RuntimeClass"}
@@ -125,7 +126,7 @@ def check_profile(pod: Pod) -> list[Violation]:
     known = ", ".join(sorted(pod.policy.profiles)) or "none"
     return [
         Violation(
-            "profile.unknown",
+            PROFILE_UNKNOWN,
             f"{pod.meta_path}.labels[{cfg.label}]",
             f"profile {name!r} does not exist (known: {known})",
         )

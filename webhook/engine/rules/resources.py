@@ -11,6 +11,13 @@ from decimal import Decimal
 from typing import Any
 
 from webhook.engine.pod import Pod, resources_of, same_quantity, warning
+from webhook.engine.rule_ids import (
+    RESOURCES_CLAMPED,
+    RESOURCES_DEFAULTS,
+    RESOURCES_EXCEEDED,
+    RESOURCES_GPU_MISMATCH,
+    RESOURCES_MEMORY_LIMIT,
+)
 from webhook.engine.types import JSON, Change, Violation
 from webhook.quantity import format_bytes_ceil_mi, parse
 
@@ -32,7 +39,7 @@ def fill_defaults(pod: Pod) -> Change | None:
     _prune_empty_resources(pod)
     if not filled:
         return None
-    return Change("resources.defaults", warning("defaults filled", filled))
+    return Change(RESOURCES_DEFAULTS, warning("defaults filled", filled))
 
 
 def _prune_empty_resources(pod: Pod) -> None:
@@ -65,7 +72,7 @@ def derive_memory_limits(pod: Pod) -> Change | None:
     if not set_limits:
         return None
     return Change(
-        "resources.memory-limit", warning(f"memory limit set to request x {factor}", set_limits)
+        RESOURCES_MEMORY_LIMIT, warning(f"memory limit set to request x {factor}", set_limits)
     )
 
 
@@ -103,7 +110,7 @@ def clamp_to_maximums(pod: Pod) -> Change | None:
                 notes.append(f"gpu request = limit {amount}")
     if not notes:
         return None
-    return Change("resources.clamped", warning("resources clamped", notes))
+    return Change(RESOURCES_CLAMPED, warning("resources clamped", notes))
 
 
 def check_resources(pod: Pod) -> list[Violation]:
@@ -121,7 +128,7 @@ def check_resources(pod: Pod) -> list[Violation]:
                 if maximum is not None and (amount := parse(value)) > maximum:
                     out.append(
                         Violation(
-                            "resources.exceeded",
+                            RESOURCES_EXCEEDED,
                             f"{path}.{part}.{resource}",
                             f"{value} is above the maximum {cfg.maximums[resource]}",
                             amount,
@@ -132,7 +139,7 @@ def check_resources(pod: Pod) -> list[Violation]:
         ):
             out.append(
                 Violation(
-                    "resources.gpu-mismatch",
+                    RESOURCES_GPU_MISMATCH,
                     f"{path}.requests.{gpu}",
                     f"gpu request {requests.get(gpu, 'unset')} must equal gpu limit "
                     f"{limits.get(gpu, 'unset')}",
@@ -197,7 +204,7 @@ def check_run_totals(pod: Pod) -> list[Violation]:
             if maximum is not None and amount > maximum:
                 out.append(
                     Violation(
-                        "resources.exceeded",
+                        RESOURCES_EXCEEDED,
                         f"{pod.spec_path}.resources.{part}.{resource}",
                         f"the run's total {pod.short(resource)} {part[:-1]} "
                         f"{_show(resource, amount)} (all containers, as the scheduler counts) "

@@ -27,6 +27,7 @@ from typing import Any
 
 from webhook.engine.context import cluster_lacks
 from webhook.engine.pod import Pod, copy_json, copy_value, warning
+from webhook.engine.rule_ids import SCHEDULING_PREEMPTION_MODE, SCHEDULING_PRIORITY_CLASS
 from webhook.engine.rules.profile import forget_computed_priority
 from webhook.engine.types import JSON, Change, Violation
 from webhook.policy.model import PREEMPTION_MODES, PreemptionConfig
@@ -54,11 +55,11 @@ def default_priority_class(pod: Pod) -> Change | None:
     forget_computed_priority(pod.spec)
     if current is None:
         return Change(
-            "scheduling.priority-class",
+            SCHEDULING_PRIORITY_CLASS,
             warning(f"priority class defaulted to {cfg.default_priority_class}"),
         )
     return Change(
-        "scheduling.priority-class",
+        SCHEDULING_PRIORITY_CLASS,
         warning(f"priority class {current} not allowed, set to {cfg.default_priority_class}"),
     )
 
@@ -134,7 +135,7 @@ def apply_preemption_mode(pod: Pod) -> Change | None:
             pod.spec[key] = after[key]
         else:
             pod.spec.pop(key, None)
-    return Change("scheduling.preemption-mode", warning(f"preemption mode {mode} applied"))
+    return Change(SCHEDULING_PREEMPTION_MODE, warning(f"preemption mode {mode} applied"))
 
 
 class Spot:
@@ -329,7 +330,7 @@ def check_scheduling(pod: Pod) -> list[Violation]:
     if allowed is not None and current is not None and current not in allowed:
         out.append(
             Violation(
-                "scheduling.priority-class",
+                SCHEDULING_PRIORITY_CLASS,
                 f"{pod.spec_path}.priorityClassName",
                 f"priority class {current!r} is not allowed ({', '.join(sorted(allowed))})",
             )
@@ -340,7 +341,7 @@ def check_scheduling(pod: Pod) -> list[Violation]:
         mode, where = stated
         out.append(
             Violation(
-                "scheduling.preemption-mode",
+                SCHEDULING_PREEMPTION_MODE,
                 f"{pod.meta_path}.{where}[{preemption.annotation}]",
                 f"preemption mode {mode!r} is not one of {', '.join(PREEMPTION_MODES)}",
             )

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from webhook.engine.context import POLICY_LABEL
+from webhook.engine.rule_ids import SCOPE_LABELS
 from webhook.engine.types import Violation
 from webhook.policy.model import Policy
 
@@ -49,7 +50,7 @@ def check_scope_labels(
             what = f"changing label {key} from {before!r} to {after!r}"
         out.append(
             Violation(
-                "scope.labels",
+                SCOPE_LABELS,
                 f"{meta_path}.labels[{key}]",
                 f"{what} of a run is not allowed: it decides whether and how runguard "
                 "governs it; delete it and create a new one instead",

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from webhook.engine.pod import ALL_CONTAINER_LISTS, Pod, remove_volumes, set_list, warning
+from webhook.engine.rule_ids import SECRETS_FORBIDDEN
 from webhook.engine.types import JSON, Change, Violation
 from webhook.policy.model import matches_any
 
@@ -92,13 +93,13 @@ def drop_forbidden_secrets(pod: Pod) -> Change | None:
     if not removed:
         return None
     return Change(
-        "secrets.forbidden", warning("secrets not managed by the platform removed", removed)
+        SECRETS_FORBIDDEN, warning("secrets not managed by the platform removed", removed)
     )
 
 
 def check_secrets(pod: Pod) -> list[Violation]:
     return [
-        Violation("secrets.forbidden", path, _why(name, pod))
+        Violation(SECRETS_FORBIDDEN, path, _why(name, pod))
         for name, path in secret_references(pod)
         if not secret_allowed(name, pod)
     ]

@@ -12,6 +12,15 @@ to. A Windows Pod gets only the fields the apiserver accepts for Windows.
 from __future__ import annotations
 
 from webhook.engine.pod import ALL_CONTAINER_LISTS, Pod, set_list, warning
+from webhook.engine.rule_ids import (
+    SECURITY_CAPABILITIES,
+    SECURITY_DEBUG_CONTAINER,
+    SECURITY_DEFAULTS,
+    SECURITY_HOST_NAMESPACE,
+    SECURITY_PRIVILEGED,
+    SECURITY_ROOT,
+    SECURITY_SECCOMP,
+)
 from webhook.engine.rules.pod_security import (
     CONFINED_PROFILES,
     allowed_capabilities,
@@ -113,9 +122,9 @@ def strip_root(pod: Pod) -> Change | None:
                     set_list(caps, "add", kept)
         filled.extend(_fill_container(sc, drop))
     if stripped:
-        return Change("security.root", warning("root and privileges stripped", stripped))
+        return Change(SECURITY_ROOT, warning("root and privileges stripped", stripped))
     if filled:
-        return Change("security.defaults", warning("security defaults set", dict.fromkeys(filled)))
+        return Change(SECURITY_DEFAULTS, warning("security defaults set", dict.fromkeys(filled)))
     return None
 
 
@@ -134,7 +143,7 @@ def _confine_only(pod: Pod) -> Change | None:
             fixed.append(f"{where} seccomp Unconfined")
     if not fixed:
         return None
-    return Change("security.root", warning("privileges stripped", fixed))
+    return Change(SECURITY_ROOT, warning("privileges stripped", fixed))
 
 
 def _fill_container(sc: JSON, drop: tuple[str, ...]) -> list[str]:
@@ -223,7 +232,7 @@ def harden_debug_containers(
     if not filled:
         return None
     text = warning("debug container hardened (kubectl debug --profile=restricted)", filled)
-    return {**spec, "ephemeralContainers": hardened}, Change("security.debug-container", text)
+    return {**spec, "ephemeralContainers": hardened}, Change(SECURITY_DEBUG_CONTAINER, text)
 
 
 def check_security(pod: Pod) -> list[Violation]:
@@ -238,20 +247,16 @@ def check_security(pod: Pod) -> list[Violation]:
     for key in ("runAsUser", "runAsGroup", "fsGroup"):  # check_runAsUser.go, and runguard's
         if psc.get(key) == 0:
             out.append(
-                Violation("security.root", f"{ppath}.{key}", f"{key} 0 is root: set another id")
+                Violation(SECURITY_ROOT, f"{ppath}.{key}", f"{key} 0 is root: set another id")
             )
     groups = psc.get("supplementalGroups")
     if groups and 0 in groups:
         out.append(
-            Violation(
-                "security.root", f"{ppath}.supplementalGroups", "group 0 is root's: remove it"
-            )
+            Violation(SECURITY_ROOT, f"{ppath}.supplementalGroups", "group 0 is root's: remove it")
         )
     pod_non_root = psc.get("runAsNonRoot")
     if pod_non_root is False:  # check_runAsNonRoot.go
-        out.append(
-            Violation("security.root", f"{ppath}.runAsNonRoot", "must not be false: set true")
-        )
+        out.append(Violation(SECURITY_ROOT, f"{ppath}.runAsNonRoot", "must not be false: set true"))
     pod_seccomp = psc.get("seccompProfile")
     if pod_seccomp is not None and pod_seccomp.get("type") not in CONFINED_PROFILES:
         out.append(_seccomp_violation(f"{ppath}.seccompProfile.type", pod_seccomp, ""))
@@ -259,7 +264,7 @@ def check_security(pod: Pod) -> list[Violation]:
         if pod.spec.get(key) is True:
             out.append(
                 Violation(
-                    "security.host-namespace",
+                    SECURITY_HOST_NAMESPACE,
                     f"{base}.{key}",
                     f"{key} shares the node's namespace: remove it",
                 )
@@ -272,19 +277,19 @@ def check_security(pod: Pod) -> list[Violation]:
         for key in ("runAsUser", "runAsGroup"):
             if sc.get(key) == 0:
                 out.append(
-                    Violation("security.root", f"{path}.{key}", f"{key} 0 is root: remove it{more}")
+                    Violation(SECURITY_ROOT, f"{path}.{key}", f"{key} 0 is root: remove it{more}")
                 )
         non_root = sc.get("runAsNonRoot")
         if non_root is False:
             out.append(
                 Violation(
-                    "security.root", f"{path}.runAsNonRoot", f"must not be false: set true{more}"
+                    SECURITY_ROOT, f"{path}.runAsNonRoot", f"must not be false: set true{more}"
                 )
             )
         elif restricted and non_root is None and pod_non_root is not True:
             out.append(
                 Violation(
-                    "security.root",
+                    SECURITY_ROOT,
                     f"{path}.runAsNonRoot",
                     f"must be true, here or in the pod's securityContext{more}",
                 )
@@ -293,7 +298,7 @@ def check_security(pod: Pod) -> list[Violation]:
             if sc.get(key) is True:
                 out.append(
                     Violation(
-                        "security.privileged",
+                        SECURITY_PRIVILEGED,
                         f"{path}.{key}",
                         f"{key}: true is not allowed: remove it or set false{more}",
                     )
@@ -301,7 +306,7 @@ def check_security(pod: Pod) -> list[Violation]:
         if restricted and linux and sc.get("allowPrivilegeEscalation") is None:
             out.append(  # check_allowPrivilegeEscalation.go
                 Violation(
-                    "security.privileged",
+                    SECURITY_PRIVILEGED,
                     f"{path}.allowPrivilegeEscalation",
                     f"must be set to false{more}",
                 )
@@ -314,7 +319,7 @@ def check_security(pod: Pod) -> list[Violation]:
         if added:  # check_capabilities_baseline.go, check_capabilities_restricted.go
             out.append(
                 Violation(
-                    "security.capabilities",
+                    SECURITY_CAPABILITIES,
                     f"{path}.capabilities.add",
                     f"capabilities {', '.join(added)} are not allowed at level {level}: "
                     f"remove them{more}",
@@ -323,7 +328,7 @@ def check_security(pod: Pod) -> list[Violation]:
         if restricted and linux and "ALL" not in (caps.get("drop") or ()):
             out.append(
                 Violation(
-                    "security.capabilities",
+                    SECURITY_CAPABILITIES,
                     f"{path}.capabilities.drop",
                     f"must include ALL: drop every capability, add back only what is allowed{more}",
                 )
@@ -335,20 +340,20 @@ def check_security(pod: Pod) -> list[Violation]:
         elif restricted and linux and not pod_seccomp_ok:
             out.append(
                 Violation(
-                    "security.seccomp",
+                    SECURITY_SECCOMP,
                     f"{path}.seccompProfile",
                     "no seccomp profile: set seccompProfile.type RuntimeDefault here or in "
                     f"the pod's securityContext{more}",
                 )
             )
     if policy.security.on_root == "Allow":  # a build's root, at level baseline
-        return [v for v in out if v.rule != "security.root"]
+        return [v for v in out if v.rule != SECURITY_ROOT]
     return out
 
 
 def _seccomp_violation(path: str, profile: JSON, more: str) -> Violation:
     return Violation(
-        "security.seccomp",
+        SECURITY_SECCOMP,
         path,
         f"seccomp profile {profile.get('type')!r} is not allowed: "
         f"set RuntimeDefault or Localhost{more}",

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from webhook.engine.pod import Pod, remove_volumes, set_list, warning
+from webhook.engine.rule_ids import VOLUMES_FORBIDDEN_TYPE, VOLUMES_PRE_EXISTING
 from webhook.engine.rules.pod_security import RESTRICTED_VOLUME_TYPES
 from webhook.engine.types import JSON, Change, Violation
 from webhook.policy.model import Policy, matches_any
@@ -114,7 +115,7 @@ def drop_preexisting_volumes(pod: Pod) -> Change | None:
         return None
     if dropped:
         remove_volumes(pod.spec, set(dropped))
-    return Change("volumes.pre-existing", warning("pre-existing volumes removed", notes))
+    return Change(VOLUMES_PRE_EXISTING, warning("pre-existing volumes removed", notes))
 
 
 def forbidden_type(kind: str, policy: Policy) -> str | None:
@@ -139,7 +140,7 @@ def check_volumes(pod: Pod) -> list[Violation]:
             if reason is not None and (source is not None or "level" not in reason):
                 out.append(
                     Violation(
-                        "volumes.forbidden-type",
+                        VOLUMES_FORBIDDEN_TYPE,
                         path,
                         f"volume {volume['name']!r} of type {kind} {reason}",
                     )
@@ -149,7 +150,7 @@ def check_volumes(pod: Pod) -> list[Violation]:
         if reference is not None:
             out.append(
                 Violation(
-                    "volumes.pre-existing",
+                    VOLUMES_PRE_EXISTING,
                     path,
                     f"volume {volume['name']!r} uses pre-existing {reference}",
                 )
@@ -157,7 +158,7 @@ def check_volumes(pod: Pod) -> list[Violation]:
         for j, name in _projected_config_maps(volume, pod):
             out.append(
                 Violation(
-                    "volumes.pre-existing",
+                    VOLUMES_PRE_EXISTING,
                     f"{path}.projected.sources[{j}].configMap",
                     f"volume {volume['name']!r} projects pre-existing configMap {name}",
                 )
@@ -167,7 +168,7 @@ def check_volumes(pod: Pod) -> list[Violation]:
         if reference is not None:
             out.append(
                 Violation(
-                    "volumes.pre-existing",
+                    VOLUMES_PRE_EXISTING,
                     f"{path}.spec",
                     f"{reference}: runs get new, empty claims; copy data in from the platform",
                 )

@@ -1,0 +1,312 @@
+"""Every rule id, declared once: its id, what the mutating webhook does under it and what
+the validating webhook denies under it.
+
+A rule id is in kubectl warnings, in ``status.message``, in the audit annotations
+``mutations`` / ``violations``, in runguard's JSON log and in the metrics; its concern
+(the part before the dot) names the module of ``webhook/engine/rules/`` that holds its
+mutation step and its check. The engine names rules by these constants only:
+``tests/test_rule_ids.py`` fails on a rule id written as a bare string anywhere else in
+``webhook/``, on a rule without a test, and when ``docs/rules.md`` is not
+``rules_markdown()`` (``runguard rules -o docs/rules.md`` writes it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["RULES", "Rule", "rules_markdown"]
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A rule id with what each webhook does under it ("" where it does nothing)."""
+
+    id: str
+    mutation: str
+    violation: str
+
+    @property
+    def concern(self) -> str:
+        return self.id.partition(".")[0]
+
+
+RULES: dict[str, Rule] = {}
+
+
+def _rule(rule_id: str, *, mutation: str, violation: str) -> str:
+    assert rule_id not in RULES, f"rule {rule_id} declared twice"
+    RULES[rule_id] = Rule(rule_id, mutation, violation)
+    return rule_id
+
+
+PROFILE_APPLIED = _rule(
+    "profile.applied",
+    mutation="the profile's values set (main container)",
+    violation="a Pod created without `/mutate` whose profile is not applied",
+)
+PROFILE_UNKNOWN = _rule(
+    "profile.unknown",
+    mutation="an unknown profile fell back to the default (`unknown: Default`)",
+    violation="the named profile does not exist (`unknown: Deny`)",
+)
+RESOURCES_DEFAULTS = _rule(
+    "resources.defaults",
+    mutation="defaults filled where absent",
+    violation="a Pod created without `/mutate` lacking them",
+)
+RESOURCES_MEMORY_LIMIT = _rule(
+    "resources.memory-limit",
+    mutation="memory limit = request x `memoryLimitFactor`",
+    violation="idem",
+)
+RESOURCES_CLAMPED = _rule(
+    "resources.clamped",
+    mutation="a request or limit clamped to the maximum; request <= limit; gpu request = limit",
+    violation="idem",
+)
+RESOURCES_EXCEEDED = _rule(
+    "resources.exceeded",
+    mutation="",
+    violation=(
+        "a request or limit above a maximum (`onExceed: Deny`), or the run's total (containers "
+        "and sidecars summed, the largest init container, pod-level resources) above one; on "
+        "UPDATE (`pods/resize`) an excess may stay or shrink, never grow"
+    ),
+)
+RESOURCES_GPU_MISMATCH = _rule(
+    "resources.gpu-mismatch",
+    mutation="",
+    violation="gpu request differs from gpu limit",
+)
+RESOURCES_DEVICE_ENV = _rule(
+    "resources.device-env",
+    mutation=(
+        "a device-selecting variable (`resources.deviceEnv`) removed from user env, and an "
+        "`envFrom` whose `prefix` begins one (`NVIDIA_VISIBLE_`)"
+    ),
+    violation="the same, with `security.onRoot: Deny`",
+)
+SECURITY_ROOT = _rule(
+    "security.root",
+    mutation=(
+        "uid/gid/fsGroup 0 replaced or removed, supplemental group 0 removed, `runAsNonRoot` set"
+    ),
+    violation="root ids, `runAsNonRoot` false or (restricted) missing",
+)
+SECURITY_DEFAULTS = _rule(
+    "security.defaults",
+    mutation="absent hardening filled (runAsNonRoot, seccomp, drop ALL, no escalation)",
+    violation="a Pod created without `/mutate` lacking it",
+)
+SECURITY_PRIVILEGED = _rule(
+    "security.privileged",
+    mutation="`privileged` / `allowPrivilegeEscalation` true set false",
+    violation="privileged, escalation, Windows `hostProcess`",
+)
+SECURITY_CAPABILITIES = _rule(
+    "security.capabilities",
+    mutation="unlisted added capabilities removed",
+    violation=(
+        "added capabilities outside `allowedCapabilities` within the level; (restricted) drop "
+        "lacks ALL"
+    ),
+)
+SECURITY_HOST_NAMESPACE = _rule(
+    "security.host-namespace",
+    mutation="",
+    violation="hostNetwork, hostPID, hostIPC",
+)
+SECURITY_HOST_PORTS = _rule(
+    "security.host-ports",
+    mutation="",
+    violation="a container port with a `hostPort`",
+)
+SECURITY_SYSCTLS = _rule(
+    "security.sysctls",
+    mutation="",
+    violation="a sysctl outside the standard's safe set",
+)
+SECURITY_SELINUX = _rule(
+    "security.selinux",
+    mutation="SELinux user/role and types outside the standard's list removed",
+    violation="the same, with `onRoot: Deny`",
+)
+SECURITY_APPARMOR = _rule(
+    "security.apparmor",
+    mutation="AppArmor `Unconfined` to `RuntimeDefault`",
+    violation="`Unconfined` (field or annotation)",
+)
+SECURITY_SECCOMP = _rule(
+    "security.seccomp",
+    mutation="seccomp `Unconfined` to `RuntimeDefault`",
+    violation="`Unconfined`; (restricted) no profile",
+)
+SECURITY_PROC_MOUNT = _rule(
+    "security.proc-mount",
+    mutation="`procMount` to `Default`",
+    violation="`Unmasked`",
+)
+SECURITY_PROBE_HOST = _rule(
+    "security.probe-host",
+    mutation="",
+    violation="a probe or lifecycle handler with a `host`",
+)
+SECURITY_DEBUG_CONTAINER = _rule(
+    "security.debug-container",
+    mutation=(
+        "an ephemeral container added with `kubectl debug` hardened as `--profile=restricted` would"
+    ),
+    violation="a debug container that is not (Pod Security, like any container)",
+)
+VOLUMES_FORBIDDEN_TYPE = _rule(
+    "volumes.forbidden-type",
+    mutation="",
+    violation="a volume type not in `allowedTypes`, or not allowed at the level",
+)
+VOLUMES_PRE_EXISTING = _rule(
+    "volumes.pre-existing",
+    mutation="the volume (or projected source) and its mounts removed",
+    violation=(
+        "a claim or configMap the platform did not create, a projected configMap, a claim "
+        "template bringing data (`dataSource`, `dataSourceRef`, `volumeName`, `selector`), a "
+        "platform object used by a run the platform did not create"
+    ),
+)
+SECRETS_FORBIDDEN = _rule(
+    "secrets.forbidden",
+    mutation="the reference removed",
+    violation=(
+        "a secret outside `secrets.allowed` (env, envFrom, volumes, projected, imagePullSecrets),"
+        " or a platform secret used by a run the platform did not create"
+    ),
+)
+SCHEDULING_PRIORITY_CLASS = _rule(
+    "scheduling.priority-class",
+    mutation="defaulted or replaced",
+    violation="a class not allowed",
+)
+SCHEDULING_PREEMPTION_MODE = _rule(
+    "scheduling.preemption-mode",
+    mutation="the mode applied as MLRun does",
+    violation="an unknown mode; a Pod created without `/mutate` whose mode is not applied",
+)
+SCOPE_LABELS = _rule(
+    "scope.labels",
+    mutation="",
+    violation=(
+        "on UPDATE of a run (a Pod, or a controller's pod template), a label any RunPolicy's "
+        "selector, profile label or name pattern uses added, removed or changed (so no run moves "
+        "into, out of or between RunPolicies); the `runguard.io/policy` label not what `/mutate` "
+        "writes"
+    ),
+)
+OWNERSHIP_STAMP = _rule(
+    "ownership.stamp",
+    mutation=(
+        "at CREATE: `runguard.io/requested-by` (the user), `runguard.io/platform` (whether the "
+        "platform created it, directly or through its controllers) and the label "
+        "`runguard.io/policy` (its RunPolicy) written, anything sent overwritten; on UPDATE: put "
+        "back as they were"
+    ),
+    violation=(
+        "at CREATE, records that are not what `/mutate` writes (a Pod that skipped it); on "
+        "UPDATE, records changed; an object entering the platform's scope by an update"
+    ),
+)
+OWNERSHIP_OWNER_CHANGED = _rule(
+    "ownership.owner-changed",
+    mutation="",
+    violation=(
+        "on UPDATE, `ownerReferences` of an object runguard stamped rewritten or added by someone"
+        " else than a platform identity or a controller (removing one, the garbage collector "
+        "orphaning, is allowed)"
+    ),
+)
+OWNERSHIP_DEBUG = _rule(
+    "ownership.debug",
+    mutation="",
+    violation=(
+        "an ephemeral container added to a Pod that holds the platform's objects, by someone else"
+        " than a platform identity"
+    ),
+)
+OWNERSHIP_SERVICE_ACCOUNT = _rule(
+    "ownership.service-account",
+    mutation="",
+    violation=(
+        "a Pod not created by the platform running as a ServiceAccount that is a platform identity"
+    ),
+)
+OWNERSHIP_RESERVED_NAME = _rule(
+    "ownership.reserved-name",
+    mutation="",
+    violation=(
+        "a PVC, Secret or ConfigMap created with a platform name (per run, or installation-wide) "
+        "by someone else than the platform (or, for an installation-wide name, "
+        "`platform.installers`)"
+    ),
+)
+OWNERSHIP_NOT_A_RUN = _rule(
+    "ownership.not-a-run",
+    mutation="",
+    violation=(
+        "a pod outside every selector using the platform's objects through any door (volumes of "
+        "every type and their secret references, claim templates' data sources, env, envFrom, "
+        "projected sources, imagePullSecrets), not created by the platform (`kubectl debug "
+        "--copy-to`); a platform configMap read into the environment of a run the platform did "
+        "not create"
+    ),
+)
+OWNERSHIP_UNKNOWN = _rule(
+    "ownership.unknown",
+    mutation="",
+    violation=(
+        "a decision needs an object the cluster cache has not synced (fails closed, naming it)"
+    ),
+)
+UPDATE_SPEC_KEPT = _rule(
+    "update.spec-kept",
+    mutation="on UPDATE, the running spec put back (`kubectl apply` of the same manifest)",
+    violation="",
+)
+INPUT_INVALID = _rule(
+    "input.invalid",
+    mutation="",
+    violation="the object cannot be understood (always denied)",
+)
+ENGINE_ERROR = _rule(
+    "engine.error",
+    mutation="",
+    violation="a bug in runguard (always denied, logged with its traceback, counted)",
+)
+
+_HEADER = """\
+# Rule ids
+
+<!-- Generated from webhook/engine/rule_ids.py by `runguard rules -o docs/rules.md`:
+     edit the declarations there, then regenerate (tests/test_rule_ids.py checks it). -->
+
+Every change the mutating webhook makes and every violation the validating webhook
+reports carries a rule id: in kubectl warnings, in `status.message`, in the audit
+annotations `mutations` / `violations`, in runguard's JSON log and in the metrics.
+Where the code lives: `webhook/engine/rules/<concern>.py` (one module per concern, its
+mutation step and its check side by side), the concern being the part of the id
+before the dot.
+
+| rule id | mutation (Strip) | violation (validation) |
+|---|---|---|
+"""
+_FOOTER = """
+`enforcement: Warn` turns violations into warnings and `Audit` records them only;
+`input.invalid` and `engine.error` always deny.
+"""
+
+
+def rules_markdown() -> str:
+    """``docs/rules.md``: every rule, in the order declared."""
+    rows = "".join(
+        "|" + "|".join(f" {cell} " if cell else " " for cell in (f"`{r.id}`", r.mutation,
+                                                                  r.violation)) + "|\n"
+        for r in RULES.values()
+    )  # fmt: skip
+    return _HEADER + rows + _FOOTER
