@@ -51,7 +51,10 @@ PROFILE_UNKNOWN = _rule(
 )
 RESOURCES_DEFAULTS = _rule(
     "resources.defaults",
-    mutation="defaults filled where absent",
+    mutation=(
+        "defaults filled where absent; a default limit below the container's own request "
+        "is the request (a default never shrinks what was asked)"
+    ),
     violation="a Pod created without `/mutate` lacking them",
 )
 RESOURCES_MEMORY_LIMIT = _rule(
@@ -81,8 +84,9 @@ RESOURCES_GPU_MISMATCH = _rule(
 RESOURCES_DEVICE_ENV = _rule(
     "resources.device-env",
     mutation=(
-        "a device-selecting variable (`resources.deviceEnv`) removed from user env, and an "
-        "`envFrom` whose `prefix` begins one (`NVIDIA_VISIBLE_`)"
+        "a device-selecting variable (`resources.deviceEnv`) removed from user env (a value "
+        "that selects no device, empty, `void` or `none`, is kept), and an `envFrom` whose "
+        "`prefix` begins one (`NVIDIA_VISIBLE_`)"
     ),
     violation="the same, with `security.onRoot: Deny`",
 )

@@ -33,6 +33,17 @@ def _from_profile(
     return container is main and env in set_by_profile
 
 
+# Values that select no device: they only take devices away (the NVIDIA container
+# runtime's "void" and "none", and empty), e.g. MLRun's launcher sets "" on MPI jobs.
+NO_DEVICE = frozenset({"", "void", "none"})
+
+
+def _selects(env: JSON, names: tuple[str, ...]) -> bool:
+    """A user's entry that may select devices: a device variable with a value that is not
+    one of NO_DEVICE (or from a source the request does not show)."""
+    return env["name"] in names and ("valueFrom" in env or env.get("value", "") not in NO_DEVICE)
+
+
 def _prefix_selects(env_from: JSON, names: tuple[str, ...]) -> bool:
     """An ``envFrom`` whose prefix starts a device variable's name (``NVIDIA_VISIBLE_``
     and a key ``DEVICES``): it can set the variable from keys the request does not show.
@@ -59,7 +70,7 @@ def drop_device_env(pod: Pod) -> Change | None:
             continue
         kept = []
         for e in env:
-            if e["name"] not in names or _from_profile(container, e, main, set_by_profile):
+            if not _selects(e, names) or _from_profile(container, e, main, set_by_profile):
                 kept.append(e)
             else:
                 removed.append(f"{container['name']} {e['name']}")
@@ -91,7 +102,7 @@ def check_device_env(pod: Pod) -> list[Violation]:
                     )
                 )
         for j, env in enumerate(container.get("env") or ()):
-            if env["name"] in names and not _from_profile(container, env, main, set_by_profile):
+            if _selects(env, names) and not _from_profile(container, env, main, set_by_profile):
                 out.append(
                     Violation(
                         RESOURCES_DEVICE_ENV,

@@ -33,8 +33,14 @@ def fill_defaults(pod: Pod) -> Change | None:
             current = resources_of(container, part)
             for resource, value in defaults.items():
                 if resource not in current:
-                    current[resource] = value
                     label = labels[resource]
+                    if part == "limits":
+                        # A default never shrinks what the container asked: a limit
+                        # below its own request is the request instead.
+                        asked = (container["resources"].get("requests") or {}).get(resource)
+                        if asked is not None and parse(asked) > parse(value):
+                            value, label = asked, f"{pod.short(resource)} limit {asked}"
+                    current[resource] = value
                     filled[label] = filled.get(label, 0) + 1
     _prune_empty_resources(pod)
     if not filled:
