@@ -22,9 +22,10 @@ LABELS = {"mlrun/class": "job", "mlrun/project": "demo", "mlrun/uid": "u1"}
 
 
 def run(container: dict[str, Any]) -> dict[str, Any]:
+    main = {"name": "base", "image": "mlrun/mlrun", **container}
     return {"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": "train", "namespace": "mlrun", "labels": LABELS},
-            "spec": {"containers": [{"name": "base", "image": "mlrun/mlrun", **container}]}}  # fmt: skip
+            "spec": {"containers": [main]}}  # fmt: skip
 
 
 def test_default_limits_never_below_the_containers_own_request() -> None:
