@@ -50,3 +50,22 @@ def test_a_device_variable_that_selects_no_device_is_kept(value: str, kept: bool
     after = decision.object["spec"]["containers"][0].get("env", [])
     assert (after == env) is kept, after
     assert ("resources.device-env" in {c.rule for c in decision.mutations}) is not kept
+
+
+def test_a_run_with_no_uid_at_all_gets_the_policys() -> None:
+    """MLRun's default enrichment sets no uid and mlrun/mlrun defaults to root: with
+    ``security.assignRunAsUser`` the pod gets the policy's uid, so the kubelet starts it
+    under runAsNonRoot instead of refusing it."""
+    decision = evaluate(run({}), MLRUN)
+    pod = decision.object["spec"]["securityContext"]
+    assert (pod["runAsUser"], pod["runAsNonRoot"]) == (1000, True)
+    # a uid the run chose (not root) is its own
+    own = run({"securityContext": {"runAsUser": 4242}})
+    own["spec"]["securityContext"] = {"runAsUser": 4242}
+    decision = evaluate(own, MLRUN)
+    assert decision.object["spec"]["securityContext"]["runAsUser"] == 4242
+    # without the key, nothing is assigned (the shipped DigitalHub policy's behaviour)
+    plain = MLRUN.model_copy(
+        update={"security": MLRUN.security.model_copy(update={"assign_run_as_user": False})}
+    )
+    assert "runAsUser" not in evaluate(run({}), plain).object["spec"]["securityContext"]

@@ -449,3 +449,16 @@ def test_an_operators_pods_follow_its_custom_resource_by_uid() -> None:
     # only the operator's identity follows its kinds: the job-controller does not
     decision = evaluate(step, policy, namespace="ml", context=Context(JOBS, State([])))
     assert not decision.allowed
+
+
+def test_a_platform_run_keeps_the_registry_pull_secret_its_build_pushed_with() -> None:
+    """The Core's runs pull the image its Kaniko build pushed, with the chart's registry
+    secret; a user's run labelled alike does not get it."""
+    run = pod()
+    run["spec"]["imagePullSecrets"] = [{"name": "registry-credentials"}]
+    mine = evaluate(run, SHIPPED, namespace="ml", context=Context(CORE, State([])))
+    assert mine.allowed and mine.object["spec"]["imagePullSecrets"] == [
+        {"name": "registry-credentials"}
+    ]
+    theirs = evaluate(run, SHIPPED, namespace="ml", context=Context(ALICE, State([])))
+    assert not theirs.object["spec"].get("imagePullSecrets")

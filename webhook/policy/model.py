@@ -157,6 +157,12 @@ class SecurityConfig(Section):
         default=None, description="Replaces gid 0; absent: field removed."
     )
     fs_group: Id | None = Field(default=None, description="Replaces fsGroup 0; absent: removed.")
+    assign_run_as_user: bool = Field(
+        default=False,
+        description="Set runAsUser (the pod's) to runAsUser where the run sets no uid at all, "
+        "as OpenShift's restricted SCC assigns one: an image that defaults to root then starts "
+        "as that user instead of being refused by the kubelet.",
+    )
     seccomp_profile: Literal["RuntimeDefault", "Unconfined", None] = Field(
         default="RuntimeDefault",
         description="Seccomp profile type set on the pod; null: left alone.",

@@ -72,6 +72,12 @@ def strip_root(pod: Pod) -> Change | None:
         if groups and 0 in groups:
             set_list(psc, "supplementalGroups", [g for g in groups if g != 0])
             stripped.append("pod supplementalGroups 0")
+    if linux and sec.assign_run_as_user and sec.run_as_user and psc.get("runAsUser") is None:
+        # No uid at all: an image that defaults to root would be refused by the kubelet
+        # under runAsNonRoot; the policy's uid is assigned instead (a container's own
+        # runAsUser still wins over the pod's).
+        psc["runAsUser"] = sec.run_as_user
+        filled.append(f"runAsUser {sec.run_as_user}")
     if psc.get("runAsNonRoot") is None:
         psc["runAsNonRoot"] = True
         filled.append("runAsNonRoot")
