@@ -293,7 +293,7 @@ class KindWatch:
                     exc if isinstance(exc, ApiError) else f"{type(exc).__name__}: {exc}",
                     errors,
                     pause,
-                    ", listing again" if errors >= ERRORS_BEFORE_RELIST else "",
+                    ", listing again" if errors >= ERRORS_BEFORE_RELIST and self.path else "",
                     self._consequence(problem),
                 )
                 self._stop.wait(pause)
