@@ -250,3 +250,26 @@ def test_a_users_pod_as_the_platforms_service_account_is_refused(
     done = user(cluster).kubectl("create", "-n", "digitalhub", "--dry-run=server", "-f", "-",
                                  input=json.dumps(bare))  # fmt: skip
     assert done.returncode != 0 and "ownership.service-account" in rule_ids(done.stderr)
+
+
+def test_a_run_cronjob_suspends_and_its_run_id_is_fixed(cluster: Cluster, space: str) -> None:
+    """The platform suspends and resumes its CronJob; nobody moves it to another run."""
+    core = platform_identity(cluster)
+    template = {"metadata": {"labels": {**RUN, "app": "nightly"}},
+                "spec": {"restartPolicy": "Never", "containers": [container()], **ON_OUR_NODE}}
+    cron = {"apiVersion": "batch/v1", "kind": "CronJob", "metadata": {"name": "nightly"},
+            "spec": {"schedule": "0 3 * * *",
+                     "jobTemplate": {"spec": {"template": template}}}}  # fmt: skip
+    core.kubectl("apply", "-n", space, "-f", "-", input=json.dumps(cron), check=True)
+    for suspend in ("true", "false"):
+        patch = json.dumps({"spec": {"suspend": suspend == "true"}})
+        core.kubectl("patch", "-n", space, "cronjob/nightly", "--type=merge", "-p", patch,
+                     check=True)  # fmt: skip
+    other_run = json.dumps({"spec": {"jobTemplate": {"spec": {"template": {
+        "metadata": {"labels": {"dhcore/run": "r2"}}}}}}})  # fmt: skip
+    done = user(cluster).kubectl("patch", "-n", space, "cronjob/nightly", "--type=merge",
+                                 "-p", other_run)  # fmt: skip
+    assert done.returncode != 0 and "scope.labels" in rule_ids(done.stderr)
+    stored = get(cluster, space, "cronjob/nightly")
+    assert stored["metadata"]["labels"]["runguard.io/policy"] == "digitalhub"
+    assert stored["metadata"]["annotations"]["runguard.io/platform"] == "true"
