@@ -352,14 +352,18 @@ def test_the_engine_follows_an_operators_pod_through_the_shared_state(
     writer, reader = shared
     policy = with_operators(Operator(identity=ARGO.username, kinds=(WORKFLOW,)))
     # Not synced yet: a run Pod of the operator's that uses the platform's secret fails
-    # closed at /validate, naming the kind (/mutate strips the secret: the engine's rule).
+    # closed, naming the kind: /mutate leaves the secret for /validate to deny (a denial
+    # the operator retries, not a run admitted without its secret).
     run = step_pod("wf-1")
     run["metadata"]["labels"] = {"app.kubernetes.io/managed-by": "dhcore", "dhcore/run": "r1"}
     waiting = validate(run, policy, namespace="ml", context=Context(ARGO, reader))
     assert "ownership.unknown" in {v.rule for v in waiting.violations}
     assert "has not synced Workflow objects yet" in waiting.message()
-    stripped = evaluate(run, policy, namespace="ml", context=Context(ARGO, reader)).object
-    assert "envFrom" not in stripped["spec"]["containers"][0]
+    held = evaluate(run, policy, namespace="ml", context=Context(ARGO, reader))
+    assert not held.allowed and "ownership.unknown" in {v.rule for v in held.violations}
+    assert held.object["spec"]["containers"][0]["envFrom"] == [
+        {"secretRef": {"name": "sec-api-r1"}}
+    ]
     records = []
     for uid, creator in (("wf-1", CORE), ("wf-2", ALICE)):
         made = evaluate(workflow(uid), policy, namespace="ml", context=Context(creator))

@@ -462,3 +462,22 @@ def test_a_platform_run_keeps_the_registry_pull_secret_its_build_pushed_with() -
     ]
     theirs = evaluate(run, SHIPPED, namespace="ml", context=Context(ALICE, State([])))
     assert not theirs.object["spec"].get("imagePullSecrets")
+
+
+def test_an_owner_not_synced_yet_is_a_retryable_denial_not_a_silent_strip() -> None:
+    """The job-controller's Pod of a platform Job the cache has not seen yet: /mutate
+    leaves the platform's secret and claim for /validate to deny with ownership.unknown
+    (the controller retries), instead of stripping them and admitting a broken run."""
+    child = pod(ownerReferences=[owner("Job", "train", "uid-unseen")])
+    unsynced = State([], synced=False)
+    mutation = mutate(child, SHIPPED, namespace="ml", context=Context(JOBS, unsynced))
+    assert mutation.object["spec"]["volumes"] == child["spec"]["volumes"]
+    assert mutation.object["spec"]["containers"][0]["envFrom"] == [
+        {"secretRef": {"name": "sec-api-r1"}}
+    ]
+    decision = evaluate(child, SHIPPED, namespace="ml", context=Context(JOBS, unsynced))
+    assert not decision.allowed and "ownership.unknown" in rules(decision)
+    # outside every selector (an operator's step Pod): the same rule, not not-a-run
+    step = pod(labels={"app": "step"}, ownerReferences=[owner("Job", "train", "uid-unseen")])
+    decision = evaluate(step, SHIPPED, namespace="ml", context=Context(JOBS, unsynced))
+    assert rules(decision) == {"ownership.unknown"}

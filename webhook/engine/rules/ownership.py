@@ -401,6 +401,17 @@ def check_not_a_run(
     if not enabled(policy) or ownership.platform:
         return []
     prefix = spec_prefix(spec_path)
+    if ownership.unknown:  # the owner's record is not in the cache yet: retryable
+        if not platform_references(spec, policy):
+            return []
+        return [
+            Violation(
+                OWNERSHIP_UNKNOWN,
+                "metadata.ownerReferences",
+                f"{ownership.unknown}: runguard cannot tell whether the platform created "
+                "this Pod, which uses the platform's objects; retry in a moment",
+            )
+        ]
     return [
         Violation(
             OWNERSHIP_NOT_A_RUN,

@@ -16,9 +16,12 @@ from webhook.engine.types import JSON, Change, Violation
 from webhook.policy.model import matches_any
 
 
-def secret_allowed(name: str, pod: Pod) -> bool:
-    """A secret the platform manages, used by a run the platform created."""
-    return pod.ownership.platform and matches_any(pod.policy.secrets.allowed, name, pod.labels)
+def secret_allowed(name: str, pod: Pod, *, undecided: bool = False) -> bool:
+    """A secret the platform manages, used by a run the platform created (``undecided``:
+    or by a run whose creator runguard's cache cannot tell yet, which mutation leaves
+    for validation to deny with ``ownership.unknown``, a denial its controller retries)."""
+    creator = pod.ownership.platform or (undecided and pod.ownership.unknown is not None)
+    return creator and matches_any(pod.policy.secrets.allowed, name, pod.labels)
 
 
 def env_secret(env: JSON) -> str | None:
@@ -57,7 +60,7 @@ def drop_forbidden_secrets(pod: Pod) -> Change | None:
     removed: dict[str, None] = {}  # ordered, and linear however many references repeat
 
     def ok(name: str) -> bool:
-        if secret_allowed(name, pod):
+        if secret_allowed(name, pod, undecided=True):
             return True
         removed[name] = None
         return False

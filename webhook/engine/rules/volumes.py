@@ -53,7 +53,13 @@ def project_claim(pod: Pod, claim: str) -> bool | None:
     return found.labels.get(key) == project
 
 
-def preexisting_reference(volume: JSON, pod: Pod) -> str | None:
+def _creator_may(pod: Pod, undecided: bool) -> bool:
+    """The platform created the run (``undecided``: or the cache cannot tell yet, which
+    mutation leaves for validation to deny with ``ownership.unknown``, retryable)."""
+    return pod.ownership.platform or (undecided and pod.ownership.unknown is not None)
+
+
+def preexisting_reference(volume: JSON, pod: Pod, *, undecided: bool = False) -> str | None:
     """What existing data the volume (as a whole) reaches, or None for a platform volume.
 
     A platform-named claim or configMap is the platform's: a run the platform did not
@@ -61,7 +67,7 @@ def preexisting_reference(volume: JSON, pod: Pod) -> str | None:
     if "persistentVolumeClaim" in volume:
         claim = volume["persistentVolumeClaim"]["claimName"]
         if matches_any(pod.policy.volumes.platform_claims, claim, pod.labels):
-            if not pod.ownership.platform:
+            if not _creator_may(pod, undecided):
                 return f"pvc {claim} ({NOT_THE_PLATFORMS})"
         elif project_claim(pod, claim) is False:
             return f"pvc {claim}"
@@ -69,7 +75,7 @@ def preexisting_reference(volume: JSON, pod: Pod) -> str | None:
         name = volume["configMap"]["name"]
         if not _platform_config_map(name, pod):
             return f"configMap {name}"
-        if not pod.ownership.platform:
+        if not _creator_may(pod, undecided):
             return f"configMap {name} ({NOT_THE_PLATFORMS})"
     ephemeral = volume.get("ephemeral")
     if isinstance(ephemeral, dict):
@@ -78,7 +84,9 @@ def preexisting_reference(volume: JSON, pod: Pod) -> str | None:
     return None
 
 
-def _projected_config_maps(volume: JSON, pod: Pod) -> Iterator[tuple[int, str]]:
+def _projected_config_maps(
+    volume: JSON, pod: Pod, undecided: bool = False
+) -> Iterator[tuple[int, str]]:
     """(index, name) of projected configMap sources the platform did not make."""
     projected = volume.get("projected")
     if not isinstance(projected, dict):
@@ -87,7 +95,7 @@ def _projected_config_maps(volume: JSON, pod: Pod) -> Iterator[tuple[int, str]]:
         if "configMap" in source:
             name = source["configMap"]["name"]
             if name != ROOT_CA_CONFIGMAP and not (
-                _platform_config_map(name, pod) and pod.ownership.platform
+                _platform_config_map(name, pod) and _creator_may(pod, undecided)
             ):
                 yield j, name
 
@@ -98,11 +106,11 @@ def drop_preexisting_volumes(pod: Pod) -> Change | None:
     dropped: list[str] = []
     notes: list[str] = []
     for volume in pod.spec.get("volumes") or ():
-        if preexisting_reference(volume, pod) is not None:
+        if preexisting_reference(volume, pod, undecided=True) is not None:
             dropped.append(volume["name"])
             notes.append(volume["name"])
             continue
-        foreign = dict(_projected_config_maps(volume, pod))
+        foreign = dict(_projected_config_maps(volume, pod, undecided=True))
         if foreign:
             projected = volume["projected"]
             kept = [s for j, s in enumerate(projected["sources"]) if j not in foreign]
