@@ -173,9 +173,12 @@ def test_a_run_deployment_scales_rolls_out_and_rolls_back(cluster: Cluster, spac
     assert done.returncode == 0, done.stderr
     back = wait_pods(cluster, space, "app=serve", 3, image="python:3.11")
     assert all(platform_made(p) for p in back)
+    # No controller update was refused; a Pod created before runguard's cache saw its
+    # ReplicaSet is refused as ownership.unknown and retried by the controller (the only
+    # refusal allowed here).
     events = get(cluster, space, "events")["items"]
     refused = [e["message"] for e in events if "denied the request" in e.get("message", "")]
-    assert refused == []
+    assert [m for m in refused if rule_ids(m) != {"ownership.unknown"}] == []
 
 
 def test_a_run_statefulset_scales(cluster: Cluster, space: str) -> None:
