@@ -558,9 +558,9 @@ def test_all_errors_are_reported_at_once(pol: Path) -> None:
     write(pol, "profiles.yaml", PROFILE + "  colour: blue\n---\n" + PROFILE)
     write(pol, "broken.yaml", "a: [\n")
     errors = errors_of()
-    assert errors == [
-        "pol/broken.yaml:2: YAML syntax error: expected the node content, but found "
-        "'<stream end>' (while parsing a flow node at line 2)",
+    # the parser's own words after runguard's prefix are the library's, not asserted
+    assert errors[0].startswith("pol/broken.yaml:2: YAML syntax error: ")
+    assert errors[1:] == [
         'pol/profiles.yaml:3: metadata.name: duplicate profile name "small" '
         "(also at pol/profiles.yaml:11)",
         'pol/profiles.yaml:7: spec.colour: unknown key "colour" '
