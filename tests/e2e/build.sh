@@ -9,17 +9,28 @@
 #   kwok: sigs.k8s.io/kwok at KWOK_VERSION below, `go install`ed into its own cache
 #     folder keyed by that version, then linked into the bin folder.
 #
-#   RUNGUARD_E2E_CACHE   cache root (default ~/.cache/runguard/e2e)
+#   RUNGUARD_E2E_CACHE        cache root (default ~/.cache/runguard/e2e)
+#   RUNGUARD_E2E_KUBERNETES   another Kubernetes release, e.g. 1.37: the same mains built
+#                             with go.kubernetes-<it>.mod and .sum (`go build -modfile`)
+#                             instead of go.mod (docs/e2e.md, "Other Kubernetes releases")
 set -euo pipefail
 
 KWOK_VERSION=v0.8.0 # simulated nodes; its stage configs are tests/e2e/kwok-stages.yaml
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 cache="${RUNGUARD_E2E_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/runguard/e2e}"
-key="$(cd "$here" && cat go.mod go.sum cmd/*/main.go build.sh | sha256sum | cut -c1-16)"
-bin="$cache/$key/bin"
+modfile=go.mod
+if [[ -n ${RUNGUARD_E2E_KUBERNETES:-} ]]; then
+    modfile="go.kubernetes-$RUNGUARD_E2E_KUBERNETES.mod"
+    [[ -f $here/$modfile ]] || { echo "build.sh: no $here/$modfile" >&2; exit 2; }
+fi
+key="$(cd "$here" && cat "$modfile" "${modfile%.mod}.sum" cmd/*/*.go build.sh \
+    | sha256sum | cut -c1-16)"
 kubernetes=(kube-apiserver kube-controller-manager kube-scheduler etcd kubelet pause)
+# Another release gets its own kubectl (one minor of skew); 1.33 uses the machine's.
+[[ $modfile == go.mod ]] || kubernetes+=(kubectl)
 binaries=("${kubernetes[@]}" kwok)
+bin="$cache/$key/bin"
 
 have_all() {
     local name
@@ -63,18 +74,25 @@ if ! have_all; then
         echo "building ${kubernetes[*]} into $bin (cold build: see docs/e2e.md)" >&2
         # Stamp the version as upstream's hack/lib/version.sh does: unstamped, the
         # apiserver says v0.0.0-master and kubectl (and its dispatcher) cannot parse it.
-        version="$(awk '$1 == "k8s.io/kubernetes" { print $2 }' "$here/go.mod")"
+        version="$(awk '$1 == "k8s.io/kubernetes" { print $2 }' "$here/$modfile")"
         minor="$(cut -d. -f2 <<<"$version")"
         ldflags="-s -w"
         for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
             ldflags+=" -X $pkg.gitVersion=$version -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
             ldflags+=" -X $pkg.gitTreeState=clean"
         done
+        flags=(-trimpath "-modfile=$modfile")
+        # Later releases' NewKubeletCommand takes a context (cmd/kubelet/main_context.go).
+        upstream="$(cd "$here" && go list "-modfile=$modfile" -f '{{.Dir}}' k8s.io/kubernetes/cmd/kubelet)"
+        if grep -q 'NewKubeletCommand(context' "$upstream/kubelet.go"; then
+            flags+=(-tags=kubelet_context)
+        fi
         for name in "${kubernetes[@]}"; do
             started=$SECONDS
             (
                 cd "$here"
-                CGO_ENABLED=0 go build -trimpath -ldflags="$ldflags" -o "$tmp/$name" "./cmd/$name" >&2
+                CGO_ENABLED=0 go build "${flags[@]}" -ldflags="$ldflags" -o "$tmp/$name" \
+                    "./cmd/$name" >&2
             )
             echo "$name built in $((SECONDS - started))s" >&2
         done

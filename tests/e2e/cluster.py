@@ -66,6 +66,7 @@ __all__ = [
     "Identity",
     "SIMULATED_NODES",
     "build_binaries",
+    "kubernetes_modfile",
     "main",
     "simulated_node",
 ]
@@ -179,6 +180,13 @@ SIMULATED_NODES: list[dict[str, Any]] = [
 
 class ClusterError(RuntimeError):
     """The cluster could not be built, started or stopped; the message says why."""
+
+
+def kubernetes_modfile() -> Path:
+    """The go.mod build.sh builds the cluster from: go.mod (1.33), or
+    go.kubernetes-<release>.mod for ``RUNGUARD_E2E_KUBERNETES=<release>``."""
+    release = os.environ.get("RUNGUARD_E2E_KUBERNETES")
+    return E2E_DIR / (f"go.kubernetes-{release}.mod" if release else "go.mod")
 
 
 def build_binaries() -> Path:
@@ -457,7 +465,13 @@ class Cluster:
         self.bin_dir = Path(bin_dir).resolve()
         self.address = address
         self.netns = netns
-        self.kubectl_path = kubectl or os.environ.get("RUNGUARD_E2E_KUBECTL", "kubectl")
+        # The release's own kubectl when build.sh built one (another release than go.mod's).
+        built = self.bin_dir / "kubectl"
+        self.kubectl_path = (
+            kubectl
+            or os.environ.get("RUNGUARD_E2E_KUBECTL")
+            or (str(built) if built.is_file() else "kubectl")
+        )
         self.ready_timeout = ready_timeout
         self.owned = owned
         self.whole_path = whole_path

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 from typing import Any
 
 import pytest
 from kubernetes import client
 
-from .cluster import Cluster
+from .cluster import Cluster, kubernetes_modfile
 
 pytestmark = pytest.mark.e2e
 
@@ -37,7 +36,7 @@ def test_apiserver_is_ready_and_pinned(cluster: Cluster) -> None:
     assert ready.stdout.strip() == "ok"
 
     versions = json.loads(cluster.kubectl("version", "-o", "json", check=True).stdout)
-    pinned = re.search(r"k8s\.io/kubernetes (v\S+)", (Path(__file__).parent / "go.mod").read_text())
+    pinned = re.search(r"k8s\.io/kubernetes (v\S+)", kubernetes_modfile().read_text())
     assert pinned is not None
     assert versions["serverVersion"]["gitVersion"] == pinned.group(1)
     # kubectl supports one minor version of skew either way.

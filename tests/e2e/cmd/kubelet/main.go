@@ -1,6 +1,10 @@
 // Command kubelet is upstream's kubelet main, built from the same pinned
 // k8s.io/kubernetes release as the apiserver: the e2e cluster's real node, which runs
-// Pods with containerd and runc (tests/e2e/realnode.py).
+// Pods with containerd and runc (tests/e2e/realnode.py). Up to 1.33 NewKubeletCommand
+// takes no argument; main_context.go is the later releases' (build.sh sets the tag).
+
+//go:build !kubelet_context
+
 package main
 
 import (
