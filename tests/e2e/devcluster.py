@@ -456,7 +456,7 @@ def _up(args: argparse.Namespace) -> int:
         ensure_tools()
         image = build_image()
     directory.mkdir(parents=True, exist_ok=True)
-    netns = Netns.create() if real_node else None
+    netns = Netns.create(directory) if real_node else None
     cluster = Cluster(
         directory, bin_dir, owned=False, whole_path=not args.admission_only,
         address=netns.address if netns else "127.0.0.1", netns=netns.name if netns else None,

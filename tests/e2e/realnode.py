@@ -27,6 +27,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import time
 from collections.abc import Sequence
@@ -70,6 +71,7 @@ def pod_subnet(index: int) -> str:
 LINK_RANGE = range(100, 200)  # 198.18.<n>.0/30 links to the host, one per namespace
 PAUSE_IMAGE = "localhost/pause:3.10"
 CNI_BIN_DIR = Path("/usr/lib/cni")
+NETNS_RECORDS = Path("/run/runguard-e2e/netns")  # name -> the cluster's folder
 
 
 def _run(*args: str, timeout: float = 60.0, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -90,7 +92,9 @@ def ensure_tools() -> None:
 class Netns:
     """``ip netns add rg-<n>``: loopback up, a veth to the host, 198.18.<n>.1 on the
     host's end and 198.18.<n>.2 inside, and no other route. ``create()`` picks a free
-    ``n`` (the name is the lock: ``ip netns add`` fails when it exists)."""
+    ``n`` (the name is the lock: ``ip netns add`` fails when it exists), and records
+    the cluster's folder in ``NETNS_RECORDS``, so that a namespace whose test was
+    killed can be found and removed later (``sweep_abandoned``)."""
 
     def __init__(self, name: str, slot: int) -> None:
         self.name = name
@@ -110,7 +114,8 @@ class Netns:
         return f"rg{self.slot}h"
 
     @classmethod
-    def create(cls) -> Netns:
+    def create(cls, directory: Path) -> Netns:
+        cls.sweep_abandoned()
         used = _run("ip", "-o", "-4", "addr", "show").stdout
         existing = set(_run("ip", "netns", "list").stdout.split())
         for slot in LINK_RANGE:
@@ -121,6 +126,8 @@ class Netns:
                 continue  # taken meanwhile
             netns = cls(name, slot)
             try:
+                NETNS_RECORDS.mkdir(parents=True, exist_ok=True)
+                (NETNS_RECORDS / name).write_text(str(Path(directory).resolve()))
                 netns._wire()
             except BaseException:
                 netns.delete()
@@ -159,6 +166,48 @@ class Netns:
         """Deletes the namespace and so every link in it (the host's veth end too)."""
         _run("ip", "netns", "delete", self.name, check=False)
         _run("ip", "link", "delete", self.host_link, check=False)
+        (NETNS_RECORDS / self.name).unlink(missing_ok=True)
+
+    @classmethod
+    def sweep_abandoned(cls, min_age: float = 900.0) -> list[str]:
+        """Remove the namespaces of clusters whose process was killed: recorded here
+        more than ``min_age`` seconds ago, and no control plane, containerd or kubelet
+        left in them (containers' shims outlive a killed containerd: they are killed).
+        Their nodes' mounts go too. Returns the names removed."""
+        removed = []
+        for record in sorted(NETNS_RECORDS.glob("rg-*")) if NETNS_RECORDS.is_dir() else []:
+            if time.time() - record.stat().st_mtime < min_age:
+                continue
+            pids = _run("ip", "netns", "pids", record.name, check=False).stdout.split()
+            names = set()
+            for pid in pids:
+                with contextlib.suppress(OSError):
+                    argv0 = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]
+                    names.add(Path(argv0.decode(errors="replace")).name)
+            if names & {"etcd", "kube-apiserver", "kubelet", "containerd"}:
+                continue  # alive (a make cluster left running)
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError, ValueError):
+                    os.kill(int(pid), signal.SIGKILL)
+            directory = Path(record.read_text().strip())
+            kill_containers_under(directory)
+            unmount_under(directory)
+            ids = [s.name for s in directory.glob("**/containerd/runc/k8s.io/*")]
+            for path in CNI_RESULTS.glob("*"):
+                if path.name.startswith(f"runguard-e2e-{record.name}-") or any(
+                    i in path.name for i in ids
+                ):
+                    path.unlink(missing_ok=True)
+            for link in Path("/var/log/containers").glob("*.log"):
+                with contextlib.suppress(OSError):
+                    if os.readlink(link).startswith(f"{directory}/"):
+                        link.unlink()
+            slot = int(record.name.removeprefix("rg-"))
+            cls(record.name, slot).delete()
+            removed.append(record.name)
+        if removed:
+            restore_kernel_tunables()
+        return removed
 
     def to_state(self) -> dict[str, Any]:
         return {"name": self.name, "slot": self.slot}
@@ -475,6 +524,7 @@ class RealNode:
             for container in self._ctr("containers", "ls", "-q", check=False).stdout.split():
                 self._ctr("containers", "delete", container, check=False)
         self._stop("containerd", timeout)
+        kill_containers_under(self.directory)  # if containerd was gone already
         unmount_under(self.directory)
         # What libcni cached for our sandboxes (the Pods were killed, not torn down).
         for path in CNI_RESULTS.glob("*"):
@@ -556,6 +606,17 @@ class RealNode:
         name in DNS)."""
         found = sorted((self.directory / "pod-logs").glob(f"{namespace}_{pod}_*/{container}/*.log"))
         return "".join(p.read_text(errors="replace") for p in found)
+
+
+def kill_containers_under(directory: Path) -> None:
+    """SIGKILL every container runc started with its state under ``directory`` (what a
+    killed containerd leaves running: its shims die, their containers do not)."""
+    for state in directory.glob("**/containerd/runc/k8s.io/*/state.json"):
+        with contextlib.suppress(OSError, ValueError, KeyError, ProcessLookupError):
+            pid = int(json.loads(state.read_text())["init_process_pid"])
+            # Still that container's init: its cgroup path names the container's id.
+            if state.parent.name in Path(f"/proc/{pid}/cgroup").read_text():
+                os.kill(pid, signal.SIGKILL)
 
 
 def unmount_under(directory: Path) -> None:

@@ -74,7 +74,7 @@ def real(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealCluster]:
     alone = not TUNABLES_RECORD.exists()  # no other kubelet of ours has changed them
     tunables = {k: (Path("/proc/sys") / k).read_text() for k in KERNEL_TUNABLES}
     existed = [p.exists() for p in KUBELET_FIXED_PATHS]
-    netns = Netns.create()
+    netns = Netns.create(directory)
     cluster = Cluster(directory, bin_dir, address=netns.address, netns=netns.name)
     # Two, as the shipped Deployment wants its 2 replicas on two nodes (and a drain of one
     # can then complete).
@@ -293,3 +293,29 @@ def test_rollout_restart_and_drain_while_runs_are_created(real: RealCluster) -> 
     (cluster.directory / "rollout-drain.json").write_text(json.dumps(figures, indent=2))
     assert loop.answers and all(answers for answers in phases.values())
     assert figures["rollout_failed"] == 0 and figures["drain_failed"] == 0, figures
+
+
+def test_a_namespace_whose_cluster_was_killed_is_swept(tmp_path: Path) -> None:
+    """What a killed test leaves (its namespace, a process in it, its record) goes at the
+    next ``Netns.create`` once old enough; a fresh one stays."""
+    import time
+
+    from .realnode import NETNS_RECORDS
+
+    old, fresh = Netns.create(tmp_path / "old"), Netns.create(tmp_path / "fresh")
+    sleeper = subprocess.Popen(["nsenter", f"--net=/run/netns/{old.name}", "--", "sleep", "600"])
+    try:
+        past = time.time() - 3600
+        os.utime(NETNS_RECORDS / old.name, (past, past))
+        removed = Netns.sweep_abandoned(min_age=900)
+        assert old.name in removed and fresh.name not in removed
+        assert sleeper.wait(timeout=10) == -9  # killed
+        listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True,
+                                check=True).stdout  # fmt: skip
+        assert old.name not in listed.split() and fresh.name in listed.split()
+        assert not (NETNS_RECORDS / old.name).exists()
+    finally:
+        if sleeper.poll() is None:
+            sleeper.kill()
+        fresh.delete()
+        old.delete()
