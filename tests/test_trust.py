@@ -481,3 +481,22 @@ def test_an_owner_not_synced_yet_is_a_retryable_denial_not_a_silent_strip() -> N
     step = pod(labels={"app": "step"}, ownerReferences=[owner("Job", "train", "uid-unseen")])
     decision = evaluate(step, SHIPPED, namespace="ml", context=Context(JOBS, unsynced))
     assert rules(decision) == {"ownership.unknown"}
+
+
+def test_what_a_platform_deployment_runs_is_the_platforms_to_change() -> None:
+    """alice may scale the Core's Deployment, not give its Pods her image: they would run
+    her code with the platform's secret, recorded as the platform's."""
+    deployment = {"apiVersion": "apps/v1", "kind": "Deployment",
+                  "metadata": {"name": "serve", "namespace": "ml", "uid": "uid-dep"},
+                  "spec": {"replicas": 1, "selector": {"matchLabels": RUN},
+                           "template": {"metadata": {"labels": RUN},
+                                        "spec": pod()["spec"]}}}  # fmt: skip
+    stored = created(deployment, CORE)
+    scaled = copy.deepcopy(stored)
+    scaled["spec"]["replicas"] = 5
+    assert update(scaled, stored, ALICE)[1].allowed
+    hers = copy.deepcopy(stored)
+    hers["spec"]["template"]["spec"]["containers"][0]["image"] = "alice/miner"
+    _, validation = update(hers, stored, ALICE)
+    assert rules(validation) == {"ownership.changed"}
+    assert update(hers, stored, CORE)[1].allowed  # the platform rolls out what it wants

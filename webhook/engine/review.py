@@ -27,6 +27,7 @@ from webhook.engine.pod import WARNING_LIMIT, Pod, copy_json, spec_prefix
 from webhook.engine.pod import warning as warning_text
 from webhook.engine.podspec import InvalidObject, Target, locate, object_meta
 from webhook.engine.rule_ids import (
+    OWNERSHIP_CHANGED,
     OWNERSHIP_DEBUG,
     OWNERSHIP_SERVICE_ACCOUNT,
     OWNERSHIP_STAMP,
@@ -215,9 +216,8 @@ def _expected_records(r: _Review) -> dict[str, str | None]:
     out: dict[str, str | None] = {POLICY_LABEL: label}
     owner = _stamps_owner(r)
     if owner is not None and r.context.requester is not None:
-        platform = ownership.ownership_of(r.metadata, r.namespace, owner, r.context).platform
         out[STAMP] = r.context.requester.username
-        out[PLATFORM_RECORD] = "true" if platform else None
+        out[PLATFORM_RECORD] = ownership.creator_record(r.metadata, r.namespace, owner, r.context)
     elif owner is not None:
         out[PLATFORM_RECORD] = None  # nobody known asks: never the platform
     return out
@@ -478,7 +478,9 @@ def _trust_violations(r: _Review) -> list[Violation]:
     ``/mutate`` writes them, the scope kept on UPDATE, owners not rewritten, no debug
     container in a platform Pod but the platform's, no platform ServiceAccount."""
     out = _record_violations(r)
+    out.extend(_policy_label_in_template(r))
     if r.old is not None:
+        out.extend(_platform_change_violations(r))
         out.extend(_scope_violations(r))
         old_meta = r.old_metadata or {}
         out.extend(ownership.check_owner_change(r.metadata, old_meta, r.root, r.context))
@@ -550,12 +552,23 @@ def _not_a_run(r: _Review) -> list[Violation]:
 
 
 def _names_platform_objects(r: _Review) -> bool:
+    """The pod spec names the platform's objects or runs as one of its ServiceAccounts."""
     if r.target is None:
         return False
+    account = _service_account(r.target.spec)
     return any(
-        ownership.enabled(p) and ownership.platform_references(r.target.spec, p)
+        ownership.enabled(p)
+        and (
+            bool(ownership.platform_references(r.target.spec, p))
+            or (r.namespace, account) in ownership.service_account_identities(p)
+        )
         for p in r.root.run_policies()
     )
+
+
+def _service_account(spec: JSON) -> str:
+    name = spec.get("serviceAccountName") or spec.get("serviceAccount")
+    return name if isinstance(name, str) else ""
 
 
 def _already_present(v: Violation, known: dict[tuple[str, str], Decimal | None]) -> bool:
@@ -596,6 +609,90 @@ def _scope_violations(r: _Review) -> list[Violation]:
     )
 
 
+def _platform_old(r: _Review) -> Policy | None:
+    """The RunPolicy with ownership on whose record says the platform created the old
+    object, unless the request comes from a platform identity or a controller (they may
+    change what the platform's objects run); None otherwise."""
+    old_meta = r.old_metadata or {}
+    annotations = old_meta.get("annotations")
+    if not isinstance(annotations, dict):
+        return None
+    requester = r.context.requester
+    for p in r.root.run_policies():
+        installed = annotations.get(PLATFORM_RECORD) == ownership.INSTALLER
+        if not ownership.enabled(p) or not (
+            installed or ownership.recorded_platform(p, annotations)
+        ):
+            continue
+        if ownership.is_platform_identity(p, requester) or ownership.is_identity(
+            p.platform.installers, requester
+        ):
+            return None
+        if requester is not None and requester.username in p.platform.owner_kinds:
+            return None
+        return p
+    return None
+
+
+def _images(spec: JSON) -> list[Any]:
+    return [
+        [c.get("image") for c in spec.get(name) or () if isinstance(c, dict)]
+        for name in ("initContainers", "containers")
+    ]
+
+
+def _platform_change_violations(r: _Review) -> list[Violation]:
+    """``ownership.changed``: the platform's objects keep running what the platform asked.
+    A user with edit rights may scale them, annotate them or restart a rollout, but not
+    change a controller's pod template spec or a Pod's images: the Pods would run her code
+    with the platform's secrets, recorded as the platform's."""
+    if r.old_target is None or r.target is None or _platform_old(r) is None:
+        return []
+    if r.target.kind == "Pod":
+        if _images(r.old_target.spec) == _images(r.target.spec):
+            return []
+        what, where = "the images of a Pod", f"{r.target.spec_path}.containers"
+    else:
+        if r.old_target.spec == r.target.spec:
+            return []
+        what, where = f"the pod template of a {r.target.kind}", r.target.spec_path
+    return [
+        Violation(
+            OWNERSHIP_CHANGED,
+            where,
+            f"{what} the platform created is the platform's to change: its Pods run with the "
+            "platform's secrets and volumes; ask the platform, or create your own",
+        )
+    ]
+
+
+def _policy_label_in_template(r: _Review) -> list[Violation]:
+    """A controller may not select or template Pods by runguard's RunPolicy label: the
+    label is runguard's to write on each Pod, and a Pod it relabels would leave its
+    controller's selector, which would create another, without end."""
+    if r.target is None or r.target.kind == "Pod" or not isinstance(r.obj, dict):
+        return []
+    spec = r.obj.get("spec")
+    selector = spec.get("selector") if isinstance(spec, dict) else None
+    keys = set(r.target.labels)
+    if isinstance(selector, dict):
+        labels = selector.get("matchLabels")
+        keys.update(labels if isinstance(labels, dict) else ())
+        for expression in selector.get("matchExpressions") or ():
+            if isinstance(expression, dict) and isinstance(expression.get("key"), str):
+                keys.add(expression["key"])
+    if POLICY_LABEL not in keys:
+        return []
+    return [
+        Violation(
+            SCOPE_LABELS,
+            "spec.selector",
+            f"{POLICY_LABEL} is runguard's label, written on each Pod: a controller may not "
+            "select or template Pods by it; remove it",
+        )
+    ]
+
+
 def _debug_violations(r: _Review) -> list[Violation]:
     """``ownership.debug``: an ephemeral container added to a Pod that holds the platform's
     objects, by anyone but a platform identity (a shell in the run, with its secrets)."""
@@ -608,16 +705,21 @@ def _debug_violations(r: _Review) -> list[Violation]:
     if not isinstance(after, list) or len(after) <= len(before if isinstance(before, list) else []):
         return []
     out = []
+    old_annotations = (r.old_metadata or {}).get("annotations")
+    if not isinstance(old_annotations, dict):
+        old_annotations = {}
     for p in r.root.run_policies():
         if not ownership.enabled(p) or ownership.is_platform_identity(p, r.context.requester):
             continue
-        if ownership.platform_references(r.old_target.spec, p):
+        if ownership.recorded_platform(p, old_annotations) or ownership.platform_references(
+            r.old_target.spec, p
+        ):
             out.append(
                 Violation(
                     OWNERSHIP_DEBUG,
                     "spec.ephemeralContainers",
-                    "this Pod holds the platform's secrets or volumes: only the platform may "
-                    "add a debug container to it",
+                    "the platform created this Pod, or it holds the platform's secrets or "
+                    "volumes: only the platform may add a debug container to it",
                 )
             )
             break
@@ -628,16 +730,16 @@ def _service_account_violations(r: _Review) -> list[Violation]:
     """``ownership.service-account``: only the platform's own objects run as its accounts."""
     if r.target is None or (r.old is not None and r.old_target is not None):
         return []  # a Pod's service account never changes after CREATE
-    spec = r.target.spec
-    name = spec.get("serviceAccountName") or spec.get("serviceAccount")
-    if not isinstance(name, str) or not name:
+    name = _service_account(r.target.spec)
+    if not name:
         return []
     for p in r.root.run_policies():
         if not ownership.enabled(p) or (r.namespace, name) not in (
             ownership.service_account_identities(p)
         ):
             continue
-        if ownership.ownership_of(r.metadata, r.namespace, p, r.context).platform:
+        # the platform, its installers (the chart), or their controllers
+        if ownership.creator_record(r.metadata, r.namespace, p, r.context) is not None:
             return []
         return [
             Violation(

@@ -226,12 +226,21 @@ OWNERSHIP_OWNER_CHANGED = _rule(
         "orphaning, is allowed)"
     ),
 )
+OWNERSHIP_CHANGED = _rule(
+    "ownership.changed",
+    mutation="",
+    violation=(
+        "on UPDATE, what an object the platform created runs changed (a controller's pod "
+        "template spec, a Pod's images) by someone else than a platform identity or a "
+        "controller"
+    ),
+)
 OWNERSHIP_DEBUG = _rule(
     "ownership.debug",
     mutation="",
     violation=(
-        "an ephemeral container added to a Pod that holds the platform's objects, by someone else"
-        " than a platform identity"
+        "an ephemeral container added to a Pod the platform created or that holds the "
+        "platform's objects, by someone else than a platform identity"
     ),
 )
 OWNERSHIP_SERVICE_ACCOUNT = _rule(

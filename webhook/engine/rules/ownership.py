@@ -152,6 +152,36 @@ def ownership_of(
     return _through_owner(object_meta, namespace, policy, context, _platform_owner(policy, context))
 
 
+INSTALLER = "installer"  # the record of an object a platform installer created
+
+
+def creator_record(
+    object_meta: JSON, namespace: str, policy: Policy, context: Context
+) -> str | None:
+    """What runguard records at CREATE in ``runguard.io/platform``: "true" when the platform
+    created the object (directly, or through its controllers and operators), "installer"
+    when one of ``platform.installers`` did (the chart installing the platform's own
+    components, which may run as the platform's accounts but get nothing else of it),
+    None otherwise."""
+    if is_platform_identity(policy, context.requester):
+        return "true"
+    if is_identity(policy.platform.installers, context.requester):
+        return INSTALLER
+    seen: list[str] = []
+    legacy = _platform_owner(policy, context)
+
+    def admit(owner: ObjectMeta, depth: int) -> bool | Ownership:
+        record = owner.annotations.get(PLATFORM_RECORD)
+        if record in ("true", INSTALLER):
+            seen.append(record)
+            return True
+        return legacy(owner, depth)
+
+    if not _through_owner(object_meta, namespace, policy, context, admit).platform:
+        return None
+    return seen[0] if seen else "true"
+
+
 def _platform_owner(
     policy: Policy, context: Context
 ) -> Callable[[ObjectMeta, int], bool | Ownership]:
