@@ -317,5 +317,6 @@ def test_a_namespace_whose_cluster_was_killed_is_swept(tmp_path: Path) -> None:
     finally:
         if sleeper.poll() is None:
             sleeper.kill()
+            sleeper.wait(timeout=10)
         fresh.delete()
         old.delete()
