@@ -565,7 +565,13 @@ def soak(
     seconds = max(1.0, min(seconds, MAX_SECONDS))
     warm_up(server, 4 * len(server.worker_pids()))
     time.sleep(0.5)  # the warm-up's connections closed on the server's side
-    baseline = {s.pid: (s.rss_mb, s.fds, s.threads) for s in sample(server, 0, time.monotonic())}
+    samples = sample(server, 0, time.monotonic())
+    # Workers are the same program: a worker the warm-up's few requests never reached has
+    # not opened its pool's threads and connections yet, so the warmest worker's counts
+    # are every worker's baseline (a leak still shows as growth past them).
+    fds = max((s.fds for s in samples), default=0)
+    threads = max((s.threads for s in samples), default=0)
+    baseline = {s.pid: (s.rss_mb, fds, threads) for s in samples}
     workers_before = server.worker_pids()
     kinds = mix()
     ctx = mp.get_context("fork")

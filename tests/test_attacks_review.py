@@ -166,7 +166,6 @@ def test_a_users_edit_of_a_platform_build_cronjob_grants_nothing() -> None:
 # --- 2. a platform claim cloned by a door runguard never sees --------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="a PVC or volumeClaimTemplate cloning a platform claim")
 def test_a_platform_claim_cannot_be_cloned_by_a_claim_or_a_claim_template() -> None:
     """Chain (a): alice creates PVC ``copy`` with ``dataSource: {kind:
     PersistentVolumeClaim, name: v-r1-data}`` (a CSI clone of the run's data), then a

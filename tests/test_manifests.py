@@ -404,7 +404,13 @@ def test_with_ownership_every_rule_and_condition(owned: Policy) -> None:
         "|| request.resource.resource == 'secrets'"
         " && object.metadata.?name.orValue('').matches('^(?:sec-.*-.+|registry[.]pull)$')\n"
         "|| request.resource.resource == 'configmaps'"
-        " && object.metadata.?name.orValue('').matches('^(?:init-config-map-.+)$')"
+        " && object.metadata.?name.orValue('').matches('^(?:init-config-map-.+)$')\n"
+        # a new claim cloning a platform claim (ownership.not-a-run)
+        "|| request.resource.resource == 'persistentvolumeclaims' && ("
+        "(object.?spec.?dataSource.?kind.orValue('') == 'PersistentVolumeClaim'"
+        " && object.?spec.?dataSource.?name.orValue('').matches('^(?:v-.+-.*)$'))\n"
+        "|| (object.?spec.?dataSourceRef.?kind.orValue('') == 'PersistentVolumeClaim'"
+        " && object.?spec.?dataSourceRef.?name.orValue('').matches('^(?:v-.+-.*)$')))"
     )
     # Mutating and validating webhooks route the same objects.
     for mutating, validating in (("mutate-controllers", "validate-controllers"),

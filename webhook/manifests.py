@@ -439,9 +439,13 @@ def controller_condition(policy: Policy) -> dict[str, str] | None:
     either = _join("||", run, references)
     assert either is not None
     # A one-element list binds the template to `t` (this CEL has no `let`).
+    claims = _name_regexes(policy).get("PersistentVolumeClaim") if references else None
     routed = _join(
         "||",
         _Exists(f"[{TEMPLATE}]", "t", either),
+        None
+        if claims is None
+        else _exists("object.spec.?volumeClaimTemplates", "ct", _clones("ct.?spec", claims)),
         f"(oldObject != null && {_render(_Exists(f'[{OLD_TEMPLATE}]', 'o', was))})",
         _records(policy, "object.?metadata"),
     )
@@ -475,8 +479,27 @@ def reserved_name_condition(policy: Policy) -> dict[str, str] | None:
         f" && object.metadata.?name.orValue('').matches({_cel_string(regex)})"
         for resource, regex in _reserved(policy).items()
     ]
+    claims = _name_regexes(policy).get("PersistentVolumeClaim")
+    if claims is not None:  # a new claim cloning a platform claim
+        alternatives.append(
+            "request.resource.resource == 'persistentvolumeclaims' && ("
+            + _render(_clones("object.?spec", claims))
+            + ")"
+        )
     expr = _join("||", *alternatives)
     return None if expr is None else _condition("platform-name", expr)
+
+
+def _clones(spec: str, claims: str) -> _Expr:
+    """CEL: the claim spec ``spec`` clones a claim whose name matches ``claims``."""
+    parts = [
+        f"({spec}.?{key}.?kind.orValue('') == 'PersistentVolumeClaim'"
+        f" && {spec}.?{key}.?name.orValue('').matches({_cel_string(claims)}))"
+        for key in ("dataSource", "dataSourceRef")
+    ]
+    joined = _join("||", *parts)
+    assert joined is not None
+    return joined
 
 
 # --- the webhooks ---------------------------------------------------------------------

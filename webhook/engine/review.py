@@ -425,7 +425,12 @@ def validate(
     """
     r = _review(obj, policy, namespace, old, context, governing)
     governing = r.policy
-    reserved = ownership.check_reserved_name(obj, r.root, context) if isinstance(obj, dict) else []
+    reserved = (
+        ownership.check_reserved_name(obj, r.root, context)
+        + ownership.check_claim_clones(obj, r.root, context)
+        if isinstance(obj, dict)
+        else []
+    )
     if reserved:
         return _deny(obj, governing, namespace, reserved)
     trust = _trust_violations(r)

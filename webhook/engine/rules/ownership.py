@@ -335,6 +335,60 @@ def check_reserved_name(obj: JSON, root: Policy, context: Context) -> list[Viola
     return []
 
 
+def cloned_claims(claim_spec: Any, policy: Policy) -> list[str]:
+    """The platform claims a claim spec clones (``dataSource`` / ``dataSourceRef`` naming a
+    PersistentVolumeClaim with a platform name): the same door as a generic ephemeral
+    volume's, on a PVC of its own or a StatefulSet's claim template."""
+    if not isinstance(claim_spec, dict):
+        return []
+    out = []
+    for key in ("dataSource", "dataSourceRef"):
+        source = claim_spec.get(key)
+        if isinstance(source, dict) and source.get("kind") == "PersistentVolumeClaim":
+            name = source.get("name")
+            if isinstance(name, str) and platform_named(policy, "PersistentVolumeClaim", name):
+                out.append(name)
+    return out
+
+
+def check_claim_clones(obj: JSON, root: Policy, context: Context) -> list[Violation]:
+    """``ownership.not-a-run``: only the platform clones its claims, through a PVC of its
+    own (``dataSource``/``dataSourceRef``) or a StatefulSet's ``volumeClaimTemplates``."""
+    if context.operation != "CREATE" or obj.get("kind") not in ("PersistentVolumeClaim",
+                                                                "StatefulSet"):  # fmt: skip
+        return []
+    spec = obj.get("spec")
+    if not isinstance(spec, dict):
+        return []
+    specs: list[tuple[str, Any]]
+    if obj["kind"] == "PersistentVolumeClaim":
+        specs = [("spec", spec)]
+    else:
+        templates = spec.get("volumeClaimTemplates")
+        specs = [
+            (f"spec.volumeClaimTemplates[{i}].spec", t.get("spec"))
+            for i, t in enumerate(templates if isinstance(templates, list) else ())
+            if isinstance(t, dict)
+        ]
+    out: list[Violation] = []
+    for policy in root.run_policies():
+        if not enabled(policy) or is_platform_identity(policy, context.requester):
+            continue
+        for path, claim_spec in specs:
+            out.extend(
+                Violation(
+                    OWNERSHIP_NOT_A_RUN,
+                    path,
+                    f"PersistentVolumeClaim {name!r} is the platform's: only the platform "
+                    "may clone it into a new claim",
+                )
+                for name in cloned_claims(claim_spec, policy)
+            )
+        if out:
+            break
+    return out
+
+
 def requested_by(policy: Policy, object_meta: JSON, namespace: str, context: Context) -> bool:
     """The object was created by one of ``policy.requesters``: the request's user, or a
     controller (or operator) of ``policy.platform`` creating it for an owner, by uid, that
