@@ -1,7 +1,7 @@
 """Attack chains against SPEC section 8 that still get through (security review).
 
-Each test states what runguard should do; the chains runguard does not stop yet are
-``xfail(strict=True)``, with the fix they need in their docstring. The
+Each test is a chain a security review found getting through, kept as a regression test
+now that runguard stops it (the docstring says the chain and the fix). The
 attacker is ``alice``, a user with kubectl create/update/patch rights in the run
 namespace; the platform is the Core (``system:serviceaccount:digitalhub:core``). Judged by
 the engine as the webhooks judge it (``tests/test_trust.py``'s helpers); where routing
@@ -13,7 +13,6 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-import pytest
 from test_manifests import Cel
 from test_ownership import Meta, State, owner
 from test_trust import (
@@ -251,7 +250,6 @@ def test_a_debug_container_cannot_reach_a_project_shared_volume_of_a_platform_ru
 # --- 4. objects from before the policy label: requesters ignored ---------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="_governing ignores requesters for unlabelled old objects")
 def test_an_object_from_before_the_policy_label_is_not_governed_by_a_lax_policy() -> None:
     """Chain: alice's Pod with the build labels, created before ``runguard.io/policy``
     existed (stamp ``alice``, no policy label; then judged by ``digitalhub``). After the

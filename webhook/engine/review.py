@@ -132,7 +132,14 @@ def _governing(r: _Review) -> Policy | None:
             return named if r.namespace not in named.exclude_namespaces else None
         if r.old_target is None:
             return None
-        return r.root.choose(r.old_target.labels, r.namespace, lambda _p: True)
+        # From before the label: its labels choose, and a RunPolicy with requesters only
+        # when the stamp names one of them (a lax policy is never assumed).
+        stamp = ownership.records(r.old_metadata or {})[0]
+        return r.root.choose(
+            r.old_target.labels,
+            r.namespace,
+            lambda p: ownership.stamped_by(p.requesters, stamp),
+        )
     if r.target is None:
         return None
     return r.root.choose(

@@ -99,6 +99,11 @@ def recorded_platform(policy: Policy, annotations: Mapping[str, str]) -> bool:
     return annotations.get(STAMP) in _user_names(policy.platform.identities)
 
 
+def stamped_by(identities: tuple[str, ...], stamp: str | None) -> bool:
+    """A stamp (a user name) is one of these identities' users or ServiceAccounts."""
+    return stamp is not None and stamp in _user_names(identities)
+
+
 @lru_cache(maxsize=64)
 def _user_names(identities: tuple[str, ...]) -> frozenset[str]:
     """The user names of the identities that are users or service accounts."""
