@@ -13,7 +13,8 @@ import copy
 import json
 import re
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -416,3 +417,40 @@ def wait_for_admission(cluster: Cluster, *, active: bool, timeout: float = 30.0)
                 f"{timeout:.0f}s: {done.stderr}"
             )
         time.sleep(0.2)
+
+
+def wait_for_policy_label(cluster: Cluster, policy: str, what: str, timeout: float = 30.0) -> None:
+    """Until the apiserver calls a runguard serving RunPolicy ``policy``: a server dry run
+    of a run Pod comes back with that RunPolicy's label."""
+    probe = json.dumps({"apiVersion": "v1", "kind": "Pod",
+                        "metadata": {"name": "probe", "labels": {**RUN_LABELS,
+                                                                 "dhcore/project": "p1"}},
+                        "spec": {"containers": [{"name": "c", "image": "busybox"}]}})  # fmt: skip
+
+    def labelled() -> bool | None:
+        done = cluster.kubectl("create", "-n", "default", "--dry-run=server", "-o", "json",
+                               "-f", "-", input=probe)  # fmt: skip
+        if done.returncode != 0:
+            return None
+        labels = json.loads(done.stdout)["metadata"].get("labels", {})
+        return True if labels.get("runguard.io/policy") == policy else None
+
+    until(what, labelled, timeout)
+
+
+@contextmanager
+def instead_of_the_session(webhook: Webhook, cluster: Cluster, server: Runguard) -> Iterator[None]:
+    """``server`` started and registered in place of the session's runguard for the block
+    (two runguards in one cluster would judge, and label, each other's objects); the
+    session's registered again after."""
+    webhook.unregister(cluster)
+    try:
+        server.start()
+        server.register(cluster)
+        yield
+    finally:
+        if server.registered:
+            server.unregister(cluster)
+        server.stop()
+        webhook.register(cluster)
+        wait_for_admission(cluster, active=True)

@@ -32,7 +32,15 @@ from webhook.clusterstate.publication import SharedClusterState, create_director
 
 from .cluster import Cluster, Identity
 from .devcluster import Runguard, prepare_cluster
-from .runs import REPO, Webhook, platform_identity, poll, until, wait_for_admission
+from .runs import (
+    REPO,
+    Webhook,
+    instead_of_the_session,
+    platform_identity,
+    poll,
+    until,
+    wait_for_policy_label,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -122,24 +130,6 @@ class Served:
         return self.server.log.read_text(errors="replace")
 
 
-def wait_until_called(cluster: Cluster, timeout: float = 30.0) -> None:
-    """Until the apiserver calls this module's runguard: a server dry run of a run Pod
-    comes back labelled with its RunPolicy."""
-    probe = json.dumps({"apiVersion": "v1", "kind": "Pod",
-                        "metadata": {"name": "probe", "labels": RUN},
-                        "spec": {"containers": [{"name": "c", "image": "busybox"}]}})  # fmt: skip
-
-    def labelled() -> bool | None:
-        done = cluster.kubectl("create", "-n", "default", "--dry-run=server", "-o", "json",
-                               "-f", "-", input=probe)  # fmt: skip
-        if done.returncode != 0:
-            return None
-        labels = json.loads(done.stdout)["metadata"].get("labels", {})
-        return True if labels.get("runguard.io/policy") == "digitalhub" else None
-
-    until("this module's runguard called", labelled, timeout)
-
-
 @pytest.fixture(scope="module")
 def served(cluster: Cluster, webhook: Webhook, tmp_path_factory: Any) -> Iterator[Served]:
     base = tmp_path_factory.mktemp("operators")
@@ -160,18 +150,9 @@ def served(cluster: Cluster, webhook: Webhook, tmp_path_factory: Any) -> Iterato
     ))  # fmt: skip
     state = ("--cluster-state", str(cluster.kubeconfig))
     server = Runguard(base, operator_policies(base / "policies"), serve_args=state)
-    webhook.unregister(cluster)  # two runguards in one cluster would judge each other's
-    try:
-        server.start()  # ready while the Workflow CRD is missing
-        server.register(cluster)
-        wait_until_called(cluster)
+    with instead_of_the_session(webhook, cluster, server):  # ready while the CRD is missing
+        wait_for_policy_label(cluster, "digitalhub", "this module's runguard called")
         yield Served(server, core, user, operator)
-    finally:
-        if server.registered:
-            server.unregister(cluster)
-        server.stop()
-        webhook.register(cluster)
-        wait_for_admission(cluster, active=True)
 
 
 @pytest.fixture

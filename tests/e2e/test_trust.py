@@ -20,7 +20,15 @@ import pytest
 
 from .cluster import Cluster, Identity, simulated_node
 from .devcluster import Runguard, prepare_cluster
-from .runs import REPO, Webhook, platform_identity, rule_ids, until, wait_for_admission
+from .runs import (
+    REPO,
+    Webhook,
+    instead_of_the_session,
+    platform_identity,
+    rule_ids,
+    until,
+    wait_for_policy_label,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -40,11 +48,8 @@ def shipped(cluster: Cluster, webhook: Webhook, tmp_path_factory: Any) -> Iterat
     server = Runguard(base, REPO / "policies", serve_args=state)
     prepare_cluster(cluster)
     platform_identity(cluster)  # the namespace and ServiceAccount digitalhub/core
-    webhook.unregister(cluster)
-    try:
-        server.start()
-        server.register(cluster)
-        wait_for_shipped(cluster)
+    with instead_of_the_session(webhook, cluster, server):
+        wait_for_policy_label(cluster, "digitalhub", "the shipped policies' runguard called")
         cluster.start_whole_path()
         try:
             # A node of this module's own: the shared ones hold what earlier modules left.
@@ -55,30 +60,6 @@ def shipped(cluster: Cluster, webhook: Webhook, tmp_path_factory: Any) -> Iterat
         finally:
             cluster.kubectl("delete", "node", "kwok-trust-0", "--wait=false")
             cluster.stop_whole_path()
-    finally:
-        if server.registered:
-            server.unregister(cluster)
-        server.stop()
-        webhook.register(cluster)
-        wait_for_admission(cluster, active=True)
-
-
-def wait_for_shipped(cluster: Cluster, timeout: float = 30.0) -> None:
-    """Until the apiserver calls runguard with the shipped policies: a server dry run of
-    a run Pod comes back labelled with its RunPolicy."""
-    probe = json.dumps({"apiVersion": "v1", "kind": "Pod",
-                        "metadata": {"name": "probe", "labels": RUN},
-                        "spec": {"containers": [{"name": "c", "image": "busybox"}]}})  # fmt: skip
-
-    def labelled() -> bool | None:
-        done = cluster.kubectl("create", "-n", "default", "--dry-run=server", "-o", "json",
-                               "-f", "-", input=probe)  # fmt: skip
-        if done.returncode != 0:
-            return None
-        labels = json.loads(done.stdout)["metadata"].get("labels", {})
-        return True if labels.get("runguard.io/policy") == "digitalhub" else None
-
-    until("the shipped policies' runguard called", labelled, timeout)
 
 
 @pytest.fixture
