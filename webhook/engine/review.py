@@ -625,10 +625,7 @@ def _platform_old(r: _Review) -> Policy | None:
     """The RunPolicy with ownership on whose record says the platform created the old
     object, unless the request comes from a platform identity or a controller (they may
     change what the platform's objects run); None otherwise."""
-    old_meta = r.old_metadata or {}
-    annotations = old_meta.get("annotations")
-    if not isinstance(annotations, dict):
-        return None
+    annotations = ownership.string_map(r.old_metadata, "annotations")
     requester = r.context.requester
     for p in r.root.run_policies():
         installed = annotations.get(PLATFORM_RECORD) == ownership.INSTALLER
@@ -717,9 +714,7 @@ def _debug_violations(r: _Review) -> list[Violation]:
     if not isinstance(after, list) or len(after) <= len(before if isinstance(before, list) else []):
         return []
     out = []
-    old_annotations = (r.old_metadata or {}).get("annotations")
-    if not isinstance(old_annotations, dict):
-        old_annotations = {}
+    old_annotations = ownership.string_map(r.old_metadata, "annotations")
     for p in r.root.run_policies():
         if not ownership.enabled(p) or ownership.is_platform_identity(p, r.context.requester):
             continue

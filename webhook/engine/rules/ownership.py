@@ -96,7 +96,7 @@ def recorded_platform(policy: Policy, annotations: Mapping[str, str]) -> bool:
     record = annotations.get(PLATFORM_RECORD)
     if record is not None:
         return record == "true"
-    return annotations.get(STAMP) in _user_names(policy.platform.identities)
+    return stamped_by(policy.platform.identities, annotations.get(STAMP))
 
 
 def stamped_by(identities: tuple[str, ...], stamp: str | None) -> bool:
@@ -114,15 +114,18 @@ def _user_names(identities: tuple[str, ...]) -> frozenset[str]:
     )
 
 
+def string_map(meta: JSON | None, key: str) -> Mapping[str, Any]:
+    """``meta[key]`` (labels, annotations) when it is a mapping, else empty: records are
+    read from objects, old ones included, that no shape check has passed."""
+    value = (meta or {}).get(key)
+    return value if isinstance(value, dict) else {}
+
+
 def records(object_meta: JSON) -> tuple[str | None, str | None, str | None]:
     """The stamp, the platform record and the governing policy label of an object."""
-    annotations = object_meta.get("annotations") or {}
-    labels = object_meta.get("labels") or {}
-    if not isinstance(annotations, dict):
-        annotations = {}
-    if not isinstance(labels, dict):
-        labels = {}
-    return annotations.get(STAMP), annotations.get(PLATFORM_RECORD), labels.get(POLICY_LABEL)
+    annotations = string_map(object_meta, "annotations")
+    label = string_map(object_meta, "labels").get(POLICY_LABEL)
+    return annotations.get(STAMP), annotations.get(PLATFORM_RECORD), label
 
 
 def ownership_of(
@@ -139,9 +142,7 @@ def ownership_of(
         return OWNERSHIP_OFF
     if context.operation != "CREATE":
         meta = old_meta if old_meta is not None else object_meta
-        annotations = meta.get("annotations")
-        if not isinstance(annotations, dict):
-            annotations = {}
+        annotations = string_map(meta, "annotations")
         if recorded_platform(policy, annotations):
             return Ownership(True)
         if PLATFORM_RECORD not in annotations and annotations.get(STAMP) in (
@@ -426,8 +427,7 @@ def check_owner_change(
     only lose entries (the garbage collector orphaning it), or be written by a platform
     identity or a controller (adoption, release); adoption grants nothing, since what the
     object may use was recorded at its CREATE."""
-    annotations = old_meta.get("annotations")
-    if not isinstance(annotations, dict) or STAMP not in annotations:
+    if STAMP not in string_map(old_meta, "annotations"):
         return []
     before = old_meta.get("ownerReferences") or []
     after = new_meta.get("ownerReferences") or []
@@ -561,8 +561,8 @@ def check_stamp(
     by an update (its stamp, written when runguard did not see it, is not runguard's)."""
     if not enabled(policy) or context.operation != "UPDATE":
         return []
-    before = (old_meta.get("annotations") or {}).get(STAMP)
-    after = (new_meta.get("annotations") or {}).get(STAMP)
+    before = string_map(old_meta, "annotations").get(STAMP)
+    after = string_map(new_meta, "annotations").get(STAMP)
     out: list[Violation] = []
     if before != after:
         out.append(
