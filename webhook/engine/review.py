@@ -10,35 +10,27 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, ParamSpec
 
-from webhook.engine.context import (
-    NO_CONTEXT,
-    PLATFORM_RECORD,
-    POLICY_LABEL,
-    STAMP,
-    Context,
-    Ownership,
-)
+from webhook.engine.context import NO_CONTEXT, POLICY_LABEL, STAMP, Context, Ownership
 from webhook.engine.diff import make_patch
 from webhook.engine.pod import WARNING_LIMIT, Pod, copy_json, spec_prefix
 from webhook.engine.pod import warning as warning_text
-from webhook.engine.podspec import InvalidObject, Target, locate, object_meta
-from webhook.engine.rule_ids import (
-    OWNERSHIP_CHANGED,
-    OWNERSHIP_DEBUG,
-    OWNERSHIP_SERVICE_ACCOUNT,
-    OWNERSHIP_STAMP,
-    SCOPE_LABELS,
-    UPDATE_SPEC_KEPT,
-)
+from webhook.engine.podspec import Target, object_meta
+from webhook.engine.rule_ids import OWNERSHIP_STAMP, UPDATE_SPEC_KEPT
 from webhook.engine.rules import ownership, run_checks, run_steps
 from webhook.engine.rules.profile import PRIORITY_COMPUTED
-from webhook.engine.rules.scope import check_scope_labels, scope_label_keys
 from webhook.engine.rules.security import harden_debug_containers
+from webhook.engine.rules.trust import run_trust_checks
 from webhook.engine.shape import check_shape
+from webhook.engine.subject import (
+    Review,
+    expected_records,
+    in_scope,
+    names_platform_objects,
+    review,
+)
 from webhook.engine.types import ENGINE_ERROR, INVALID, JSON, Change, Decision, Violation
 from webhook.policy.model import Policy
 
@@ -64,92 +56,7 @@ def _decision(obj: Any, policy: Policy, namespace: str | None, **fields: Any) ->
     )
 
 
-@dataclass
-class _Review:
-    """One review, worked out once: the pod template of the object and of the old one,
-    the RunPolicy that governs it (fixed at CREATE, SPEC section 8) and who asks."""
-
-    root: Policy  # every RunPolicy (``root.run_policies()``)
-    obj: Any
-    old: Any
-    namespace: str
-    context: Context
-    target: Target | None = None
-    invalid: list[Violation] = field(default_factory=list)  # the object cannot be located
-    old_target: Target | None = None
-    governing: Policy | None = None  # None: outside every RunPolicy
-
-    @property
-    def policy(self) -> Policy:
-        """The governing RunPolicy, else the first (ownership of objects outside them)."""
-        return self.governing or self.root
-
-    @property
-    def metadata(self) -> JSON:
-        meta = self.obj.get("metadata") if isinstance(self.obj, dict) else None
-        return meta if isinstance(meta, dict) else {}
-
-    @property
-    def old_metadata(self) -> JSON | None:
-        if not isinstance(self.old, dict):
-            return None
-        meta = self.old.get("metadata")
-        return meta if isinstance(meta, dict) else {}
-
-
-def _review(
-    obj: Any,
-    root: Policy,
-    namespace: str | None,
-    old: Any,
-    context: Context,
-    governing: Policy | None = None,
-) -> _Review:
-    ns = namespace or object_meta(obj)[1]
-    r = _Review(root, obj, old if isinstance(old, dict) else None, ns, context)
-    try:
-        r.target = locate(obj)
-    except InvalidObject as exc:
-        r.invalid = exc.violations
-    if r.old is not None:
-        try:
-            r.old_target = locate(r.old)
-        except InvalidObject:
-            r.old_target = None
-    r.governing = governing or _governing(r)
-    return r
-
-
-def _governing(r: _Review) -> Policy | None:
-    """The RunPolicy that governs the object. On UPDATE, the one recorded at CREATE
-    (label ``runguard.io/policy`` of the old object), whatever the labels say now; for an
-    object from before that label, the one its old labels chose. At CREATE, the first
-    whose selector matches and whose ``requesters`` created it."""
-    if r.old is not None:
-        recorded = ownership.records(r.old_metadata or {})[2]
-        named = r.root.named(recorded) if recorded else None
-        if named is not None:
-            return named if r.namespace not in named.exclude_namespaces else None
-        if r.old_target is None:
-            return None
-        # From before the label: its labels choose, and a RunPolicy with requesters only
-        # when the stamp names one of them (a lax policy is never assumed).
-        stamp = ownership.records(r.old_metadata or {})[0]
-        return r.root.choose(
-            r.old_target.labels,
-            r.namespace,
-            lambda p: ownership.stamped_by(p.requesters, stamp),
-        )
-    if r.target is None:
-        return None
-    return r.root.choose(
-        r.target.labels,
-        r.namespace,
-        lambda p: ownership.requested_by(p, r.metadata, r.namespace, r.context),
-    )
-
-
-def _select(r: _Review) -> tuple[Target | None, list[Violation]]:
+def _select(r: Review) -> tuple[Target | None, list[Violation]]:
     """The pod template when the object is a run its RunPolicy governs, else None."""
     if r.invalid:
         return None, r.invalid
@@ -175,7 +82,7 @@ def _pod(target: Target, policy: Policy, spec: JSON, who: _Who) -> Pod:
 class _Who:
     """Where the object lives, who asks, and whether the platform created it."""
 
-    def __init__(self, r: _Review, policy: Policy):
+    def __init__(self, r: Review, policy: Policy):
         self.namespace = r.namespace
         self.context = r.context
         self.metadata: JSON = r.metadata
@@ -189,45 +96,6 @@ def _mutated(target: Target, policy: Policy, who: _Who) -> tuple[JSON, Pod, list
     pod = _pod(target, policy, copy_json(target.spec), who)
     changes = run_steps(pod)
     return pod.spec, pod, changes
-
-
-def _stamps_owner(r: _Review) -> Policy | None:
-    """The RunPolicy whose ``platform`` records who created the object, when runguard
-    records it: a governed object, an operator's object, or one naming the platform's
-    objects or carrying runguard's records (which only runguard may write)."""
-    policy = r.policy
-    if not ownership.enabled(policy):
-        policy = next((p for p in r.root.run_policies() if ownership.enabled(p)), policy)
-        if not ownership.enabled(policy):
-            return None
-    if r.governing is not None or ownership.is_operator_object(r.obj, r.root):
-        return policy
-    if any(ownership.records(r.metadata)[:2]) or _names_platform_objects(r):
-        return policy
-    return None
-
-
-def _expected_records(r: _Review) -> dict[str, str | None]:
-    """What runguard writes on the object: at CREATE, the stamp, the platform record and
-    the governing RunPolicy (None: the key is removed); on UPDATE, what the old object has."""
-    if r.old is not None:
-        stamp, record, label = ownership.records(r.old_metadata or {})
-        return {STAMP: stamp, PLATFORM_RECORD: record, POLICY_LABEL: label}
-    label = ownership.records(r.metadata)[2]
-    if r.governing is not None and r.target is not None:
-        label = r.governing.name
-    elif label is not None and r.root.named(label) is not None:
-        label = None  # one of ours on an object none of ours governs: forged
-    # (a name none of our RunPolicies has is inert: another installation's, or a renamed
-    # policy's; UPDATEs of such an object are judged by its labels, as at CREATE)
-    out: dict[str, str | None] = {POLICY_LABEL: label}
-    owner = _stamps_owner(r)
-    if owner is not None and r.context.requester is not None:
-        out[STAMP] = r.context.requester.username
-        out[PLATFORM_RECORD] = ownership.creator_record(r.metadata, r.namespace, owner, r.context)
-    elif owner is not None:
-        out[PLATFORM_RECORD] = None  # nobody known asks: never the platform
-    return out
 
 
 def _with_records(obj: JSON, expected: dict[str, str | None]) -> JSON | None:
@@ -252,8 +120,8 @@ def _with_records(obj: JSON, expected: dict[str, str | None]) -> JSON | None:
     return {**obj, "metadata": metadata} if changed else None
 
 
-def _record_changes(r: _Review, result: JSON) -> tuple[JSON, list[Change]]:
-    expected = _expected_records(r)
+def _record_changes(r: Review, result: JSON) -> tuple[JSON, list[Change]]:
+    expected = expected_records(r)
     recorded = _with_records(result, expected)
     if recorded is None:
         return result, []
@@ -338,7 +206,7 @@ def mutate(
     runguard's records (stamp, platform record, governing RunPolicy) are put back as
     they were: a controller copying its parent's annotations cannot change them.
     """
-    r = _review(obj, policy, namespace, old, context)
+    r = review(obj, policy, namespace, old, context)
     governing = r.policy
     target, problems = _select(r)
     changes: list[Change] = []
@@ -430,7 +298,7 @@ def validate(
     object can still be edited; what SPEC section 8 forbids (leaving or changing the
     RunPolicy, rewriting owners or runguard's records) never is.
     """
-    r = _review(obj, policy, namespace, old, context, governing)
+    r = review(obj, policy, namespace, old, context, governing)
     governing = r.policy
     reserved = (
         ownership.check_reserved_name(obj, r.root, context)
@@ -440,7 +308,7 @@ def validate(
     )
     if reserved:
         return _deny(obj, governing, namespace, reserved)
-    trust = _trust_violations(r)
+    trust = run_trust_checks(r)
     target, problems = _select(r)
     if problems or (r.invalid and r.old is not None):
         return _deny(obj, governing, namespace, [*problems, *trust])
@@ -485,63 +353,21 @@ def _deny(obj: Any, policy: Policy, namespace: str | None, found: list[Violation
     )
 
 
-def _trust_violations(r: _Review) -> list[Violation]:
-    """SPEC section 8, whatever the object's own rules say: runguard's records as
-    ``/mutate`` writes them, the scope kept on UPDATE, owners not rewritten, no debug
-    container in a platform Pod but the platform's, no platform ServiceAccount."""
-    out = _record_violations(r)
-    out.extend(_policy_label_in_template(r))
-    if r.old is not None:
-        out.extend(_platform_change_violations(r))
-        out.extend(_scope_violations(r))
-        old_meta = r.old_metadata or {}
-        out.extend(ownership.check_owner_change(r.metadata, old_meta, r.root, r.context))
-        out.extend(_debug_violations(r))
-    out.extend(_service_account_violations(r))
-    return out
-
-
-def _record_violations(r: _Review) -> list[Violation]:
-    """The records are what ``/mutate`` writes: at CREATE for the request's user (a
-    forged stamp or record of a Pod that skipped ``/mutate`` is denied), on UPDATE the
-    old object's. Unknown requester (offline without ``--as``): nothing to compare with."""
-    if r.invalid or (r.old is None and r.context.requester is None):
-        return []
-    stamp, record, label = ownership.records(r.metadata)
-    now = {STAMP: stamp, PLATFORM_RECORD: record, POLICY_LABEL: label}
-    out = []
-    for key, expected in _expected_records(r).items():
-        if now[key] == expected:
-            continue
-        rule = SCOPE_LABELS if key == POLICY_LABEL else OWNERSHIP_STAMP
-        where = "labels" if key == POLICY_LABEL else "annotations"
-        when = "at creation" if r.old is None else "and cannot change"
-        out.append(
-            Violation(
-                rule,
-                f"metadata.{where}[{key}]",
-                f"{key} is written by runguard's mutating webhook {when}: "
-                f"{now[key]!r} is not {expected!r} (was the webhook bypassed?)",
-            )
-        )
-    return out
-
-
-def _outside_selector(r: _Review, trust: list[Violation]) -> Decision:
+def _outside_selector(r: Review, trust: list[Violation]) -> Decision:
     """Not a run: allowed untouched, unless it uses the platform's objects without being
     the platform's (``ownership.not-a-run``), or breaks SPEC section 8."""
     policy = r.policy
     violations = list(trust)
     if r.target is not None and r.namespace not in policy.exclude_namespaces:
         violations.extend(_not_a_run(r))
-        if r.old is not None and _names_platform_objects(r):
+        if r.old is not None and names_platform_objects(r):
             violations.extend(_stamp_violations(r))
     if not violations:
         return _decision(r.obj, policy, r.namespace, applies=False, allowed=True)
     return _deny(r.obj, policy, r.namespace, violations)
 
 
-def _not_a_run(r: _Review) -> list[Violation]:
+def _not_a_run(r: Review) -> list[Violation]:
     assert r.target is not None
     found: list[Violation] = []
     for policy in r.root.run_policies():
@@ -563,26 +389,6 @@ def _not_a_run(r: _Review) -> list[Violation]:
     return found
 
 
-def _names_platform_objects(r: _Review) -> bool:
-    """The pod spec names the platform's objects or runs as one of its ServiceAccounts."""
-    if r.target is None:
-        return False
-    account = _service_account(r.target.spec)
-    return any(
-        ownership.enabled(p)
-        and (
-            bool(ownership.platform_references(r.target.spec, p))
-            or (r.namespace, account) in ownership.service_account_identities(p)
-        )
-        for p in r.root.run_policies()
-    )
-
-
-def _service_account(spec: JSON) -> str:
-    name = spec.get("serviceAccountName") or spec.get("serviceAccount")
-    return name if isinstance(name, str) else ""
-
-
 def _already_present(v: Violation, known: dict[tuple[str, str], Decimal | None]) -> bool:
     """The old object had this violation, and (for an amount) at least as much of it."""
     if (v.rule, v.path) not in known:
@@ -591,190 +397,10 @@ def _already_present(v: Violation, known: dict[tuple[str, str], Decimal | None])
     return v.amount is None or (before is not None and v.amount <= before)
 
 
-def _scope_violations(r: _Review) -> list[Violation]:
-    """``scope.labels`` when an UPDATE changes a label that decides whether and how an
-    object is governed (any RunPolicy's selector keys, profile label and pattern labels),
-    for a Pod's labels and for a controller's template labels alike."""
-    if r.old_target is None:
-        return []
-    labels = r.target.labels if r.target is not None else {}
-    if r.governing is None:
-        entering = r.root.choose(labels, r.namespace, lambda _p: True)
-        if entering is None:
-            return []
-        return [
-            Violation(
-                SCOPE_LABELS,
-                spec_prefix(r.old_target.spec_path) + "metadata.labels",
-                f"these labels make it a run of RunPolicy {entering.name}: an existing object "
-                "cannot become a run by an update; create it anew",
-            )
-        ]
-    keys: list[str] = []
-    for p in r.root.run_policies():
-        keys.extend(scope_label_keys(p))
-    return check_scope_labels(
-        r.old_target.labels,
-        labels,
-        list(dict.fromkeys(keys)),
-        spec_prefix(r.old_target.spec_path) + "metadata",
-    )
-
-
-def _platform_old(r: _Review) -> Policy | None:
-    """The RunPolicy with ownership on whose record says the platform created the old
-    object, unless the request comes from a platform identity or a controller (they may
-    change what the platform's objects run); None otherwise."""
-    annotations = ownership.string_map(r.old_metadata, "annotations")
-    requester = r.context.requester
-    for p in r.root.run_policies():
-        installed = annotations.get(PLATFORM_RECORD) == ownership.INSTALLER
-        if not ownership.enabled(p) or not (
-            installed or ownership.recorded_platform(p, annotations)
-        ):
-            continue
-        if ownership.is_platform_identity(p, requester) or ownership.is_identity(
-            p.platform.installers, requester
-        ):
-            return None
-        if requester is not None and requester.username in p.platform.owner_kinds:
-            return None
-        return p
-    return None
-
-
-def _images(spec: JSON) -> list[Any]:
-    return [
-        [c.get("image") for c in spec.get(name) or () if isinstance(c, dict)]
-        for name in ("initContainers", "containers")
-    ]
-
-
-def _platform_change_violations(r: _Review) -> list[Violation]:
-    """``ownership.changed``: the platform's objects keep running what the platform asked.
-    A user with edit rights may scale them, annotate them or restart a rollout, but not
-    change a controller's pod template spec or a Pod's images: the Pods would run her code
-    with the platform's secrets, recorded as the platform's."""
-    if r.old_target is None or r.target is None or _platform_old(r) is None:
-        return []
-    if r.target.kind == "Pod":
-        if _images(r.old_target.spec) == _images(r.target.spec):
-            return []
-        what, where = "the images of a Pod", f"{r.target.spec_path}.containers"
-    else:
-        if r.old_target.spec == r.target.spec:
-            return []
-        what, where = f"the pod template of a {r.target.kind}", r.target.spec_path
-    return [
-        Violation(
-            OWNERSHIP_CHANGED,
-            where,
-            f"{what} the platform created is the platform's to change: its Pods run with the "
-            "platform's secrets and volumes; ask the platform, or create your own",
-        )
-    ]
-
-
-def _policy_label_in_template(r: _Review) -> list[Violation]:
-    """A controller may not select or template Pods by runguard's RunPolicy label: the
-    label is runguard's to write on each Pod, and a Pod it relabels would leave its
-    controller's selector, which would create another, without end."""
-    if r.target is None or r.target.kind == "Pod" or not isinstance(r.obj, dict):
-        return []
-    spec = r.obj.get("spec")
-    selector = spec.get("selector") if isinstance(spec, dict) else None
-    keys = set(r.target.labels)
-    if isinstance(selector, dict):
-        labels = selector.get("matchLabels")
-        keys.update(labels if isinstance(labels, dict) else ())
-        for expression in selector.get("matchExpressions") or ():
-            if isinstance(expression, dict) and isinstance(expression.get("key"), str):
-                keys.add(expression["key"])
-    if POLICY_LABEL not in keys:
-        return []
-    return [
-        Violation(
-            SCOPE_LABELS,
-            "spec.selector",
-            f"{POLICY_LABEL} is runguard's label, written on each Pod: a controller may not "
-            "select or template Pods by it; remove it",
-        )
-    ]
-
-
-def _debug_violations(r: _Review) -> list[Violation]:
-    """``ownership.debug``: an ephemeral container added to a Pod that holds the platform's
-    objects, by anyone but a platform identity (a shell in the run, with its secrets)."""
-    if r.context.subresource != "ephemeralcontainers" or r.target is None:
-        return []
-    if r.old_target is None or r.target.kind != "Pod":
-        return []
-    before = r.old_target.spec.get("ephemeralContainers") or []
-    after = r.target.spec.get("ephemeralContainers") or []
-    if not isinstance(after, list) or len(after) <= len(before if isinstance(before, list) else []):
-        return []
-    out = []
-    old_annotations = ownership.string_map(r.old_metadata, "annotations")
-    for p in r.root.run_policies():
-        if not ownership.enabled(p) or ownership.is_platform_identity(p, r.context.requester):
-            continue
-        if ownership.recorded_platform(p, old_annotations) or ownership.platform_references(
-            r.old_target.spec, p
-        ):
-            out.append(
-                Violation(
-                    OWNERSHIP_DEBUG,
-                    "spec.ephemeralContainers",
-                    "the platform created this Pod, or it holds the platform's secrets or "
-                    "volumes: only the platform may add a debug container to it",
-                )
-            )
-            break
-    return out
-
-
-def _service_account_violations(r: _Review) -> list[Violation]:
-    """``ownership.service-account``: only the platform's own objects run as its accounts."""
-    if r.target is None or (r.old is not None and r.old_target is not None):
-        return []  # a Pod's service account never changes after CREATE
-    name = _service_account(r.target.spec)
-    if not name:
-        return []
-    for p in r.root.run_policies():
-        if not ownership.enabled(p) or (r.namespace, name) not in (
-            ownership.service_account_identities(p)
-        ):
-            continue
-        # the platform, its installers (the chart), or their controllers
-        if ownership.creator_record(r.metadata, r.namespace, p, r.context) is not None:
-            return []
-        return [
-            Violation(
-                OWNERSHIP_SERVICE_ACCOUNT,
-                f"{r.target.spec_path}.serviceAccountName",
-                f"ServiceAccount {name!r} is the platform's own identity: only objects the "
-                "platform creates run as it",
-            )
-        ]
-    return []
-
-
-def _stamp_violations(r: _Review) -> list[Violation]:
+def _stamp_violations(r: Review) -> list[Violation]:
     """On UPDATE: no object entering the platform's scope."""
     return ownership.check_stamp(
-        r.metadata, r.old_metadata or {}, _in_scope(r), r.policy, r.context
-    )
-
-
-def _in_scope(r: _Review) -> bool:
-    """Whether runguard governed the old object: a run, or one naming the platform's."""
-    if r.old_target is None:
-        return False
-    if r.governing is not None:
-        return True
-    return any(
-        ownership.enabled(p) and ownership.platform_references(r.old_target.spec, p)
-        for p in r.root.run_policies()
+        r.metadata, r.old_metadata or {}, in_scope(r), r.policy, r.context
     )
 
 

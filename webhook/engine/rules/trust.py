@@ -1,0 +1,250 @@
+"""Trust over time: what runguard decided at CREATE holds for the object's whole life.
+
+These checks judge the review, not only the pod spec: runguard's records as ``/mutate``
+writes them, the scope kept on UPDATE, owners not rewritten, what the platform's objects
+run kept the platform's, no debug container in a platform Pod but the platform's, no
+platform ServiceAccount for anyone else's Pod. Each check is one function of the
+``Review`` (with ``old`` on UPDATE) declared in ``TRUST_CHECKS``; a check that does not
+concern the request (CREATE, another subresource) finds nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from webhook.engine.context import PLATFORM_RECORD, POLICY_LABEL, STAMP
+from webhook.engine.pod import spec_prefix
+from webhook.engine.rule_ids import (
+    OWNERSHIP_CHANGED,
+    OWNERSHIP_DEBUG,
+    OWNERSHIP_SERVICE_ACCOUNT,
+    OWNERSHIP_STAMP,
+    SCOPE_LABELS,
+)
+from webhook.engine.rules import ownership
+from webhook.engine.rules.scope import check_scope_labels, scope_label_keys
+from webhook.engine.subject import Review, expected_records, service_account
+from webhook.engine.types import Violation
+from webhook.policy.model import Policy
+
+TrustCheck = Callable[[Review], list[Violation]]
+
+
+def check_records(r: Review) -> list[Violation]:
+    """The records are what ``/mutate`` writes: at CREATE for the request's user (a
+    forged stamp or record of a Pod that skipped ``/mutate`` is denied), on UPDATE the
+    old object's. Unknown requester (offline without ``--as``): nothing to compare with."""
+    if r.invalid or (r.old is None and r.context.requester is None):
+        return []
+    stamp, record, label = ownership.records(r.metadata)
+    now = {STAMP: stamp, PLATFORM_RECORD: record, POLICY_LABEL: label}
+    out = []
+    for key, expected in expected_records(r).items():
+        if now[key] == expected:
+            continue
+        rule = SCOPE_LABELS if key == POLICY_LABEL else OWNERSHIP_STAMP
+        where = "labels" if key == POLICY_LABEL else "annotations"
+        when = "at creation" if r.old is None else "and cannot change"
+        out.append(
+            Violation(
+                rule,
+                f"metadata.{where}[{key}]",
+                f"{key} is written by runguard's mutating webhook {when}: "
+                f"{now[key]!r} is not {expected!r} (was the webhook bypassed?)",
+            )
+        )
+    return out
+
+
+def check_policy_label_in_template(r: Review) -> list[Violation]:
+    """A controller may not select or template Pods by runguard's RunPolicy label: the
+    label is runguard's to write on each Pod, and a Pod it relabels would leave its
+    controller's selector, which would create another, without end."""
+    if r.target is None or r.target.kind == "Pod" or not isinstance(r.obj, dict):
+        return []
+    spec = r.obj.get("spec")
+    selector = spec.get("selector") if isinstance(spec, dict) else None
+    keys = set(r.target.labels)
+    if isinstance(selector, dict):
+        labels = selector.get("matchLabels")
+        keys.update(labels if isinstance(labels, dict) else ())
+        for expression in selector.get("matchExpressions") or ():
+            if isinstance(expression, dict) and isinstance(expression.get("key"), str):
+                keys.add(expression["key"])
+    if POLICY_LABEL not in keys:
+        return []
+    return [
+        Violation(
+            SCOPE_LABELS,
+            "spec.selector",
+            f"{POLICY_LABEL} is runguard's label, written on each Pod: a controller may not "
+            "select or template Pods by it; remove it",
+        )
+    ]
+
+
+def check_platform_change(r: Review) -> list[Violation]:
+    """``ownership.changed``: the platform's objects keep running what the platform asked.
+    A user with edit rights may scale them, annotate them or restart a rollout, but not
+    change a controller's pod template spec or a Pod's images: the Pods would run her code
+    with the platform's secrets, recorded as the platform's."""
+    if r.old_target is None or r.target is None or _platform_old(r) is None:
+        return []
+    if r.target.kind == "Pod":
+        if _images(r.old_target.spec) == _images(r.target.spec):
+            return []
+        what, where = "the images of a Pod", f"{r.target.spec_path}.containers"
+    else:
+        if r.old_target.spec == r.target.spec:
+            return []
+        what, where = f"the pod template of a {r.target.kind}", r.target.spec_path
+    return [
+        Violation(
+            OWNERSHIP_CHANGED,
+            where,
+            f"{what} the platform created is the platform's to change: its Pods run with the "
+            "platform's secrets and volumes; ask the platform, or create your own",
+        )
+    ]
+
+
+def _platform_old(r: Review) -> Policy | None:
+    """The RunPolicy with ownership on whose record says the platform created the old
+    object, unless the request comes from a platform identity or a controller (they may
+    change what the platform's objects run); None otherwise."""
+    annotations = ownership.string_map(r.old_metadata, "annotations")
+    requester = r.context.requester
+    for p in r.root.run_policies():
+        installed = annotations.get(PLATFORM_RECORD) == ownership.INSTALLER
+        if not ownership.enabled(p) or not (
+            installed or ownership.recorded_platform(p, annotations)
+        ):
+            continue
+        if ownership.is_platform_identity(p, requester) or ownership.is_identity(
+            p.platform.installers, requester
+        ):
+            return None
+        if requester is not None and requester.username in p.platform.owner_kinds:
+            return None
+        return p
+    return None
+
+
+def _images(spec: Any) -> list[Any]:
+    return [
+        [c.get("image") for c in spec.get(name) or () if isinstance(c, dict)]
+        for name in ("initContainers", "containers")
+    ]
+
+
+def check_scope(r: Review) -> list[Violation]:
+    """``scope.labels`` when an UPDATE changes a label that decides whether and how an
+    object is governed (any RunPolicy's selector keys, profile label and pattern labels),
+    for a Pod's labels and for a controller's template labels alike."""
+    if r.old_target is None:
+        return []
+    labels = r.target.labels if r.target is not None else {}
+    if r.governing is None:
+        entering = r.root.choose(labels, r.namespace, lambda _p: True)
+        if entering is None:
+            return []
+        return [
+            Violation(
+                SCOPE_LABELS,
+                spec_prefix(r.old_target.spec_path) + "metadata.labels",
+                f"these labels make it a run of RunPolicy {entering.name}: an existing object "
+                "cannot become a run by an update; create it anew",
+            )
+        ]
+    keys: list[str] = []
+    for p in r.root.run_policies():
+        keys.extend(scope_label_keys(p))
+    return check_scope_labels(
+        r.old_target.labels,
+        labels,
+        list(dict.fromkeys(keys)),
+        spec_prefix(r.old_target.spec_path) + "metadata",
+    )
+
+
+def check_owners(r: Review) -> list[Violation]:
+    """``ownership.owner-changed``: owners of a stamped object are not rewritten."""
+    if r.old is None:
+        return []
+    return ownership.check_owner_change(r.metadata, r.old_metadata or {}, r.root, r.context)
+
+
+def check_debug_container(r: Review) -> list[Violation]:
+    """``ownership.debug``: an ephemeral container added to a Pod that holds the platform's
+    objects, by anyone but a platform identity (a shell in the run, with its secrets)."""
+    if r.context.subresource != "ephemeralcontainers" or r.target is None:
+        return []
+    if r.old_target is None or r.target.kind != "Pod":
+        return []
+    before = r.old_target.spec.get("ephemeralContainers") or []
+    after = r.target.spec.get("ephemeralContainers") or []
+    if not isinstance(after, list) or len(after) <= len(before if isinstance(before, list) else []):
+        return []
+    old_annotations = ownership.string_map(r.old_metadata, "annotations")
+    for p in r.root.run_policies():
+        if not ownership.enabled(p) or ownership.is_platform_identity(p, r.context.requester):
+            continue
+        if ownership.recorded_platform(p, old_annotations) or ownership.platform_references(
+            r.old_target.spec, p
+        ):
+            return [
+                Violation(
+                    OWNERSHIP_DEBUG,
+                    "spec.ephemeralContainers",
+                    "the platform created this Pod, or it holds the platform's secrets or "
+                    "volumes: only the platform may add a debug container to it",
+                )
+            ]
+    return []
+
+
+def check_service_account(r: Review) -> list[Violation]:
+    """``ownership.service-account``: only the platform's own objects run as its accounts."""
+    if r.target is None or (r.old is not None and r.old_target is not None):
+        return []  # a Pod's service account never changes after CREATE
+    name = service_account(r.target.spec)
+    if not name:
+        return []
+    for p in r.root.run_policies():
+        if not ownership.enabled(p) or (r.namespace, name) not in (
+            ownership.service_account_identities(p)
+        ):
+            continue
+        # the platform, its installers (the chart), or their controllers
+        if ownership.creator_record(r.metadata, r.namespace, p, r.context) is not None:
+            return []
+        return [
+            Violation(
+                OWNERSHIP_SERVICE_ACCOUNT,
+                f"{r.target.spec_path}.serviceAccountName",
+                f"ServiceAccount {name!r} is the platform's own identity: only objects the "
+                "platform creates run as it",
+            )
+        ]
+    return []
+
+
+# Every trust check, whatever the object's own rules say; adding one is a line here.
+TRUST_CHECKS: tuple[TrustCheck, ...] = (
+    check_records,
+    check_policy_label_in_template,
+    check_platform_change,
+    check_scope,
+    check_owners,
+    check_debug_container,
+    check_service_account,
+)
+
+
+def run_trust_checks(r: Review) -> list[Violation]:
+    """Every trust violation of the review, from every check."""
+    out: list[Violation] = []
+    for check in TRUST_CHECKS:
+        out.extend(check(r))
+    return out

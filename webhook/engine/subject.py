@@ -1,0 +1,175 @@
+"""What a review is about, worked out once: the object and the old one located, the
+RunPolicy that governs it, who asks, and the records runguard keeps on it.
+
+``mutate`` and ``validate`` build one ``Review`` per request; every step and check that
+needs more than the pod spec (the trust checks of ``rules/trust.py``, the records) reads
+it from there instead of locating the object again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from webhook.engine.context import PLATFORM_RECORD, POLICY_LABEL, STAMP, Context
+from webhook.engine.podspec import InvalidObject, Target, locate, object_meta
+from webhook.engine.rules import ownership
+from webhook.engine.types import JSON, Violation
+from webhook.policy.model import Policy
+
+
+@dataclass
+class Review:
+    """One review: the pod template of the object and of the old one, the RunPolicy that
+    governs it (fixed at CREATE and recorded on the object) and who asks."""
+
+    root: Policy  # every RunPolicy (``root.run_policies()``)
+    obj: Any
+    old: Any
+    namespace: str
+    context: Context
+    target: Target | None = None
+    invalid: list[Violation] = field(default_factory=list)  # the object cannot be located
+    old_target: Target | None = None
+    governing: Policy | None = None  # None: outside every RunPolicy
+
+    @property
+    def policy(self) -> Policy:
+        """The governing RunPolicy, else the first (ownership of objects outside them)."""
+        return self.governing or self.root
+
+    @property
+    def metadata(self) -> JSON:
+        meta = self.obj.get("metadata") if isinstance(self.obj, dict) else None
+        return meta if isinstance(meta, dict) else {}
+
+    @property
+    def old_metadata(self) -> JSON | None:
+        if not isinstance(self.old, dict):
+            return None
+        meta = self.old.get("metadata")
+        return meta if isinstance(meta, dict) else {}
+
+
+def review(
+    obj: Any,
+    root: Policy,
+    namespace: str | None,
+    old: Any,
+    context: Context,
+    governing: Policy | None = None,
+) -> Review:
+    """The review of ``obj`` (and ``old`` on UPDATE) under the RunPolicies of ``root``."""
+    ns = namespace or object_meta(obj)[1]
+    r = Review(root, obj, old if isinstance(old, dict) else None, ns, context)
+    try:
+        r.target = locate(obj)
+    except InvalidObject as exc:
+        r.invalid = exc.violations
+    if r.old is not None:
+        try:
+            r.old_target = locate(r.old)
+        except InvalidObject:
+            r.old_target = None
+    r.governing = governing or _governing(r)
+    return r
+
+
+def _governing(r: Review) -> Policy | None:
+    """The RunPolicy that governs the object. On UPDATE, the one recorded at CREATE
+    (label ``runguard.io/policy`` of the old object), whatever the labels say now; for an
+    object from before that label, the one its old labels chose. At CREATE, the first
+    whose selector matches and whose ``requesters`` created it."""
+    if r.old is not None:
+        recorded = ownership.records(r.old_metadata or {})[2]
+        named = r.root.named(recorded) if recorded else None
+        if named is not None:
+            return named if r.namespace not in named.exclude_namespaces else None
+        if r.old_target is None:
+            return None
+        # From before the label: its labels choose, and a RunPolicy with requesters only
+        # when the stamp names one of them (a lax policy is never assumed).
+        stamp = ownership.records(r.old_metadata or {})[0]
+        return r.root.choose(
+            r.old_target.labels,
+            r.namespace,
+            lambda p: ownership.stamped_by(p.requesters, stamp),
+        )
+    if r.target is None:
+        return None
+    return r.root.choose(
+        r.target.labels,
+        r.namespace,
+        lambda p: ownership.requested_by(p, r.metadata, r.namespace, r.context),
+    )
+
+
+def service_account(spec: JSON) -> str:
+    name = spec.get("serviceAccountName") or spec.get("serviceAccount")
+    return name if isinstance(name, str) else ""
+
+
+def names_platform_objects(r: Review) -> bool:
+    """The pod spec names the platform's objects or runs as one of its ServiceAccounts."""
+    if r.target is None:
+        return False
+    account = service_account(r.target.spec)
+    return any(
+        ownership.enabled(p)
+        and (
+            bool(ownership.platform_references(r.target.spec, p))
+            or (r.namespace, account) in ownership.service_account_identities(p)
+        )
+        for p in r.root.run_policies()
+    )
+
+
+def _stamps_owner(r: Review) -> Policy | None:
+    """The RunPolicy whose ``platform`` records who created the object, when runguard
+    records it: a governed object, an operator's object, or one naming the platform's
+    objects or carrying runguard's records (which only runguard may write)."""
+    policy = r.policy
+    if not ownership.enabled(policy):
+        policy = next((p for p in r.root.run_policies() if ownership.enabled(p)), policy)
+        if not ownership.enabled(policy):
+            return None
+    if r.governing is not None or ownership.is_operator_object(r.obj, r.root):
+        return policy
+    if any(ownership.records(r.metadata)[:2]) or names_platform_objects(r):
+        return policy
+    return None
+
+
+def expected_records(r: Review) -> dict[str, str | None]:
+    """What runguard writes on the object: at CREATE, the stamp, the platform record and
+    the governing RunPolicy (None: the key is removed); on UPDATE, what the old object has."""
+    if r.old is not None:
+        stamp, record, label = ownership.records(r.old_metadata or {})
+        return {STAMP: stamp, PLATFORM_RECORD: record, POLICY_LABEL: label}
+    label = ownership.records(r.metadata)[2]
+    if r.governing is not None and r.target is not None:
+        label = r.governing.name
+    elif label is not None and r.root.named(label) is not None:
+        label = None  # one of ours on an object none of ours governs: forged
+    # (a name none of our RunPolicies has is inert: another installation's, or a renamed
+    # policy's; UPDATEs of such an object are judged by its labels, as at CREATE)
+    out: dict[str, str | None] = {POLICY_LABEL: label}
+    owner = _stamps_owner(r)
+    if owner is not None and r.context.requester is not None:
+        out[STAMP] = r.context.requester.username
+        out[PLATFORM_RECORD] = ownership.creator_record(r.metadata, r.namespace, owner, r.context)
+    elif owner is not None:
+        out[PLATFORM_RECORD] = None  # nobody known asks: never the platform
+    return out
+
+
+def in_scope(r: Review) -> bool:
+    """Whether runguard governed the old object: a run, or one naming the platform's."""
+    if r.old_target is None:
+        return False
+    if r.governing is not None:
+        return True
+    return any(
+        ownership.enabled(p) and ownership.platform_references(r.old_target.spec, p)
+        for p in r.root.run_policies()
+    )
