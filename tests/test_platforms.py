@@ -11,6 +11,12 @@ A pod controller is judged twice, as the cluster would: the object itself (the
 controllers' validating webhook) and the Pod its controller creates from the template
 (the Pod webhooks). Every Pod is judged as the webhooks receive it, after the built-in
 ServiceAccount admission plugin added the API token volume (``admitted_pod``).
+
+A Pod an operator creates (``operator:``) is judged as the operator submits it: the
+operator's identity asks, its ``ownerReferences`` name the owning custom resources by uid,
+and those are in the cluster state as runguard stamped them when each was created
+(``operator_chain``). An operator's custom resource can be a fixture of its own: runguard
+records who created it and does not otherwise judge it.
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ from webhook.engine import Decision, evaluate
 from webhook.engine.context import PLATFORM_RECORD, POLICY_LABEL, STAMP, Context, Requester
 from webhook.engine.rules import ownership
 from webhook.policy.loader import load_policy
-from webhook.policy.model import Policy
+from webhook.policy.model import Operator, Policy
 
 REPO = Path(__file__).resolve().parents[1]
 ROOT = Path(__file__).parent / "platforms"
@@ -51,6 +57,7 @@ EXPECT_KEYS = frozenset(
         "equals",
         "as",
         "clusterState",
+        "operator",
         "xfail",
         "because",
     }
@@ -65,6 +72,8 @@ TEMPLATES: dict[str, tuple[str, ...]] = {
     "StatefulSet": ("spec", "template"),
     "ReplicaSet": ("spec", "template"),
 }
+OPERATOR_KEYS = frozenset({"identity", "owners"})
+OWNER_KEYS = frozenset({"apiVersion", "kind", "name", "createdBy", "labels", "annotations"})
 
 # What the controllers add to the Pods they create (kube-controller-manager 1.33).
 CONTROLLER_LABELS: dict[str, dict[str, str]] = {
@@ -128,6 +137,20 @@ def check_expect(expect: dict[str, Any], where: Path) -> dict[str, Any]:
     assert "policy" in expect, f"{where}: no policy"
     if expect.get("xfail"):
         assert expect.get("because"), f"{where}: an xfail needs `because` (text of the failure)"
+    operator = expect.get("operator")
+    if operator is not None:
+        assert isinstance(operator, dict) and not set(operator) - OPERATOR_KEYS, (
+            f"{where}: operator takes {sorted(OPERATOR_KEYS)}"
+        )
+        assert operator.get("identity") and operator.get("owners"), (
+            f"{where}: operator needs an identity and owners"
+        )
+        for owner in operator["owners"]:
+            assert isinstance(owner, dict) and not set(owner) - OWNER_KEYS, (
+                f"{where}: an owner takes {sorted(OWNER_KEYS)}"
+            )
+            missing = {"apiVersion", "kind", "name", "createdBy"} - set(owner)
+            assert not missing, f"{where}: an owner needs {sorted(missing)}"
     return expect
 
 
@@ -135,10 +158,16 @@ def load_object(path: Path) -> dict[str, Any]:
     docs = [d for d in yaml.safe_load_all(path.read_text(encoding="utf-8")) if d is not None]
     assert len(docs) == 1, f"{path}: one object per fixture, found {len(docs)}"
     obj = json.loads(json.dumps(docs[0]))  # no YAML anchors left shared between paths
-    assert isinstance(obj, dict) and obj.get("kind") in TEMPLATES, (
-        f"{path}: not a pod or controller"
+    assert isinstance(obj, dict) and (obj.get("kind") in TEMPLATES or is_custom(obj)), (
+        f"{path}: not a pod, a controller or an operator's custom resource"
     )
     return obj
+
+
+def is_custom(obj: dict[str, Any]) -> bool:
+    """An object of a custom resource (an API group with a dot: argoproj.io, ray.io)."""
+    group = str(obj.get("apiVersion", "")).rpartition("/")[0]
+    return "." in group and isinstance(obj.get("kind"), str)
 
 
 _POLICIES: dict[str, Policy] = {}
@@ -203,6 +232,15 @@ OWNER_CHAINS: dict[str, tuple[str, tuple[tuple[str, str], ...]]] = {
 }
 
 
+def platform_user(policy: Policy) -> str:
+    """The user name the platform's first identity acts as."""
+    identities = policy.platform.identities
+    if not identities:
+        return "nobody"
+    first = identities[0]
+    return "system:" + first if first.startswith("serviceaccount:") else first
+
+
 def contexts(
     obj: dict[str, Any], pod: dict[str, Any], expect: dict[str, Any], policy: Policy
 ) -> tuple[Context, Context]:
@@ -211,12 +249,17 @@ def contexts(
     By default the platform's first identity creates the object; a controller's Pod comes
     from the kube-controller-manager's controller, owned (by uid, in the cluster state)
     by objects the platform stamped. ``as:`` names another requester (a user's kubectl),
-    ``clusterState:`` adds objects (claims a project owns)."""
-    identities = policy.platform.identities
-    user = expect.get("as") or (identities[0] if identities else "nobody")
+    ``clusterState:`` adds objects (claims a project owns), ``operator:`` has an
+    operator create the Pod (``operator_chain``)."""
+    user = expect.get("as") or platform_user(policy)
     extra = [copy.deepcopy(o) for o in expect.get("clusterState") or ()]
     namespace = obj["metadata"].get("namespace", "default")
-    if obj["kind"] == "Pod":
+    if expect.get("operator"):
+        assert obj["kind"] == "Pod", "operator: the fixture is the Pod the operator creates"
+        requester, owners = operator_chain(pod, expect["operator"], policy, extra)
+        ctx = Context(requester, StaticClusterState.from_documents([*owners, *extra]))
+        return ctx, ctx
+    if obj["kind"] == "Pod" or is_custom(obj):
         state = StaticClusterState.from_documents(extra)
         ctx = Context(Requester(user), state)
         return ctx, ctx
@@ -257,6 +300,53 @@ def contexts(
 def _reference(owner: dict[str, Any]) -> dict[str, Any]:
     meta = owner["metadata"]
     return {"kind": owner["kind"], "name": meta["name"], "uid": meta["uid"], "controller": True}
+
+
+def operator_chain(
+    pod: dict[str, Any], operator: dict[str, Any], policy: Policy, extra: list[dict[str, Any]]
+) -> tuple[Requester, list[dict[str, Any]]]:
+    """The operator's request for ``pod`` and the objects owning it, as the cluster holds
+    them: each owner (``operator.owners``, from the Pod up) created in turn from the top
+    by its ``createdBy`` (``platform``: the platform's first identity, ``operator``: the
+    operator, else that user name), through runguard's webhooks as the apiserver calls
+    them (``evaluate``, which writes the stamp and the platform record), each owned by
+    the next by uid; the Pod owned by the first. An owner of a kube controller kind (a
+    Job an operator creates) carries the Pod's template."""
+    namespace = pod["metadata"].setdefault("namespace", "default")
+    identity = str(operator["identity"])
+    creators = {"platform": platform_user(policy), "operator": identity}
+    made: list[dict[str, Any]] = []
+    parent: dict[str, Any] | None = None
+    owners = list(enumerate(operator["owners"]))
+    for i, owner in reversed(owners):
+        kind = owner["kind"]
+        meta: dict[str, Any] = {
+            "name": owner["name"],
+            "namespace": namespace,
+            "uid": f"uid-{kind.lower()}-{i}",
+            "labels": dict(owner.get("labels") or {}),
+            "annotations": dict(owner.get("annotations") or {}),
+        }
+        if parent is not None:
+            meta["ownerReferences"] = [{**_reference(parent), "blockOwnerDeletion": True}]
+        obj: dict[str, Any] = {"apiVersion": owner["apiVersion"], "kind": kind, "metadata": meta}
+        if kind in TEMPLATES and kind != "Pod":
+            node = obj
+            for key in TEMPLATES[kind][:-1]:
+                node = node.setdefault(key, {})
+            labels = pod["metadata"].get("labels") or {}
+            node["template"] = {"metadata": {"labels": dict(labels)},
+                                "spec": copy.deepcopy(pod["spec"])}  # fmt: skip
+        creator = creators.get(owner["createdBy"], owner["createdBy"])
+        state = StaticClusterState.from_documents([*made, *extra])
+        decision = evaluate(obj, policy, namespace=namespace,
+                            context=Context(Requester(creator), state))  # fmt: skip
+        assert decision.allowed, f"the owner {kind} {owner['name']}: {decision.message()}"
+        parent = decision.object
+        made.append(parent)
+    assert parent is not None
+    pod["metadata"]["ownerReferences"] = [{**_reference(parent), "blockOwnerDeletion": True}]
+    return Requester(identity), made
 
 
 def admitted_pod(obj: dict[str, Any]) -> dict[str, Any]:
@@ -428,13 +518,13 @@ def judge(obj: dict[str, Any], expect: dict[str, Any], policy: Policy) -> list[s
     applies = expect.get("applies", True)
     allowed = expect.get("allowed", True)
 
-    pod_in = admitted_pod(obj)
+    custom = is_custom(obj)  # an operator's custom resource: the object alone is judged
+    pod_in = copy.deepcopy(obj) if custom else admitted_pod(obj)
     object_context, pod_context = contexts(obj, pod_in, expect, policy)
     pod_decision = evaluate(pod_in, policy, context=pod_context)
-    decision = (
-        pod_decision if obj["kind"] == "Pod" else evaluate(obj, policy, context=object_context)
-    )
-    judged = [(obj["kind"], decision)] + ([("Pod", pod_decision)] if obj["kind"] != "Pod" else [])
+    single = obj["kind"] == "Pod" or custom
+    decision = pod_decision if single else evaluate(obj, policy, context=object_context)
+    judged = [(obj["kind"], decision)] + ([] if single else [("Pod", pod_decision)])
 
     for what, d in judged:
         if d.applies != applies:
@@ -460,11 +550,12 @@ def judge(obj: dict[str, Any], expect: dict[str, Any], policy: Policy) -> list[s
         )
 
     pod_out = pod_decision.object
+    shown = obj["kind"] if custom else "Pod"
     removed: dict[str, list[str]] = expect.get("removed") or {}
     for path, names in removed.items():
         still = [n for n in names if n in item_names(get_path(pod_out, path))]
         if still:
-            failures.append(f"Pod {path}: {still} should have been removed")
+            failures.append(f"{shown} {path}: {still} should have been removed")
     for path in expect.get("kept") or ():
         after = get_path(pod_out, path)
         after_items = after if isinstance(after, list) else []
@@ -475,16 +566,16 @@ def judge(obj: dict[str, Any], expect: dict[str, Any], policy: Policy) -> list[s
             and not (isinstance(item, dict) and item.get("name") in removed.get(path, ()))
         ]
         if gone:
-            failures.append(f"Pod {path}: lost {describe_items(gone)}")
+            failures.append(f"{shown} {path}: lost {describe_items(gone)}")
     for path in expect.get("unchanged") or ():
         before, after = get_path(pod_in, path), get_path(pod_out, path)
         if before != after:
-            failures.append(f"Pod {path} changed: {difference(before, after)}")
+            failures.append(f"{shown} {path} changed: {difference(before, after)}")
     for path, wanted in (expect.get("equals") or {}).items():
         actual = get_path(pod_out, path)
         wanted_value = ABSENT if wanted is None else wanted
         if actual != wanted_value:
-            failures.append(f"Pod {path} is {show(actual)}, expected {show(wanted_value)}")
+            failures.append(f"{shown} {path} is {show(actual)}, expected {show(wanted_value)}")
     if failures and pod_decision.warnings:
         failures.append("warnings: " + " | ".join(pod_decision.warnings))
     return failures
@@ -527,3 +618,44 @@ def test_paths() -> None:
     assert get_path(obj, "spec.containers[0].name") == "a"
     assert get_path(obj, "spec.containers[1].name") is ABSENT
     assert get_path(obj, "spec.volumes") is ABSENT
+
+
+def test_an_operators_owners_are_stamped_as_runguard_stamps_them() -> None:
+    """``operator:`` builds the chain through runguard: the platform's custom resource is
+    recorded as the platform's, and so is the one its operator made from it; a user's is
+    not, whatever annotations the operator copied from it onto its own."""
+    shipped = load_policy(REPO / "policies")
+    ray = "system:serviceaccount:digitalhub:kuberay-operator"
+    operators = (Operator(identity=ray, kinds=("ray.io/RayJob", "ray.io/RayCluster")),)
+    platform = shipped.platform.model_copy(update={"operators": operators})
+    policy = shipped.model_copy(update={"platform": platform})
+    core = platform_user(policy)
+
+    def chain(top: str, copied: dict[str, str]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "rc-head", "namespace": "ml"},
+            "spec": {"containers": [{"name": "ray-head", "image": "rayproject/ray"}]},
+        }
+        owners = [
+            {"apiVersion": "ray.io/v1", "kind": "RayCluster", "name": "rc",
+             "createdBy": "operator", "annotations": copied},
+            {"apiVersion": "ray.io/v1", "kind": "RayJob", "name": "rj", "createdBy": top},
+        ]  # fmt: skip
+        requester, made = operator_chain(pod, {"identity": ray, "owners": owners}, policy, [])
+        assert requester == Requester(ray)
+        return pod, made
+
+    pod, (job, cluster) = chain("platform", {})
+    assert job["metadata"]["annotations"] == {STAMP: core, PLATFORM_RECORD: "true"}
+    assert cluster["metadata"]["annotations"] == {STAMP: ray, PLATFORM_RECORD: "true"}
+    assert cluster["metadata"]["ownerReferences"] == [
+        {"kind": "RayJob", "name": "rj", "uid": "uid-rayjob-1", "controller": True,
+         "blockOwnerDeletion": True}
+    ]  # fmt: skip
+    assert [r["uid"] for r in pod["metadata"]["ownerReferences"]] == ["uid-raycluster-0"]
+    # KubeRay copies the RayJob's annotations onto its RayCluster (rayjob_controller.go)
+    _, (job, cluster) = chain("alice", {STAMP: core, PLATFORM_RECORD: "true"})
+    assert job["metadata"]["annotations"] == {STAMP: "alice"}
+    assert cluster["metadata"]["annotations"] == {STAMP: ray}
