@@ -148,7 +148,8 @@ def test_operator_kinds_of_every_run_policy_in_order_each_once() -> None:
                 "alternatives": ()})  # fmt: skip
     policy = with_alternatives([one, two])
     assert operator_kinds(policy) == (WORKFLOW, RAYJOB, "ray.io/RayCluster")
-    assert operator_kinds(SHIPPED) == ()  # no shipped policy names an operator
+    # the shipped digitalhub RunPolicy's operators: Argo Workflows, KubeAI, KubeRay
+    assert operator_kinds(SHIPPED) == (WORKFLOW, "kubeai.org/Model", RAYJOB, "ray.io/RayCluster")
     assert operator_kinds(None) == ()
 
 
