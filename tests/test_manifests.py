@@ -85,11 +85,27 @@ def controller_rules(operations: list[str]) -> list[dict[str, Any]]:
             "scope": "Namespaced",
         }
         for group, resources in (
-            ("apps", ["deployments", "statefulsets", "replicasets", "daemonsets"]),
-            ("batch", ["jobs", "cronjobs"]),
-            ("", ["replicationcontrollers"]),
+            ("apps", ["deployments", "statefulsets", "replicasets", "daemonsets",
+                      "deployments/status", "statefulsets/status", "replicasets/status",
+                      "daemonsets/status"]),
+            ("batch", ["jobs", "cronjobs", "jobs/status", "cronjobs/status"]),
+            ("", ["replicationcontrollers", "replicationcontrollers/status"]),
         )
-    ]
+    ]  # fmt: skip
+
+
+# Status subresources change labels, annotations and owners too: routed only when they do.
+STATUS_CONDITION = {
+    "name": "status-changes-metadata",
+    "expression": (
+        "request.?subResource.orValue('') != 'status' ||\n"
+        "object.metadata.?labels.orValue({}) != oldObject.metadata.?labels.orValue({}) ||\n"
+        "object.metadata.?annotations.orValue({}) != oldObject.metadata.?annotations.orValue({})"
+        " ||\n"
+        "object.metadata.?ownerReferences.orValue([]) != "
+        "oldObject.metadata.?ownerReferences.orValue([])"
+    ),
+}
 
 
 # The template of a Job, Deployment... or a CronJob's job, bound to `t`; its labels match
@@ -164,8 +180,11 @@ def test_mutating_configuration_field_by_field(policy: Policy) -> None:
         {
             **common,
             "name": "mutate.runguard.io",
-            "rules": [pod_rule(["CREATE", "UPDATE"], ["pods", "pods/ephemeralcontainers"])],
+            "rules": [
+                pod_rule(["CREATE", "UPDATE"], ["pods", "pods/ephemeralcontainers", "pods/status"])
+            ],
             "objectSelector": EXPECTED_OBJECT_SELECTOR,
+            "matchConditions": [STATUS_CONDITION],
         },
         # Controllers carry the run labels in their pod template, out of objectSelector's
         # sight: a CEL condition on the template instead. Mutated at CREATE, to be stamped,
@@ -174,16 +193,19 @@ def test_mutating_configuration_field_by_field(policy: Policy) -> None:
             **common,
             "name": "mutate-controllers.runguard.io",
             "rules": controller_rules(["CREATE", "UPDATE"]),
-            "matchConditions": [CONTROLLERS_CONDITION],
+            "matchConditions": [CONTROLLERS_CONDITION, STATUS_CONDITION],
         },
         # Pods outside the selector that carry runguard's records.
         {
             **common,
             "name": "mutate-references.runguard.io",
-            "rules": [pod_rule(["CREATE", "UPDATE"], ["pods"])],
-            "matchConditions": OTHER_PODS_CONDITIONS,
+            "rules": [pod_rule(["CREATE", "UPDATE"], ["pods", "pods/status"])],
+            "matchConditions": [*OTHER_PODS_CONDITIONS, STATUS_CONDITION],
         },
     ]
+
+
+POD_RESOURCES = ["pods", "pods/ephemeralcontainers", "pods/resize", "pods/status"]
 
 
 def test_validating_configuration_field_by_field(policy: Policy) -> None:
@@ -196,9 +218,10 @@ def test_validating_configuration_field_by_field(policy: Policy) -> None:
     assert pods == {
         **common,
         "name": "validate.runguard.io",
-        "rules": [pod_rule(ops, ["pods", "pods/ephemeralcontainers", "pods/resize"])],
+        "rules": [pod_rule(ops, POD_RESOURCES)],
         "failurePolicy": "Fail",
         "objectSelector": EXPECTED_OBJECT_SELECTOR,
+        "matchConditions": [STATUS_CONDITION],
     }
     # Controllers carry the run labels in their pod template, invisible to objectSelector:
     # a CEL condition on the template instead, and fail closed like the Pods.
@@ -207,13 +230,13 @@ def test_validating_configuration_field_by_field(policy: Policy) -> None:
         "name": "validate-controllers.runguard.io",
         "rules": controller_rules(ops),
         "failurePolicy": "Fail",
-        "matchConditions": [CONTROLLERS_CONDITION],
+        "matchConditions": [CONTROLLERS_CONDITION, STATUS_CONDITION],
     }
     assert others == {
         **common,
         "name": "validate-references.runguard.io",
-        "rules": [pod_rule(ops, ["pods", "pods/ephemeralcontainers", "pods/resize"])],
-        "matchConditions": OTHER_PODS_CONDITIONS,
+        "rules": [pod_rule(ops, POD_RESOURCES)],
+        "matchConditions": [*OTHER_PODS_CONDITIONS, STATUS_CONDITION],
     }
     # reinvocationPolicy exists only for mutating webhooks; the apiserver rejects it here.
     assert "reinvocationPolicy" not in pods and "reinvocationPolicy" not in controllers
@@ -325,21 +348,24 @@ def routes(configs: list[dict[str, Any]]) -> tuple[set[Route], dict[str, tuple[s
                             rows.add((config["kind"], hook["name"], group, resource, operation))
             how = tuple(c["name"] for c in hook.get("matchConditions", []))
             if "objectSelector" in hook:
-                assert not how, hook["name"]
-                how = ("objectSelector",)
+                assert how == (STATUS,), hook["name"]
+                how = ("objectSelector", STATUS)
             narrowed[hook["name"]] = how
     return rows, narrowed
 
 
 MUTATING, VALIDATING = "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"
-CONTROLLERS = [("apps", "deployments"), ("apps", "statefulsets"), ("apps", "replicasets"),
-               ("apps", "daemonsets"), ("batch", "jobs"), ("batch", "cronjobs"),
-               ("", "replicationcontrollers")]  # fmt: skip
+STATUS = "status-changes-metadata"
+CONTROLLERS = [(g, f"{r}{sub}") for g, r in (
+    ("apps", "deployments"), ("apps", "statefulsets"), ("apps", "replicasets"),
+    ("apps", "daemonsets"), ("batch", "jobs"), ("batch", "cronjobs"),
+    ("", "replicationcontrollers")) for sub in ("", "/status")]  # fmt: skip
 RUN_PODS: set[Route] = {
     *((MUTATING, "mutate.runguard.io", "", r, op)
-      for r in ("pods", "pods/ephemeralcontainers") for op in ("CREATE", "UPDATE")),
+      for r in ("pods", "pods/ephemeralcontainers", "pods/status")
+      for op in ("CREATE", "UPDATE")),
     *((VALIDATING, "validate.runguard.io", "", r, op)
-      for r in ("pods", "pods/ephemeralcontainers", "pods/resize") for op in ("CREATE", "UPDATE")),
+      for r in POD_RESOURCES for op in ("CREATE", "UPDATE")),
 }  # fmt: skip
 RUN_CONTROLLERS: set[Route] = {
     *((MUTATING, "mutate-controllers.runguard.io", g, r, op)
@@ -351,10 +377,10 @@ RUN_CONTROLLERS: set[Route] = {
 # writes them, so it sees every object carrying one), or with ownership on name the
 # platform's objects: stamped at CREATE, records kept on UPDATE, judged on both.
 OTHER_PODS: set[Route] = {
-    *((MUTATING, "mutate-references.runguard.io", "", "pods", op) for op in ("CREATE", "UPDATE")),
+    *((MUTATING, "mutate-references.runguard.io", "", r, op)
+      for r in ("pods", "pods/status") for op in ("CREATE", "UPDATE")),
     *((VALIDATING, "validate-references.runguard.io", "", r, op)
-      for r in ("pods", "pods/ephemeralcontainers", "pods/resize")
-      for op in ("CREATE", "UPDATE")),
+      for r in POD_RESOURCES for op in ("CREATE", "UPDATE")),
 }  # fmt: skip
 
 
@@ -362,12 +388,12 @@ def test_without_ownership_runs_and_runguards_records_reach_runguard(policy: Pol
     rows, narrowed = routes(manifests.webhook_configurations(policy))
     assert rows == RUN_PODS | RUN_CONTROLLERS | OTHER_PODS
     assert narrowed == {
-        "mutate.runguard.io": ("objectSelector",),
-        "mutate-controllers.runguard.io": ("run-template",),
-        "mutate-references.runguard.io": ("not-a-run", "platform-names-or-records"),
-        "validate.runguard.io": ("objectSelector",),
-        "validate-controllers.runguard.io": ("run-template",),
-        "validate-references.runguard.io": ("not-a-run", "platform-names-or-records"),
+        "mutate.runguard.io": ("objectSelector", STATUS),
+        "mutate-controllers.runguard.io": ("run-template", STATUS),
+        "mutate-references.runguard.io": ("not-a-run", "platform-names-or-records", STATUS),
+        "validate.runguard.io": ("objectSelector", STATUS),
+        "validate-controllers.runguard.io": ("run-template", STATUS),
+        "validate-references.runguard.io": ("not-a-run", "platform-names-or-records", STATUS),
     }
 
 
@@ -379,12 +405,12 @@ def test_with_ownership_every_rule_and_condition(owned: Policy) -> None:
           for r in ("persistentvolumeclaims", "secrets", "configmaps")),
     }  # fmt: skip
     assert narrowed == {
-        "mutate.runguard.io": ("objectSelector",),
-        "mutate-controllers.runguard.io": ("run-template-or-platform-names",),
-        "mutate-references.runguard.io": ("not-a-run", "platform-names-or-records"),
-        "validate.runguard.io": ("objectSelector",),
-        "validate-controllers.runguard.io": ("run-template-or-platform-names",),
-        "validate-references.runguard.io": ("not-a-run", "platform-names-or-records"),
+        "mutate.runguard.io": ("objectSelector", STATUS),
+        "mutate-controllers.runguard.io": ("run-template-or-platform-names", STATUS),
+        "mutate-references.runguard.io": ("not-a-run", "platform-names-or-records", STATUS),
+        "validate.runguard.io": ("objectSelector", STATUS),
+        "validate-controllers.runguard.io": ("run-template-or-platform-names", STATUS),
+        "validate-references.runguard.io": ("not-a-run", "platform-names-or-records", STATUS),
         "validate-reserved-names.runguard.io": ("platform-name",),
     }
     conditions = {
@@ -442,7 +468,10 @@ def test_ownership_without_platform_names_routes_runs_and_records() -> None:
     rows, narrowed = routes(owned_with(spec))
     assert rows == RUN_PODS | RUN_CONTROLLERS | OTHER_PODS
     # the platform's own ServiceAccount is still a platform name (ownership.service-account)
-    assert narrowed["validate-controllers.runguard.io"] == ("run-template-or-platform-names",)
+    assert narrowed["validate-controllers.runguard.io"] == (
+        "run-template-or-platform-names",
+        STATUS,
+    )
 
 
 def test_empty_selector_routes_every_pod_and_controller() -> None:
@@ -452,7 +481,7 @@ def test_empty_selector_routes_every_pod_and_controller() -> None:
     assert {r[1] for r in rows} == {"mutate.runguard.io", "mutate-controllers.runguard.io",
                                     "validate.runguard.io", "validate-controllers.runguard.io",
                                     "validate-reserved-names.runguard.io"}  # fmt: skip
-    assert narrowed["validate-controllers.runguard.io"] == ()
+    assert narrowed["validate-controllers.runguard.io"] == (STATUS,)
 
 
 def test_name_regex_reads_patterns_as_ownership_does() -> None:
@@ -624,6 +653,40 @@ def test_controller_condition_routes_what_the_engine_judges(
     # Without ownership, runs only.
     assert cel.routed(hook("validate-controllers.runguard.io", build_policy(RUN_POLICY, [])),
                       obj, "jobs") == OWNED.selector.matches(labels or {})  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("change", "routed"),
+    [
+        ({}, False),  # the kubelet's and the controllers' status updates
+        ({"labels": {"app.kubernetes.io/managed-by": "dhcore"}}, True),  # one label removed
+        ({"labels": {**RUN_LABELS, "runguard.io/policy": "builds"}}, True),
+        ({"annotations": {"runguard.io/platform": "true"}}, True),
+        ({"ownerReferences": [{"kind": "Job", "name": "x", "uid": "u"}]}, True),
+    ],
+)
+def test_a_status_update_is_routed_only_when_it_changes_metadata(
+    cel: Cel, change: dict[str, Any], routed: bool
+) -> None:
+    """The status subresources' strategies keep only the spec: labels, annotations and owners
+    sent to ``pods/status`` or ``jobs/status`` are stored. Those reach runguard; the rest
+    of the status traffic does not."""
+    expression = manifests.status_condition()["expression"]
+    program = cel.env.compile(expression)
+    old = {"kind": "Pod", "metadata": {"name": "p", "labels": RUN_LABELS}, "spec": {}}
+    new = {**old, "metadata": {**old["metadata"], **change}, "status": {"phase": "Running"}}
+
+    def holds(obj: dict[str, Any], before: dict[str, Any] | None, request: dict[str, Any]) -> bool:
+        value = program.eval(data={"object": obj, "oldObject": before, "request": request})
+        assert value.type() == cel.cel.Type.BOOL, value
+        return bool(value.value())
+
+    status = {"operation": "UPDATE", "subResource": "status"}
+    assert holds(new, old, status) is routed
+    # any other request is decided by the webhook's other conditions
+    assert holds(new, None, {"operation": "CREATE"})
+    assert holds(new, old, {"operation": "UPDATE", "subResource": "ephemeralcontainers"})
+    assert holds(new, old, {"operation": "UPDATE"})
 
 
 def test_controller_condition_without_template_or_spec(cel: Cel) -> None:
@@ -863,7 +926,12 @@ def test_every_yaml_under_manifests_parses_into_objects() -> None:
 def test_kustomization_lists_every_resource_and_only_existing_files() -> None:
     k = kustomization()
     assert k["namespace"] == manifests.DEFAULT_NAMESPACE
-    listed = set(k["resources"])
+    # The TLS Secret is written by `runguard certs --out manifests/certs`, beside the keys,
+    # and stays out of git with them.
+    secret = f"certs/{certs.SECRET_FILE}"
+    assert secret in k["resources"] and "secretGenerator" not in k
+    assert "/certs/" in (BASE / ".gitignore").read_text().split()
+    listed = set(k["resources"]) - {secret}
     on_disk = {
         name for name in base_documents() if name != "kustomization.yaml" and "/" not in name
     }
@@ -880,11 +948,6 @@ def test_kustomization_lists_every_resource_and_only_existing_files() -> None:
         "MutatingWebhookConfiguration",
         "ValidatingWebhookConfiguration",
     }
-    (secret,) = k["secretGenerator"]
-    assert secret["type"] == "kubernetes.io/tls"
-    assert sorted(secret["files"]) == ["certs/ca.crt", "certs/tls.crt", "certs/tls.key"]
-    # The keys `runguard certs --out manifests/certs` writes stay out of git.
-    assert "/certs/" in (BASE / ".gitignore").read_text().split()
 
 
 def test_ca_bundle_is_injected_from_the_tls_secret() -> None:
@@ -1052,7 +1115,7 @@ def test_base_objects_refer_to_each_other() -> None:
     volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
     mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
     assert volumes["policies"]["configMap"]["name"] == manifests.CONFIG_MAP_NAME
-    assert volumes["tls"]["secret"]["secretName"] == kustomization()["secretGenerator"][0]["name"]
+    assert volumes["tls"]["secret"]["secretName"] == certs.SECRET_NAME
     assert env["RUNGUARD_POLICY_DIR"] == mounts["policies"]
     assert env["RUNGUARD_CERT_FILE"] == f"{mounts['tls']}/tls.crt"
     assert env["RUNGUARD_KEY_FILE"] == f"{mounts['tls']}/tls.key"
@@ -1116,12 +1179,15 @@ def test_kustomize_builds_the_base_with_certificates(tmp_path: Path) -> None:
     ca = (base / "certs" / "ca.crt").read_bytes()
     secret = by_kind["Secret"]
     assert secret["type"] == "kubernetes.io/tls"
-    assert base64.b64decode(secret["data"]["tls.crt"]) == (base / "certs" / "tls.crt").read_bytes()
-    assert "ca.key" not in secret["data"]
+    assert secret["metadata"]["name"] == certs.SECRET_NAME
+    assert sorted(secret["data"]) == ["ca.crt", "tls.crt", "tls.key"]  # never ca.key
+    for key, value in secret["data"].items():
+        # One line, as the apiserver returns it: `kubectl apply` then has nothing to send.
+        assert value == base64.b64encode((base / "certs" / key).read_bytes()).decode()
     for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
         for hook in by_kind[kind]["webhooks"]:
-            # kustomize folds long strings; base64 decoders skip the newlines.
-            assert base64.b64decode(hook["clientConfig"]["caBundle"].replace("\n", "")) == ca
+            assert hook["clientConfig"]["caBundle"] == secret["data"]["ca.crt"]
+            assert base64.b64decode(hook["clientConfig"]["caBundle"]) == ca
     for obj in objects:
         if obj["kind"] not in ("Namespace", "ClusterRole") and "Webhook" not in obj["kind"]:
             assert obj["metadata"]["namespace"] == "runguard", obj["kind"]

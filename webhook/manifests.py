@@ -104,6 +104,14 @@ CONFIG_MAP_NAME = "runguard-policies"
 # run (``kubectl debug`` adds containers, ``pods/resize`` changes resources), so each is
 # routed to runguard. The e2e suite reads the real apiserver's list and fails on a new one.
 POD_SPEC_SUBRESOURCES = ("pods/ephemeralcontainers", "pods/resize")
+# The status subresource of a Pod and of every pod controller may change labels,
+# annotations and (except a Pod's) ownerReferences: the apiserver's status strategies put
+# back only the spec. So it is routed too, but only when it changes one of them (the
+# ``status-changes-metadata`` condition): the kubelet's and the controllers' status
+# updates never wait on runguard.
+STATUS = "status"
+POD_STATUS = f"pods/{STATUS}"
+STATUS_METADATA = {"labels": "{}", "annotations": "{}", "ownerReferences": "[]"}
 WEBHOOKS_FILE = "webhooks.yaml"
 CONFIG_MAP_FILE = "policy-configmap.yaml"
 TIMEOUT_SECONDS = 5
@@ -557,7 +565,23 @@ def _operator_rules(policy: Policy) -> list[dict[str, Any]]:
 
 
 def _controller_rules(operations: list[str]) -> list[dict[str, Any]]:
-    return [_rule(group, resources, operations) for group, resources in POD_CONTROLLERS.items()]
+    return [
+        _rule(group, [*resources, *(f"{r}/{STATUS}" for r in resources)], operations)
+        for group, resources in POD_CONTROLLERS.items()
+    ]
+
+
+def status_condition() -> dict[str, str]:
+    """A request through a ``status`` subresource reaches runguard only when it changes
+    what runguard judges of the object's metadata (an UPDATE: ``oldObject`` is there)."""
+    changed = " ||\n".join(
+        f"object.metadata.?{key}.orValue({empty}) != oldObject.metadata.?{key}.orValue({empty})"
+        for key, empty in STATUS_METADATA.items()
+    )
+    return {
+        "name": "status-changes-metadata",
+        "expression": f"request.?subResource.orValue('') != {_cel_string(STATUS)} ||\n{changed}",
+    }
 
 
 def namespace_selector(policy: Policy, namespace: str) -> dict[str, Any]:
@@ -639,7 +663,9 @@ def _per_run_policy(name: str, run_policy: Policy, index: int) -> str:
 
 
 def _conditions(condition: Mapping[str, str] | None) -> list[Mapping[str, str]]:
-    return [condition] if condition is not None else []
+    """``condition`` (if any) and the status condition: every webhook below routes a
+    ``status`` subresource."""
+    return [*([condition] if condition is not None else []), status_condition()]
 
 
 def _configuration(kind: str, hooks: list[dict[str, Any]]) -> dict[str, Any]:
@@ -668,9 +694,11 @@ def mutating_webhook_configuration(
         target.webhook(
             _per_run_policy(MUTATING_WEBHOOK, run_policy, i),
             MUTATE_PATH,
-            # ephemeralcontainers: a debug container added with `kubectl debug` is hardened
-            [_rule("", ["pods", "pods/ephemeralcontainers"], ["CREATE", "UPDATE"])],
+            # ephemeralcontainers: a debug container added with `kubectl debug` is hardened;
+            # status: runguard's records put back
+            [_rule("", ["pods", "pods/ephemeralcontainers", POD_STATUS], ["CREATE", "UPDATE"])],
             object_selector=run_policy,
+            conditions=_conditions(None),
             mutating=True,
         )
         for i, run_policy in enumerate(policy.run_policies())
@@ -697,8 +725,8 @@ def mutating_webhook_configuration(
             target.webhook(
                 MUTATING_REFERENCES_WEBHOOK,
                 MUTATE_PATH,
-                [_rule("", ["pods"], ["CREATE", "UPDATE"])],
-                conditions=references,
+                [_rule("", ["pods", POD_STATUS], ["CREATE", "UPDATE"])],
+                conditions=[*references, status_condition()],
                 mutating=True,
             )
         )
@@ -722,8 +750,9 @@ def validating_webhook_configuration(
         target.webhook(
             _per_run_policy(VALIDATING_WEBHOOK, run_policy, i),
             VALIDATE_PATH,
-            [_rule("", ["pods", *POD_SPEC_SUBRESOURCES], ops)],
+            [_rule("", ["pods", *POD_SPEC_SUBRESOURCES, POD_STATUS], ops)],
             object_selector=run_policy,
+            conditions=_conditions(None),
         )
         for i, run_policy in enumerate(policy.run_policies())
     ]
@@ -748,8 +777,8 @@ def validating_webhook_configuration(
             target.webhook(
                 VALIDATING_REFERENCES_WEBHOOK,
                 VALIDATE_PATH,
-                [_rule("", ["pods", *POD_SPEC_SUBRESOURCES], ops)],
-                conditions=references,
+                [_rule("", ["pods", *POD_SPEC_SUBRESOURCES, POD_STATUS], ops)],
+                conditions=[*references, status_condition()],
             )
         )
     reserved = reserved_name_condition(policy)
