@@ -425,9 +425,9 @@ def admitted_pod(obj: dict[str, Any]) -> dict[str, Any]:
 
 
 def with_annotations(obj: dict[str, Any], annotations: dict[str, str]) -> dict[str, Any]:
-    """``obj`` with annotations on its pod (template) metadata."""
+    """``obj`` with annotations on its pod (template) metadata, or a custom resource's."""
     obj = copy.deepcopy(obj)
-    template = obj if obj["kind"] == "Pod" else template_of(obj)
+    template = obj if obj["kind"] == "Pod" or is_custom(obj) else template_of(obj)
     meta = template.setdefault("metadata", {})
     meta["annotations"] = {**(meta.get("annotations") or {}), **annotations}
     return obj
