@@ -46,6 +46,8 @@ class Pod:
     namespace: str = ""
     context: Context = NO_CONTEXT
     ownership: Ownership = OWNERSHIP_OFF  # whether the platform created this run
+    # the object's metadata.ownerReferences (a Pod's, or the pod controller's being judged)
+    owner_references: tuple[Any, ...] = ()
     profile_asked: str | None = field(init=False, default=None)
     profile: Profile | None = field(init=False, default=None)
     profile_fallback: bool = field(init=False, default=False)

@@ -76,7 +76,13 @@ def _pod(target: Target, policy: Policy, spec: JSON, who: _Who) -> Pod:
         who.namespace,
         who.context,
         who.ownership,
+        _owner_references(who.metadata),
     )
+
+
+def _owner_references(metadata: JSON) -> tuple[Any, ...]:
+    refs = metadata.get("ownerReferences") if isinstance(metadata, dict) else None
+    return tuple(refs) if isinstance(refs, list) else ()
 
 
 class _Who:

@@ -84,6 +84,16 @@ Id = Annotated[int, Field(ge=1, le=2147483647)]
 Capability = Annotated[str, Field(min_length=1)]
 EnvName = Annotated[str, Field(min_length=1, pattern=r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")]
 NamePatterns = Annotated[tuple[NamePatternText, ...], UNIQUE]
+# A node path: absolute, no "." or ".." step, no trailing "/"; "{namespace}" stands for
+# the run's namespace.
+HOST_PATH_PLACEHOLDER = "{namespace}"
+HostPath = Annotated[
+    str,
+    Field(
+        pattern=r"^(/\.?([A-Za-z0-9_-]|\{namespace\})([A-Za-z0-9._-]|\{namespace\})*)+$",
+        max_length=4096,
+    ),
+]
 
 
 # --- RunPolicy -------------------------------------------------------------------------
@@ -209,6 +219,22 @@ class VolumesConfig(Section):
         default="Strip",
         description="A PVC/ConfigMap outside the patterns: drop it and its mounts, or deny.",
     )
+    allowed_host_paths: Annotated[tuple[HostPath, ...], UNIQUE] = Field(
+        default=(),
+        description="Node paths a run the platform created may mount as hostPath volumes, "
+        "exactly these ({namespace}: the run's namespace), e.g. a storage daemon's socket "
+        "directory; an exception to allowedTypes and the Pod Security level, which forbid "
+        "hostPath. Any other hostPath, and any in a run the platform did not create, is denied.",
+    )
+
+    def host_path_allowed(self, path: str, namespace: str) -> bool:
+        """Whether ``path`` is one of ``allowedHostPaths`` in ``namespace`` (exactly; a
+        trailing "/" aside, as the kubelet mounts the same directory)."""
+        wanted = path.rstrip("/") if path != "/" else path
+        return any(
+            allowed.replace(HOST_PATH_PLACEHOLDER, namespace) == wanted
+            for allowed in self.allowed_host_paths
+        )
 
 
 class SecretsConfig(Section):
@@ -318,6 +344,18 @@ class Operator(Section):
         min_length=1,
         description="GROUP/Kind of the objects whose Pods it creates (argoproj.io/Workflow).",
     )
+    config_maps: NamePatterns = Field(
+        default=(),
+        description="ConfigMaps the operator makes for the Pods it creates (the mpi-operator's "
+        "{labels[mlrun/job]}-config): used only by Pods it creates for the platform's objects; "
+        "not reserved names, since the operator, not the platform, creates them.",
+    )
+    allowed_capabilities: frozenset[Capability] = Field(
+        default=frozenset(),
+        description="Capabilities the containers of Pods it creates for the platform's objects "
+        "may add (MLRun's IPC_LOCK for MPI), besides security.allowedCapabilities and beyond "
+        "the Pod Security level; nobody else's Pods.",
+    )
 
 
 class PlatformConfig(Section):
@@ -366,6 +404,13 @@ class PlatformConfig(Section):
     @cached_property
     def operator_kinds(self) -> frozenset[str]:
         return frozenset(k for o in self.operators for k in o.kinds)
+
+    @cached_property
+    def operators_by_user(self) -> Mapping[str, Operator]:
+        """user name -> the operator acting as it (a group identity names no creator)."""
+        return {
+            _username(o.identity): o for o in self.operators if not o.identity.startswith("group:")
+        }
 
 
 def _username(identity: str) -> str:

@@ -21,6 +21,7 @@ from webhook.engine.rule_ids import (
     SECURITY_ROOT,
     SECURITY_SECCOMP,
 )
+from webhook.engine.rules.operators import operator_capabilities
 from webhook.engine.rules.pod_security import (
     CONFINED_PROFILES,
     allowed_capabilities,
@@ -95,6 +96,7 @@ def strip_root(pod: Pod) -> Change | None:
             stripped.append("seccomp Unconfined")
 
     drop = drop_fill(policy)
+    granted = operator_capabilities(pod)  # beyond the level: the platform's operator's Pods
     # Ephemeral containers are hardened when added (harden_debug_containers), never here:
     # a running Pod's spec is immutable, and /mutate on UPDATE must find it unchanged.
     for _, _, container in pod.containers():
@@ -121,7 +123,7 @@ def strip_root(pod: Pod) -> Change | None:
             caps = sc.get("capabilities")
             add = caps.get("add") if caps is not None else None
             if caps is not None and add:
-                allowed = allowed_capabilities(policy)
+                allowed = allowed_capabilities(policy) | granted
                 kept = [c for c in add if c in allowed]
                 if kept != add:
                     stripped.append(f"{name} add {','.join(c for c in add if c not in allowed)}")
@@ -247,6 +249,7 @@ def check_security(pod: Pod) -> list[Violation]:
     restricted = level == "restricted"
     linux = not is_windows(pod.spec)
     base = pod.spec_path
+    granted = operator_capabilities(pod)
     out: list[Violation] = []
     psc = pod.spec.get("securityContext") or {}
     ppath = f"{base}.securityContext"
@@ -321,6 +324,8 @@ def check_security(pod: Pod) -> list[Violation]:
         added = caps.get("add") or []
         if added:
             allowed = allowed_capabilities(policy)
+            if list_name != "ephemeralContainers":
+                allowed |= granted
             added = [c for c in added if c not in allowed]
         if added:  # check_capabilities_baseline.go, check_capabilities_restricted.go
             out.append(

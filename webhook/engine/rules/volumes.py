@@ -12,6 +12,7 @@ from collections.abc import Iterator
 
 from webhook.engine.pod import Pod, remove_volumes, set_list, warning
 from webhook.engine.rule_ids import VOLUMES_FORBIDDEN_TYPE, VOLUMES_PRE_EXISTING
+from webhook.engine.rules.operators import operator_config_map
 from webhook.engine.rules.pod_security import RESTRICTED_VOLUME_TYPES
 from webhook.engine.types import JSON, Change, Violation
 from webhook.policy.model import Policy, matches_any
@@ -73,6 +74,8 @@ def preexisting_reference(volume: JSON, pod: Pod, *, undecided: bool = False) ->
             return f"pvc {claim}"
     if "configMap" in volume:
         name = volume["configMap"]["name"]
+        if operator_config_map(pod, name):
+            return None
         if not _platform_config_map(name, pod):
             return f"configMap {name}"
         if not _creator_may(pod, undecided):
@@ -95,7 +98,8 @@ def _projected_config_maps(
         if "configMap" in source:
             name = source["configMap"]["name"]
             if name != ROOT_CA_CONFIGMAP and not (
-                _platform_config_map(name, pod) and _creator_may(pod, undecided)
+                (_platform_config_map(name, pod) and _creator_may(pod, undecided))
+                or operator_config_map(pod, name)
             ):
                 yield j, name
 
@@ -139,12 +143,27 @@ def forbidden_type(kind: str, policy: Policy) -> str | None:
     return None
 
 
+def host_path_reason(volume: JSON, pod: Pod) -> str | None:
+    """Why a hostPath volume may not be used under ``volumes.allowedHostPaths``, or None
+    for one of those paths in a run the platform created (nothing else of the node)."""
+    source = volume.get("hostPath")
+    path = source.get("path") if isinstance(source, dict) else None
+    if not isinstance(path, str) or not pod.policy.volumes.host_path_allowed(path, pod.namespace):
+        return f"at {path} is not allowed (volumes.allowedHostPaths)"
+    if not pod.ownership.platform:
+        return f"at {path} is not allowed ({NOT_THE_PLATFORMS})"
+    return None
+
+
 def check_volumes(pod: Pod) -> list[Violation]:
     out: list[Violation] = []
     for i, volume in enumerate(pod.spec.get("volumes") or ()):
         path = f"{pod.spec_path}.volumes[{i}]"
         for kind, source in volume.items():
-            reason = None if kind in _NOT_TYPES else forbidden_type(kind, pod.policy)
+            if kind == "hostPath" and pod.policy.volumes.allowed_host_paths:
+                reason = host_path_reason(volume, pod)
+            else:
+                reason = None if kind in _NOT_TYPES else forbidden_type(kind, pod.policy)
             if reason is not None and (source is not None or "level" not in reason):
                 out.append(
                     Violation(

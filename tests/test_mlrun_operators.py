@@ -1,0 +1,261 @@
+"""What MLRun's operators' Pods get with the example MLRun policy, and what nobody else gets.
+
+- ``volumes.allowedHostPaths``: the V3IO daemon's two node directories of the run's own
+  namespace (``mount_v3iod``), for runs the platform created; nothing beside, below or
+  above them, nothing in another namespace, nothing for a user's Pod.
+- ``platform.operators[].configMaps`` and ``allowedCapabilities``: the mpi-operator's
+  ``<job>-config`` ConfigMap and MLRun's ``IPC_LOCK``, for the Pods the operator creates
+  for an MPIJob the platform created (directly, or through a Job it created, as
+  mpi-operator v2beta1 does for the launcher); not for a user's MPIJob, not for a Pod the
+  platform's own identity submits, not for a debug container.
+
+The fixtures in tests/platforms/mlrun/ cover the same from the platforms' side (a Pod
+exactly as the operator builds it); these tests pin the edges one at a time.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from webhook.clusterstate.static import StaticClusterState
+from webhook.engine import evaluate, validate
+from webhook.engine.context import PLATFORM_RECORD, POLICY_LABEL, STAMP, Context, Requester
+from webhook.policy.loader import load_policy
+from webhook.policy.model import RunPolicySpec
+
+REPO = Path(__file__).resolve().parents[1]
+EXAMPLE = load_policy(REPO / "policies" / "examples" / "mlrun")
+NS = "default-tenant"
+MLRUN_API = Requester("system:serviceaccount:mlrun:mlrun-api")
+MPI = "system:serviceaccount:mlrun:mpi-operator"
+JOB_CONTROLLER = "system:serviceaccount:kube-system:job-controller"
+ALICE = Requester("alice", ("system:authenticated",))
+LABELS = {"mlrun/class": "mpijob", "mlrun/project": "fraud", "mlrun/uid": "u1",
+          "mlrun/job": "train-1", "mpi-job-name": "train-1", "mpi-job-role": "worker"}  # fmt: skip
+AUTH = "mlrun-auth-secrets.c29a30e28e4a11b58caac2394aaac55767ddf697862cd15298f2354a"
+
+
+def mpijob(uid: str, creator: str) -> dict[str, Any]:
+    """An MPIJob as the cluster state holds it: recorded by runguard at its CREATE."""
+    annotations = {STAMP: creator}
+    if creator == MLRUN_API.username:
+        annotations[PLATFORM_RECORD] = "true"
+    return {"apiVersion": "kubeflow.org/v1", "kind": "MPIJob",
+            "metadata": {"name": "train-1", "namespace": NS, "uid": uid,
+                         "annotations": annotations}}  # fmt: skip
+
+
+def worker(owner_uid: str = "mpi-1", owner_kind: str = "MPIJob") -> dict[str, Any]:
+    """A worker Pod as mpi-operator v0.3.0 builds it from MLRun's template (newWorker)."""
+    container = {
+        "name": "base",
+        "image": "mlrun/mlrun-gpu:1.7.0",
+        "command": ["sleep"],
+        "args": ["365d"],
+        "securityContext": {"capabilities": {"add": ["IPC_LOCK"]}},
+        "env": [{"name": "V3IO_ACCESS_KEY",
+                 "valueFrom": {"secretKeyRef": {"name": AUTH, "key": "accessKey"}}}],
+        "volumeMounts": [{"name": "mpi-job-config", "mountPath": "/etc/mpi"}],
+    }  # fmt: skip
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": "train-1-worker-0",
+            "namespace": NS,
+            "labels": dict(LABELS),
+            "ownerReferences": [{"apiVersion": "kubeflow.org/v1", "kind": owner_kind,
+                                 "name": "train-1", "uid": owner_uid, "controller": True}],
+        },  # fmt: skip
+        "spec": {
+            "containers": [container],
+            "volumes": [{"name": "mpi-job-config", "configMap": {"name": "train-1-config",
+                         "items": [{"key": "kubexec.sh", "path": "kubexec.sh", "mode": 365}]}}],
+        },  # fmt: skip
+    }
+
+
+def judged(pod: dict[str, Any], requester: Requester, *objects: dict[str, Any]) -> Any:
+    state = StaticClusterState.from_documents(list(objects))
+    return evaluate(pod, EXAMPLE, namespace=NS, context=Context(requester, state))
+
+
+def rules(decision: Any) -> set[str]:
+    return {v.rule for v in decision.violations}
+
+
+def added_capabilities(decision: Any) -> list[str]:
+    container = decision.object["spec"]["containers"][0]
+    return list(container["securityContext"]["capabilities"].get("add") or [])
+
+
+def env_names(decision: Any) -> list[str]:
+    return [e["name"] for e in decision.object["spec"]["containers"][0].get("env") or ()]
+
+
+# --- the mpi-operator's Pods --------------------------------------------------------------
+
+
+def test_the_operators_pod_for_the_platforms_mpijob_keeps_what_mlrun_gave_it() -> None:
+    decision = judged(worker(), Requester(MPI), mpijob("mpi-1", MLRUN_API.username))
+    assert decision.applies and decision.allowed, decision.message()
+    assert not rules(decision), decision.message()
+    assert added_capabilities(decision) == ["IPC_LOCK"]
+    assert env_names(decision) == ["V3IO_ACCESS_KEY"]
+    assert decision.object["spec"]["volumes"][0]["configMap"]["name"] == "train-1-config"
+
+
+def test_a_users_mpijob_gets_nothing_of_the_platforms() -> None:
+    decision = judged(worker(), Requester(MPI), mpijob("mpi-1", "alice"))
+    assert added_capabilities(decision) == []  # stripped (onRoot: Strip)
+    assert env_names(decision) == []  # the auth secret stripped (onForbidden: Strip)
+    assert "volumes.pre-existing" in rules(decision)
+    assert "configMap train-1-config" in decision.message()
+
+
+def test_the_grants_are_the_operators_not_every_platform_pods() -> None:
+    """The platform's own identity submitting the same Pod is a platform run, but not one
+    the mpi-operator made: MLRun's API never mounts the operator's ConfigMap itself."""
+    decision = judged(worker(), MLRUN_API, mpijob("mpi-1", MLRUN_API.username))
+    assert env_names(decision) == ["V3IO_ACCESS_KEY"]
+    assert added_capabilities(decision) == []
+    assert "volumes.pre-existing" in rules(decision)
+
+
+def test_a_pod_a_user_submits_naming_the_operators_configmap_is_refused() -> None:
+    pod = worker()
+    del pod["metadata"]["ownerReferences"]
+    decision = judged(pod, ALICE)
+    assert added_capabilities(decision) == []
+    assert "volumes.pre-existing" in rules(decision)
+
+
+def test_a_forged_owner_of_another_kind_or_uid_grants_nothing() -> None:
+    platform_job = mpijob("mpi-1", MLRUN_API.username)
+    for pod in (worker(owner_uid="mpi-2"), worker(owner_kind="TFJob")):
+        decision = judged(pod, Requester(MPI), platform_job)
+        assert added_capabilities(decision) == [], pod["metadata"]["ownerReferences"]
+        assert "volumes.pre-existing" in rules(decision)
+
+
+def test_another_jobs_configmap_is_not_the_operators_for_this_one() -> None:
+    pod = worker()
+    pod["spec"]["volumes"][0]["configMap"]["name"] = "train-2-config"
+    decision = judged(pod, Requester(MPI), mpijob("mpi-1", MLRUN_API.username))
+    assert "volumes.pre-existing" in rules(decision)
+    assert added_capabilities(decision) == ["IPC_LOCK"]
+
+
+def test_a_debug_container_gets_no_operator_capability() -> None:
+    pod = worker()
+    pod["spec"]["ephemeralContainers"] = [
+        {"name": "debug", "image": "busybox",
+         "securityContext": {"capabilities": {"add": ["IPC_LOCK"]}}}
+    ]  # fmt: skip
+    decision = judged(pod, Requester(MPI), mpijob("mpi-1", MLRUN_API.username))
+    paths = {v.path for v in decision.violations if v.rule == "security.capabilities"}
+    assert paths == {"spec.ephemeralContainers[0].securityContext.capabilities.add"}
+
+
+def test_through_a_job_the_operator_created_as_mpi_operator_v2_makes_the_launcher() -> None:
+    """mpi-operator v2beta1: the launcher is a Job the operator creates for the MPIJob, and
+    the job-controller creates its Pod: the grant follows the chain by uid."""
+    job = {"apiVersion": "batch/v1", "kind": "Job",
+           "metadata": {"name": "train-1-launcher", "namespace": NS, "uid": "job-1",
+                        "labels": {POLICY_LABEL: "mlrun"},
+                        "annotations": {STAMP: MPI, PLATFORM_RECORD: "true"},
+                        "ownerReferences": [{"apiVersion": "kubeflow.org/v2beta1",
+                                             "kind": "MPIJob", "name": "train-1",
+                                             "uid": "mpi-1", "controller": True}]}}  # fmt: skip
+    pod = worker(owner_uid="job-1", owner_kind="Job")
+    pod["metadata"]["ownerReferences"][0].update(apiVersion="batch/v1", name="train-1-launcher")
+    decision = judged(pod, Requester(JOB_CONTROLLER), job, mpijob("mpi-1", MLRUN_API.username))
+    assert not rules(decision), decision.message()
+    assert added_capabilities(decision) == ["IPC_LOCK"]
+    # a Job someone else made for the platform's MPIJob is not the operator's
+    job["metadata"]["annotations"][STAMP] = "alice"
+    other = judged(pod, Requester(JOB_CONTROLLER), job, mpijob("mpi-1", MLRUN_API.username))
+    assert added_capabilities(other) == []
+
+
+def test_on_update_the_grant_is_read_from_the_stamp_recorded_at_create() -> None:
+    created = judged(worker(), Requester(MPI), mpijob("mpi-1", MLRUN_API.username)).object
+    assert created["metadata"]["annotations"][STAMP] == MPI
+    updated = copy.deepcopy(created)
+    updated["metadata"]["labels"]["mpi-job-role"] = "worker"
+    updated["metadata"]["annotations"]["note"] = "status"
+    state = StaticClusterState.from_documents([mpijob("mpi-1", MLRUN_API.username)])
+    context = Context(Requester(MPI), state, operation="UPDATE")
+    decision = validate(updated, EXAMPLE, namespace=NS, old=created, context=context)
+    assert decision.allowed and not rules(decision), decision.message()
+
+
+# --- the V3IO daemon's node directories ------------------------------------------------------
+
+
+def daemon_pod(path: str, namespace: str = NS) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "etl", "namespace": namespace,
+                     "labels": {"mlrun/class": "remote-spark", "mlrun/project": "fraud"}},
+        "spec": {
+            "containers": [{"name": "base", "image": "iguazio/shell:3.6.2",
+                            "volumeMounts": [{"name": "v3iod-comm",
+                                              "mountPath": "/var/run/iguazio/dayman"}]}],
+            "volumes": [{"name": "v3iod-comm", "hostPath": {"path": path, "type": ""}}],
+        },
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("path", "allowed"),
+    [
+        (f"/var/run/iguazio/dayman/{NS}", True),
+        (f"/var/run/iguazio/dayman-shm/{NS}", True),
+        (f"/var/run/iguazio/dayman/{NS}/", True),  # the same directory
+        ("/var/run/iguazio/dayman/other-tenant", False),  # another namespace's daemon
+        (f"/var/run/iguazio/dayman/{NS}/sub", False),  # below: not the daemon's directory
+        ("/var/run/iguazio/dayman", False),  # above: every namespace's
+        ("/var/run/iguazio", False),
+        ("/", False),
+        (f"/var/run/iguazio/dayman/{NS}/../../../../etc", False),
+        ("/var/lib/kubelet", False),
+    ],
+)
+def test_only_the_daemons_directories_of_the_runs_namespace(path: str, allowed: bool) -> None:
+    decision = judged(daemon_pod(path), MLRUN_API)
+    assert ("volumes.forbidden-type" not in rules(decision)) is allowed, decision.message()
+
+
+def test_a_users_pod_gets_no_node_directory() -> None:
+    decision = judged(daemon_pod(f"/var/run/iguazio/dayman/{NS}"), ALICE)
+    assert "volumes.forbidden-type" in rules(decision)
+    assert "only runs the platform creates may use it" in decision.message()
+
+
+def test_without_allowed_host_paths_every_host_path_is_refused_as_before() -> None:
+    run = EXAMPLE.named("mlrun")
+    assert run is not None
+    volumes = run.volumes.model_copy(update={"allowed_host_paths": ()})
+    bare = run.model_copy(update={"volumes": volumes, "alternatives": ()})
+    pod = daemon_pod(f"/var/run/iguazio/dayman/{NS}")
+    decision = evaluate(pod, bare, namespace=NS, context=Context(MLRUN_API))
+    assert "volumes.forbidden-type" in rules(decision)
+    assert "of type hostPath is not allowed" in decision.message()
+
+
+@pytest.mark.parametrize(
+    "path", ["var/run/x", "/var/run/../etc", "/var/./run", "/var/run/", "/var/*/x", "/{ns}"]
+)
+def test_an_allowed_host_path_is_one_absolute_path_without_steps_back(path: str) -> None:
+    spec = {"selector": {"matchLabels": {"a": "b"}}, "volumes": {"allowedHostPaths": [path]}}
+    with pytest.raises(ValidationError):
+        RunPolicySpec.model_validate(spec)
+    ok = {**spec, "volumes": {"allowedHostPaths": ["/var/run/iguazio/dayman/{namespace}"]}}
+    assert RunPolicySpec.model_validate(ok).volumes.allowed_host_paths
