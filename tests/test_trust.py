@@ -114,6 +114,28 @@ def test_removing_the_policy_label_is_put_back() -> None:
     assert "scope.labels" in rules(bypassed)
 
 
+def test_a_status_update_neither_relabels_nor_forges_records() -> None:
+    """pods/status stores labels and annotations (only the spec is put back): judged as
+    any UPDATE, the run stays in its RunPolicy and keeps runguard's records; a status
+    update that leaves the metadata alone (the kubelet's) goes through untouched."""
+    run = created(pod(), CORE)
+    left = copy.deepcopy(run)
+    del left["metadata"]["labels"]["app.kubernetes.io/managed-by"]
+    _, validation = update(left, run, ALICE, subresource="status")
+    assert not validation.allowed and "scope.labels" in rules(validation)
+    forged = copy.deepcopy(run)
+    forged["metadata"]["annotations"][STAMP] = "alice"
+    forged["metadata"]["labels"][POLICY_LABEL] = "builds"
+    mutation, validation = update(forged, run, ALICE, subresource="status")
+    assert mutation.object["metadata"] == run["metadata"]
+    assert validation.allowed, validation.message()
+    reported = copy.deepcopy(run)
+    reported["status"] = {"phase": "Failed"}
+    kubelet = Requester("system:node:n1", ("system:nodes",))
+    mutation, validation = update(reported, run, kubelet, subresource="status")
+    assert mutation.patch == [] and validation.allowed, validation.message()
+
+
 def test_moving_a_run_to_the_lax_build_policy_by_a_label_is_denied() -> None:
     run = created(pod(), CORE)
     moved = copy.deepcopy(run)
