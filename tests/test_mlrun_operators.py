@@ -23,7 +23,7 @@ import pytest
 from pydantic import ValidationError
 
 from webhook.clusterstate.static import StaticClusterState
-from webhook.engine import evaluate, validate
+from webhook.engine import evaluate, mutate, validate
 from webhook.engine.context import PLATFORM_RECORD, POLICY_LABEL, STAMP, Context, Requester
 from webhook.policy.loader import load_policy
 from webhook.policy.model import RunPolicySpec
@@ -259,3 +259,81 @@ def test_an_allowed_host_path_is_one_absolute_path_without_steps_back(path: str)
         RunPolicySpec.model_validate(spec)
     ok = {**spec, "volumes": {"allowedHostPaths": ["/var/run/iguazio/dayman/{namespace}"]}}
     assert RunPolicySpec.model_validate(ok).volumes.allowed_host_paths
+
+
+# --- an owner another webhook adds: the spark-operator's ------------------------------------
+
+SPARK = "system:serviceaccount:mlrun:spark-operator"
+
+
+def spark_application(uid: str, creator: str) -> dict[str, Any]:
+    annotations = {STAMP: creator}
+    if creator == MLRUN_API.username:
+        annotations[PLATFORM_RECORD] = "true"
+    return {"apiVersion": "sparkoperator.k8s.io/v1beta2", "kind": "SparkApplication",
+            "metadata": {"name": "etl-1", "namespace": NS, "uid": uid,
+                         "annotations": annotations}}  # fmt: skip
+
+
+def driver() -> dict[str, Any]:
+    """The driver Pod as spark-submit creates it, before the spark-operator's webhook."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "etl-1-driver", "namespace": NS,
+                     "labels": {"mlrun/class": "spark", "mlrun/project": "fraud",
+                                "spark-role": "driver"}},
+        "spec": {"containers": [{"name": "spark-kubernetes-driver", "image": "spark:3.2.3",
+                                 "env": [{"name": "V3IO_ACCESS_KEY", "valueFrom": {
+                                     "secretKeyRef": {"name": AUTH, "key": "accessKey"}}}]}]},
+    }  # fmt: skip
+
+
+def spark_webhook(pod: dict[str, Any]) -> dict[str, Any]:
+    """What the spark-operator's mutating webhook adds (patchSparkPod): the
+    SparkApplication as the driver's controller owner, and its volumes."""
+    pod = copy.deepcopy(pod)
+    pod["metadata"]["ownerReferences"] = [
+        {"apiVersion": "sparkoperator.k8s.io/v1beta2", "kind": "SparkApplication",
+         "name": "etl-1", "uid": "app-1", "controller": True}
+    ]  # fmt: skip
+    pod["spec"]["volumes"] = [
+        {"name": "v3iod-comm", "hostPath": {"path": f"/var/run/iguazio/dayman/{NS}", "type": ""}}
+    ]
+    return pod
+
+
+def test_runguard_before_the_operators_webhook_strips_nothing_the_whole_chain_keeps() -> None:
+    """runguard's mutating webhook is called before the spark-operator's ("runguard" sorts
+    first): the driver has no owner yet, so its ownership is undecided and the secret
+    stays; reinvoked after the operator's webhook, it finds the SparkApplication the
+    platform created, and the validating webhook admits the whole."""
+    state = StaticClusterState.from_documents([spark_application("app-1", MLRUN_API.username)])
+    context = Context(Requester(SPARK), state)
+    first = mutate(driver(), EXAMPLE, namespace=NS, context=context)
+    assert env_names(first) == ["V3IO_ACCESS_KEY"]
+    again = mutate(spark_webhook(first.object), EXAMPLE, namespace=NS, context=context)
+    final = again.object
+    assert final["metadata"]["annotations"][PLATFORM_RECORD] == "true"
+    decision = validate(final, EXAMPLE, namespace=NS, context=context)
+    assert decision.allowed and not rules(decision), decision.message()
+    assert env_names(decision) == ["V3IO_ACCESS_KEY"]
+
+
+def test_a_driver_that_never_gets_an_owner_is_not_admitted_with_the_platforms_secret() -> None:
+    """The operator's webhook disabled: the driver reaches validation with no owner;
+    runguard cannot tell whose it is and fails closed, naming the kind."""
+    state = StaticClusterState.from_documents([spark_application("app-1", MLRUN_API.username)])
+    context = Context(Requester(SPARK), state)
+    mutated = mutate(driver(), EXAMPLE, namespace=NS, context=context).object
+    decision = validate(mutated, EXAMPLE, namespace=NS, context=context)
+    assert "ownership.unknown" in rules(decision)
+    assert "named no owner of kind sparkoperator.k8s.io/SparkApplication" in decision.message()
+
+
+def test_the_driver_of_a_users_spark_application_gets_nothing() -> None:
+    state = StaticClusterState.from_documents([spark_application("app-1", "alice")])
+    context = Context(Requester(SPARK), state)
+    decision = evaluate(spark_webhook(driver()), EXAMPLE, namespace=NS, context=context)
+    assert env_names(decision) == []
+    assert "volumes.forbidden-type" in rules(decision)

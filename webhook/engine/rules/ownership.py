@@ -1,4 +1,4 @@
-"""Ownership (SPEC sections 7 and 8): the platform's volumes and secrets only for its runs.
+"""Ownership: the platform's volumes and secrets only for its runs.
 
 Names and labels are written by whoever writes the manifest, so they cannot alone decide
 what a run may use. With ``platform.identities`` set, an object is the platform's when,
@@ -11,7 +11,9 @@ at its CREATE:
   (``platform.operators``) and the object's controller owner, of a kind that identity
   owns, found *by uid* in the cluster state, was the platform's when *it* was created.
   An ``ownerReferences`` a user writes proves nothing: the requester must be the
-  controller itself.
+  controller itself. An operator's object with no owner of its kinds yet is undecided
+  (``unknown``), not refused: the operator's own webhook may add the owner after
+  runguard's mutation, and validation, which sees the object whole, decides.
 
 That decision is recorded by runguard at CREATE (``runguard.io/platform``, beside the
 stamp ``runguard.io/requested-by``), overwriting anything sent, and never changes: later
@@ -242,6 +244,15 @@ def _through_owner(
         return Ownership(False)
     owner = _controller_owner(object_meta.get("ownerReferences"), kinds)
     if owner is None:
+        if depth == 0 and requester.username in policy.platform.operators_by_user:
+            # An operator's own webhook may add the owner after runguard's mutation (the
+            # spark-operator's makes the SparkApplication the driver's owner): undecided, so
+            # /mutate strips nothing that /validate, seeing the whole chain, would keep.
+            return Ownership(
+                False,
+                f"its operator {requester.username} named no owner of kind "
+                f"{' or '.join(sorted(kinds))}",
+            )
         return Ownership(False)
     kind, name, uid = owner
     state = context.state
