@@ -40,14 +40,18 @@ LABELS = {"mlrun/class": "mpijob", "mlrun/project": "fraud", "mlrun/uid": "u1",
 AUTH = "mlrun-auth-secrets.c29a30e28e4a11b58caac2394aaac55767ddf697862cd15298f2354a"
 
 
-def mpijob(uid: str, creator: str) -> dict[str, Any]:
-    """An MPIJob as the cluster state holds it: recorded by runguard at its CREATE."""
+def recorded(api_version: str, kind: str, name: str, uid: str, creator: str) -> dict[str, Any]:
+    """A custom resource as the cluster state holds it: recorded by runguard at its CREATE."""
     annotations = {STAMP: creator}
     if creator == MLRUN_API.username:
         annotations[PLATFORM_RECORD] = "true"
-    return {"apiVersion": "kubeflow.org/v1", "kind": "MPIJob",
-            "metadata": {"name": "train-1", "namespace": NS, "uid": uid,
+    return {"apiVersion": api_version, "kind": kind,
+            "metadata": {"name": name, "namespace": NS, "uid": uid,
                          "annotations": annotations}}  # fmt: skip
+
+
+def mpijob(uid: str, creator: str) -> dict[str, Any]:
+    return recorded("kubeflow.org/v1", "MPIJob", "train-1", uid, creator)
 
 
 def worker(owner_uid: str = "mpi-1", owner_kind: str = "MPIJob") -> dict[str, Any]:
@@ -267,12 +271,7 @@ SPARK = "system:serviceaccount:mlrun:spark-operator"
 
 
 def spark_application(uid: str, creator: str) -> dict[str, Any]:
-    annotations = {STAMP: creator}
-    if creator == MLRUN_API.username:
-        annotations[PLATFORM_RECORD] = "true"
-    return {"apiVersion": "sparkoperator.k8s.io/v1beta2", "kind": "SparkApplication",
-            "metadata": {"name": "etl-1", "namespace": NS, "uid": uid,
-                         "annotations": annotations}}  # fmt: skip
+    return recorded("sparkoperator.k8s.io/v1beta2", "SparkApplication", "etl-1", uid, creator)
 
 
 def driver() -> dict[str, Any]:
