@@ -37,12 +37,11 @@ spec:
 
 
 # Every test policy below names platform objects without platform.identities: lint
-# says names alone can be forged (SPEC section 7), on the line of ``spec:``.
+# says names alone can be forged, on the line of ``spec:``.
 NAMES_ALONE = (
     "spec: no platform.identities: platform names alone decide what a run may use, and "
     "names and labels are written by whoever writes the manifest (a Pod labelled with "
-    "another run's id gets that run's volumes and secrets); list the platform's user "
-    "(SPEC section 7)"
+    "another run's id gets that run's volumes and secrets); list the platform's user"
 )
 
 
@@ -291,7 +290,7 @@ def test_lint_cluster_state_names_classes_the_cluster_lacks(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """runguard lint --cluster-state (and --cluster): a class a policy names that the
-    cluster lacks would make the apiserver refuse every run (SPEC section 7)."""
+    cluster lacks would make the apiserver refuse every run."""
     state = tmp_path / "state.yaml"
     state.write_text(
         "apiVersion: scheduling.k8s.io/v1\nkind: PriorityClass\n"

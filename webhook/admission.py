@@ -1,7 +1,7 @@
 """AdmissionReview plumbing: parse a review, ask the engine, build the response.
 
 Everything here is a pure function of its arguments (no Flask, no I/O), so the HTTP
-layer (``app.py``) only moves bytes and the rules of SPEC section 4 are testable alone.
+layer (``app.py``) only moves bytes and the HTTP contract's rules are testable alone.
 
 Two error families, as in kopf and Kyverno:
 

@@ -59,7 +59,7 @@ class Runguard:
 
     store: PolicyStore
     audit: AuditLog
-    # What ownership decisions read beyond the review (SPEC section 7): the watch cache,
+    # What ownership decisions read beyond the review (ownership): the watch cache,
     # or None when the server keeps none (decisions needing it then fail closed).
     cluster_state: ClusterView | None = None
     # The watch process keeping it (``webhook.clusterstate``), when this app started one.

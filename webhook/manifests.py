@@ -2,7 +2,7 @@
 
 ``webhook_configurations(policy)`` returns the ``MutatingWebhookConfiguration`` and
 ``ValidatingWebhookConfiguration`` as dicts. They route to runguard only what it must
-judge (SPEC section 7, "Fail closed, narrowly"), and every webhook fails closed:
+judge (fail closed, narrowly), and every webhook fails closed:
 
 - Pods by ``objectSelector``, the policy's ``selector``;
 - pod controllers (Jobs, CronJobs, Deployments, StatefulSets, ReplicaSets, DaemonSets,
@@ -253,7 +253,7 @@ def _selector(selector: LabelSelector, labels: str) -> _Expr | None:
 
 
 def _runs(policy: Policy, labels: str) -> _Expr | None:
-    """The labels match one of the policy's RunPolicies' selectors (SPEC section 1: several
+    """The labels match one of the policy's RunPolicies' selectors (several
     RunPolicies); None when one of them is empty (everything is a run)."""
     terms = [_selector(p.selector, labels) for p in policy.run_policies()]
     if any(t is None for t in terms):
@@ -350,7 +350,7 @@ def _doors(items: list[_DoorItem], base: str) -> _Expr | None:
 
 def _name_regexes(policy: Policy) -> dict[str, str]:
     """kind -> the regex of every platform name of that kind, over every RunPolicy with
-    ownership on (SPEC section 8: every RunPolicy's names are routed)."""
+    ownership on (every RunPolicy's names are routed)."""
     out = {}
     for kind in ("PersistentVolumeClaim", "ConfigMap", "Secret"):
         patterns = [
@@ -419,7 +419,7 @@ def references_expression(policy: Policy, spec: str) -> str | None:
 def _reserved(policy: Policy) -> dict[str, str]:
     """resource -> the regex of the names the platform reserves for it, if any: every
     pattern of every RunPolicy with ownership on, as ``ownership.reserved_name`` reads
-    them (installation-wide names too: SPEC section 8)."""
+    them (installation-wide names too)."""
     regexes = _name_regexes(policy)
     return {
         resource: regexes[kind] for resource, kind in PLATFORM_OBJECTS.items() if kind in regexes
@@ -551,7 +551,7 @@ def plural(kind: str) -> str:
 
 def _operator_rules(policy: Policy) -> list[dict[str, Any]]:
     """The operators' kinds (``platform.operators``), stamped at CREATE and kept on
-    UPDATE, so that their Pods' ownership can follow them (SPEC section 8)."""
+    UPDATE, so that their Pods' ownership can follow them."""
     by_group: dict[str, list[str]] = {}
     for p in policy.run_policies():
         if ownership_enabled(p):

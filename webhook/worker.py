@@ -7,7 +7,7 @@ its own. ``SharedListenerWorker`` is the same without the socket of its own, for
 
 gunicorn answers what it cannot hand to the application (a bad request line, a URI
 over ``limit_request_line``, too many or too large headers) from ``handle_error``, with
-an HTML page. SPEC section 4 promises a JSON error for every 4xx: this worker answers
+an HTML page. runguard promises a JSON error for every 4xx: this worker answers
 ``{"error", "code", "message"}`` with ``Content-Type: application/json``, the same
 shape as the application's errors. A failed TLS handshake (a client certificate
 refused, see ``--client-ca``) gets no answer: there is no TLS session to send it in.

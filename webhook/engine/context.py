@@ -1,4 +1,4 @@
-"""Who asks, and what the cluster holds: the context ownership decisions need (SPEC section 7).
+"""Who asks, and what the cluster holds: the context ownership decisions need.
 
 The engine stays pure: the server hands it the request's user and a read-only view of
 the cluster (a watch cache online, a file offline); nothing here does I/O.
@@ -87,7 +87,7 @@ OWNERSHIP_OFF = Ownership(True)  # ownership checks off (no platform.identities)
 
 
 def cluster_lacks(context: Context, kind: str, name: str) -> bool:
-    """True when the cluster view is known to lack ``name`` (SPEC section 7: the cluster must
+    """True when the cluster view is known to lack ``name`` (the cluster must
     have what runguard writes). No view, or one not synced yet: not known to lack it."""
     state = context.state
     if state is None or not state.synced(kind):

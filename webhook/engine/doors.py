@@ -1,4 +1,4 @@
-"""Every field of a Pod spec that names another object: the doors (SPEC section 8).
+"""Every field of a Pod spec that names another object: the doors.
 
 One table, read by the engine (``ownership.platform_references``: which of the
 platform's objects a pod spec uses) and by the webhook configurations' CEL
@@ -88,7 +88,7 @@ DOORS: tuple[Door, ...] = (
 NOT_DOORS: dict[str, str] = {
     "volumes.*.ephemeral.volumeClaimTemplate.spec.volumeName": (
         "a PersistentVolume, not a claim: any volumeName of a claim template is a "
-        "pre-existing reference for the volumes rules (SPEC section 6), whatever its name"
+        "pre-existing reference for the volumes rules, whatever its name"
     ),
     "volumes.*.ephemeral.volumeClaimTemplate.spec.storageClassName": (
         "a StorageClass provisions new, empty storage"

@@ -97,7 +97,7 @@ class ClusterClasses(Protocol):
 def lint(directory: str | Path, cluster: ClusterClasses | None = None) -> LintReport:
     """Check a policy directory; never raises for anything in the files. With
     ``cluster``, a class a RunPolicy or profile names that the cluster lacks is an error:
-    the apiserver would refuse every run runguard gave it (SPEC section 7)."""
+    the apiserver would refuse every run runguard gave it."""
     source = read_policy(directory)
     if cluster is not None:
         source.errors.extend(_missing_classes(source, cluster))
@@ -196,7 +196,7 @@ def _run_policy_warnings(doc: SourceDocument, gpu: str) -> Iterator[PolicyIssue]
             "no platform.identities: platform names alone decide what a run may use, and "
             "names and labels are written by whoever writes the manifest (a Pod labelled "
             "with another run's id gets that run's volumes and secrets); list the "
-            "platform's user (SPEC section 7)",
+            "platform's user",
         )
 
     profiles = doc.get(*_PROFILES)

@@ -108,7 +108,7 @@ class PolicySource:
 
     @property
     def run_policy(self) -> SourceDocument | None:
-        """The first RunPolicy by name (SPEC section 1: a Pod is judged by the first whose
+        """The first RunPolicy by name (a Pod is judged by the first whose
         selector matches), which also says what ``gpu`` means in profiles."""
         found = sorted(self.run_policies, key=lambda d: d.name or "")
         return found[0] if found else None

@@ -1,8 +1,8 @@
 """The rules, one module per concern; each holds its mutation steps and its checks.
 
 A concern's fix and its check live side by side, so what mutation repairs and what
-validation refuses cannot drift apart. The order of ``MUTATION_STEPS`` is SPEC section
-2's; adding a step or a check is one line here and a function in its module.
+validation refuses cannot drift apart. The order of ``MUTATION_STEPS`` is the
+documented mutation order; adding a step or a check is one line here and a function in its module.
 """
 
 from __future__ import annotations

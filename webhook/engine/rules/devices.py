@@ -1,4 +1,4 @@
-"""Rule ``resources.device-env``: devices only through resource requests (SPEC section 6).
+"""Rule ``resources.device-env``: devices only through resource requests.
 
 With the NVIDIA container runtime, ``NVIDIA_VISIBLE_DEVICES=all`` in a container exposes
 every GPU of the node, whatever the pod requested. The variables of

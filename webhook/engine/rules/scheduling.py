@@ -49,7 +49,7 @@ def default_priority_class(pod: Pod) -> Change | None:
     if cfg.default_priority_class is None:
         return None  # nothing to put instead: validation denies a disallowed class
     if cluster_lacks(pod.context, "PriorityClass", cfg.default_priority_class):
-        # The apiserver would refuse every run: leave the class to validation (SPEC 7).
+        # The apiserver would refuse every run: leave the class to validation.
         return None
     pod.spec["priorityClassName"] = cfg.default_priority_class
     forget_computed_priority(pod.spec)
