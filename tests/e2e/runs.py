@@ -419,12 +419,19 @@ def wait_for_admission(cluster: Cluster, *, active: bool, timeout: float = 30.0)
         time.sleep(0.2)
 
 
-def wait_for_policy_label(cluster: Cluster, policy: str, what: str, timeout: float = 30.0) -> None:
+def wait_for_policy_label(
+    cluster: Cluster,
+    policy: str,
+    what: str,
+    timeout: float = 30.0,
+    labels: Mapping[str, str] | None = None,
+) -> None:
     """Until the apiserver calls a runguard serving RunPolicy ``policy``: a server dry run
-    of a run Pod comes back with that RunPolicy's label."""
+    of a run Pod (a DigitalHub run, or one with ``labels``) comes back with that
+    RunPolicy's label."""
+    run = {**RUN_LABELS, "dhcore/project": "p1"} if labels is None else dict(labels)
     probe = json.dumps({"apiVersion": "v1", "kind": "Pod",
-                        "metadata": {"name": "probe", "labels": {**RUN_LABELS,
-                                                                 "dhcore/project": "p1"}},
+                        "metadata": {"name": "probe", "labels": run},
                         "spec": {"containers": [{"name": "c", "image": "busybox"}]}})  # fmt: skip
 
     def labelled() -> bool | None:
