@@ -1,14 +1,18 @@
 """Operators' custom resources in the cluster state, through the real apiserver.
 
-runguard serves the shipped policies with an operator added to the digitalhub RunPolicy
-(``system:serviceaccount:digitalhub:argo`` owns Pods through ``argoproj.io/Workflow``),
-with its cluster state watch, registered in place of the session's runguard. The
-Workflow CRD (namespaced, any spec) is installed only after runguard started: until then
-the kind is said in the log, does not hold ``/readyz`` back and an operator's Pod does not
-get the platform's secret; once it is installed the watch lists it, and an operator's
-Pod owned by the platform's Workflow (by uid) keeps the secret while the same Pod owned
-by a Workflow a user created does not. Last, a watch whose account may not list
-Workflows says so (403, what to grant) and lists them once the rule is added.
+runguard serves the shipped policies, whose digitalhub RunPolicy names DigitalHub's
+operators (Argo Workflows' controller owns Pods through ``argoproj.io/Workflow``, KubeAI
+through ``kubeai.org/Model``, KubeRay through ``ray.io/RayJob`` and ``ray.io/RayCluster``),
+with its cluster state watch, registered in place of the session's runguard. The CRDs
+(reduced: namespaced, any spec) are installed only after runguard started: until then
+the kinds are said in the log, do not hold ``/readyz`` back and an operator's Pod does not
+get the platform's secret; once installed the watch lists them, and each operator's Pod
+owned (by uid) by the platform's object keeps the secret while the same Pod owned by a
+user's does not: the whole chain, the platform's custom resource, the operator's
+request, runguard's records, through the real apiserver (KubeRay's two steps included:
+the RayCluster it makes from a RayJob, copying its annotations, then the head Pod). Last,
+a watch whose account may not list Workflows says so (403, what to grant) and lists
+them once the rule is added.
 """
 
 from __future__ import annotations
@@ -47,50 +51,70 @@ pytestmark = pytest.mark.e2e
 JSON = dict[str, Any]
 WORKFLOW = "argoproj.io/Workflow"
 CRD = "workflows.argoproj.io"
-OPERATOR_ACCOUNT = ("digitalhub", "argo")  # namespace, ServiceAccount
-OPERATOR = "system:serviceaccount:digitalhub:argo"
+# namespace, ServiceAccount: as the shipped policies name them (policies/runpolicy.yaml)
+OPERATOR_ACCOUNT = ("digitalhub", "argo-workflow-controller")
+KUBEAI_ACCOUNT = ("digitalhub", "digitalhub-kubeai")
+KUBERAY_ACCOUNT = ("digitalhub", "kuberay-operator")
 RUN = {"app.kubernetes.io/managed-by": "dhcore", "dhcore/run": "r1", "dhcore/project": "p1"}
 SECRET = "sec-api-r1"  # the run's own secret (policies/runpolicy.yaml: sec-*-{run})
 WAIT = 90.0  # the watch looks a missing kind up again with backoff (at most 30 s between)
 RBAC = "rbac.authorization.k8s.io"
 
 
-def workflow_crd() -> JSON:
-    """Argo's Workflow, reduced to what the apiserver needs: namespaced, any content."""
+@dataclass(frozen=True)
+class Kind:
+    """A custom resource kind an operator owns Pods through."""
+
+    group: str
+    version: str
+    kind: str
+
+    @property
+    def plural(self) -> str:
+        return self.kind.lower() + "s"
+
+    @property
+    def crd(self) -> str:
+        return f"{self.plural}.{self.group}"
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}"
+
+    @property
+    def group_kind(self) -> str:
+        return f"{self.group}/{self.kind}"
+
+
+WORKFLOW_KIND = Kind("argoproj.io", "v1alpha1", "Workflow")
+MODEL = Kind("kubeai.org", "v1", "Model")
+RAYJOB = Kind("ray.io", "v1", "RayJob")
+RAYCLUSTER = Kind("ray.io", "v1", "RayCluster")
+
+
+def custom_resource_definition(kind: Kind) -> JSON:
+    """The operator's CRD, reduced to what the apiserver needs: namespaced, any content."""
     schema = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
-        "metadata": {"name": CRD},
+        "metadata": {"name": kind.crd},
         "spec": {
-            "group": "argoproj.io",
-            "names": {"kind": "Workflow", "listKind": "WorkflowList", "plural": "workflows",
-                      "singular": "workflow"},
+            "group": kind.group,
+            "names": {"kind": kind.kind, "listKind": kind.kind + "List", "plural": kind.plural,
+                      "singular": kind.kind.lower()},
             "scope": "Namespaced",
-            "versions": [{"name": "v1alpha1", "served": True, "storage": True,
+            "versions": [{"name": kind.version, "served": True, "storage": True,
                           "schema": {"openAPIV3Schema": schema}}],
         },
     }  # fmt: skip
 
 
-def install_crd(cluster: Cluster) -> None:
-    cluster.kubectl("apply", "-f", "-", input=json.dumps(workflow_crd()), check=True)
-    cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", f"crd/{CRD}",
+def install_crd(cluster: Cluster, kind: Kind = WORKFLOW_KIND) -> None:
+    crd = json.dumps(custom_resource_definition(kind))
+    cluster.kubectl("apply", "-f", "-", input=crd, check=True)
+    cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", f"crd/{kind.crd}",
                     check=True)  # fmt: skip
-
-
-def operator_policies(directory: Path) -> Path:
-    """The shipped policies, the digitalhub RunPolicy naming the Argo operator."""
-    directory.mkdir()
-    for source in sorted((REPO / "policies").glob("*.yaml")):
-        documents = list(yaml.safe_load_all(source.read_text()))
-        for document in documents:
-            if document.get("kind") == "RunPolicy" and document["metadata"]["name"] == "digitalhub":
-                document["spec"]["platform"]["operators"] = [
-                    {"identity": OPERATOR, "kinds": [WORKFLOW]}
-                ]
-        (directory / source.name).write_text(yaml.safe_dump_all(documents, sort_keys=False))
-    return directory
 
 
 def role(name: str, rules: list[JSON], *subjects: JSON) -> list[JSON]:
@@ -117,6 +141,8 @@ class Served:
     core: Identity  # the platform
     user: Identity  # a data scientist with edit rights
     operator: Identity  # Argo's workflow controller
+    kubeai: Identity  # KubeAI's controller
+    kuberay: Identity  # KubeRay's operator
 
     def metric(self, name: str, kind: str) -> float | None:
         context = ssl.create_default_context(cafile=str(self.server.ca_file))
@@ -133,26 +159,31 @@ class Served:
 @pytest.fixture(scope="module")
 def served(cluster: Cluster, webhook: Webhook, tmp_path_factory: Any) -> Iterator[Served]:
     base = tmp_path_factory.mktemp("operators")
-    cluster.kubectl("delete", "crd", CRD, "--ignore-not-found", "--wait", check=True)
+    for kind in (WORKFLOW_KIND, MODEL, RAYJOB, RAYCLUSTER):
+        cluster.kubectl("delete", "crd", kind.crd, "--ignore-not-found", "--wait", check=True)
     prepare_cluster(cluster)
     core = platform_identity(cluster)
     user = cluster.user("mallory", ("developers",))
-    operator = cluster.service_account(*OPERATOR_ACCOUNT)
+    accounts = (OPERATOR_ACCOUNT, KUBEAI_ACCOUNT, KUBERAY_ACCOUNT)
+    operator, kubeai, kuberay = (cluster.service_account(*a) for a in accounts)
     # What each needs, "edit" aside (filled by the controller-manager's aggregation, which
     # does not run here, and never covering a custom resource).
     apply(cluster, role(
         "rg-e2e-operators",
         [{"apiGroups": ["argoproj.io"], "resources": ["workflows"], "verbs": ["*"]},
+         {"apiGroups": ["kubeai.org"], "resources": ["models"], "verbs": ["*"]},
+         {"apiGroups": ["ray.io"], "resources": ["rayjobs", "rayclusters"], "verbs": ["*"]},
          {"apiGroups": [""], "resources": ["pods", "secrets"], "verbs": ["*"]}],
         {"kind": "ServiceAccount", "name": "core", "namespace": "digitalhub"},
-        {"kind": "ServiceAccount", "name": OPERATOR_ACCOUNT[1], "namespace": OPERATOR_ACCOUNT[0]},
+        *({"kind": "ServiceAccount", "name": name, "namespace": namespace}
+          for namespace, name in accounts),
         {"kind": "User", "name": "mallory", "apiGroup": RBAC},
     ))  # fmt: skip
     state = ("--cluster-state", str(cluster.kubeconfig))
-    server = Runguard(base, operator_policies(base / "policies"), serve_args=state)
-    with instead_of_the_session(webhook, cluster, server):  # ready while the CRD is missing
+    server = Runguard(base, REPO / "policies", serve_args=state)  # naming the operators
+    with instead_of_the_session(webhook, cluster, server):  # ready while the CRDs are missing
         wait_for_policy_label(cluster, "digitalhub", "this module's runguard called")
-        yield Served(server, core, user, operator)
+        yield Served(server, core, user, operator, kubeai, kuberay)
 
 
 @pytest.fixture
@@ -167,19 +198,44 @@ def space(cluster: Cluster, served: Served) -> Iterator[str]:
     cluster.kubectl("delete", "namespace", name, "--wait=false")
 
 
-def step_pod(name: str, workflow: str, uid: str) -> JSON:
-    """The Pod Argo creates for a step of ``workflow``: a run reading the run's secret."""
-    owner = {"apiVersion": "argoproj.io/v1alpha1", "kind": "Workflow", "name": workflow,
-             "uid": uid, "controller": True, "blockOwnerDeletion": True}  # fmt: skip
+def owner_reference(kind: Kind, name: str, uid: str) -> JSON:
+    return {"apiVersion": kind.api_version, "kind": kind.kind, "name": name, "uid": uid,
+            "controller": True, "blockOwnerDeletion": True}  # fmt: skip
+
+
+def operator_pod(name: str, labels: JSON, owner: JSON, container: str, image: str) -> JSON:
+    """A Pod an operator creates for ``owner``, reading the run's secret through envFrom."""
     return {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": name, "labels": {**RUN, "workflows.argoproj.io/workflow": workflow},
-                     "ownerReferences": [owner]},
+        "metadata": {"name": name, "labels": labels, "ownerReferences": [owner]},
         "spec": {"restartPolicy": "Never",
-                 "containers": [{"name": "main", "image": "python:3.11",
+                 "containers": [{"name": container, "image": image,
                                  "envFrom": [{"secretRef": {"name": SECRET}}]}]},
     }  # fmt: skip
+
+
+def step_pod(name: str, workflow: str, uid: str) -> JSON:
+    """The Pod Argo creates for a step of ``workflow``: a run reading the run's secret."""
+    labels = {**RUN, "workflows.argoproj.io/workflow": workflow}
+    owner = owner_reference(WORKFLOW_KIND, workflow, uid)
+    return operator_pod(name, labels, owner, "main", "python:3.11")
+
+
+def model_pod(name: str, model: str, uid: str) -> JSON:
+    """The model server Pod KubeAI creates for ``model`` (tests/platforms/digitalhub/
+    kubeai-model.yaml, reduced): KubeAI's labels, not a run."""
+    labels = {"app": "model", "model": model, "app.kubernetes.io/managed-by": "kubeai"}
+    owner = owner_reference(MODEL, model, uid)
+    return operator_pod(name, labels, owner, "server", "substratusai/vllm:v0.6.3")
+
+
+def ray_head_pod(name: str, cluster: str, uid: str) -> JSON:
+    """The head Pod KubeRay creates for ``cluster`` (tests/platforms/digitalhub/
+    ray-head.yaml, reduced): the run's labels from the head group's template, a run."""
+    labels = {**RUN, "ray.io/cluster": cluster, "ray.io/node-type": "head"}
+    owner = owner_reference(RAYCLUSTER, cluster, uid)
+    return operator_pod(name, labels, owner, "ray-head", "rayproject/ray:2.55.1")
 
 
 def create(who: Identity, namespace: str, obj: JSON, *args: str) -> JSON | None:
@@ -208,19 +264,49 @@ def kept_secret(pod: JSON | None) -> bool:
 
 def workflow(who: Identity, namespace: str, name: str) -> JSON:
     spec = {"entrypoint": "main", "templates": [{"name": "main", "container": {"image": "x"}}]}
-    made = create(who, namespace, {"apiVersion": "argoproj.io/v1alpha1", "kind": "Workflow",
-                                   "metadata": {"name": name}, "spec": spec})  # fmt: skip
+    return custom(who, namespace, WORKFLOW_KIND, name, spec)
+
+
+def custom(who: Identity, namespace: str, kind: Kind, name: str, spec: JSON, **meta: Any) -> JSON:
+    """A custom resource ``who`` creates, as the apiserver stored it."""
+    obj = {"apiVersion": kind.api_version, "kind": kind.kind,
+           "metadata": {"name": name, **meta}, "spec": spec}  # fmt: skip
+    made = create(who, namespace, obj)
     assert made is not None
     return made
+
+
+def cached(served: Served, kind: Kind, count: int) -> None:
+    """Wait until runguard's cache holds ``count`` objects of ``kind``."""
+
+    def holds() -> bool:
+        status, body = served.server.readyz()
+        return status == 200 and body["clusterState"]["objects"].get(kind.group_kind, 0) >= count
+
+    poll(f"{count} {kind.kind} objects in runguard's cache", holds, timeout=30)
+
+
+def synced(cluster: Cluster, served: Served, kind: Kind) -> None:
+    install_crd(cluster, kind)
+    poll(f"the {kind.kind} kind listed",
+         lambda: served.metric("runguard_cluster_state_synced", kind.group_kind) == 1,
+         WAIT)  # fmt: skip
+
+
+def records(obj: JSON) -> tuple[str | None, str | None]:
+    """runguard's stamp and platform record on ``obj``."""
+    annotations = obj["metadata"].get("annotations", {})
+    return annotations.get("runguard.io/requested-by"), annotations.get("runguard.io/platform")
 
 
 def test_a_kind_not_installed_is_said_and_its_pods_do_not_get_the_secret(
     served: Served, space: str
 ) -> None:
     status, body = served.server.readyz()
-    assert status == 200, body  # the missing CRD does not hold the server back
-    assert WORKFLOW not in body["clusterState"]["waiting"]
-    assert served.metric("runguard_cluster_state_synced", WORKFLOW) == 0
+    assert status == 200, body  # the missing CRDs do not hold the server back
+    for kind in (WORKFLOW_KIND, MODEL, RAYJOB, RAYCLUSTER):
+        assert kind.group_kind not in body["clusterState"]["waiting"]
+        assert served.metric("runguard_cluster_state_synced", kind.group_kind) == 0
     poll("the missing kind said in the log",
          lambda: "argoproj.io/Workflow: discovery" in served.log(), timeout=30)  # fmt: skip
     said = [line for line in served.log().splitlines() if "argoproj.io/Workflow: discovery" in line]
@@ -234,9 +320,7 @@ def test_a_kind_not_installed_is_said_and_its_pods_do_not_get_the_secret(
 def test_once_installed_an_operators_pod_follows_the_platforms_workflow_by_uid(
     cluster: Cluster, served: Served, space: str
 ) -> None:
-    install_crd(cluster)
-    poll("the Workflow kind listed",
-         lambda: served.metric("runguard_cluster_state_synced", WORKFLOW) == 1, WAIT)  # fmt: skip
+    synced(cluster, served, WORKFLOW_KIND)
     assert "argoproj.io/Workflow: served as workflows.argoproj.io/v1alpha1 (namespaced)" in (
         served.log()
     )
@@ -245,12 +329,7 @@ def test_once_installed_an_operators_pod_follows_the_platforms_workflow_by_uid(
     # runguard's records, written at CREATE (docs/choices.md, "Trust over time")
     assert mine["metadata"]["annotations"]["runguard.io/platform"] == "true"
     assert "runguard.io/platform" not in theirs["metadata"].get("annotations", {})
-
-    def cached() -> bool:
-        status, body = served.server.readyz()
-        return status == 200 and body["clusterState"]["objects"].get(WORKFLOW, 0) >= 2
-
-    poll("both Workflows in runguard's cache", cached, timeout=30)
+    cached(served, WORKFLOW_KIND, 2)
     uid = mine["metadata"]["uid"]
     platform = create(served.operator, space, step_pod("step-1", "pipeline", uid))
     assert kept_secret(platform), platform
@@ -261,6 +340,59 @@ def test_once_installed_an_operators_pod_follows_the_platforms_workflow_by_uid(
     borrowed = create(served.operator, space, step_pod("step-3", "lookalike", uid),
                       "--dry-run=server")  # fmt: skip
     assert not kept_secret(borrowed)
+
+
+def test_kubeais_model_pod_follows_the_platforms_model_by_uid(
+    cluster: Cluster, served: Served, space: str
+) -> None:
+    """KubeAI: the Core's Model, then KubeAI's model server Pod (not a run: KubeAI's
+    labels) reading the run's secret; a user's Model's Pod is refused."""
+    synced(cluster, served, MODEL)
+    spec = {"url": "hf://meta-llama/Llama-3.2-1B-Instruct", "engine": "VLLM",
+            "resourceProfile": "cpu:1", "envFrom": [{"secretRef": {"name": SECRET}}]}  # fmt: skip
+    mine = custom(served.core, space, MODEL, "llama", spec)
+    theirs = custom(served.user, space, MODEL, "llama-2", spec)
+    assert records(mine) == ("system:serviceaccount:digitalhub:core", "true")
+    assert records(theirs) == ("mallory", None)
+    cached(served, MODEL, 2)
+    platform = create(served.kubeai, space, model_pod("model-llama-1", "llama",
+                                                      mine["metadata"]["uid"]))  # fmt: skip
+    assert kept_secret(platform), platform
+    users = create(served.kubeai, space, model_pod("model-llama-2", "llama-2",
+                                                   theirs["metadata"]["uid"]))  # fmt: skip
+    assert users is None  # ownership.not-a-run: denied, not admitted without its secret
+
+
+def test_kuberays_head_pod_follows_the_platforms_rayjob_through_its_raycluster(
+    cluster: Cluster, served: Served, space: str
+) -> None:
+    """KubeRay: the Core's RayJob; KubeRay's RayCluster from it (owned by uid, the RayJob's
+    annotations copied, as rayjob_controller.go does); the head Pod from the RayCluster, a
+    run. A user's RayJob, whose runguard records KubeRay copies too, yields a head Pod
+    without the run's secret."""
+    synced(cluster, served, RAYJOB)
+    synced(cluster, served, RAYCLUSTER)
+    heads = {}
+    for who, name in ((served.core, "train"), (served.user, "train-2")):
+        job = custom(who, space, RAYJOB, name, {"entrypoint": "python main.py"})
+        copied = job["metadata"].get("annotations", {})
+        cached(served, RAYJOB, 1 if who is served.core else 2)
+        owner = owner_reference(RAYJOB, name, job["metadata"]["uid"])
+        made = custom(served.kuberay, space, RAYCLUSTER, f"{name}-x7k2q",
+                      {"rayVersion": "2.55.1"}, annotations=copied,
+                      ownerReferences=[owner])  # fmt: skip
+        platform_record = "true" if who is served.core else None
+        assert records(made) == ("system:serviceaccount:digitalhub:kuberay-operator",
+                                 platform_record), made["metadata"]  # fmt: skip
+        cached(served, RAYCLUSTER, 1 if who is served.core else 2)
+        heads[name] = create(served.kuberay, space,
+                             ray_head_pod(f"{name}-head", made["metadata"]["name"],
+                                          made["metadata"]["uid"]))  # fmt: skip
+    assert kept_secret(heads["train"]), heads["train"]
+    users = heads["train-2"]
+    assert users is not None  # a run: admitted, the secret stripped (onForbidden: Strip)
+    assert "envFrom" not in users["spec"]["containers"][0], users["spec"]
+    assert users["metadata"]["labels"]["runguard.io/policy"] == "digitalhub"
 
 
 def test_a_kind_the_watch_may_not_list_is_said_then_listed_once_granted(
