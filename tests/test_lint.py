@@ -302,3 +302,37 @@ def test_lint_cluster_state_names_classes_the_cluster_lacks(
     assert "the cluster has no PriorityClass 'medium'" in out  # the RunPolicy's default
     assert "the cluster has no PriorityClass 'high'" in out  # a profile's
     assert "the cluster has no RuntimeClass 'nvidia'" in out
+
+
+def test_node_paths_and_operator_patterns_that_give_too_much(pol: Path) -> None:
+    """An allowed host path in the node's system directories (at, above or below one)
+    and an operator ConfigMap pattern matching every name are warned about; the MLRun
+    example's daemon directories are not."""
+    write(
+        pol,
+        "runpolicy.yaml",
+        """\
+        apiVersion: runguard.io/v1
+        kind: RunPolicy
+        metadata: {name: platform}
+        spec:
+          selector: {matchLabels: {run: "yes"}}
+          volumes:
+            allowedHostPaths:
+              [/var, /var/lib/kubelet/pods, /etc/ssl, "/var/run/iguazio/dayman/{namespace}"]
+          platform:
+            identities: [platform]
+            operators:
+              - {identity: op, kinds: [example.com/Job], configMaps: ["*", "{labels[run]}-x"]}
+        """,
+    )
+    assert warnings_of() == [
+        "pol/runpolicy.yaml:8: spec.volumes.allowedHostPaths[0]: /var reaches the node's "
+        "own /var/lib/kubelet: a run mounting it can read or change the node",
+        "pol/runpolicy.yaml:8: spec.volumes.allowedHostPaths[1]: /var/lib/kubelet/pods "
+        "reaches the node's own /var/lib/kubelet: a run mounting it can read or change the node",
+        "pol/runpolicy.yaml:8: spec.volumes.allowedHostPaths[2]: /etc/ssl reaches the node's "
+        "own /etc: a run mounting it can read or change the node",
+        'pol/runpolicy.yaml:12: spec.platform.operators[0].configMaps[0]: pattern "*" '
+        "matches every name: the operator's Pods could mount any ConfigMap",
+    ]

@@ -36,6 +36,9 @@ __all__ = [
     "DnsLabel",
     "DnsSubdomain",
     "Format",
+    "HOST_PATH",
+    "HOST_PATH_PLACEHOLDER",
+    "HostPath",
     "LabelKey",
     "LabelMap",
     "LabelValue",
@@ -160,6 +163,28 @@ def name_pattern_problem(value: object) -> str | None:
     return patterns.name_pattern_problem(value, label_key_problem)
 
 
+HOST_PATH_PLACEHOLDER = "{namespace}"
+_HOST_STEP = re.compile(r"([A-Za-z0-9._-]|\{namespace\})+")
+
+
+def host_path_problem(value: object) -> str | None:
+    """Why ``value`` is not one node directory: absolute, steps of letters, digits, "-",
+    "_", "." (never "." or ".." alone) and ``{namespace}``, no trailing "/"."""
+    if not isinstance(value, str):
+        return None
+    if not value.startswith("/") or value == "/":
+        return f'"{value}" is not an absolute path below "/"'
+    for step in value[1:].split("/"):
+        if step in ("", ".", ".."):
+            return f'"{value}": an empty, "." or ".." step (write the path itself)'
+        if not _HOST_STEP.fullmatch(step):
+            return (
+                f'"{value}": only letters, digits, "-", "_", "." and {HOST_PATH_PLACEHOLDER} '
+                "in a step (no wildcard: the exact path)"
+            )
+    return None
+
+
 # --- Format: a check, a conversion and a schema definition ------------------------------
 
 
@@ -271,7 +296,19 @@ NAME_PATTERN = Format(
     keywords={"minLength": 1},
 )
 
-FORMATS = (QUANTITY, LABEL_KEY, LABEL_VALUE, DNS_LABEL, DNS_SUBDOMAIN, RESOURCE_NAME, NAME_PATTERN)
+HOST_PATH = Format(
+    "host-path",
+    "hostPath",
+    "A node directory, exactly: an absolute path, `{namespace}` standing for the run's "
+    "namespace, e.g. `/var/run/iguazio/dayman/{namespace}`.",
+    host_path_problem,
+    keywords={"pattern": r"^(/([A-Za-z0-9._-]|\{namespace\})+)+$", "maxLength": 4096},
+)
+
+FORMATS = (
+    QUANTITY, LABEL_KEY, LABEL_VALUE, DNS_LABEL, DNS_SUBDOMAIN, RESOURCE_NAME, NAME_PATTERN,
+    HOST_PATH,
+)  # fmt: skip
 FORMAT_PROBLEMS: dict[str, Callable[[object], str | None]] = {f.name: f.problem for f in FORMATS}
 
 Quantity = Annotated[str, QUANTITY]  # kept as its text ("2", "500m"): parsed where compared
@@ -282,6 +319,7 @@ DnsLabel = Annotated[str, DNS_LABEL]
 DnsSubdomain = Annotated[str, DNS_SUBDOMAIN]
 ResourceName = Annotated[str, RESOURCE_NAME]
 NamePatternText = Annotated[NamePattern, NAME_PATTERN]
+HostPath = Annotated[str, HOST_PATH]
 
 
 def format_checker() -> FormatChecker:

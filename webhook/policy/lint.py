@@ -43,6 +43,13 @@ _DEFAULT_REQUESTS = _run("resources", "defaults", "requests")
 _DEFAULT_LIMITS = _run("resources", "defaults", "limits")
 _SECCOMP = _run("security", "seccomp_profile")
 _ALLOWED_TYPES = _run("volumes", "allowed_types")
+_HOST_PATHS = _run("volumes", "allowed_host_paths")
+_OPERATORS = _run("platform", "operators")
+# Node directories a run must never reach: the node's own system and the kubelet's and
+# the container runtime's state (a hostPath at, above or below one of them).
+_NODE_SYSTEM = ("/etc", "/proc", "/sys", "/dev", "/root", "/boot", "/var/lib/kubelet",
+                "/var/lib/containerd", "/run/containerd", "/var/run/containerd",
+                "/var/run/docker.sock", "/var/lib/docker", "/var/log")  # fmt: skip
 _PREEMPTION = _run("scheduling", "preemption")
 _ALLOWED_CLASSES = _run("scheduling", "priority_classes", "allowed")
 _REQUESTS = _profile("resources", "requests")
@@ -242,6 +249,9 @@ def _run_policy_warnings(doc: SourceDocument, gpu: str) -> Iterator[PolicyIssue]
             "hostPath lets a run read and write the node's filesystem",
         )
 
+    yield from _node_path_warnings(doc)
+    yield from _operator_warnings(doc)
+
     preemption = doc.get(*_PREEMPTION)
     if (
         isinstance(preemption, dict)
@@ -252,6 +262,39 @@ def _run_policy_warnings(doc: SourceDocument, gpu: str) -> Iterator[PolicyIssue]
             _PREEMPTION,
             "no nodeSelector or tolerations for spot nodes: preemption modes change nothing",
         )
+
+
+def _node_path_warnings(doc: SourceDocument) -> Iterator[PolicyIssue]:
+    """An allowed host path that is, holds or lies in the node's system directories."""
+    paths = doc.get(*_HOST_PATHS)
+    for i, path in enumerate(paths if isinstance(paths, list) else []):
+        if not isinstance(path, str):
+            continue
+        hit = next((d for d in _NODE_SYSTEM if _within(path, d) or _within(d, path)), None)
+        if hit is not None:
+            yield doc.issue(
+                (*_HOST_PATHS, i),
+                f"{path} reaches the node's own {hit}: a run mounting it can read or change "
+                "the node",
+            )
+
+
+def _within(path: str, directory: str) -> bool:
+    return path == directory or path.startswith(directory.rstrip("/") + "/")
+
+
+def _operator_warnings(doc: SourceDocument) -> Iterator[PolicyIssue]:
+    """An operator's ConfigMap pattern that matches every name."""
+    operators = doc.get(*_OPERATORS)
+    for i, operator in enumerate(operators if isinstance(operators, list) else []):
+        patterns = operator.get("configMaps") if isinstance(operator, dict) else None
+        for j, pattern in enumerate(patterns if isinstance(patterns, list) else []):
+            if isinstance(pattern, str) and pattern.strip("*") == "":
+                yield doc.issue(
+                    (*_OPERATORS, i, "configMaps", j),
+                    f'pattern "{pattern}" matches every name: the operator\'s Pods could '
+                    "mount any ConfigMap",
+                )
 
 
 def _profile_warnings(

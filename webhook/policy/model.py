@@ -29,9 +29,11 @@ from pydantic import BeforeValidator, ConfigDict, Field
 
 from webhook.policy.declare import UNIQUE, Section, key_path
 from webhook.policy.formats import (
+    HOST_PATH_PLACEHOLDER,
     LABEL_VALUE,
     DnsLabel,
     DnsSubdomain,
+    HostPath,
     LabelKey,
     LabelMap,
     NamePatternText,
@@ -84,16 +86,6 @@ Id = Annotated[int, Field(ge=1, le=2147483647)]
 Capability = Annotated[str, Field(min_length=1)]
 EnvName = Annotated[str, Field(min_length=1, pattern=r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")]
 NamePatterns = Annotated[tuple[NamePatternText, ...], UNIQUE]
-# A node path: absolute, no "." or ".." step, no trailing "/"; "{namespace}" stands for
-# the run's namespace.
-HOST_PATH_PLACEHOLDER = "{namespace}"
-HostPath = Annotated[
-    str,
-    Field(
-        pattern=r"^(/\.?([A-Za-z0-9_-]|\{namespace\})([A-Za-z0-9._-]|\{namespace\})*)+$",
-        max_length=4096,
-    ),
-]
 
 
 # --- RunPolicy -------------------------------------------------------------------------
