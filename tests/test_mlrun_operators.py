@@ -16,11 +16,15 @@ exactly as the operator builds it); these tests pin the edges one at a time.
 from __future__ import annotations
 
 import copy
+import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from pydantic import ValidationError
 
 from webhook.clusterstate.static import StaticClusterState
@@ -342,3 +346,29 @@ def test_the_driver_of_a_users_spark_application_gets_nothing() -> None:
     decision = evaluate(spark_webhook(driver()), EXAMPLE, namespace=NS, context=context)
     assert env_names(decision) == []
     assert "volumes.forbidden-type" in rules(decision)
+
+
+# --- offline, as online -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("creator", [MLRUN_API.username, "alice"])
+def test_runguard_apply_follows_the_worker_to_the_mpijob_in_kubectl_get_output(
+    tmp_path: Path, creator: str
+) -> None:
+    """``runguard apply --cluster-state`` with the MPIJob as ``kubectl get -o yaml`` lists
+    it (records included) decides as the webhooks do."""
+    listed = {"apiVersion": "v1", "kind": "List", "items": [
+        {**mpijob("mpi-1", creator), "spec": {"slotsPerWorker": 1}}]}  # fmt: skip
+    (tmp_path / "state.yaml").write_text(yaml.safe_dump(listed))
+    (tmp_path / "pod.json").write_text(json.dumps(worker()))
+    done = subprocess.run(
+        [sys.executable, "-m", "webhook", "apply", "-p", str(REPO / "policies/examples/mlrun"),
+         "--cluster-state", str(tmp_path / "state.yaml"), "--as", MPI, "-o", "json",
+         str(tmp_path / "pod.json")],
+        capture_output=True, text=True, check=False, cwd=REPO,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr  # the example's Warn admits both
+    (result,) = json.loads(done.stdout)
+    online = judged(worker(), Requester(MPI), mpijob("mpi-1", creator))
+    assert result["object"] == online.object
+    assert sorted({v["rule"] for v in result["violations"]}) == sorted(rules(online))
