@@ -9,6 +9,7 @@ certificate it is served.
 
 from __future__ import annotations
 
+import base64
 import ipaddress
 import socket
 import ssl
@@ -18,6 +19,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+import yaml
 from cryptography import x509
 from cryptography.hazmat.primitives.serialization import Encoding
 from cryptography.x509.oid import ExtendedKeyUsageOID
@@ -280,8 +282,57 @@ def test_write_cert_set_modes_and_round_trip(tmp_path: Path) -> None:
     assert mode(out) == 0o700
     assert mode(out / "ca.key") == 0o600 and mode(out / "tls.key") == 0o600
     assert mode(out / "ca.crt") == 0o644 and mode(out / "tls.crt") == 0o644
+    assert mode(out / "secret.yaml") == 0o600  # it holds tls.key
     assert certs.read_cert_set(out) == cs
-    assert sorted(p.name for p in out.iterdir()) == ["ca.crt", "ca.key", "tls.crt", "tls.key"]
+    assert sorted(p.name for p in out.iterdir()) == [
+        "ca.crt", "ca.key", "secret.yaml", "tls.crt", "tls.key",
+    ]  # fmt: skip
+
+
+def secret_data(directory: Path) -> dict[str, str]:
+    secret = yaml.safe_load((directory / "secret.yaml").read_text())
+    assert secret["apiVersion"] == "v1" and secret["kind"] == "Secret"
+    assert secret["type"] == "kubernetes.io/tls"
+    assert secret["metadata"]["name"] == "runguard-tls" and "namespace" not in secret["metadata"]
+    data: dict[str, str] = secret["data"]
+    return data
+
+
+def test_secret_yaml_holds_the_files_base64_on_one_line(tmp_path: Path) -> None:
+    """What the kustomize base applies: each value exactly as the apiserver returns it
+    (base64, no line breaks), so a second `kubectl apply` has nothing to send."""
+    out = tmp_path / "certs"
+    certs.write_cert_set(out, certs.new_cert_set("runguard", "runguard", [], T0))
+    data = secret_data(out)
+    assert sorted(data) == ["ca.crt", "tls.crt", "tls.key"]  # ca.key stays out
+    for key, value in data.items():
+        assert value == base64.b64encode((out / key).read_bytes()).decode()
+    assert "\n" not in "".join(data.values())
+
+    # The apiserver's client CA (mTLS) put beside them, or a CA appended to ca.crt by hand
+    # (docs/operations.md): `certs secret` writes the Secret from the files as they are.
+    client_ca = certs.new_cert_set("other", "other", [], T0).ca_bundle
+    (out / "client-ca.crt").write_bytes(client_ca)
+    with (out / "ca.crt").open("ab") as bundle:
+        bundle.write(client_ca)
+    before = certs.read_cert_set(out)
+    assert main(["certs", "secret", str(out)]) == 0
+    assert certs.read_cert_set(out) == before
+    data = secret_data(out)
+    assert sorted(data) == ["ca.crt", "client-ca.crt", "tls.crt", "tls.key"]
+    for key, value in data.items():
+        assert value == base64.b64encode((out / key).read_bytes()).decode()
+    # ... and every later write keeps client-ca.crt in.
+    assert main(["certs", "rotate", "--out", str(out)]) == 0
+    assert "client-ca.crt" in secret_data(out)
+
+
+def test_cli_secret_names_a_missing_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["certs", "secret", str(tmp_path)]) == 2
+    assert "ca.crt" in capsys.readouterr().err
+    assert not (tmp_path / "secret.yaml").exists()
 
 
 def read_sans(path: Path) -> list[str]:

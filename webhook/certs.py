@@ -5,12 +5,19 @@ touching no files and reading no clock. A small file layer at the end
 (``read_cert_set``/``write_cert_set``) is what ``runguard certs`` uses.
 
 A certificate directory holds four files, named so that ``kubectl create secret tls``
-and the kustomize base in ``manifests/`` take them as they are:
+takes them as they are, and a fifth, the Secret the kustomize base in ``manifests/``
+applies:
 
 * ``ca.crt``  -- the published CA bundle (what goes into the webhooks' ``caBundle``):
   one CA, or two while a CA rotation is in progress;
 * ``ca.key``  -- the key of the newest CA in the bundle (mode 0600, never in the cluster);
-* ``tls.crt`` -- the serving certificate; ``tls.key`` its key (mode 0600).
+* ``tls.crt`` -- the serving certificate; ``tls.key`` its key (mode 0600);
+* ``secret.yaml`` -- the Secret ``runguard-tls`` holding ``ca.crt``, ``tls.crt``,
+  ``tls.key`` (and ``client-ca.crt`` when the directory has one), each base64 on one
+  line as the apiserver returns it (mode 0600). kustomize's ``secretGenerator`` folds
+  base64 every 70 characters, so ``kubectl apply`` sent the same bytes every time and
+  reported the Secret and the webhooks (whose ``caBundle`` is copied from it)
+  ``configured``; this file is read as it is.
 
 Rotation never lets the kube-apiserver see a serving certificate it does not trust
 (kyverno/kyverno#2642: CA and serving certificate replaced at once, ``caBundle`` not
@@ -27,6 +34,7 @@ does not chain to the bundle when it must). Nothing else is raised on bad input.
 
 from __future__ import annotations
 
+import base64
 import ipaddress
 import math
 import os
@@ -64,9 +72,11 @@ __all__ = [
     "read_cert_set",
     "reissue_serving_cert",
     "rotate",
+    "secret_manifest",
     "service_dns_names",
     "verify_serving_cert",
     "write_cert_set",
+    "write_secret",
 ]
 
 CA_DAYS = 3650
@@ -79,6 +89,9 @@ BACKDATE = timedelta(hours=1)
 ROTATION_GRACE = timedelta(hours=24)
 
 CA_FILE, CA_KEY_FILE, CERT_FILE, KEY_FILE = "ca.crt", "ca.key", "tls.crt", "tls.key"
+# The Secret the kustomize base applies (manifests/kustomization.yaml), and the optional
+# CA of the apiserver's client certificate (mTLS, docs/operations.md) it carries too.
+SECRET_FILE, SECRET_NAME, CLIENT_CA_FILE = "secret.yaml", "runguard-tls", "client-ca.crt"
 
 
 class CertError(Exception):
@@ -518,8 +531,31 @@ def read_cert_set(directory: Path) -> CertSet:
     return CertSet(*parts)
 
 
+def secret_manifest(cs: CertSet, client_ca: bytes | None = None) -> bytes:
+    """The TLS Secret as YAML, without a namespace (kustomize sets it): every value
+    base64 on one line, exactly as the apiserver stores and returns it."""
+    data = {CA_FILE: cs.ca_bundle, CERT_FILE: cs.cert, KEY_FILE: cs.key}
+    if client_ca is not None:
+        data[CLIENT_CA_FILE] = client_ca
+    labels = {"app.kubernetes.io/name": "runguard", "app.kubernetes.io/part-of": "runguard"}
+    lines = [
+        "# Written by `runguard certs` from the files beside it; the kustomize base applies it.",
+        "apiVersion: v1",
+        "kind: Secret",
+        "metadata:",
+        f"  name: {SECRET_NAME}",
+        "  labels:",
+        *(f"    {key}: {value}" for key, value in labels.items()),
+        "type: kubernetes.io/tls",
+        "data:",
+        *(f"  {key}: {base64.b64encode(value).decode()}" for key, value in sorted(data.items())),
+    ]
+    return "\n".join(lines).encode() + b"\n"
+
+
 def write_cert_set(directory: Path, cs: CertSet) -> None:
-    """Write the four files; keys with mode 0600, each file replaced atomically."""
+    """Write the four files, then ``secret.yaml`` from them; keys (and the Secret) with
+    mode 0600, each file replaced atomically."""
     directory.mkdir(mode=0o700, parents=True, exist_ok=True)
     for name, data, mode in (
         (CA_KEY_FILE, cs.ca_key, 0o600),
@@ -528,6 +564,17 @@ def write_cert_set(directory: Path, cs: CertSet) -> None:
         (CERT_FILE, cs.cert, 0o644),
     ):
         _write_atomic(directory / name, data, mode)
+    write_secret(directory)
+
+
+def write_secret(directory: Path) -> None:
+    """``secret.yaml`` from the files as they are (``client-ca.crt`` included when there
+    is one), e.g. after a file was added or edited by hand; ``CertError`` names a
+    missing file."""
+    cs = read_cert_set(directory)
+    client_ca = directory / CLIENT_CA_FILE
+    secret = secret_manifest(cs, client_ca.read_bytes() if client_ca.exists() else None)
+    _write_atomic(directory / SECRET_FILE, secret, 0o600)
 
 
 def _write_atomic(path: Path, data: bytes, mode: int) -> None:

@@ -3,6 +3,7 @@
     runguard certs [--service S] [--namespace N] --out DIR [--host H ...] [--force]
     runguard certs rotate --out DIR [--grace-hours H] [--ca-renew-days D] [--new-ca]
     runguard certs check DIR [--days N]
+    runguard certs secret DIR
 
 Exit codes: 0 done / certificates fine, 1 ``check`` found a certificate under the
 threshold or one the apiserver would reject, 2 bad arguments or an unusable directory.
@@ -28,8 +29,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="create, rotate or check the webhook's TLS certificates",
         description=(
             "Create a CA and a serving certificate for the webhook Service in DIR "
-            "(ca.crt, ca.key, tls.crt, tls.key; keys mode 0600). An existing CA is "
-            "kept, and signs the new serving certificate, unless --force."
+            "(ca.crt, ca.key, tls.crt, tls.key; keys mode 0600), and secret.yaml, the "
+            "TLS Secret the kustomize base applies (with client-ca.crt when DIR has "
+            "one). An existing CA is kept, and signs the new serving certificate, "
+            "unless --force."
         ),
     )
     parser.add_argument("--service", default="runguard", help="Service name (default runguard)")
@@ -48,7 +51,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--force", action="store_true", help="replace an existing CA (fresh installs only)"
     )
     parser.set_defaults(func=run_create, certs_parser=parser)
-    sub = parser.add_subparsers(dest="certs_command", metavar="{rotate,check}")
+    sub = parser.add_subparsers(dest="certs_command", metavar="{rotate,check,secret}")
 
     rot = sub.add_parser(
         "rotate",
@@ -92,6 +95,19 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="exit 1 when the serving certificate expires in fewer days (default %(default)s)",
     )
     chk.set_defaults(func=run_check)
+
+    sec = sub.add_parser(
+        "secret",
+        help="write DIR/secret.yaml again from the files in DIR",
+        description=(
+            "Write DIR/secret.yaml, the TLS Secret the kustomize base applies, from "
+            "ca.crt, tls.crt and tls.key (and client-ca.crt when there is one) as they "
+            "are: after adding client-ca.crt, or editing ca.crt by hand. The other "
+            "commands write it themselves."
+        ),
+    )
+    sec.add_argument("dir", type=Path, metavar="DIR")
+    sec.set_defaults(func=run_secret)
 
 
 def _now() -> datetime:
@@ -145,6 +161,17 @@ def run_rotate(args: argparse.Namespace) -> int:
     except OSError as exc:
         return _fail(f"{exc.filename}: {exc.strerror}")
     print(f"{result.step}: {result.message}")
+    return EXIT_OK
+
+
+def run_secret(args: argparse.Namespace) -> int:
+    try:
+        certs.write_secret(args.dir)
+    except certs.CertError as exc:
+        return _fail(str(exc))
+    except OSError as exc:
+        return _fail(f"{exc.filename}: {exc.strerror}")
+    print(f"wrote {args.dir / certs.SECRET_FILE}")
     return EXIT_OK
 
 
