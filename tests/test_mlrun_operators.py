@@ -372,3 +372,25 @@ def test_runguard_apply_follows_the_worker_to_the_mpijob_in_kubectl_get_output(
     online = judged(worker(), Requester(MPI), mpijob("mpi-1", creator))
     assert result["object"] == online.object
     assert sorted({v["rule"] for v in result["violations"]}) == sorted(rules(online))
+
+
+# --- the operators' own accounts ------------------------------------------------------------
+
+
+def test_a_pod_running_as_an_operators_account_is_the_platforms_only() -> None:
+    """Pods use any ServiceAccount of their namespace without asking RBAC: a user's Pod
+    running as the mpi-operator's account (MLRun CE runs users' notebooks in the same
+    namespace) could create Pods as the operator. Like the platform's own accounts, an
+    operator's is refused to anything the platform or its installers did not create."""
+    pod = {"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"name": "pretender", "namespace": "mlrun"},
+           "spec": {"serviceAccountName": "mpi-operator",
+                    "containers": [{"name": "c", "image": "busybox"}]}}  # fmt: skip
+    users = evaluate(pod, EXAMPLE, namespace="mlrun", context=Context(ALICE))
+    assert "ownership.service-account" in rules(users)
+    chart = Requester("helm", ("system:masters",))  # platform.installers' default
+    installed = evaluate(pod, EXAMPLE, namespace="mlrun", context=Context(chart))
+    assert "ownership.service-account" not in rules(installed)
+    # another namespace's account of that name is not the operator's
+    elsewhere = evaluate(pod, EXAMPLE, namespace=NS, context=Context(ALICE))
+    assert "ownership.service-account" not in rules(elsewhere)

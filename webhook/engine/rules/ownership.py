@@ -81,9 +81,11 @@ def is_platform_identity(policy: Policy, requester: Requester | None) -> bool:
 
 
 def service_account_identities(policy: Policy) -> frozenset[tuple[str, str]]:
-    """(namespace, name) of every ServiceAccount that is a platform identity."""
+    """(namespace, name) of every ServiceAccount that is a platform identity or one of its
+    operators: a Pod running as an operator's account could create Pods as the operator."""
     out = set()
-    for identity in policy.platform.identities:
+    operators = (o.identity for o in policy.platform.operators)
+    for identity in (*policy.platform.identities, *operators):
         text = identity.removeprefix("system:")
         if text.startswith(SERVICE_ACCOUNT):
             namespace, _, name = text[len(SERVICE_ACCOUNT) :].partition(":")
