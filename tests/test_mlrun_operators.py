@@ -149,7 +149,9 @@ def test_a_forged_owner_of_another_kind_or_uid_grants_nothing() -> None:
     for pod in (worker(owner_uid="mpi-2"), worker(owner_kind="TFJob")):
         decision = judged(pod, Requester(MPI), platform_job)
         assert added_capabilities(decision) == [], pod["metadata"]["ownerReferences"]
+        assert env_names(decision) == []  # decided, not left undecided: stripped at once
         assert "volumes.pre-existing" in rules(decision)
+        assert "ownership.unknown" not in rules(decision)
 
 
 def test_another_jobs_configmap_is_not_the_operators_for_this_one() -> None:
@@ -327,6 +329,32 @@ def test_runguard_before_the_operators_webhook_strips_nothing_the_whole_chain_ke
     decision = validate(final, EXAMPLE, namespace=NS, context=context)
     assert decision.allowed and not rules(decision), decision.message()
     assert env_names(decision) == ["V3IO_ACCESS_KEY"]
+
+
+def test_a_policy_that_strips_keeps_the_operators_configmap_until_the_owner_is_known() -> None:
+    """With ``onPreExisting: Strip``, the first mutation (no owner yet) must not drop the
+    ConfigMap spark-submit made for the driver: reinvoked, runguard could not put it back."""
+    run = EXAMPLE.named("mlrun")
+    assert run is not None
+    volumes = run.volumes.model_copy(update={"on_pre_existing": "Strip"})
+    stripping = run.model_copy(update={"volumes": volumes, "alternatives": ()})
+    pod = driver()
+    conf = {"name": "spark-conf-volume-driver",
+            "configMap": {"name": "spark-drv-8f2e4a6c1b3d5e7f-conf-map"}}  # fmt: skip
+    pod["spec"]["volumes"] = [conf]
+    state = StaticClusterState.from_documents([spark_application("app-1", MLRUN_API.username)])
+    context = Context(Requester(SPARK), state)
+    first = mutate(pod, stripping, namespace=NS, context=context).object
+    assert first["spec"]["volumes"] == [conf]
+    whole = spark_webhook(first)
+    whole["spec"]["volumes"] = [conf, *whole["spec"]["volumes"]]
+    final = mutate(whole, stripping, namespace=NS, context=context).object
+    decision = validate(final, stripping, namespace=NS, context=context)
+    assert decision.allowed and not rules(decision), decision.message()
+    assert final["spec"]["volumes"][0] == conf
+    # a user's Pod naming the operator's ConfigMap loses it at once
+    users = mutate(pod, stripping, namespace=NS, context=Context(ALICE, state)).object
+    assert users["spec"].get("volumes") in (None, [])
 
 
 def test_a_driver_that_never_gets_an_owner_is_not_admitted_with_the_platforms_secret() -> None:

@@ -19,10 +19,16 @@ from webhook.policy.model import Operator, matches_any
 _MAX_DEPTH = 4  # Pod -> Job -> MPIJob is 1 step up; longer is not an operator's chain
 
 
-def creating_operator(pod: Pod) -> Operator | None:
-    """The operator of ``pod.policy`` that created this platform run, if one did."""
+def creating_operator(pod: Pod, undecided: bool = False) -> Operator | None:
+    """The operator of ``pod.policy`` that created this platform run, if one did.
+
+    ``undecided``: also while the run's owner is not known yet (an operator's webhook
+    adds it after runguard's mutation), so that mutation strips nothing the operator's
+    Pod keeps once validation, which sees it whole, decides."""
     platform = pod.policy.platform
-    if not platform.operators or not platform.identities or not pod.ownership.platform:
+    ownership = pod.ownership
+    decided = ownership.platform or (undecided and ownership.unknown is not None)
+    if not platform.operators or not platform.identities or not decided:
         return None
     context = pod.context
     if context.operation == "CREATE":
@@ -62,13 +68,13 @@ def _controller_owner(pod: Pod, meta: ObjectMeta | None) -> str | None:
     return None
 
 
-def operator_config_map(pod: Pod, name: str) -> bool:
+def operator_config_map(pod: Pod, name: str, undecided: bool = False) -> bool:
     """Whether ``name`` is a ConfigMap the operator that created this run makes for it."""
-    operator = creating_operator(pod)
+    operator = creating_operator(pod, undecided)
     return operator is not None and matches_any(operator.config_maps, name, pod.labels)
 
 
-def operator_capabilities(pod: Pod) -> frozenset[str]:
+def operator_capabilities(pod: Pod, undecided: bool = False) -> frozenset[str]:
     """Capabilities the operator that created this run lets its containers add."""
-    operator = creating_operator(pod)
+    operator = creating_operator(pod, undecided)
     return operator.allowed_capabilities if operator is not None else frozenset()

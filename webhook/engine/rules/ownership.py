@@ -246,10 +246,16 @@ def _through_owner(
         return Ownership(False)
     owner = _controller_owner(object_meta.get("ownerReferences"), kinds)
     if owner is None:
-        if depth == 0 and requester.username in policy.platform.operators_by_user:
-            # An operator's own webhook may add the owner after runguard's mutation (the
-            # spark-operator's makes the SparkApplication the driver's owner): undecided, so
-            # /mutate strips nothing that /validate, seeing the whole chain, would keep.
+        references = object_meta.get("ownerReferences")
+        if (
+            depth == 0
+            and requester.username in policy.platform.operators_by_user
+            and not _has_controller(references)
+        ):
+            # No controller owner at all yet: the operator's own webhook may add it after
+            # runguard's mutation (the spark-operator's makes the SparkApplication the
+            # driver's owner). Undecided, so /mutate strips nothing that /validate, seeing
+            # the whole chain, would keep; an owner of another kind decides (not ours).
             return Ownership(
                 False,
                 f"its operator {requester.username} named no owner of kind "
@@ -285,6 +291,13 @@ def _controller_owner(references: Any, kinds: frozenset[str]) -> tuple[str, str,
         ):
             return ref["kind"], str(ref.get("name", "")), ref["uid"]
     return None
+
+
+def _has_controller(references: Any) -> bool:
+    """Some ownerReference, of any kind, is the object's controller."""
+    return isinstance(references, list) and any(
+        isinstance(ref, dict) and ref.get("controller") is True for ref in references
+    )
 
 
 # --- names the platform reserves -------------------------------------------------------

@@ -96,7 +96,8 @@ def strip_root(pod: Pod) -> Change | None:
             stripped.append("seccomp Unconfined")
 
     drop = drop_fill(policy)
-    granted = operator_capabilities(pod)  # beyond the level: the platform's operator's Pods
+    # beyond the level: the platform's operator's Pods (validation decides an undecided one)
+    granted = operator_capabilities(pod, undecided=True)
     # Ephemeral containers are hardened when added (harden_debug_containers), never here:
     # a running Pod's spec is immutable, and /mutate on UPDATE must find it unchanged.
     for _, _, container in pod.containers():

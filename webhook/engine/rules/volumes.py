@@ -74,7 +74,7 @@ def preexisting_reference(volume: JSON, pod: Pod, *, undecided: bool = False) ->
             return f"pvc {claim}"
     if "configMap" in volume:
         name = volume["configMap"]["name"]
-        if operator_config_map(pod, name):
+        if operator_config_map(pod, name, undecided):
             return None
         if not _platform_config_map(name, pod):
             return f"configMap {name}"
@@ -99,7 +99,7 @@ def _projected_config_maps(
             name = source["configMap"]["name"]
             if name != ROOT_CA_CONFIGMAP and not (
                 (_platform_config_map(name, pod) and _creator_may(pod, undecided))
-                or operator_config_map(pod, name)
+                or operator_config_map(pod, name, undecided)
             ):
                 yield j, name
 
