@@ -5,8 +5,9 @@ ServiceAccount ``digitalhub/core``) with its cluster state watch, registered as
 ``runguard manifests`` renders it; the session's runguard is unregistered meanwhile. The
 controller-manager, scheduler and kwok run: the platform's Deployment scales, rolls out
 and rolls back, a StatefulSet scales, a Job's Pods are orphaned by the garbage collector,
-and the attacks of a user with edit rights (relabeling, rewritten owners, a debug
-container) are refused by the apiserver with runguard's message.
+a failed Pod of a Job is retried, and the attacks of a user with edit rights (relabeling,
+rewritten owners, a debug container, and through the status subresources) are refused by
+the apiserver with runguard's message.
 """
 
 from __future__ import annotations
@@ -198,6 +199,36 @@ def test_a_job_orphaned_by_the_garbage_collector(cluster: Cluster, space: str) -
     assert platform_made(left)
 
 
+def test_a_run_job_retries_a_failed_pod(cluster: Cluster, space: str) -> None:
+    """The job-controller replaces a failed Pod of the platform's Job (removing its
+    tracking finalizer from the old one): the retry is the platform's, as the first was."""
+    core = platform_identity(cluster)
+    running = {"pod-complete.stage.kwok.x-k8s.io/delay": "300s"}  # kwok: no completion yet
+    template = {"metadata": {"labels": {**RUN, "app": "retry"}, "annotations": running},
+                "spec": {"restartPolicy": "Never", "containers": [container()],
+                         **ON_OUR_NODE}}  # fmt: skip
+    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "retry"},
+           "spec": {"backoffLimit": 2, "template": template}}  # fmt: skip
+    core.kubectl("apply", "-n", space, "-f", "-", input=json.dumps(job), check=True)
+    (first,) = wait_pods(cluster, space, "app=retry", 1)
+    assert platform_made(first)
+    # What a kubelet reports when the container exits 1 (kwok only simulates success).
+    failed = json.dumps({"status": {"phase": "Failed"}})
+    cluster.kubectl("patch", "-n", space, f"pod/{first['metadata']['name']}",
+                    "--subresource=status", "--type=merge", "-p", failed, check=True)  # fmt: skip
+
+    def retried() -> dict[str, Any] | None:
+        for pod in run_pods(cluster, space, "app=retry"):
+            fresh = pod["metadata"]["name"] != first["metadata"]["name"]
+            if fresh and pod.get("status", {}).get("phase") == "Running":
+                return pod
+        return None
+
+    second = until("the Job's retry of its failed Pod", retried, WAIT)
+    assert platform_made(second)
+    assert get(cluster, space, "job/retry")["status"].get("failed") == 1
+
+
 def test_relabeling_a_run_out_of_its_policy_is_refused(cluster: Cluster, space: str) -> None:
     core = platform_identity(cluster)
     core.kubectl("apply", "-n", space, "-f", "-", input=json.dumps(run_deployment("web")),
@@ -236,15 +267,27 @@ def test_a_users_pod_as_the_platforms_service_account_is_refused(
     assert done.returncode != 0 and "ownership.service-account" in rule_ids(done.stderr)
 
 
-def test_a_run_cronjob_suspends_and_its_run_id_is_fixed(cluster: Cluster, space: str) -> None:
-    """The platform suspends and resumes its CronJob; nobody moves it to another run."""
+def test_a_run_cronjob_fires_suspends_and_its_run_id_is_fixed(
+    cluster: Cluster, space: str
+) -> None:
+    """The platform's CronJob fires (cronjob-controller, then job-controller: the Pod is the
+    platform's), is suspended and resumed; nobody moves it to another run."""
     core = platform_identity(cluster)
-    template = {"metadata": {"labels": {**RUN, "app": "nightly"}},
+    running = {"pod-complete.stage.kwok.x-k8s.io/delay": "300s"}  # kwok: no completion yet
+    template = {"metadata": {"labels": {**RUN, "app": "nightly"}, "annotations": running},
                 "spec": {"restartPolicy": "Never", "containers": [container()], **ON_OUR_NODE}}
     cron = {"apiVersion": "batch/v1", "kind": "CronJob", "metadata": {"name": "nightly"},
-            "spec": {"schedule": "0 3 * * *",
+            "spec": {"schedule": "* * * * *", "concurrencyPolicy": "Forbid",
                      "jobTemplate": {"spec": {"template": template}}}}  # fmt: skip
     core.kubectl("apply", "-n", space, "-f", "-", input=json.dumps(cron), check=True)
+
+    def fired() -> dict[str, Any] | None:
+        pods = [p for p in run_pods(cluster, space, "app=nightly")
+                if p.get("status", {}).get("phase") == "Running"]  # fmt: skip
+        return pods[0] if pods else None
+
+    # the next minute, then the Job and its Pod: bounded, not a timing check
+    assert platform_made(until("the CronJob's first Job's Pod", fired, 60 + WAIT))
     for suspend in ("true", "false"):
         patch = json.dumps({"spec": {"suspend": suspend == "true"}})
         core.kubectl("patch", "-n", space, "cronjob/nightly", "--type=merge", "-p", patch,
@@ -257,3 +300,86 @@ def test_a_run_cronjob_suspends_and_its_run_id_is_fixed(cluster: Cluster, space:
     stored = get(cluster, space, "cronjob/nightly")
     assert stored["metadata"]["labels"]["runguard.io/policy"] == "digitalhub"
     assert stored["metadata"]["annotations"]["runguard.io/platform"] == "true"
+
+
+STATUS_WRITER = "runguard-e2e-status-writer"
+
+
+def status_writer(cluster: Cluster) -> Identity:
+    """A user with edit rights who may also write the status of Pods, Jobs and Deployments
+    (as a team's readiness-gate controller may): the status subresources store the labels,
+    annotations and owners sent with them, since only the spec is put back."""
+    rules = [{"apiGroups": [group], "resources": [f"{resource}/status"],
+              "verbs": ["get", "patch", "update"]}
+             for group, resource in (("", "pods"), ("batch", "jobs"), ("apps", "deployments"))]
+    role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+            "metadata": {"name": STATUS_WRITER}, "rules": rules}  # fmt: skip
+    cluster.kubectl("apply", "-f", "-", input=json.dumps(role), check=True)
+    trudy = cluster.user("trudy", ("developers",))
+    binding = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+               "metadata": {"name": f"{STATUS_WRITER}:trudy"},
+               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                           "name": STATUS_WRITER},
+               "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User",
+                             "name": "trudy"}]}  # fmt: skip
+    cluster.kubectl("apply", "-f", "-", input=json.dumps(binding), check=True)
+    return trudy
+
+
+def patch_status(who: Identity, namespace: str, target: str, metadata: dict[str, Any]) -> Any:
+    return who.kubectl("patch", "-n", namespace, target, "--subresource=status", "--type=merge",
+                       "-p", json.dumps({"metadata": metadata}))  # fmt: skip
+
+
+def records(obj: dict[str, Any]) -> tuple[Any, ...]:
+    meta = obj["metadata"]
+    annotations = meta.get("annotations", {})
+    return (meta.get("labels", {}).get("runguard.io/policy"),
+            annotations.get("runguard.io/requested-by"), annotations.get("runguard.io/platform"))
+
+
+def test_status_subresources_neither_relabel_nor_forge_records(
+    cluster: Cluster, space: str
+) -> None:
+    """pods/status, jobs/status and deployments/status keep the labels, annotations and
+    owners they are sent: a run cannot leave its RunPolicy through them, runguard's records
+    are put back, and a stamped object's owners are not rewritten."""
+    core = platform_identity(cluster)
+    core.kubectl("apply", "-n", space, "-f", "-", input=json.dumps(run_deployment("gate")),
+                 check=True)  # fmt: skip
+    (pod,) = wait_pods(cluster, space, "app=gate", 1)
+    name = f"pod/{pod['metadata']['name']}"
+    trudy = status_writer(cluster)
+    done = patch_status(trudy, space, name, {"labels": {"app.kubernetes.io/managed-by": None}})
+    assert done.returncode != 0 and "scope.labels" in rule_ids(done.stderr), done.stderr
+    forged = {"labels": {"runguard.io/policy": "builds"},
+              "annotations": {"runguard.io/requested-by": "trudy"}}  # fmt: skip
+    patch_status(trudy, space, name, forged)
+    assert records(get(cluster, space, name)) == records(pod)
+    # The status traffic itself goes on: kwok keeps the Pod Running through pods/status.
+    assert get(cluster, space, name)["status"]["phase"] == "Running"
+
+    # Her own run Deployment, scaled to 0: a forged platform record through
+    # deployments/status would make the Pods of its next template the platform's.
+    mine = run_deployment("mine", replicas=0)
+    trudy.kubectl("apply", "-n", space, "-f", "-", input=json.dumps(mine), check=True)
+    before = records(get(cluster, space, "deployment/mine"))
+    assert before[2] != "true"
+    patch_status(trudy, space, "deployment/mine",
+                 {"annotations": {"runguard.io/platform": "true"}})  # fmt: skip
+    assert records(get(cluster, space, "deployment/mine")) == before
+
+    # The platform's Job: its owners are not hers to write, through jobs/status either.
+    running = {"pod-complete.stage.kwok.x-k8s.io/delay": "300s"}
+    template = {"metadata": {"labels": {**RUN, "app": "gated"}, "annotations": running},
+                "spec": {"restartPolicy": "Never", "containers": [container()],
+                         **ON_OUR_NODE}}  # fmt: skip
+    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "gated"},
+           "spec": {"suspend": True, "template": template}}  # fmt: skip
+    core.kubectl("apply", "-n", space, "-f", "-", input=json.dumps(job), check=True)
+    owners = [{"apiVersion": "apps/v1", "kind": "Deployment", "name": "mine",
+               "uid": get(cluster, space, "deployment/mine")["metadata"]["uid"],
+               "controller": True}]  # fmt: skip
+    done = patch_status(trudy, space, "job/gated", {"ownerReferences": owners})
+    assert done.returncode != 0 and "ownership.owner-changed" in rule_ids(done.stderr), done.stderr
+    assert not get(cluster, space, "job/gated")["metadata"].get("ownerReferences")
