@@ -405,3 +405,130 @@ def test_each_run_is_reported_under_the_run_policy_that_judged_it(tmp_path: Path
         (name,) = {result["policy"] for result in report["results"]}
         assert report["metadata"]["name"] == f"runguard-{name}"
         assert report["metadata"]["labels"]["runguard.io/policy"] == name
+
+
+# --- what Policy Reporter reads: every result's fields, the ClusterPolicyReport, drift --
+
+SHIPPED = Path(__file__).parent.parent / "policies"
+T4_RUN = {**RUN, "dhcore/template": "1xt4"}
+
+
+def edited_policies(tmp_path: Path) -> Path:
+    """The shipped policies with profile 1xt4 edited (6 cores instead of 4)."""
+    edited = tmp_path / "policies"
+    edited.mkdir()
+    for path in SHIPPED.glob("*.yaml"):
+        text = path.read_text()
+        if path.name == "profiles.yaml":
+            before = 'requests: {cpu: "4", memory: 16Gi, gpu: "1"}'
+            assert text.count(before) == 1
+            text = text.replace(before, 'requests: {cpu: "6", memory: 16Gi, gpu: "1"}')
+        (edited / path.name).write_text(text)
+    return edited
+
+
+def created(name: str, policy: Policy, labels: dict[str, str]) -> dict[str, Any]:
+    obj = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "ml", "labels": labels, "uid": f"uid-{name}"},
+        "spec": {"containers": [{"name": "main", "image": "x"}]},
+    }
+    return mutate(obj, policy).object
+
+
+def test_a_run_admitted_before_a_profile_edit_is_drift_not_a_bypass(tmp_path: Path) -> None:
+    before, after = load_policy(SHIPPED), load_policy(edited_policies(tmp_path))
+    admitted = created("admitted", before, T4_RUN)
+    assert admitted["metadata"]["labels"]["runguard.io/policy"] == "digitalhub"
+    bypassed = {**admitted, "metadata": {**admitted["metadata"], "name": "bypassed"}}
+    bypassed["metadata"]["labels"] = {
+        k: v for k, v in admitted["metadata"]["labels"].items() if k != "runguard.io/policy"
+    }
+    findings = {f.name: f for f in audit([admitted, bypassed], after)}
+    drift = findings["admitted"]
+    assert drift.result == "warn" and [v.rule for v in drift.violations] == ["profile.applied"]
+    (violation,) = drift.violations
+    assert violation.drift and violation.message.startswith("policy drift: ")
+    assert "bypassed" not in violation.message and "recreate it" in violation.message
+    # Without runguard's record, nothing says runguard admitted it: a bypass, denied.
+    assert findings["bypassed"].result == "fail"
+    assert "was it bypassed?" in findings["bypassed"].violations[0].message
+    (report,) = to_policy_reports([drift])
+    (result,) = report["results"]
+    assert (result["result"], result["category"], result["severity"]) == (
+        "warn",
+        "Policy drift",
+        "low",
+    )
+    assert result["properties"]["drift"] == "true"
+    # Under the policy it was admitted with, the same Pod passes.
+    assert audit([admitted], before)[0].result == "pass"
+
+
+def test_every_result_has_what_policy_reporter_sorts_by() -> None:
+    policy = load_policy(POLICIES / "platform")
+    reports = to_policy_reports(audit(OBJECTS, policy), now=1_700_000_000.25)
+    results = [r for report in reports for r in report["results"]]
+    assert {r["result"] for r in results} == {"pass", "fail"}
+    for r in results:
+        assert r["timestamp"] == {"seconds": 1_700_000_000, "nanos": 250_000_000}
+        assert r["source"] == "runguard" and r["scored"] is True
+        assert r["severity"] in {"high", "medium", "low"} and r["category"]
+    host = next(r for r in results if r["rule"] == "security.host-namespace")
+    assert (host["severity"], host["category"]) == ("high", "Pod security")
+    assert [r["scope"] for r in reports] == [
+        {"apiVersion": "v1", "kind": "Namespace", "name": "ml"},
+        {"apiVersion": "v1", "kind": "Namespace", "name": "team"},
+    ]
+
+
+def test_the_cluster_policy_report_lists_the_policy_objects() -> None:
+    from webhook.clusteraudit import cluster_policy_report
+    from webhook.policy.errors import PolicyIssue
+
+    policy = load_policy(SHIPPED)
+    warning = PolicyIssue("policies/profiles.yaml", 12, "spec.env", "shadows a default")
+    report = cluster_policy_report(policy, [warning], now=5.0)
+    assert report["kind"] == "ClusterPolicyReport" and "namespace" not in report["metadata"]
+    assert report["metadata"]["name"] == "runguard-policy"
+    loaded = [
+        (r["resources"][0]["kind"], r["resources"][0]["name"])
+        for r in report["results"]
+        if r["result"] == "pass"
+    ]
+    assert loaded == [("RunPolicy", name) for name in policy.names()] + [
+        ("Profile", name) for name in policy.profile_names()
+    ]
+    (warned,) = [r for r in report["results"] if r["result"] == "warn"]
+    assert warned["message"] == "spec.env: shadows a default"
+    assert warned["properties"] == {"file": "policies/profiles.yaml:12", "key": "spec.env"}
+    assert report["summary"]["pass"] == len(loaded) and report["summary"]["warn"] == 1
+    assert {r["timestamp"]["seconds"] for r in report["results"]} == {5}
+
+
+def test_audit_without_a_kubeconfig_says_where_to_put_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from webhook.cli import main
+
+    for name in ("KUBECONFIG", "KUBERNETES_SERVICE_HOST"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.kube/config
+    assert main(["audit", "-p", str(SHIPPED)]) == 2
+    err = capsys.readouterr().err
+    assert "runguard audit: cannot list objects: no kubeconfig found" in err
+    assert "set KUBECONFIG or pass --kubeconfig FILE" in err
+    assert "Invalid kube-config file" not in err
+
+
+def test_writing_reports_without_their_crd_says_how_to_install_it() -> None:
+    from kubernetes.client.exceptions import ApiException
+
+    from webhook.cli.audit import _reason
+
+    bare = ApiException(status=404, reason="Not Found")  # a group the apiserver lacks
+    assert _reason(bare) == "Not Found"  # listing: nothing to do with reports
+    said = _reason(bare, writing=True)
+    assert said.startswith("404: the cluster serves no wgpolicyk8s.io/v1alpha2 PolicyReports")
+    assert "kubectl apply -k manifests/policyreport-crd" in said and "without --write" in said

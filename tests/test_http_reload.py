@@ -60,7 +60,7 @@ def version(values: dict[str, Any]) -> tuple[int, str]:
 def adopted_pids(server: RunguardServer, digest: str) -> set[int]:
     """The processes that logged serving the master's policy ``digest`` (workers)."""
     pattern = re.compile(
-        rf"\[(\d+)\] \[INFO\] runguard\.server: policy \S+ adopted .*digest {digest}"
+        rf"\[(\d+)\] \[INFO\] runguard\.server: policy adopted from the master: .*digest {digest}"
     )
     return {int(m.group(1)) for m in pattern.finditer(server.stderr)}
 

@@ -1237,8 +1237,8 @@ def granted(roles: list[dict[str, Any]]) -> set[tuple[str, str, str]]:
 
 
 def test_audit_cronjob_rbac_is_least_privilege() -> None:
-    from webhook.cli.audit import LISTS, REPORT_VERBS
-    from webhook.clusteraudit import REPORT_GROUP, REPORT_PLURAL
+    from webhook.cli.audit import CLUSTER_REPORT_VERBS, LISTS, REPORT_VERBS
+    from webhook.clusteraudit import CLUSTER_REPORT_PLURAL, REPORT_GROUP, REPORT_PLURAL
 
     objects = component_objects("audit-cronjob")
     (cronjob,) = [o for o in objects if o["kind"] == "CronJob"]
@@ -1257,7 +1257,9 @@ def test_audit_cronjob_rbac_is_least_privilege() -> None:
     assert granted(roles) == {
         (api_version.rpartition("/")[0], kind.lower() + "s", "list")
         for kind, api_version, *_ in LISTS
-    } | {(REPORT_GROUP, REPORT_PLURAL, verb) for verb in REPORT_VERBS}
+    } | {(REPORT_GROUP, REPORT_PLURAL, verb) for verb in REPORT_VERBS} | {
+        (REPORT_GROUP, CLUSTER_REPORT_PLURAL, verb) for verb in CLUSTER_REPORT_VERBS
+    }
     for role in roles:
         for rule in role["rules"]:
             assert "resourceNames" not in rule and "nonResourceURLs" not in rule
@@ -1291,22 +1293,29 @@ def test_the_crd_accepts_the_reports_audit_writes() -> None:
     import jsonschema
 
     from webhook.clusteraudit import (
+        CLUSTER_REPORT_PLURAL,
         REPORT_GROUP,
         REPORT_PLURAL,
         REPORT_VERSION,
         audit,
+        cluster_policy_report,
         to_policy_reports,
     )
     from webhook.engine import mutate
 
-    (crd,) = component_objects("policyreport-crd")
-    text = (BASE / "policyreport-crd" / component("policyreport-crd")["resources"][0]).read_text()
-    assert "wgpolicyk8s.io/v1alpha2" in text  # the WG's format, said in its header
+    crd, cluster_crd = component_objects("policyreport-crd")
+    for name in component("policyreport-crd")["resources"]:
+        text = (BASE / "policyreport-crd" / name).read_text()
+        assert "wgpolicyk8s.io/v1alpha2" in text  # the WG's format, said in its header
     assert crd["metadata"]["name"] == f"{REPORT_PLURAL}.{REPORT_GROUP}"
     assert (crd["spec"]["group"], crd["spec"]["names"]["kind"]) == (REPORT_GROUP, "PolicyReport")
     assert crd["spec"]["scope"] == "Namespaced"
+    assert cluster_crd["metadata"]["name"] == f"{CLUSTER_REPORT_PLURAL}.{REPORT_GROUP}"
+    assert cluster_crd["spec"]["names"]["kind"] == "ClusterPolicyReport"
+    assert cluster_crd["spec"]["scope"] == "Cluster"
     (version,) = [v for v in crd["spec"]["versions"] if v["name"] == REPORT_VERSION]
     assert version["served"] is True
+    (cluster_version,) = [v for v in cluster_crd["spec"]["versions"] if v["name"] == REPORT_VERSION]
 
     # What `runguard audit` writes passes that version's schema: a pass, a fail, a warn.
     def run(name: str, **spec: Any) -> dict[str, Any]:
@@ -1322,9 +1331,14 @@ def test_the_crd_accepts_the_reports_audit_writes() -> None:
     warn = build_policy({**RUN_POLICY, "spec": {**RUN_POLICY["spec"], "enforcement": "Warn"}}, [])
     findings = audit([mutate(run("ok"), policy).object, run("host", hostNetwork=True)], policy)
     findings += audit([run("warned", hostNetwork=True)], warn)
-    (report,) = to_policy_reports(findings)
+    (report,) = to_policy_reports(findings, now=1_700_000_000.5)
     assert {r["result"] for r in report["results"]} == {"pass", "fail", "warn"}
     jsonschema.validate(report, version["schema"]["openAPIV3Schema"])
+    typed = version["schema"]["openAPIV3Schema"]["properties"]["results"]["items"]["properties"]
+    for result in report["results"]:  # every field Policy Reporter sorts by is typed
+        assert {"timestamp", "severity", "category", "source"} <= set(result) & set(typed)
+    cluster_report = cluster_policy_report(policy, now=1_700_000_000.5)
+    jsonschema.validate(cluster_report, cluster_version["schema"]["openAPIV3Schema"])
 
 
 @pytest.mark.skipif(shutil.which("kubectl") is None, reason="needs kubectl (kustomize)")

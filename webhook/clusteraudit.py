@@ -13,7 +13,14 @@ Findings render as table rows, JSON rows (both written as they come) or
 ``wgpolicyk8s.io/v1alpha2`` PolicyReports (the format Kyverno and Gatekeeper's reporters
 publish, read by Policy Reporter and similar tools): one per namespace and RunPolicy,
 split in parts of at most ``RESULTS_PER_REPORT`` results so that none nears etcd's
-1.5 MiB object limit.
+1.5 MiB object limit, whose ``scope`` is the Namespace; and one ClusterPolicyReport for
+what is cluster-scoped, the policy objects themselves (each RunPolicy and Profile, and
+every lint warning). Every result has a ``timestamp`` (when the audit ran), a
+``severity`` and a ``category`` (by the rule's concern) and ``source: runguard``.
+
+A run that runguard admitted (it carries runguard's RunPolicy label) but that the
+current policy would still change is policy drift (the policy was edited since): its
+results are ``warn``, category ``Policy drift``, severity ``low``, never a bypass.
 """
 
 from __future__ import annotations
@@ -29,10 +36,14 @@ import orjson
 
 from webhook.engine import Decision, Violation, validate
 from webhook.policy.kube import LabelSelector
+from webhook.policy.model import API_VERSION as POLICY_API
 from webhook.policy.model import Policy
 
 REPORT_GROUP, REPORT_VERSION, REPORT_PLURAL = "wgpolicyk8s.io", "v1alpha2", "policyreports"
 REPORT_API = f"{REPORT_GROUP}/{REPORT_VERSION}"
+CLUSTER_REPORT_PLURAL = "clusterpolicyreports"
+CLUSTER_REPORT_NAME = "runguard-policy"  # the ClusterPolicyReport about the policy objects
+SOURCE = "runguard"  # every result's ``source``
 REPORT_LABELS = {"app.kubernetes.io/managed-by": "runguard"}
 POLICY_LABEL = "runguard.io/policy"  # on each PolicyReport: the RunPolicy whose runs it lists
 RESULTS_PER_REPORT = 1000  # ~0.25 MB of JSON (more with long messages): under etcd's 1.5 MiB
@@ -121,7 +132,8 @@ def finding(obj: Any, decision: Decision, policy: Policy) -> Finding:
     obj = obj if isinstance(obj, dict) else {}
     meta = _mapping(obj.get("metadata"))
     violations = tuple(decision.violations)
-    result = "pass" if not violations else "fail" if decision.enforcement == "Deny" else "warn"
+    denied = decision.enforcement == "Deny" and any(not v.drift for v in violations)
+    result = "pass" if not violations else "fail" if denied else "warn"
     chosen = policy.choose(_pod_labels(obj), decision.namespace) if policy.alternatives else None
     # Interned: thousands of findings share a handful of these strings.
     return Finding(
@@ -159,7 +171,7 @@ def _mapping(value: Any) -> dict[str, Any]:
 def judge(objects: Iterable[Any], policy: Policy) -> Iterator[Finding]:
     """Findings for the runs (Pods and pod controllers) among ``objects``; others are skipped."""
     for obj in objects:
-        decision = validate(obj, policy)
+        decision = validate(obj, policy, admitted=True)
         if decision.applies:
             yield finding(obj, decision, policy)
 
@@ -420,18 +432,68 @@ def to_table(findings: Iterable[Finding]) -> str:
 
 RESULTS = ("pass", "fail", "warn", "error", "skip")  # a PolicyReport summary's keys
 
+# A result's severity and category, by its rule's concern (the part before the dot).
+# Severities are the three every version of the WG's schema accepts.
+SEVERITY = {
+    "security": "high",
+    "ownership": "high",
+    "secrets": "high",
+    "volumes": "high",
+    "scope": "high",
+    "input": "medium",
+    "engine": "medium",
+    "update": "medium",
+    "resources": "medium",
+    "scheduling": "medium",
+    "profile": "medium",
+}
+CATEGORY = {
+    "security": "Pod security",
+    "ownership": "Ownership",
+    "secrets": "Secrets",
+    "volumes": "Volumes",
+    "scope": "Scope",
+    "input": "Input",
+    "engine": "Engine",
+    "update": "Updates",
+    "resources": "Resources",
+    "scheduling": "Scheduling",
+    "profile": "Profiles",
+}
+DRIFT_CATEGORY, DRIFT_SEVERITY = "Policy drift", "low"
+PASS_CATEGORY, PASS_SEVERITY = "Runs", "low"
+POLICY_CATEGORY = "Policy"  # the ClusterPolicyReport's results, about the policy objects
+
+
+def timestamp(now: float) -> dict[str, int]:
+    """A result's ``timestamp`` (protobuf's Timestamp, as the WG's schema has it)."""
+    seconds = int(now)
+    return {"seconds": seconds, "nanos": int(round((now - seconds) * 1e9)) % 1_000_000_000}
+
+
+def rule_severity(rule: str) -> str:
+    return SEVERITY.get(rule.partition(".")[0], "medium")
+
+
+def rule_category(rule: str) -> str:
+    return CATEGORY.get(rule.partition(".")[0], "Runs")
+
 
 def report_name(policy: str, part: int) -> str:
     """PolicyReport names: ``runguard-<RunPolicy>``, then ``-2``, ``-3``... for more parts."""
     return f"runguard-{policy}" + (f"-{part}" if part > 1 else "")
 
 
-def policy_report(
-    policy: str, namespace: str, part: int, results: list[dict[str, Any]]
-) -> dict[str, Any]:
+def _summary(results: list[dict[str, Any]]) -> dict[str, int]:
     summary = dict.fromkeys(RESULTS, 0)
     for r in results:
         summary[r["result"]] += 1
+    return summary
+
+
+def policy_report(
+    policy: str, namespace: str, part: int, results: list[dict[str, Any]]
+) -> dict[str, Any]:
     return {
         "apiVersion": REPORT_API,
         "kind": "PolicyReport",
@@ -440,12 +502,13 @@ def policy_report(
             "namespace": namespace,
             "labels": {**REPORT_LABELS, POLICY_LABEL: policy},
         },
-        "summary": summary,
+        "scope": {"apiVersion": "v1", "kind": "Namespace", "name": namespace},
+        "summary": _summary(results),
         "results": results,
     }
 
 
-def _results(f: Finding) -> Iterator[dict[str, Any]]:
+def _results(f: Finding, when: dict[str, int]) -> Iterator[dict[str, Any]]:
     """A result per (object, rule), or one pass for a clean object."""
     resource = {"apiVersion": f.api_version, "kind": f.kind, "name": f.name}
     resource["namespace"] = f.namespace
@@ -456,7 +519,11 @@ def _results(f: Finding) -> Iterator[dict[str, Any]]:
             "policy": f.policy,
             "rule": "run",
             "result": "pass",
-            "source": "runguard",
+            "category": PASS_CATEGORY,
+            "severity": PASS_SEVERITY,
+            "source": SOURCE,
+            "timestamp": dict(when),
+            "scored": True,
             "resources": [resource],
             "message": "compliant",
         }
@@ -464,12 +531,66 @@ def _results(f: Finding) -> Iterator[dict[str, Any]]:
         yield {
             "policy": f.policy,
             "rule": v.rule,
-            "result": f.result,
-            "source": "runguard",
-            "resources": [dict(resource)],  # not shared: YAML would write anchors
+            "result": "warn" if v.drift else f.result,
+            "category": DRIFT_CATEGORY if v.drift else rule_category(v.rule),
+            "severity": DRIFT_SEVERITY if v.drift else rule_severity(v.rule),
+            "source": SOURCE,
+            "timestamp": dict(when),  # not shared: YAML would write anchors
+            "scored": True,
+            "resources": [dict(resource)],
             "message": f"{v.path}: {v.message}",
-            "properties": {"path": v.path},
+            "properties": {"path": v.path, **({"drift": "true"} if v.drift else {})},
         }
+
+
+def cluster_policy_report(
+    policy: Policy, warnings: Iterable[Any] = (), *, now: float = 0.0
+) -> dict[str, Any]:
+    """The ClusterPolicyReport of what is cluster-scoped: the policy objects. A pass per
+    RunPolicy and Profile (cluster-scoped objects in the CRD form), a warn per lint
+    warning (``PolicyIssue``: file, line, key, message)."""
+    when = timestamp(now)
+    results: list[dict[str, Any]] = []
+
+    def result(kind: str, name: str, outcome: str, message: str, **extra: Any) -> None:
+        results.append(
+            {
+                "policy": name if kind == "RunPolicy" else policy.name,
+                "rule": "policy.loaded" if outcome == "pass" else "policy.lint",
+                "result": outcome,
+                "category": POLICY_CATEGORY,
+                "severity": "low" if outcome == "pass" else "medium",
+                "source": SOURCE,
+                "timestamp": dict(when),
+                "scored": True,
+                "resources": [{"apiVersion": POLICY_API, "kind": kind, "name": name}],
+                "message": message,
+                **extra,
+            }
+        )
+
+    for run_policy in policy.run_policies():
+        result("RunPolicy", run_policy.name, "pass", f"loaded (digest {policy.digest})")
+    for name in policy.profile_names():
+        result("Profile", name, "pass", "loaded")
+    for issue in warnings:
+        where = issue.file if issue.line is None else f"{issue.file}:{issue.line}"
+        key = f"{issue.key}: " if issue.key else ""
+        result(
+            "RunPolicy",
+            policy.name,
+            "warn",
+            f"{key}{issue.message}",
+            properties={"file": where, **({"key": issue.key} if issue.key else {})},
+        )
+        results[-1].pop("resources")  # about a file, whichever document it is in
+    return {
+        "apiVersion": REPORT_API,
+        "kind": "ClusterPolicyReport",
+        "metadata": {"name": CLUSTER_REPORT_NAME, "labels": dict(REPORT_LABELS)},
+        "summary": _summary(results),
+        "results": results,
+    }
 
 
 class ReportBook:
@@ -477,8 +598,9 @@ class ReportBook:
     too (a resource without a result reads as "not audited"), so passes are kept here, as
     findings (a few hundred bytes each), never as objects."""
 
-    def __init__(self) -> None:
+    def __init__(self, now: float = 0.0) -> None:
         self.findings: dict[tuple[str, str], list[Finding]] = defaultdict(list)
+        self.timestamp = timestamp(now)  # every result's: when the audit ran
 
     def add(self, findings: Iterable[Finding]) -> None:
         for f in findings:
@@ -490,7 +612,7 @@ class ReportBook:
         for namespace, policy in sorted(self.findings):
             part, results = 1, list[dict[str, Any]]()
             for f in self.findings[namespace, policy]:
-                for result in _results(f):
+                for result in _results(f, self.timestamp):
                     if len(results) == per_report:
                         yield policy_report(policy, namespace, part, results)
                         part, results = part + 1, list[dict[str, Any]]()
@@ -499,9 +621,9 @@ class ReportBook:
 
 
 def to_policy_reports(
-    findings: Iterable[Finding], per_report: int = RESULTS_PER_REPORT
+    findings: Iterable[Finding], per_report: int = RESULTS_PER_REPORT, *, now: float = 0.0
 ) -> list[dict[str, Any]]:
     """The PolicyReports of ``findings``: one per namespace and RunPolicy (and part)."""
-    book = ReportBook()
+    book = ReportBook(now)
     book.add(findings)
     return list(book.reports(per_report))

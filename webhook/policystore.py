@@ -76,10 +76,11 @@ class PolicyState:
         out: dict[str, object] = {}
         if self.policy is not None:
             out["policy"] = {
-                "name": self.policy.name,
+                "name": self.policy.name,  # the first tried, as before several existed
+                "runPolicies": self.policy.names(),
                 "digest": self.policy.digest,
                 "loadedAt": iso_time(self.loaded_at),
-                "profiles": sorted(self.policy.profiles),
+                "profiles": self.policy.profile_names(),
             }
         if self.rejected:
             out["rejected"] = {"at": iso_time(self.rejected_at), "errors": list(self.rejected)}
@@ -211,7 +212,12 @@ class PolicyStore:
                 self._state = PolicyState(None, signature, rejected=errors, rejected_at=time.time())
                 raise
             self._state = PolicyState(policy, signature, time.time())
-        log.info("policy %s loaded from %s (digest %s)", policy.name, self.directory, policy.digest)
+        log.info(
+            "policy loaded from %s: %s (digest %s)",
+            self.directory,
+            policy.describe(),
+            policy.digest,
+        )
         return self._state
 
     def current(self) -> Policy | None:
@@ -270,9 +276,9 @@ class PolicyStore:
             self._state = PolicyState(policy, signature, time.time())
             if old.policy is None or old.policy.digest != policy.digest:
                 log.info(
-                    "policy %s reloaded from %s (digest %s, was %s)",
-                    policy.name,
+                    "policy reloaded from %s: %s (digest %s, was %s)",
                     self.directory,
+                    policy.describe(),
                     policy.digest,
                     old.policy.digest if old.policy else "none",
                 )
@@ -352,8 +358,8 @@ class PolicyStore:
             new = replace(new, policy=old.policy)  # the same policy: keep the one in use
         elif new.policy is not None:
             log.info(
-                "policy %s adopted from the master (digest %s, was %s)",
-                new.policy.name,
+                "policy adopted from the master: %s (digest %s, was %s)",
+                new.policy.describe(),
                 new.policy.digest,
                 old.policy.digest if old.policy else "none",
             )

@@ -44,6 +44,7 @@ POLICY = {
     "spec": {"selector": {"matchLabels": {LABEL: "run"}}},
 }
 CRD = REPO / "manifests" / "policyreport-crd" / "wgpolicyk8s.io_policyreports.yaml"
+CLUSTER_CRD = CRD.with_name("wgpolicyk8s.io_clusterpolicyreports.yaml")
 AUDIT_ACCOUNT = ("rg-audit-e2e", "runguard-audit")  # namespace, name (as the CronJob's)
 
 
@@ -148,12 +149,13 @@ def test_small_pages_see_every_run_exactly_once(api_client: Any, policy: Policy,
 
 @pytest.fixture(scope="module")
 def audit_account(cluster: Cluster) -> Path:
-    """The CRD installed, and the audit CronJob's ServiceAccount bound as
+    """The CRDs installed, and the audit CronJob's ServiceAccount bound as
     ``manifests/audit-cronjob`` binds it: its kubeconfig."""
-    cluster.kubectl("apply", "-f", str(CRD), check=True)
-    cluster.kubectl(
-        "wait", "--for=condition=Established", "crd/policyreports.wgpolicyk8s.io", check=True
-    )
+    cluster.kubectl("apply", "-f", str(CRD), "-f", str(CLUSTER_CRD), check=True)
+    for crd in ("policyreports", "clusterpolicyreports"):
+        cluster.kubectl(
+            "wait", "--for=condition=Established", f"crd/{crd}.wgpolicyk8s.io", check=True
+        )
     namespace, name = AUDIT_ACCOUNT
     objects = list(yaml.safe_load_all((REPO / "manifests" / "rbac.yaml").read_text()))
     objects += yaml.safe_load_all((REPO / "manifests/audit-cronjob/rbac.yaml").read_text())
@@ -203,6 +205,20 @@ def test_write_stores_policy_reports_with_the_cronjobs_rights_only(
     assert failed == {f"run-{i:04}" for i in range(0, RUNS, 10)} | {"job-1"}
     names = [r["resources"][0]["name"] for r in stored]
     assert len(names) == len(set(names)) == RUNS + 3  # each run once: none has two rules
+    # What Policy Reporter sorts by was stored as written (the CRD's schema kept it).
+    for result in stored:
+        assert {"timestamp", "severity", "category", "source", "scored"} <= set(result)
+        assert set(result["timestamp"]) == {"seconds", "nanos"}
+    assert all(r["scope"] == {"apiVersion": "v1", "kind": "Namespace", "name": runs}
+               for r in reports.values())  # fmt: skip
+    done = cluster.kubectl("get", "clusterpolicyreport", "runguard-policy", "-o", "json")
+    assert done.returncode == 0, done.stderr
+    policy_report = json.loads(done.stdout)
+    assert policy_report["summary"]["pass"] == len(policy_report["results"]) > 0
+    assert {r["resources"][0]["kind"] for r in policy_report["results"]} <= {
+        "RunPolicy",
+        "Profile",
+    }
     # Written again, in one part: the parts no longer needed are emptied, not left stale.
     done = audit_cli(audit_account, policy_dir, "--write", "-n", runs, "-o", "summary")
     assert done.returncode == 0, done.stderr
@@ -218,6 +234,8 @@ def test_the_audit_account_can_do_nothing_else(cluster: Cluster, audit_account: 
         ("list", "pods"): "yes",
         ("list", "cronjobs.batch"): "yes",
         ("patch", "policyreports.wgpolicyk8s.io"): "yes",
+        ("patch", "clusterpolicyreports.wgpolicyk8s.io"): "yes",
+        ("delete", "clusterpolicyreports.wgpolicyk8s.io"): "no",
         ("watch", "pods"): "no",
         ("get", "pods"): "no",
         ("list", "secrets"): "no",

@@ -96,11 +96,20 @@ def test_runguard_audit_lists_the_run_created_behind_its_back(
 
 
 def test_runguard_audit_policy_report(cluster: Cluster, runguard: Webhook, legacy: str) -> None:
-    reports = list(yaml.safe_load_all(runguard_audit(cluster, runguard, legacy, "policyreport")))
+    cluster_report, *reports = yaml.safe_load_all(
+        runguard_audit(cluster, runguard, legacy, "policyreport")
+    )
+    assert (cluster_report["kind"], cluster_report["metadata"]["name"]) == (
+        "ClusterPolicyReport",
+        "runguard-policy",
+    )  # the policy objects: cluster-scoped
     assert [(r["apiVersion"], r["kind"], r["metadata"]["namespace"]) for r in reports] == [
         ("wgpolicyk8s.io/v1alpha2", "PolicyReport", legacy)
     ]
     report = reports[0]
+    assert report["scope"] == {"apiVersion": "v1", "kind": "Namespace", "name": legacy}
+    for result in report["results"]:
+        assert {"timestamp", "severity", "category", "source"} <= set(result)
     failed = [r for r in report["results"] if r["result"] == "fail"]
     assert (report["summary"]["fail"], report["summary"]["pass"]) == (len(failed), 1)
     assert {r["rule"] for r in failed} == AUDIT_RULES

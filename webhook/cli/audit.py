@@ -3,7 +3,8 @@
 The shell around ``webhook.clusteraudit``: the ``kubernetes`` client's connection, one
 list request per page (raw JSON, ``_preload_content=False``: no typed-model round
 trip), progress on stderr when it is a terminal, and ``--write``: the PolicyReports
-server-side applied, one per namespace and RunPolicy (and part).
+server-side applied, one per namespace and RunPolicy (and part), and the
+ClusterPolicyReport about the policy objects.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any, TextIO
 
 from webhook.cli import EXIT_BAD_INPUT, EXIT_DENIED, EXIT_OK, load_policy_or_report
 from webhook.clusteraudit import (
+    CLUSTER_REPORT_PLURAL,
     LISTINGS,
     PAGE_SIZE,
     POLICY_LABEL,
@@ -34,6 +36,7 @@ from webhook.clusteraudit import (
     Page,
     ReportBook,
     TableWriter,
+    cluster_policy_report,
     judged_pages,
     policy_report,
     report_name,
@@ -44,8 +47,17 @@ LISTS = LISTINGS  # (kind, apiVersion, ...) per kind listed: the audit ClusterRo
 # What --write does to policyreports (server-side apply: create or patch; get to find
 # parts no longer needed): exactly what the audit CronJob's ClusterRole grants.
 REPORT_VERBS = ("get", "create", "patch")
+CLUSTER_REPORT_VERBS = ("create", "patch")  # one ClusterPolicyReport, applied whole
 FIELD_MANAGER = "runguard-audit"
 REQUEST_TIMEOUT = (10, 300)  # seconds: to connect, then to read one page or one write
+# A report written whole by server-side apply, its answer read raw (``_done``).
+SERVER_SIDE_APPLY: dict[str, Any] = {
+    "field_manager": FIELD_MANAGER,
+    "force": True,
+    "_content_type": "application/apply-patch+yaml",
+    "_preload_content": False,
+    "_request_timeout": REQUEST_TIMEOUT,
+}
 MAX_PARTS = 10_000  # PolicyReport parts probed per namespace when emptying stale ones
 
 
@@ -70,7 +82,8 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--write",
         action="store_true",
-        help="server-side apply the PolicyReports (wgpolicyk8s.io/v1alpha2) to the cluster",
+        help="server-side apply the PolicyReports and the ClusterPolicyReport "
+        "(wgpolicyk8s.io/v1alpha2) to the cluster",
     )
     p.add_argument(
         "--page-size",
@@ -103,24 +116,35 @@ def run(args: argparse.Namespace) -> int:
     from kubernetes.config.config_exception import ConfigException
     from urllib3.exceptions import HTTPError
 
+    from webhook.policy.lint import lint
+
     policy = load_policy_or_report(args.policy)
     if policy is None:
         return EXIT_BAD_INPUT
     doing = "list objects"
+    now = time.time()
     try:
         with _api_client(args) as api_client:
-            outcome = _audit(api_client, policy, args)
+            outcome = _audit(api_client, policy, args, now)
+            cluster_report = cluster_policy_report(policy, lint(args.policy).warnings, now=now)
             if args.write:
                 doing = "write PolicyReports"
                 _write_reports(api_client, outcome.book, args.results_per_report)
+                doing = "write the ClusterPolicyReport"
+                _write_cluster_report(api_client, cluster_report)
         if args.output == "policyreport":
-            _dump_reports(outcome.book.reports(args.results_per_report), sys.stdout)
+            reports = outcome.book.reports(args.results_per_report)
+            _dump_reports([cluster_report, *reports], sys.stdout)
         sys.stdout.flush()
     except BrokenPipeError:  # stdout closed early (`| head`): nothing more to say
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_BAD_INPUT
-    except (ConfigException, ApiException, AuditError, HTTPError, OSError) as exc:
-        print(f"runguard audit: cannot {doing}: {_reason(exc)}", file=sys.stderr)
+    except ConfigException as exc:
+        print(f"runguard audit: cannot {doing}: {_config_reason(exc)}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except (ApiException, AuditError, HTTPError, OSError) as exc:
+        reason = _reason(exc, writing=doing != "list objects")
+        print(f"runguard audit: cannot {doing}: {reason}", file=sys.stderr)
         return EXIT_BAD_INPUT
     if args.write:
         return EXIT_OK
@@ -189,10 +213,10 @@ class Outcome:
     """What the listing leaves: counts per result and per namespace, and the findings
     PolicyReports need (only when they are asked for)."""
 
-    def __init__(self, keep_findings: bool) -> None:
+    def __init__(self, keep_findings: bool, now: float = 0.0) -> None:
         self.counts: Counter[str] = Counter()
         self.by_namespace: dict[str, Counter[str]] = {}
-        self.book = ReportBook()
+        self.book = ReportBook(now)
         self.keep_findings = keep_findings
         self.pages = self.listed = 0
 
@@ -214,14 +238,14 @@ class Outcome:
         )
 
 
-def _audit(api_client: Any, policy: Policy, args: argparse.Namespace) -> Outcome:
+def _audit(api_client: Any, policy: Policy, args: argparse.Namespace, now: float) -> Outcome:
     out = sys.stdout
     writer: TableWriter | JsonRowsWriter | None = None
     if args.output == "table":
         writer = TableWriter(out)
     elif args.output == "json":
         writer = JsonRowsWriter(out)
-    outcome = Outcome(keep_findings=args.write or args.output == "policyreport")
+    outcome = Outcome(keep_findings=args.write or args.output == "policyreport", now=now)
     progress = Progress(sys.stderr) if sys.stderr.isatty() else None
     started = time.monotonic()
     pages = judged_pages(
@@ -315,18 +339,9 @@ def _write_reports(api_client: Any, book: ReportBook, per_report: int) -> None:
     def apply(report: dict[str, Any]) -> None:
         meta = report["metadata"]
         response: Any = api.patch_namespaced_custom_object(
-            REPORT_GROUP,
-            REPORT_VERSION,
-            meta["namespace"],
-            REPORT_PLURAL,
-            meta["name"],
-            report,
-            field_manager=FIELD_MANAGER,
-            force=True,
-            _content_type="application/apply-patch+yaml",
-            _preload_content=False,
-            _request_timeout=REQUEST_TIMEOUT,
-        )
+            REPORT_GROUP, REPORT_VERSION, meta["namespace"], REPORT_PLURAL, meta["name"], report,
+            **SERVER_SIDE_APPLY,
+        )  # fmt: skip
         _done(response)
 
     def exists(namespace: str, name: str) -> bool:
@@ -371,6 +386,18 @@ def _write_reports(api_client: Any, book: ReportBook, per_report: int) -> None:
     )
 
 
+def _write_cluster_report(api_client: Any, report: dict[str, Any]) -> None:
+    """Server-side apply the ClusterPolicyReport (one object, replaced whole)."""
+    from kubernetes import client
+
+    response: Any = client.CustomObjectsApi(api_client).patch_cluster_custom_object(
+        REPORT_GROUP, REPORT_VERSION, CLUSTER_REPORT_PLURAL, report["metadata"]["name"], report,
+        **SERVER_SIDE_APPLY,
+    )  # fmt: skip
+    _done(response)
+    _say(None, f"ClusterPolicyReport {report['metadata']['name']} written")
+
+
 def _done(response: Any) -> None:
     """Read what is left of an answer (its connection goes back to the pool, where a
     next request would otherwise read these bytes first) and release it."""
@@ -378,18 +405,44 @@ def _done(response: Any) -> None:
     response.release_conn()
 
 
-def _reason(exc: BaseException) -> str:
-    """An exception in a line: for the apiserver's answers, its Status message."""
+NO_REPORT_CRD = (
+    f"404: the cluster serves no {REPORT_GROUP}/{REPORT_VERSION} PolicyReports or "
+    "ClusterPolicyReports: install their CRDs with `kubectl apply -k "
+    "manifests/policyreport-crd` (or keep the ones Kyverno or Policy Reporter install), "
+    "or run without --write"
+)
+
+
+def _reason(exc: BaseException, writing: bool = False) -> str:
+    """An exception in a line: for the apiserver's answers, its Status message, and what
+    to do when the answer is that the report CRDs are missing."""
     body = getattr(exc, "body", None)
     status = getattr(exc, "status", None)
+    message = None
     if body:
         try:
             message = json.loads(body).get("message")
         except (ValueError, AttributeError):
             message = None
-        if message:
-            if status == 404 and "could not find the requested resource" in message:
-                message += f" (is the {REPORT_GROUP} CRD installed? see manifests/policyreport-crd)"
-            return f"{status}: {message}"
+    if (
+        writing
+        and status == 404
+        and (message is None or "could not find the requested resource" in message)
+    ):
+        # A group or resource the apiserver does not serve answers a bare 404 Not Found.
+        return NO_REPORT_CRD
+    if message:
+        return f"{status}: {message}"
     text = str(getattr(exc, "reason", None) or exc)
     return text if len(text) <= 300 else text[:300] + "..."
+
+
+def _config_reason(exc: BaseException) -> str:
+    """A kubeconfig problem in a line that says where runguard looked and what to do."""
+    text = str(exc)
+    if "No configuration found" in text or "Invalid kube-config file" in text:
+        return (
+            "no kubeconfig found: set KUBECONFIG or pass --kubeconfig FILE (and --context "
+            "NAME to pick a context); inside a Pod, runguard uses its ServiceAccount's token"
+        )
+    return f"{text} (check --kubeconfig, KUBECONFIG and --context)"

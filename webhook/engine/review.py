@@ -36,6 +36,11 @@ from webhook.policy.model import Policy
 
 P = ParamSpec("P")
 UPDATE_KEPT = "a running pod's spec cannot change: kept the values runguard set at creation"
+# A controller is judged by its template after mutation but never patched: its warnings
+# say what its Pods will get, not what was done to the object (which stays as written).
+TEMPLATE_KEPT = (
+    "runguard: the pod template is kept as written; each Pod created from it is changed so:"
+)
 STAMPED = Change(OWNERSHIP_STAMP, warning_text(f"stamped {STAMP}"))
 RECORDS_KEPT = Change(
     OWNERSHIP_STAMP,
@@ -295,6 +300,7 @@ def validate(
     old: Any = None,
     context: Context = NO_CONTEXT,
     governing: Policy | None = None,
+    admitted: bool = False,
 ) -> Decision:
     """The validating webhook: every violation of the object as it arrives.
 
@@ -303,6 +309,10 @@ def validate(
     are reported as warnings instead of denying, so labels and annotations of an existing
     object can still be edited; what SPEC section 8 forbids (leaving or changing the
     RunPolicy, rewriting owners or runguard's records) never is.
+
+    ``admitted``: the object is already in the cluster (``runguard audit``), so a Pod
+    carrying runguard's RunPolicy label went through ``/mutate``, and what mutation would
+    still change is policy drift (the policy changed since), not a bypass.
     """
     r = review(obj, policy, namespace, old, context, governing)
     governing = r.policy
@@ -328,7 +338,8 @@ def validate(
     violations = run_checks(pod)
     violations.extend(ownership.check_ownership(pod))
     if target.kind == "Pod" and r.old is None:
-        violations.extend(_not_mutated(target, governing, violations, who))
+        drifted = admitted and ownership.records(r.metadata)[2] == governing.name
+        violations.extend(_not_mutated(target, governing, violations, who, drifted))
     decision = _decision(
         obj,
         governing,
@@ -337,7 +348,7 @@ def validate(
         allowed=True,
         violations=violations,
         profile=pod.profile.name if pod.profile else None,
-        warnings=[c.warning for c in mutations],
+        warnings=[*([TEMPLATE_KEPT] if mutations else []), *(c.warning for c in mutations)],
         mutations=mutations,
     )
     if r.old is not None and violations:
@@ -411,7 +422,7 @@ def _stamp_violations(r: Review) -> list[Violation]:
 
 
 def _not_mutated(
-    target: Target, policy: Policy, found: list[Violation], who: _Who
+    target: Target, policy: Policy, found: list[Violation], who: _Who, drifted: bool = False
 ) -> list[Violation]:
     """Validation is a complete backstop of mutation (SPEC section 6): a Pod created
     without passing through ``/mutate`` (webhook bypassed, misordered, or a failure
@@ -423,6 +434,19 @@ def _not_mutated(
     if spec == target.spec:
         return []
     reported = {v.rule.partition(".")[0] for v in found}
+    if drifted:
+        return [
+            Violation(
+                c.rule,
+                target.spec_path,
+                f"policy drift: the policy now does {c.warning.removeprefix('runguard: ')}; "
+                "runguard admitted this Pod before the policy changed (recreate it to apply "
+                "the current policy)",
+                drift=True,
+            )
+            for c in changes
+            if c.rule.partition(".")[0] not in reported
+        ]
     return [
         Violation(
             c.rule,

@@ -36,6 +36,9 @@ class Violation:
     # The quantity judged, for rules about amounts: on UPDATE an excess already present
     # may stay or shrink, never grow (``pods/resize``).
     amount: Decimal | None = field(default=None, compare=False, repr=False)
+    # Found on an object runguard admitted before the policy changed (``runguard audit``):
+    # what the current policy would change, not a bypass of the webhook.
+    drift: bool = field(default=False, compare=False, repr=False)
 
     def to_dict(self) -> dict[str, str]:
         return {"rule": self.rule, "path": self.path, "message": self.message}

@@ -569,6 +569,21 @@ class Policy(RunPolicySpec):
         """The RunPolicy called ``name``, if there is one."""
         return next((p for p in (self, *self.alternatives) if p.name == name), None)
 
+    def names(self) -> list[str]:
+        """Every RunPolicy's name, in the order they are tried."""
+        return [p.name for p in self.run_policies()]
+
+    def profile_names(self) -> list[str]:
+        """Every profile's name, whichever RunPolicy holds it, sorted."""
+        return sorted({name for p in self.run_policies() for name in p.profiles})
+
+    def describe(self) -> str:
+        """What is loaded, as the log and ``runguard lint`` count it:
+        ``RunPolicies builds, runs; 4 profiles``."""
+        names, count = self.names(), len(self.profile_names())
+        kind = "RunPolicy" if len(names) == 1 else "RunPolicies"
+        return f"{kind} {', '.join(names)}; {count} profile{'s' if count != 1 else ''}"
+
 
 def with_alternatives(policies: Sequence[Policy]) -> Policy:
     """The first of ``policies`` (in name order) holding the others; one digest for all."""

@@ -1,0 +1,91 @@
+"""What an admin reads is what is true: README figures match what the commands print,
+``/readyz`` and the server log name every RunPolicy, and a pod controller's warnings
+do not claim to have changed a template runguard leaves as written."""
+
+from __future__ import annotations
+
+import logging
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from webhook.cli import main
+from webhook.policy.loader import load_policy
+from webhook.policystore import PolicyStore
+
+ROOT = Path(__file__).parent.parent
+POLICIES = ROOT / "policies"
+
+
+def console_outputs(text: str, command: str) -> list[str]:
+    """The first output line after each ``$ command`` in the markdown's console blocks."""
+    lines = text.splitlines()
+    return [lines[i + 1] for i, line in enumerate(lines) if line.strip() == f"$ {command}"]
+
+
+def test_readme_lint_figures_are_what_lint_prints(capsys: pytest.CaptureFixture[str]) -> None:
+    import os
+
+    shown = console_outputs((ROOT / "README.md").read_text(), "runguard lint -p policies")
+    assert shown, "README shows no `runguard lint -p policies`"
+    cwd = os.getcwd()
+    os.chdir(ROOT)  # the README runs it from the repository's root
+    try:
+        assert main(["lint", "-p", "policies"]) == 0
+    finally:
+        os.chdir(cwd)
+    printed = capsys.readouterr().out.splitlines()[-1]
+    assert shown == [printed] * len(shown)
+
+
+def test_readyz_detail_names_every_run_policy_and_profile() -> None:
+    store = PolicyStore(POLICIES)
+    state = store.load()
+    policy = state.policy
+    assert policy is not None and len(policy.names()) > 1  # the shipped policy has several
+    detail = state.to_dict()["policy"]
+    assert isinstance(detail, dict)
+    assert detail["runPolicies"] == sorted(detail["runPolicies"]) == policy.names()
+    assert detail["name"] == policy.names()[0]
+    assert detail["profiles"] == policy.profile_names()
+    assert len(detail["profiles"]) == 4
+
+
+def test_the_server_log_names_every_run_policy(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.INFO, logger="runguard.server"):
+        PolicyStore(POLICIES).load()
+    (line,) = [r.getMessage() for r in caplog.records if "loaded from" in r.getMessage()]
+    names = load_policy(POLICIES).names()
+    assert f"RunPolicies {', '.join(names)}; 4 profiles" in line
+
+
+DEPLOYMENT = """
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: serve, namespace: ml}
+spec:
+  selector: {matchLabels: {app: serve}}
+  template:
+    metadata:
+      labels: {app: serve, app.kubernetes.io/managed-by: dhcore, dhcore/run: r1,
+               dhcore/template: 1xt4}
+    spec:
+      containers: [{name: main, image: python:3.11, securityContext: {privileged: true}}]
+"""
+
+
+def test_a_controllers_warnings_say_its_pods_change_not_its_template(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "deployment.yaml"
+    path.write_text(DEPLOYMENT)
+    assert main(["apply", "-p", str(POLICIES), "-o", "yaml", str(path)]) == 0
+    (entry,) = yaml.safe_load(capsys.readouterr().out)
+    container = entry["object"]["spec"]["template"]["spec"]["containers"][0]
+    assert container["securityContext"] == {"privileged": True}  # kept as written
+    assert all("/spec/template" not in op["path"] for op in entry["patch"])
+    first, *rest = entry["warnings"]
+    assert "pod template is kept as written" in first and "each Pod created from it" in first
+    assert any(re.search(r"stripped: main privileged", w) for w in rest)
