@@ -871,7 +871,16 @@ def test_cli_write_then_check_catches_a_policy_edit(
     shutil.copytree(REPO / "policies", policies)
     out = tmp_path / "base"
     assert main(["manifests", "-p", str(policies), "--write", str(out)]) == 0
-    assert sorted(p.name for p in out.iterdir()) == ["policy-configmap.yaml", "webhooks.yaml"]
+    assert sorted(p.name for p in out.iterdir()) == [
+        "policy-configmap.yaml",
+        "policy-objects",
+        "webhooks.yaml",
+    ]
+    assert sorted(p.name for p in (out / "policy-objects").iterdir()) == [
+        "runguard.io_profiles.yaml",
+        "runguard.io_runpolicies.yaml",
+        "webhook.yaml",
+    ]
     assert main(["manifests", "-p", str(policies), "--check", str(out)]) == 0
 
     run_policy = next(p for p in policies.glob("*.y*ml") if "kind: RunPolicy" in p.read_text())
@@ -979,7 +988,7 @@ def test_generated_files_match_policies() -> None:
     config_map = base_object("ConfigMap", manifests.CONFIG_MAP_NAME)
     assert set(config_map["data"]) == {p.name for p in (REPO / "policies").glob("*.y*ml")}
     for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
-        hooks = base_object(kind)["webhooks"]
+        hooks = base_object(kind, "runguard")["webhooks"]
         assert hooks[0]["objectSelector"] == policy.selector.to_dict()
         for hook in hooks:
             assert set(hook["namespaceSelector"]["matchExpressions"][0]["values"]) == {
@@ -1103,7 +1112,7 @@ def test_base_objects_refer_to_each_other() -> None:
     for probe in ("readinessProbe", "livenessProbe"):
         assert container[probe]["httpGet"]["port"] == "https"
     for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
-        for hook in base_object(kind)["webhooks"]:
+        for hook in base_object(kind, "runguard")["webhooks"]:
             assert hook["clientConfig"]["service"] == {
                 "name": service["metadata"]["name"],
                 "namespace": kustomization()["namespace"],
@@ -1137,6 +1146,9 @@ def test_webhook_service_account_has_no_role_and_audit_role_is_what_audit_lists(
             if d["kind"] in ("RoleBinding", "ClusterRoleBinding"):
                 if name == "cluster-state/rbac.yaml":
                     assert d["roleRef"]["name"] == "runguard-cluster-state", d
+                    continue
+                if name == "policy-objects/rbac.yaml":  # test_policy_objects.py
+                    assert d["roleRef"]["name"] == "runguard-policy-objects", d
                     continue
                 assert webhook_account not in {s["name"] for s in d["subjects"]}, d
     granted = {
@@ -1197,7 +1209,7 @@ def test_kustomize_builds_the_base_with_certificates(tmp_path: Path) -> None:
 
 # --- the optional components: audit CronJob, PolicyReport CRD ---------------------------
 
-COMPONENTS = ("audit-cronjob", "policyreport-crd", "cluster-state")
+COMPONENTS = ("audit-cronjob", "policyreport-crd", "cluster-state", "policy-objects")
 
 
 def component(name: str) -> dict[str, Any]:

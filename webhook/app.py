@@ -28,6 +28,7 @@ from webhook.clusterstate import ClusterState
 from webhook.clusterstate.metrics import ClusterStateCollector
 from webhook.clusterstate.process import ClusterWatch, operator_kinds
 from webhook.engine.context import ClusterView
+from webhook.policy.objects import MAX_MESSAGE, check_object
 from webhook.policystore import PolicyState, PolicyStore
 from webhook.settings import (
     BY_NAME,
@@ -155,6 +156,34 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
         )
         return 200, body
 
+    def judge_policy_object(environ: Mapping[str, Any]) -> tuple[int, bytes]:
+        """``/validate-policy``: a RunPolicy or Profile object, refused with the errors
+        ``runguard lint`` would give if it joined the policy the server loads."""
+        try:
+            req = _read_review(environ, app.config["MAX_CONTENT_LENGTH"])
+        except AdmissionError as exc:
+            log.warning("validate-policy: %s %s", exc.status, exc)
+            return exc.status, orjson.dumps(exc.to_dict())
+        obj = req.get("object")
+        if req["operation"] not in ("CREATE", "UPDATE") or not isinstance(obj, dict):
+            response = admission.review_response(req["uid"], allowed=True)
+            return 200, admission.encode_review(response)
+        checked = check_object(obj, store.directory)
+        kind, name = obj.get("kind", "object"), req.get("name") or "?"
+        if checked.errors:
+            log.info("validate-policy: %s %s refused: %s", kind, name, "; ".join(checked.errors))
+        message = (
+            f"runguard: {kind} {name} does not load (fix these keys and apply again): "
+            + "; ".join(checked.errors)
+        )
+        response = admission.review_response(
+            req["uid"],
+            allowed=not checked.errors,
+            warnings=[f"runguard: {w}" for w in checked.warnings],
+            message=message[:MAX_MESSAGE],
+        )
+        return 200, admission.encode_review(response)
+
     @app.post("/mutate")
     def mutate() -> Response:
         status, body = answer("mutate", request.environ)
@@ -163,6 +192,11 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
     @app.post("/validate")
     def validate() -> Response:
         status, body = answer("validate", request.environ)
+        return Response(body, status, mimetype=JSON_TYPE)
+
+    @app.post("/validate-policy")
+    def validate_policy() -> Response:
+        status, body = judge_policy_object(request.environ)
         return Response(body, status, mimetype=JSON_TYPE)
 
     @app.get("/healthz")
@@ -215,6 +249,7 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
     endpoints: dict[str, Callable[[Mapping[str, Any]], tuple[int, bytes]]] = {
         "/mutate": partial(answer, "mutate"),
         "/validate": partial(answer, "validate"),
+        "/validate-policy": judge_policy_object,
     }
     if settings.get("bench_endpoint"):
         endpoints["/bench/allowed"] = allowed

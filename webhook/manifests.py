@@ -114,6 +114,13 @@ POD_STATUS = f"pods/{STATUS}"
 STATUS_METADATA = {"labels": "{}", "annotations": "{}", "ownerReferences": "[]"}
 WEBHOOKS_FILE = "webhooks.yaml"
 CONFIG_MAP_FILE = "policy-configmap.yaml"
+# The policy-objects component: RunPolicy and Profile as custom resources (its CRDs and
+# the webhook that checks them are generated; its kustomization and RBAC are written).
+POLICY_OBJECTS_DIR = "policy-objects"
+POLICY_WEBHOOK_FILE = f"{POLICY_OBJECTS_DIR}/webhook.yaml"
+POLICY_WEBHOOK = "validate-policies.runguard.io"
+POLICY_CONFIGURATION_NAME = "runguard-policies"
+VALIDATE_POLICY_PATH = "/validate-policy"
 TIMEOUT_SECONDS = 5
 NAMESPACE_LABEL = "kubernetes.io/metadata.name"
 LABELS = {"app.kubernetes.io/name": "runguard", "app.kubernetes.io/part-of": "runguard"}
@@ -815,6 +822,60 @@ def webhook_configurations(
     ]
 
 
+def policy_object_webhook(
+    *,
+    namespace: str = DEFAULT_NAMESPACE,
+    service: str = DEFAULT_SERVICE,
+    ca_bundle: bytes | None = None,
+    url: str | None = None,
+) -> dict[str, Any]:
+    """The ValidatingWebhookConfiguration of the policy objects: every RunPolicy and
+    Profile created or updated is checked by runguard as ``runguard lint`` checks files
+    (``/validate-policy``), and refused with the errors, each naming its key."""
+    from webhook.policy.crd import GROUP, PLURALS, VERSION
+
+    _check_inputs(ca_bundle, url)
+    hook = {
+        "name": POLICY_WEBHOOK,
+        "admissionReviewVersions": ["v1"],
+        "clientConfig": _client_config(VALIDATE_POLICY_PATH, namespace, service, ca_bundle, url),
+        "rules": [
+            {
+                "apiGroups": [GROUP],
+                "apiVersions": [VERSION],
+                "operations": ["CREATE", "UPDATE"],
+                "resources": list(PLURALS.values()),
+                "scope": "Cluster",
+            }
+        ],
+        "failurePolicy": "Fail",  # a policy object nobody checked never reaches the mirror
+        "matchPolicy": "Equivalent",
+        "sideEffects": "None",
+        "timeoutSeconds": TIMEOUT_SECONDS,
+    }
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": POLICY_CONFIGURATION_NAME, "labels": dict(ADMISSION_LABELS)},
+        "webhooks": [hook],
+    }
+
+
+def policy_object_files(namespace: str = DEFAULT_NAMESPACE) -> dict[str, str]:
+    """The generated files of the policy-objects component: the two CRDs (their schema
+    generated from the policy model) and the webhook configuration that checks them."""
+    from webhook.policy.crd import CRD_FILES, policy_crds
+
+    files = {
+        f"{POLICY_OBJECTS_DIR}/{CRD_FILES[crd['spec']['names']['kind']]}": to_yaml(
+            [crd], _CRD_HEADER
+        )
+        for crd in policy_crds()
+    }
+    files[POLICY_WEBHOOK_FILE] = to_yaml([policy_object_webhook(namespace=namespace)], _HEADER)
+    return files
+
+
 def read_policy_files(directory: Path) -> dict[str, str]:
     """The text of each policy file the loader reads, by file name."""
     # The loader decides which files make a policy; the ConfigMap must hold exactly those.
@@ -874,6 +935,13 @@ _HEADER = (
 )
 
 
+_CRD_HEADER = (
+    "# Generated from the policy model (webhook/policy/model.py, the same as\n"
+    "# webhook/policy/runguard.schema.json) by `runguard manifests --write manifests`.\n"
+    "# Do not edit: tests/test_manifests.py checks it.\n"
+)
+
+
 def generated_files(
     policy: Policy, files: Mapping[str, str], *, namespace: str = DEFAULT_NAMESPACE
 ) -> dict[str, str]:
@@ -887,4 +955,5 @@ def generated_files(
             webhook_configurations(policy, namespace=namespace), _HEADER + REQUIRES
         ),
         CONFIG_MAP_FILE: to_yaml([policy_config_map(files, namespace=namespace)], _HEADER),
+        **policy_object_files(namespace),
     }

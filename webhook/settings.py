@@ -185,6 +185,15 @@ SETTINGS: tuple[Setting, ...] = (
         _text,
         metavar="in-cluster|FILE",
     ),
+    Setting(
+        "policy_objects",
+        "read the policy from the cluster's RunPolicy and Profile objects instead of "
+        "files: in-cluster (the pod's ServiceAccount) or a kubeconfig FILE; they are "
+        "mirrored into the policy directory (empty, writable), kept in sync by a watch, "
+        "and each object's status says whether it loaded",
+        _text,
+        metavar="in-cluster|FILE",
+    ),
 )
 
 BY_NAME: dict[str, Setting] = {setting.name: setting for setting in SETTINGS}
@@ -222,6 +231,7 @@ class ServeSettings:
     reload_interval: float = RELOAD_INTERVAL
     bench_endpoint: bool = False
     cluster_state: str | None = None
+    policy_objects: str | None = None
 
     @classmethod
     def resolve(
@@ -241,4 +251,7 @@ class ServeSettings:
         source = settings.cluster_state
         if source is not None and source != IN_CLUSTER and not Path(source).is_file():
             raise SettingsError(f"cluster state: kubeconfig {source} does not exist")
+        source = settings.policy_objects
+        if source is not None and source != IN_CLUSTER and not Path(source).is_file():
+            raise SettingsError(f"policy objects: kubeconfig {source} does not exist")
         return settings

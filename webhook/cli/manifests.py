@@ -122,6 +122,7 @@ def _write(out: Path, files: dict[str, str]) -> int:
     try:
         out.mkdir(parents=True, exist_ok=True)
         for name, text in files.items():
+            (out / name).parent.mkdir(parents=True, exist_ok=True)
             (out / name).write_text(text, encoding="utf-8")
             print(f"wrote {out / name}")
     except OSError as exc:

@@ -73,6 +73,8 @@ def run(args: argparse.Namespace) -> int:
     configure_logging(capacity=settings.log_queue)
     from webhook.policy.errors import PolicyError
 
+    if settings.policy_objects is not None and not _mirror_policy_objects(settings):
+        return EXIT_BAD_INPUT
     store = PolicyStore(settings.policy_dir, interval=settings.reload_interval)
     try:
         store.load()
@@ -87,3 +89,30 @@ def run(args: argparse.Namespace) -> int:
     finally:
         remove_multiprocess_metrics()  # also when gunicorn fails to start (port in use)
     return 0
+
+
+SYNC_TIMEOUT = 60.0  # seconds for the policy watch's first list
+
+
+def _mirror_policy_objects(settings: Any) -> bool:
+    """Start the policy watch (``webhook.policywatch``) and wait for its first mirror of
+    the cluster's RunPolicy and Profile objects into the policy directory."""
+    import atexit
+
+    from webhook.policywatch import SYNCED, PolicyWatch, wait_synced
+
+    (settings.policy_dir / SYNCED).unlink(missing_ok=True)
+    watch = PolicyWatch(settings.policy_dir, settings.policy_objects)
+    watch.start()
+    atexit.register(watch.stop)
+    if wait_synced(settings.policy_dir, SYNC_TIMEOUT, alive=lambda: True):
+        return True
+    print(
+        f"runguard serve: policy objects: not listed within {SYNC_TIMEOUT:.0f}s: check that "
+        "the runpolicies.runguard.io and profiles.runguard.io CRDs are installed and that "
+        "runguard's ServiceAccount may get, list and watch them (the watch's log above "
+        "says which)",
+        file=sys.stderr,
+    )
+    watch.stop()
+    return False

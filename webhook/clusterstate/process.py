@@ -62,7 +62,11 @@ def operator_kinds(policy: Policy | None) -> tuple[str, ...]:
 
 class WatchProcess:
     """One watch process publishing into ``directory``, from ``source`` (``in-cluster``
-    or a kubeconfig path), kept running until ``stop()``."""
+    or a kubeconfig path), kept running until ``stop()``. A subclass runs another
+    watch (``module``, ``arguments()``) under the same supervision
+    (``webhook.policywatch``)."""
+
+    label = "cluster state"  # how the log names this watch
 
     def __init__(
         self,
@@ -89,17 +93,25 @@ class WatchProcess:
     def pid(self) -> int | None:
         return self._process.pid if self._process is not None else None
 
+    module = "webhook.clusterstate.watch"  # what the process runs (python -m)
+
     def command(self) -> list[str]:
         return [
             sys.executable,
             "-m",
-            "webhook.clusterstate.watch",
+            self.module,
             "--dir",
             str(self.directory),
             "--source",
             self.source,
             "--parent",
             str(os.getpid()),
+            *self.arguments(),
+        ]
+
+    def arguments(self) -> list[str]:
+        """The options of this watch beyond where, from what and for whom."""
+        return [
             "--kinds",
             ",".join(self.kinds),
             *(["--operator-kinds", ",".join(self.operator_kinds)] if self.operator_kinds else []),
@@ -107,14 +119,15 @@ class WatchProcess:
 
     def start(self) -> None:
         self._spawn()
-        self._thread = threading.Thread(target=self._supervise, name="cluster-watch", daemon=True)
+        name = self.label.replace(" ", "-") + "-watch"
+        self._thread = threading.Thread(target=self._supervise, name=name, daemon=True)
         self._thread.start()
 
     def _spawn(self) -> None:
         self._process = subprocess.Popen(
             self.command(), stdin=subprocess.DEVNULL, stdout=self.output, stderr=self.output
         )
-        log.info("cluster state: watch process %d started", self._process.pid)
+        log.info("%s: watch process %d started", self.label, self._process.pid)
 
     def _supervise(self) -> None:
         delay = self.backoff[0]
@@ -126,7 +139,8 @@ class WatchProcess:
             if time.monotonic() - started > STABLE:
                 delay = self.backoff[0]
             log.error(
-                "cluster state: watch process %d exited (code %s); restarting in %.0fs",
+                "%s: watch process %d exited (code %s); restarting in %.0fs",
+                self.label,
                 process.pid,
                 process.returncode,
                 delay,

@@ -165,9 +165,10 @@ class SecurityConfig(Section):
         "as OpenShift's restricted SCC assigns one: an image that defaults to root then starts "
         "as that user instead of being refused by the kubelet.",
     )
-    seccomp_profile: Literal["RuntimeDefault", "Unconfined", None] = Field(
+    seccomp_profile: Literal["RuntimeDefault", "Unconfined", "Unchanged", None] = Field(
         default="RuntimeDefault",
-        description="Seccomp profile type set on the pod; null: left alone.",
+        description="Seccomp profile type set on the pod; Unchanged (or null): left alone. "
+        "In a RunPolicy object write Unchanged: kubectl apply drops a null.",
     )
     drop_capabilities: Annotated[tuple[Capability, ...], UNIQUE] = Field(
         default=("ALL",), description="Capabilities dropped from every container."

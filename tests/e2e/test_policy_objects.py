@@ -1,0 +1,154 @@
+"""RunPolicy and Profile as Kubernetes objects, against the real kube-apiserver: the
+generated CRDs are accepted, ``kubectl apply -f policies/`` works as is, ``kubectl get``
+and ``kubectl explain`` document them, a broken Profile is refused at ``kubectl apply``
+naming its key, and ``runguard serve --policy-objects`` serves them, reloads a
+``kubectl patch`` within seconds and writes each object's ``Loaded`` condition."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from webhook import manifests
+from webhook.policy.crd import CRD_FILES, PLURALS
+
+from .cluster import Cluster
+from .devcluster import Runguard
+from .runs import until
+
+pytestmark = pytest.mark.e2e
+
+REPO = Path(__file__).resolve().parents[2]
+COMPONENT = REPO / "manifests" / manifests.POLICY_OBJECTS_DIR
+
+
+@pytest.fixture(scope="module")
+def crds(cluster: Cluster) -> Iterator[None]:
+    for name in CRD_FILES.values():
+        cluster.kubectl("apply", "--server-side", "-f", str(COMPONENT / name), check=True)
+    for plural in PLURALS.values():
+        cluster.kubectl(
+            "wait", "--for=condition=Established", f"crd/{plural}.runguard.io", check=True
+        )
+    yield
+    cluster.kubectl("delete", "runpolicies,profiles", "--all", "--wait")
+
+
+@pytest.fixture(scope="module")
+def served(
+    cluster: Cluster, crds: None, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Runguard]:
+    """``kubectl apply -f policies/``, then runguard serving the objects, its policy
+    webhook registered (by URL, on loopback)."""
+    done = cluster.kubectl("apply", "-f", str(REPO / "policies"))
+    assert done.returncode == 0, done.stderr
+    base = tmp_path_factory.mktemp("policy-objects")
+    mirror = base / "policies"
+    mirror.mkdir()
+    server = Runguard(
+        base / "server", mirror, serve_args=("--policy-objects", str(cluster.kubeconfig))
+    )
+    server.start()
+    hook = manifests.policy_object_webhook(url=server.url, ca_bundle=server.ca_file.read_bytes())
+    cluster.kubectl("apply", "-f", "-", input=json.dumps(hook), check=True)
+    try:
+        yield server
+    finally:
+        cluster.kubectl(
+            "delete", "validatingwebhookconfiguration", manifests.POLICY_CONFIGURATION_NAME
+        )
+        server.stop()
+
+
+def get(cluster: Cluster, kind: str, name: str) -> dict[str, Any]:
+    done = cluster.kubectl("get", kind, name, "-o", "json", check=True)
+    obj: dict[str, Any] = json.loads(done.stdout)
+    return obj
+
+
+def loaded(obj: dict[str, Any]) -> str | None:
+    for condition in (obj.get("status") or {}).get("conditions") or ():
+        if condition["type"] == "Loaded":
+            return str(condition["status"])
+    return None
+
+
+def test_the_shipped_policy_files_apply_as_they_are(cluster: Cluster, served: Runguard) -> None:
+    shipped = [
+        d
+        for path in sorted((REPO / "policies").glob("*.yaml"))
+        for d in yaml.safe_load_all(path.read_text())
+        if d
+    ]
+    for doc in shipped:
+        live = get(cluster, doc["kind"].lower() + ".runguard.io", doc["metadata"]["name"])
+        assert live["spec"] == doc["spec"]  # nothing pruned, nothing defaulted
+    table = cluster.kubectl("get", "profiles", check=True).stdout.splitlines()
+    assert table[0].split() == ["NAME", "CPU", "MEMORY", "GPU", "LOADED", "AGE"]
+    names = sorted(line.split()[0] for line in table[1:])
+    assert names == sorted(d["metadata"]["name"] for d in shipped if d["kind"] == "Profile")
+
+
+def test_kubectl_explain_documents_every_key(cluster: Cluster, crds: None) -> None:
+    done = cluster.kubectl("explain", "profile.spec.resources", check=True)
+    assert "Requests and limits of the main container." in done.stdout
+    assert "requests" in done.stdout and "limits" in done.stdout
+    done = cluster.kubectl("explain", "runpolicy.spec.enforcement", check=True)
+    assert "Audit" in done.stdout
+
+
+def test_the_server_serves_the_objects_and_names_them(served: Runguard) -> None:
+    status, ready = served.readyz()
+    assert status == 200, ready
+    assert ready["policy"]["runPolicies"] == ["builds", "digitalhub"]
+    assert len(ready["policy"]["profiles"]) == 4
+
+
+def test_every_object_says_it_loaded(cluster: Cluster, served: Runguard) -> None:
+    def all_loaded() -> bool:
+        items = json.loads(
+            cluster.kubectl("get", "runpolicies,profiles", "-o", "json", check=True).stdout
+        )["items"]
+        return bool(items) and all(loaded(item) == "True" for item in items)
+
+    until("every object's Loaded condition True", all_loaded)
+
+
+def test_a_broken_profile_is_refused_naming_the_key(cluster: Cluster, served: Runguard) -> None:
+    broken = {
+        "apiVersion": "runguard.io/v1",
+        "kind": "Profile",
+        "metadata": {"name": "lots"},
+        "spec": {"resources": {"requests": {"cpu": "lots"}}, "runtimeClass": "nvidia"},
+    }
+    done = cluster.kubectl("apply", "-f", "-", input=json.dumps(broken))
+    assert done.returncode != 0
+    assert 'spec.resources.requests.cpu: "lots" is not a quantity' in done.stderr
+    assert 'unknown key "runtimeClass" (did you mean "runtimeClassName"?)' in done.stderr
+    assert "Profile lots" in done.stderr
+    gone = cluster.kubectl("get", "profile", "lots")
+    assert gone.returncode != 0
+
+
+def test_a_patch_reaches_admission_within_seconds(cluster: Cluster, served: Runguard) -> None:
+    before = served.readyz()[1]["policy"]["digest"]
+    patch = {"spec": {"resources": {"requests": {"cpu": "6"}}}}
+    cluster.kubectl(
+        "patch", "profile", "1xt4", "--type", "merge", "-p", json.dumps(patch), check=True
+    )
+    until("the new digest", lambda: served.readyz()[1]["policy"]["digest"] != before, 15)
+    mirrored = yaml.safe_load((served.policy_dir / "profile-1xt4.yaml").read_text())
+    assert mirrored["spec"]["resources"]["requests"]["cpu"] == "6"
+    live = get(cluster, "profile", "1xt4")
+    until(
+        "the status of the new generation",
+        lambda: (
+            (get(cluster, "profile", "1xt4").get("status") or {}).get("observedGeneration")
+            == live["metadata"]["generation"]
+        ),
+    )
