@@ -307,7 +307,7 @@ def validate(
     A pod controller is judged by its template *after* mutation, since that is what its
     pods will look like. On UPDATE (``old`` given), violations the old object already had
     are reported as warnings instead of denying, so labels and annotations of an existing
-    object can still be edited; what SPEC section 8 forbids (leaving or changing the
+    object can still be edited; what trust over time forbids (leaving or changing the
     RunPolicy, rewriting owners or runguard's records) never is.
 
     ``admitted``: the object is already in the cluster (``runguard audit``), so a Pod
@@ -372,7 +372,7 @@ def _deny(obj: Any, policy: Policy, namespace: str | None, found: list[Violation
 
 def _outside_selector(r: Review, trust: list[Violation]) -> Decision:
     """Not a run: allowed untouched, unless it uses the platform's objects without being
-    the platform's (``ownership.not-a-run``), or breaks SPEC section 8."""
+    the platform's (``ownership.not-a-run``), or breaks a trust check."""
     policy = r.policy
     violations = list(trust)
     if r.target is not None and r.namespace not in policy.exclude_namespaces:
@@ -424,7 +424,7 @@ def _stamp_violations(r: Review) -> list[Violation]:
 def _not_mutated(
     target: Target, policy: Policy, found: list[Violation], who: _Who, drifted: bool = False
 ) -> list[Violation]:
-    """Validation is a complete backstop of mutation (SPEC section 6): a Pod created
+    """Validation is a complete backstop of mutation: a Pod created
     without passing through ``/mutate`` (webhook bypassed, misordered, or a failure
     policy of Ignore) is allowed only if mutating it would change nothing. Each step
     that would still change something is a violation under its own rule id, unless a

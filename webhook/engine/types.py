@@ -117,7 +117,7 @@ class Decision:
         return text
 
     def to_dict(self) -> JSON:
-        """The ``runguard apply -o json`` entry (SPEC section 5)."""
+        """The ``runguard apply -o json`` entry."""
         return {
             "kind": self.kind,
             "namespace": self.namespace,

@@ -352,7 +352,7 @@ class Operator(Section):
 
 
 class PlatformConfig(Section):
-    """Who the platform is: ownership of its volumes and secrets (SPEC section 7)."""
+    """Who the platform is: ownership of its volumes and secrets."""
 
     identities: Annotated[tuple[Identity, ...], UNIQUE] = Field(
         default=(),
@@ -536,7 +536,7 @@ assert set(KINDS) == set(get_args(Kind))
 class Policy(RunPolicySpec):
     """The RunPolicy's spec with its name, the profiles by name, and a digest of the sources.
 
-    With several RunPolicies (SPEC section 1) the first by name is the Policy callers hold
+    With several RunPolicies the first by name is the Policy callers hold
     and the others are its ``alternatives``, in name order: a Pod is judged by the first
     of them whose selector matches it (``choose``)."""
 
