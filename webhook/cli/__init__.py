@@ -26,6 +26,7 @@ COMMANDS = (
     "rules",
     "certs",
     "manifests",
+    "chart",
     "serve",
     "audit",
 )
