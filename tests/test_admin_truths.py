@@ -89,3 +89,39 @@ def test_a_controllers_warnings_say_its_pods_change_not_its_template(
     first, *rest = entry["warnings"]
     assert "pod template is kept as written" in first and "each Pod created from it" in first
     assert any(re.search(r"stripped: main privileged", w) for w in rest)
+
+
+def test_the_lint_example_of_the_policy_guide_is_what_lint_prints(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """docs/policies.md: its first profile added to the shipped policy with 96Gi of
+    memory and a typo prints what the guide shows (line numbers aside: they follow
+    policies/profiles.yaml)."""
+    import os
+
+    guide = (ROOT / "docs" / "policies.md").read_text()
+    profile = re.search(
+        r"```yaml\n(---\napiVersion: runguard.io/v1\nkind: Profile\n.*?)```", guide, re.S
+    )
+    assert profile is not None
+    edited = profile.group(1).replace("memory: 64Gi", "memory: 96Gi")
+    edited = edited.replace("runtimeClassName:", "runtimeClass:")
+    (tmp_path / "policies").mkdir()
+    for path in POLICIES.glob("*.yaml"):
+        text = path.read_text() + (edited if path.name == "profiles.yaml" else "")
+        (tmp_path / "policies" / path.name).write_text(text)
+    cwd = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        assert main(["lint", "-p", "policies"]) == 2
+    finally:
+        os.chdir(cwd)
+    printed = capsys.readouterr()
+    lines = (printed.err + printed.out).splitlines()
+    block = guide[guide.index("$ runguard lint -p policies\n") :].split("```", 1)[0]
+    shown = block.splitlines()[1:]
+
+    def unnumbered(text: str) -> str:
+        return re.sub(r"\.yaml:\d+", ".yaml", text)
+
+    assert [unnumbered(x) for x in lines] == [unnumbered(x) for x in shown]
