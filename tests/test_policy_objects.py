@@ -257,3 +257,19 @@ def test_the_watch_mirrors_events_and_writes_each_status_once(tmp_path: Path) ->
     state.event("Profile", "DELETED", as_object(BROKEN))
     state.sync()
     assert not (tmp_path / "profile-lots.yaml").exists()
+
+
+def test_manifests_url_can_add_the_policy_webhook(capsys: pytest.CaptureFixture[str]) -> None:
+    from webhook.cli import main
+
+    url = "https://127.0.0.1:8443"
+    args = ["manifests", "-p", str(POLICIES), "--url", url, "-o", "json"]
+    assert main(args) == 0
+    plain = json.loads(capsys.readouterr().out)["items"]
+    assert main([*args, "--policy-objects"]) == 0
+    items = json.loads(capsys.readouterr().out)["items"]
+    assert items[:-1] == plain
+    (hook,) = items[-1]["webhooks"]
+    assert items[-1]["metadata"]["name"] == "runguard-policies"
+    assert hook["clientConfig"] == {"url": f"{url}/validate-policy"}
+    assert hook["rules"][0]["resources"] == ["runpolicies", "profiles"]

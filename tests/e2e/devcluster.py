@@ -13,7 +13,11 @@ controller-manager, the scheduler and kwok's simulated CPU, GPU and spot nodes, 
 a free loopback port serving the policy directory *in place* (edit it and the next
 admission uses it), the PriorityClasses and the RuntimeClass the profiles name, and
 ``runguard manifests --url ... | kubectl apply``. It prints the ``export
-KUBECONFIG=...`` line on stdout; ``down`` stops everything.
+KUBECONFIG=...`` line on stdout; ``down`` stops everything. With ``--policy-objects``
+the policy is the cluster's RunPolicy and Profile objects instead: the CRDs of
+``manifests/policy-objects`` installed, the policy directory applied with ``kubectl
+apply -f``, runguard serving them (``--policy-objects``) and checking them (its policy
+webhook registered by URL too).
 
 runguard is driven only through its command line, as an admin would drive it.
 """
@@ -247,9 +251,13 @@ class Runguard:
 
     def manifests(self, output: str = "yaml") -> str:
         """``runguard manifests --url``: the webhook configurations, calling this server."""
+        return self.manifests_with("-o", output)
+
+    def manifests_with(self, *args: str) -> str:
+        """``runguard manifests --url`` with more options (``--policy-objects``)."""
         return self._run(
             "manifests", "-p", str(self.policy_dir), "--url", self.url,
-            "--ca-bundle", str(self.ca_file), "-o", output,
+            "--ca-bundle", str(self.ca_file), *args,
         )  # fmt: skip
 
     def register(self, cluster: Cluster) -> None:
@@ -467,9 +475,11 @@ def _up(args: argparse.Namespace) -> int:
         if netns
         else []
     )
+    objects = directory / "runguard" / "policy-objects"  # the mirror, with --policy-objects
     runguard = Runguard(
-        directory / "runguard", policy, owned=False,
+        directory / "runguard", objects if args.policy_objects else policy, owned=False,
         host=cluster.address, command_prefix=cluster.command_prefix,
+        serve_args=("--policy-objects", str(cluster.kubeconfig)) if args.policy_objects else (),
     )  # fmt: skip
     try:
 
@@ -492,6 +502,8 @@ def _up(args: argparse.Namespace) -> int:
             # Fresh certificates each time: the CA is the one registered below.
             subprocess.run(["rm", "-rf", str(runguard.certs)], check=True)
             runguard.log.unlink(missing_ok=True)
+            if args.policy_objects:
+                apply_policy_objects(cluster, policy, objects)
             runguard.start()
             (directory / RUNGUARD_STATE).write_text(
                 json.dumps(
@@ -500,6 +512,9 @@ def _up(args: argparse.Namespace) -> int:
                 + "\n"
             )
             runguard.register(cluster)
+            if args.policy_objects:
+                hook = runguard.manifests_with("--policy-objects")
+                cluster.kubectl("apply", "-f", "-", input=hook, check=True)
     except BaseException:
         runguard.stop()
         _stop_all(directory, cluster, nodes, netns)
@@ -521,6 +536,10 @@ def _up(args: argparse.Namespace) -> int:
         else f"runguard {runguard.url} (policy {policy}) in place\n"
         f"  runguard log:   {runguard.log}\n"
         f"  policy edits in {policy} apply within seconds\n"
+        if not args.policy_objects
+        else f"runguard {runguard.url} serving the RunPolicy and Profile objects (applied "
+        f"from {policy}): kubectl get profiles, kubectl edit profile NAME\n"
+        f"  runguard log:   {runguard.log}\n"
     )
     print(
         f"kube-apiserver {cluster.server} ready after {time.monotonic() - started:.1f}s\n"
@@ -532,6 +551,21 @@ def _up(args: argparse.Namespace) -> int:
     )
     print(f"export KUBECONFIG={cluster.kubeconfig}")
     return 0
+
+
+def apply_policy_objects(cluster: Cluster, policy: Path, mirror: Path) -> None:
+    """The policy-objects CRDs installed, ``policy``'s files applied as objects, and an
+    empty directory for runguard to mirror them into."""
+    subprocess.run(["rm", "-rf", str(mirror)], check=True)
+    mirror.mkdir(parents=True)
+    component = REPO / "manifests" / "policy-objects"
+    for crd in sorted(component.glob("runguard.io_*.yaml")):
+        cluster.kubectl("apply", "--server-side", "-f", str(crd), check=True)
+    cluster.kubectl(
+        "wait", "--for=condition=Established",
+        "crd/runpolicies.runguard.io", "crd/profiles.runguard.io", check=True,
+    )  # fmt: skip
+    cluster.kubectl("apply", "-f", str(policy), check=True)
 
 
 def _stop_all(
@@ -597,6 +631,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help="install runguard from manifests/ on the real node (implies --real-node) "
         "instead of serving the policy in place",
+    )
+    up.add_argument(
+        "--policy-objects",
+        action="store_true",
+        help="the policy as RunPolicy and Profile objects (its CRDs installed, the policy "
+        "directory applied with kubectl), served and checked by runguard",
     )
     up.add_argument(
         "--admission-only",

@@ -65,6 +65,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="URL",
         help="call runguard at https://URL/mutate and /validate instead of the Service",
     )
+    parser.add_argument(
+        "--policy-objects",
+        action="store_true",
+        help="also the webhook configuration that checks RunPolicy and Profile objects "
+        "(docs/policy-objects.md)",
+    )
     parser.add_argument("-o", "--output", choices=("yaml", "json"), default="yaml")
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument(
@@ -106,6 +112,15 @@ def run(args: argparse.Namespace) -> int:
             ca_bundle=ca_bundle,
             url=args.url,
         )
+        if args.policy_objects:
+            objects.append(
+                manifests.policy_object_webhook(
+                    namespace=args.namespace,
+                    service=args.service,
+                    ca_bundle=ca_bundle,
+                    url=args.url,
+                )  # fmt: skip
+            )
     except OSError as exc:
         return _fail(f"{exc.filename}: {exc.strerror}")
     except manifests.ManifestError as exc:

@@ -89,10 +89,6 @@ STATUS_SCHEMA: dict[str, Any] = {
             "format": "int64",
             "description": "The generation of the object the conditions are about.",
         },
-        "digest": {
-            "type": "string",
-            "description": "Digest of the policy runguard serves (as in /readyz).",
-        },
         "conditions": {
             "type": "array",
             "description": (
