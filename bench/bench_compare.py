@@ -1,7 +1,8 @@
 """The engine's review against another checkout's, interleaved (not a test).
 
 ``make bench``'s ``engine_us_p50`` (mutate + validate of the typical GPU run Pod with the
-platform test policy, ``bench_all.engine_round``), measured for this tree and for a
+platform test policy as the server makes them, ``bench_engine.server_review`` where the
+tree has it, ``bench_all.engine_round``), measured for this tree and for a
 baseline checkout (e.g. ``git worktree add /tmp/base 474493f``) in alternating child
 processes, so a busy moment of this shared machine hits both. Prints each round and
 the median ratio.
@@ -26,8 +27,12 @@ import bench_engine
 from webhook.policy.loader import load_policy
 policy = load_policy(root + "/tests/cases/_policies/platform")
 pod = bench_engine.gpu_pod(1)
+served = getattr(bench_engine, "server_review", None)  # receipts, where the tree has them
 def review():
-    bench_engine.validate(bench_engine.mutate(pod, policy).object, policy)
+    if served is not None:
+        served(pod, policy)
+    else:
+        bench_engine.validate(bench_engine.mutate(pod, policy).object, policy)
 print(bench_engine.summary(bench_engine.measure(review, 20000, float(sys.argv[2])))[0])
 """
 

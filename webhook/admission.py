@@ -30,8 +30,14 @@ import orjson
 
 from webhook import engine
 from webhook.engine.context import ClusterView, Context, Requester
+from webhook.engine.receipts import SharedReceipts
 from webhook.engine.types import Decision
 from webhook.policy.model import Policy
+
+# What ``/mutate`` leaves for ``/validate``'s backstop: made when the app is imported, in
+# the server's master before the workers fork, so every worker maps the same table
+# (``webhook.engine.receipts``).
+RECEIPTS = SharedReceipts()
 
 __all__ = [
     "API_VERSION",
@@ -286,9 +292,13 @@ def _judge(
     if endpoint == "mutate":
         if operation == "UPDATE" and old is None:
             return Outcome(review_response(uid, allowed=True), None)
-        decision = engine.mutate(obj, policy, namespace=namespace, old=old, context=context)
+        decision = engine.mutate(
+            obj, policy, namespace=namespace, old=old, context=context, receipts=RECEIPTS
+        )
         return Outcome(_from_decision(uid, decision, patch=True), decision)
-    decision = engine.validate(obj, policy, namespace=namespace, old=old, context=context)
+    decision = engine.validate(
+        obj, policy, namespace=namespace, old=old, context=context, receipts=RECEIPTS
+    )
     return Outcome(_from_decision(uid, decision, patch=False), decision)
 
 

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
 import mmap
 import os
 import struct
@@ -522,6 +523,15 @@ class SharedClusterState(TableState):
             table, delta = self._tables[kind], self._deltas[kind]
             self._offsets[kind] = _read_delta(table, delta, self._offsets[kind])
         return True
+
+    def version(self) -> str:
+        """The control block's digest: it changes whenever anything published does (a
+        receipt of ``webhook.engine.receipts`` is for one version); "" before there is
+        one."""
+        control = self._control or self._open_control()
+        if control is None:
+            return ""
+        return hashlib.blake2b(control[:CONTROL_SIZE], digest_size=16).hexdigest()
 
     def synced(self, kind: str) -> bool:
         """A kind of ``KINDS``, or an operator kind by GROUP/Kind or by its Kind alone

@@ -3,6 +3,7 @@ offline one, read from a file (``runguard apply --cluster-state FILE``)."""
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -61,6 +62,11 @@ class StaticClusterState(TableState):
         for meta in metas:
             records.setdefault(meta.kind, []).append(encode_record(meta))
         self._tables = {kind: table_from_records(kind, rs) for kind, rs in records.items()}
+        self._version = secrets.token_hex(16)  # this fixed state, and no other
+
+    def version(self) -> str:
+        """Never changes: the receipts of ``webhook.engine.receipts`` name this state."""
+        return self._version
 
     @classmethod
     def from_documents(cls, objects: Iterable[Any]) -> StaticClusterState:

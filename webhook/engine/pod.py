@@ -104,6 +104,9 @@ def warning(summary: str, details: Iterable[str] = ()) -> str:
     text = f"runguard: {summary}"
     if not items:
         return text[:WARNING_LIMIT]
+    whole = f"{text}: {', '.join(items)}"
+    if len(whole) + len(f" (+{len(items)} more)") <= WARNING_LIMIT:
+        return whole  # every item fits, with room for any "(+N more)" the loop below weighs
     shown = 0
     out = f"{text}: "
     for i, item in enumerate(items):

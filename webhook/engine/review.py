@@ -18,6 +18,7 @@ from webhook.engine.diff import make_patch
 from webhook.engine.pod import WARNING_LIMIT, Pod, copy_json, spec_prefix
 from webhook.engine.pod import warning as warning_text
 from webhook.engine.podspec import Target, object_meta
+from webhook.engine.receipts import LocalReceipts, Receipts, backstop_key, state_version
 from webhook.engine.rule_ids import OWNERSHIP_STAMP, UPDATE_SPEC_KEPT
 from webhook.engine.rules import ownership, run_checks, run_steps
 from webhook.engine.rules.profile import PRIORITY_COMPUTED
@@ -206,6 +207,7 @@ def mutate(
     namespace: str | None = None,
     old: Any = None,
     context: Context = NO_CONTEXT,
+    receipts: Receipts | None = None,
 ) -> Decision:
     """The mutating webhook: patch a run Pod, and write runguard's records. Never denies.
 
@@ -216,13 +218,18 @@ def mutate(
     would make the apiserver refuse unrelated updates such as a finalizer removal.
     runguard's records (stamp, platform record, governing RunPolicy) are put back as
     they were: a controller copying its parent's annotations cannot change them.
+
+    ``receipts``: where to leave the receipt of a Pod created here, for ``validate``'s
+    backstop (``webhook.engine.receipts``).
     """
+    version = state_version(context) if receipts is not None else None
     r = review(obj, policy, namespace, old, context)
     governing = r.policy
     target, problems = _select(r)
     changes: list[Change] = []
     profile = None
     result = obj
+    mutated: Pod | None = None  # the steps' Pod at CREATE, for the receipt
     if target is not None and not problems and target.kind == "Pod":
         hardened = _debug_containers_hardened(target, governing, r.old) if r.old else None
         if hardened is not None:
@@ -231,6 +238,7 @@ def mutate(
         else:
             spec, pod, changes = _mutated(target, governing, _Who(r, governing))
             profile = pod.profile.name if pod.profile else None
+            mutated = pod if r.old is None else None
             if spec == target.spec:
                 changes = []  # steps that undid each other changed nothing
             elif r.old is not None:
@@ -250,9 +258,26 @@ def mutate(
         result, recorded = _record_changes(r, result)
         changes.extend(recorded)
     applies = r.governing is not None or bool(problems)
+    if receipts is not None and mutated is not None:
+        _leave_receipt(mutated, result, receipts, version)
     if result is obj:
         return _decision(obj, governing, namespace, applies=applies, allowed=True)
     return _patched(obj, result, governing, namespace, changes, applies=applies, profile=profile)
+
+
+def _leave_receipt(pod: Pod, result: JSON, receipts: Receipts, version: str | None) -> None:
+    """The receipt of the Pod ``mutate`` returns: the steps' inputs with their result
+    (``pod.spec``) and the labels and annotations it has now (runguard's records), when
+    the cluster view did not move while the steps ran. Whatever else ``validate`` would
+    see differently (another governing RunPolicy, other ownership) gives another key: a
+    miss."""
+    metadata = result.get("metadata")
+    if not isinstance(metadata, dict):
+        return
+    labels, annotations = metadata.get("labels") or {}, metadata.get("annotations") or {}
+    key = backstop_key(pod, version, labels=labels, annotations=annotations)
+    if key is not None:
+        receipts.add(key)
 
 
 def _patched(
@@ -301,6 +326,7 @@ def validate(
     context: Context = NO_CONTEXT,
     governing: Policy | None = None,
     admitted: bool = False,
+    receipts: Receipts | None = None,
 ) -> Decision:
     """The validating webhook: every violation of the object as it arrives.
 
@@ -313,6 +339,9 @@ def validate(
     ``admitted``: the object is already in the cluster (``runguard audit``), so a Pod
     carrying runguard's RunPolicy label went through ``/mutate``, and what mutation would
     still change is policy drift (the policy changed since), not a bypass.
+
+    ``receipts``: the Pods ``mutate`` produced; the backstop's steps are not run again
+    for one of them (``webhook.engine.receipts`` says why that changes no decision).
     """
     r = review(obj, policy, namespace, old, context, governing)
     governing = r.policy
@@ -337,7 +366,7 @@ def validate(
         _, pod, mutations = _mutated(target, governing, who)
     violations = run_checks(pod)
     violations.extend(ownership.check_ownership(pod))
-    if target.kind == "Pod" and r.old is None:
+    if target.kind == "Pod" and r.old is None and not _has_receipt(pod, receipts):
         drifted = admitted and ownership.records(r.metadata)[2] == governing.name
         violations.extend(_not_mutated(target, governing, violations, who, drifted))
     decision = _decision(
@@ -362,6 +391,10 @@ def validate(
         )
     decision.violations.extend(trust)
     return _finish(decision, governing)
+
+
+def _has_receipt(pod: Pod, receipts: Receipts | None) -> bool:
+    return receipts is not None and backstop_key(pod) in receipts
 
 
 def _deny(obj: Any, policy: Policy, namespace: str | None, found: list[Violation]) -> Decision:
@@ -464,14 +497,17 @@ def evaluate(
     obj: Any, policy: Policy, *, namespace: str | None = None, context: Context = NO_CONTEXT
 ) -> Decision:
     """``runguard apply``: what the cluster would do, mutating webhook then validating one."""
-    mutation = mutate(obj, policy, namespace=namespace, context=context)
+    receipts = LocalReceipts()
+    mutation = mutate(obj, policy, namespace=namespace, context=context, receipts=receipts)
     if not mutation.applies:
         # Not a run, but still judged: a reserved name, an unlabelled copy of a run.
         validation = validate(mutation.object, policy, namespace=namespace, context=context)
         return validation if validation.applies else mutation
     if mutation.error is not None:
         return mutation
-    validation = validate(mutation.object, policy, namespace=namespace, context=context)
+    validation = validate(
+        mutation.object, policy, namespace=namespace, context=context, receipts=receipts
+    )
     return _decision(
         mutation.object,
         policy,

@@ -196,6 +196,11 @@ def check_run_totals(pod: Pod) -> list[Violation]:
     cfg = pod.policy.resources
     if not cfg.maximum_values:
         return []
+    spec = pod.spec
+    if not spec.get("initContainers") and len(spec.get("containers") or ()) <= 1 and (
+        "resources" not in spec
+    ):
+        return []  # the one container holds the whole run: check_resources judges it
     out: list[Violation] = []
     for part in ("requests", "limits"):
         pod_level = _values(pod.spec, part)
