@@ -52,6 +52,7 @@ sys.path.insert(0, str(BENCH.parent))
 import bench_create  # noqa: E402
 import bench_engine  # noqa: E402
 import bench_http  # noqa: E402
+import bench_kyverno  # noqa: E402
 import bench_opa  # noqa: E402
 import slow_clients  # noqa: E402
 
@@ -93,25 +94,35 @@ def default_config() -> str:
 
 
 def engine_round(policy: Any, seconds: float) -> dict[str, float]:
-    """Median wall time of one typical-pod review (mutate + validate), and of each half
-    (``validate`` of the mutated pod: its checks and the backstop's second mutation), in us."""
+    """Median wall time of one typical-pod review (mutate + validate as the server makes
+    them), of each half (``validate`` of the mutated pod finding ``mutate``'s receipt:
+    its checks), and of ``validate`` running the backstop's second mutation (a Pod that
+    bypassed ``/mutate``), in us."""
     pod = bench_engine.gpu_pod(1)
-    mutated = bench_engine.mutate(pod, policy).object
+    receipts = bench_engine.RECEIPTS
+    mutated = bench_engine.mutate(pod, policy, receipts=receipts).object
 
     def review() -> None:
-        decision = bench_engine.mutate(pod, policy)
-        bench_engine.validate(decision.object, policy)
+        bench_engine.server_review(pod, policy)  # /validate finds /mutate's receipt
 
     def mutate() -> None:
-        bench_engine.mutate(pod, policy)
+        bench_engine.mutate(pod, policy, receipts=receipts)
 
     def validate() -> None:
+        bench_engine.validate(mutated, policy, receipts=receipts)
+
+    def backstop() -> None:
         bench_engine.validate(mutated, policy)
 
-    third = seconds / 3
+    quarter = seconds / 4
     return {
-        name: bench_engine.summary(bench_engine.measure(fn, 20000, third))[0]
-        for name, fn in (("review", review), ("mutate", mutate), ("validate", validate))
+        name: bench_engine.summary(bench_engine.measure(fn, 20000, quarter))[0]
+        for name, fn in (
+            ("review", review),
+            ("mutate", mutate),
+            ("validate", validate),
+            ("backstop", backstop),
+        )
     }
 
 
@@ -163,6 +174,9 @@ def main() -> int:
     agreement: dict[str, Any] = {}
     opa: bench_opa.OpaSide | None = None
     create: bench_create.CreateLatency | None = None
+    kyverno: bench_kyverno.KyvernoSide | None = None
+    kyverno_agreement: dict[str, Any] = {}
+    kyverno_cpu: list[dict[str, float]] = []
     results: dict[str, list[dict[str, float]]] = {name: [] for name, *_ in CONFIGS}
     memory: dict[str, list[float]] = {}
     servers: dict[str, tuple[Any, int, str]] = {}
@@ -188,6 +202,17 @@ def main() -> int:
             if args.create:
                 create = bench_create.CreateLatency(log=lambda line: print(f"create: {line}"))
                 create.start()
+                kyverno = bench_kyverno.KyvernoSide(
+                    create, log=lambda line: print(f"kyverno: {line}")
+                )
+                try:
+                    kyverno.start()
+                    kyverno_agreement = kyverno.agreement()
+                    bench_kyverno.print_agreement(kyverno_agreement)
+                except (bench_kyverno.KyvernoUnavailable, bench_create.ClusterError) as exc:
+                    print(f"Kyverno side skipped: {exc}")
+                    kyverno.stop()
+                    kyverno = None
             for number in range(rounds):
                 engine.append(engine_round(policy, min(seconds, 3.0)))
                 order = list(servers.items())
@@ -199,12 +224,16 @@ def main() -> int:
                     opa_rounds.append(opa.round(seconds))
                 if create is not None:
                     create_rounds.append(create.round(args.creates, 6 * seconds))
+                if kyverno is not None:
+                    kyverno_cpu.append(kyverno.cpu_round(args.creates))
             for name, (proc, _, _) in servers.items():
                 workers = bench_http.workers_of(proc.pid)
                 memory[name] = [bench_http.memory_mb(pid)[0] for pid in workers]
         finally:
             if opa is not None:
                 opa.stop()
+            if kyverno is not None:
+                kyverno.stop()
             if create is not None:
                 create.stop()
             for proc, _, _ in servers.values():
@@ -226,7 +255,8 @@ def main() -> int:
     for part, title in (
         ("review", "typical pod review (mutate + validate)"),
         ("mutate", "  of which mutate"),
-        ("validate", "  of which validate (checks + the backstop's mutation)"),
+        ("validate", "  of which validate (checks; mutate's receipt found)"),
+        ("backstop", "validate running the backstop (a Pod that bypassed /mutate)"),
     ):
         print(f"engine, {title}: {_fmt(spread([e[part] for e in engine]), '.0f')} us")
     columns = (
@@ -256,6 +286,7 @@ def main() -> int:
         ("engine_us_p50", "review"),
         ("engine_mutate_us_p50", "mutate"),
         ("engine_validate_us_p50", "validate"),
+        ("engine_backstop_us_p50", "backstop"),
     ):
         median, low, high = spread([e[part] for e in engine])
         figures[key], ranges[key] = round(median, 1), [round(low, 1), round(high, 1)]
@@ -292,6 +323,23 @@ def main() -> int:
         print(bench_create.table(medians, spans))
         for key in CREATE_KEYS:
             figures[key], ranges[key] = medians[key], spans[key]
+    if kyverno_cpu and create_rounds:
+        print("side by side with Kyverno, the same valid run Pod (bench/bench_kyverno.py):")
+        for key in ("create_added_ms_pair", "create_added_ms_kyverno_pair"):
+            figures[key], ranges[key] = medians[key], spans[key]
+        cpu, cpu_spans = bench_create.summarize(kyverno_cpu)
+        for key in ("runguard_cpu_us_pair", "kyverno_cpu_us_pair"):
+            figures[key], ranges[key] = round(cpu[key], 1), cpu_spans[key]
+        for key in ("create_added_ms_pair", "create_added_ms_kyverno_pair",
+                    "runguard_cpu_us_pair", "kyverno_cpu_us_pair"):
+            low, high = ranges[key]
+            print(f"  {key:<36} {figures[key]:10.2f}  [{low:.2f} - {high:.2f}]")
+        ratio = figures["create_added_ms_pair"] / figures["create_added_ms_kyverno_pair"]
+        figures["create_added_pair_vs_kyverno"] = round(ratio, 3)
+        verdict = "met" if ratio <= 0.5 else "MISSED"
+        print(f"  target create_added_ms_pair <= 0.5 x kyverno's: {ratio:.2f} x  {verdict}")
+    if kyverno_agreement:
+        figures["kyverno_agreement"] = round(kyverno_agreement["share"], 3)
     summary = {
         **figures,
         "config": default,
