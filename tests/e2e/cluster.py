@@ -67,6 +67,7 @@ __all__ = [
     "SIMULATED_NODES",
     "build_binaries",
     "kubernetes_modfile",
+    "kubernetes_version",
     "main",
     "simulated_node",
 ]
@@ -187,6 +188,18 @@ def kubernetes_modfile() -> Path:
     go.kubernetes-<release>.mod for ``RUNGUARD_E2E_KUBERNETES=<release>``."""
     release = os.environ.get("RUNGUARD_E2E_KUBERNETES")
     return E2E_DIR / (f"go.kubernetes-{release}.mod" if release else "go.mod")
+
+
+def kubernetes_version() -> tuple[int, int, int]:
+    """The Kubernetes release the cluster runs, from its go.mod's ``k8s.io/kubernetes``
+    pin: (1, 33, 13), (1, 37, 2), ... Tests whose expectation is a release's own
+    behaviour (a scheduler message, a subresource it lacks) compare against it."""
+    pinned = re.search(r"^\s*k8s\.io/kubernetes v(\d+)\.(\d+)\.(\d+)\s*$",
+                       kubernetes_modfile().read_text(), re.MULTILINE)  # fmt: skip
+    if pinned is None:
+        raise ClusterError(f"{kubernetes_modfile()}: no k8s.io/kubernetes version")
+    major, minor, patch = (int(part) for part in pinned.groups())
+    return major, minor, patch
 
 
 def build_binaries() -> Path:

@@ -15,9 +15,11 @@ reads), derandomized and bounded in number and time. Pods the apiserver refuses 
 invalid (a Windows Pod with Linux-only fields) reach neither verdict; each is sent once
 more where runguard does not act, to prove it was invalid as sent, not made invalid.
 
-The e2e apiserver is Kubernetes 1.33, whose ``latest`` is 1.33; runguard ports the 1.36
-checks, which admit nothing 1.33 refuses (the same safe sysctls and SELinux types, and
-1.34's probe-host check on top).
+runguard ports the 1.36 checks. The e2e apiserver's ``latest`` is its own release: on
+1.33 and 1.37 they admit nothing PodSecurity refuses (the same safe sysctls and SELinux
+types, and 1.34's probe-host check on top). 1.30's ``restricted`` does not allow the
+SELinux type ``container_engine_t`` yet (1.31 added it): there a Pod runguard admitted
+with it is refused by PodSecurity, and must pass once that type is ``container_t``.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from test_pod_security import containers, run_pods, upstream_failures
 
 from webhook.policy.loader import load_policy
 
-from .cluster import Cluster, ClusterError
+from .cluster import Cluster, ClusterError, kubernetes_version
 from .runs import EXCLUDED_NAMESPACE, Webhook, pod, run_pod
 
 pytestmark = pytest.mark.e2e
@@ -49,6 +51,9 @@ ENFORCE = {
 PODS = 150  # generated run Pods per test
 DEBUG_CONTAINERS = 40
 BUDGET_SECONDS = 150.0  # past this, the remaining examples are not sent
+# Before 1.31, restricted allows the SELinux types container_t, container_init_t and
+# container_kvm_t only; 1.31 added container_engine_t.
+ENGINE_TYPE_REFUSED = kubernetes_version() < (1, 31)
 
 JSON = dict[str, Any]
 
@@ -167,6 +172,17 @@ def test_every_run_pod_runguard_admits_passes_pod_security(
             assert untouched == "invalid", (message, sent["spec"])
         if alone != "admitted":
             return
+        engine = '"container_engine_t"'
+        if ENGINE_TYPE_REFUSED and engine in json.dumps(body):
+            refused, message = submit(
+                lambda: core.create_namespaced_pod(
+                    enforced, body, dry_run="All", _preload_content=False
+                )
+            )
+            assert refused == "pod-security" and "seLinuxOptions" in message, message
+            # That type was the only reason: with container_t, PodSecurity admits it.
+            body = json.loads(json.dumps(body).replace(engine, '"container_t"'))
+            outcomes["pod-security (container_engine_t)"] += 1
         response = core.create_namespaced_pod(enforced, body, dry_run="All", _preload_content=False)
         admitted = json.loads(response.data)
         # Runguard admitted it without PodSecurity: with PodSecurity it must pass too.
