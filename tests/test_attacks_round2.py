@@ -705,3 +705,85 @@ def test_policy_objects_are_cluster_scoped_and_not_aggregated_to_edit() -> None:
         for rule in (doc or {}).get("rules", ()):
             if set(rule["resources"]) & {"runpolicies", "profiles"}:
                 assert set(rule["verbs"]) <= {"get", "list", "watch"}, rule
+
+
+TRAINING = Requester("system:serviceaccount:kubeflow:training-operator")
+
+
+def edited_policies(tmp_path: Path) -> Policy:
+    """The shipped policies as an admin edits them live (``kubectl edit runpolicy``): one
+    more operator, Kubeflow's training-operator for PyTorchJobs."""
+    for path in (REPO / "policies").glob("*.yaml"):
+        docs = list(yaml.safe_load_all(path.read_text(encoding="utf-8")))
+        for doc in docs:
+            if doc.get("kind") == "RunPolicy":  # every RunPolicy names it, as the shipped do
+                doc["spec"]["platform"]["operators"].append(
+                    {"identity": TRAINING.username, "kinds": ["kubeflow.org/PyTorchJob"]}
+                )
+        (tmp_path / path.name).write_text(yaml.safe_dump_all(docs), encoding="utf-8")
+    return load_policy(tmp_path)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a RunPolicy edited live (policy objects) is served at once, but the webhook "
+    "configurations rendered from the old policy do not route what it adds: a user's "
+    "PyTorchJob is never stamped and its forged record makes the operator's Pods the "
+    "platform's",
+)
+def test_a_live_policy_edit_is_routed_before_it_is_relied_on(tmp_path: Path) -> None:
+    """Chain: with RunPolicy and Profile as objects watched live, an admin adds an operator
+    (Kubeflow's training-operator, ``kubeflow.org/PyTorchJob``) with ``kubectl edit
+    runpolicy digitalhub``. The policy watch mirrors it and the server serves it within
+    seconds; nothing renders the webhook configurations again (``runguard manifests
+    --check`` compares them with ``policies/`` in Git, not with the objects). The
+    operators webhooks still list only the old kinds, so a user's PyTorchJob created with
+    the Core's records (``runguard.io/requested-by: ...core``, ``runguard.io/platform:
+    "true"``) is never stamped and keeps them. Once runguard watches the new kind (after
+    the ``rollout restart`` docs/operations.md asks for when a kind is added; until then
+    such Pods fail closed), the training-operator's Pod for her PyTorchJob is judged the
+    platform's: the run's secret, as the platform's. The same drift leaves a
+    new secret or claim pattern unreserved (the reserved-names condition is rendered from
+    the old patterns: a user creates the platform's future secret first) and a new
+    RunPolicy's Pods unrouted (objectSelector per RunPolicy).
+
+    Why it matters: "what the engine judges and what reaches it cannot drift" (SPEC 8,
+    every door by construction); with live objects the two now come from different
+    sources.
+
+    Fix: the server (or the policy watch) renders the webhook configurations from the
+    policy it loaded and compares them with the cluster's: a policy whose routing differs
+    is not served (the last good one stays, ``Loaded False``, "routing: apply runguard
+    manifests") until an admin applies them, or the watch applies them itself (RBAC on
+    runguard's two webhook configurations by resourceName); ``/validate-policy`` may warn
+    on an edit that changes routing keys (selectors, platform names, operators,
+    excludeNamespaces).
+    """
+    live = edited_policies(tmp_path)
+    forged = {STAMP: CORE.username, PLATFORM_RECORD: "true"}
+    job = {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
+           "metadata": {"name": "steal", "namespace": DH_NS, "uid": "pt-1",
+                        "annotations": forged}}  # fmt: skip
+    pod = owned_by(
+        {"apiVersion": "v1", "kind": "Pod",
+         "metadata": {"name": "steal-master-0", "namespace": DH_NS},
+         "spec": {"containers": [{"name": "pytorch", "image": "alice/miner",
+                                  "envFrom": [{"secretRef": {"name": RUN_SECRET}}]}]}},
+        job,
+    )  # fmt: skip
+    decision = evaluate(pod, live, namespace=DH_NS, context=Context(TRAINING, state(job)))
+    assert decision.allowed and decision.object["metadata"]["annotations"][PLATFORM_RECORD]
+    # the engine would have stamped her PyTorchJob as hers, had it reached runguard
+    sent = copy.deepcopy(job)
+    stamped = mutate(sent, live, namespace=DH_NS, context=Context(ALICE, state())).object
+    assert PLATFORM_RECORD not in stamped["metadata"]["annotations"]
+    # but the webhooks in the cluster are the ones rendered from the policy before the edit
+    routed = {
+        r
+        for c in manifests.webhook_configurations(DIGITALHUB)
+        for h in c["webhooks"]
+        if h["name"] == manifests.MUTATING_OPERATORS_WEBHOOK
+        for rule in h["rules"]
+        for r in rule["resources"]
+    }
+    assert "pytorchjobs" in routed, sorted(routed)
