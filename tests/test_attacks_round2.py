@@ -787,3 +787,69 @@ def test_a_live_policy_edit_is_routed_before_it_is_relied_on(tmp_path: Path) -> 
         for r in rule["resources"]
     }
     assert "pytorchjobs" in routed, sorted(routed)
+
+
+# --- 7. A shell in the operator's Pod ---------------------------------------------------------
+
+
+def test_a_user_cannot_debug_the_operators_pod_for_its_token() -> None:
+    """Stopped, but by ``ownership.stamp``, not ``ownership.debug``. KubeRay's operator
+    runs in the platform's namespace as ``kuberay-operator``, a platform account since
+    today; a user with ``edit`` there adds an ephemeral container to the operator's Pod
+    (``kubectl debug --target``, the Pod's token volume mounted): the operator's token
+    would let her create Pods "as KubeRay" owned by the Core's RayJobs. The request is
+    routed (the references condition matches the account) and refused, because
+    ``check_stamp`` sees an old object that "names" a platform account but is not in
+    scope. ``check_debug_container`` itself only looks at the platform record ("true")
+    and platform names, so the fix proposed for the keep-working tests (``in_scope``
+    counting accounts) must also make ``ownership.debug`` cover a Pod running as a
+    platform or operator account."""
+    pod = {"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"name": "kuberay-operator-5f-x", "namespace": DH_NS,
+                        "labels": {"app": "kuberay"},
+                        "annotations": {STAMP: RS.username, PLATFORM_RECORD: "installer"}},
+           "spec": {"serviceAccountName": "kuberay-operator",
+                    "containers": [{"name": "op", "image": IMAGE}]}}  # fmt: skip
+    debugged = copy.deepcopy(pod)
+    debugged["spec"]["ephemeralContainers"] = [
+        {"name": "debugger", "image": "busybox", "targetContainerName": "op",
+         "volumeMounts": [{"name": "kube-api-access", "mountPath": "/t"}]}
+    ]  # fmt: skip
+    hook = _hook(DIGITALHUB, manifests.VALIDATING_REFERENCES_WEBHOOK)
+    cel = Cel()
+    request = {"operation": "UPDATE", "subResource": "ephemeralcontainers",
+               "resource": {"resource": "pods"}, "namespace": DH_NS}  # fmt: skip
+    data = {"object": debugged, "oldObject": pod, "request": request}
+    assert all(_holds(cel, c["expression"], data) for c in hook["matchConditions"])
+    verdict = update(debugged, pod, DIGITALHUB, ALICE, subresource="ephemeralcontainers")
+    assert not verdict.allowed, verdict.message()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="pods/exec and pods/attach (CONNECT) never reach runguard: a user with edit "
+    "gets the shell in a platform Pod that ownership.debug refuses her as a debug container",
+)
+def test_a_shell_in_a_platform_pod_by_exec_is_judged_like_a_debug_container() -> None:
+    """Chain: ``ownership.debug`` refuses a user's ephemeral container in a Pod the
+    platform created ("a shell in the run, with its secrets"). The ``edit`` ClusterRole
+    also grants ``create pods/exec`` and ``pods/attach``: ``kubectl exec`` into the same
+    Pod (an Argo step of the Core's Workflow, the Core's run, KubeRay's head, or an
+    operator's own Pod for its token) is the same shell, and no webhook of runguard has a
+    rule for CONNECT. Why it matters: the property ownership.debug protects holds only
+    against the harder of two equivalent doors. Fix: either route CONNECT of
+    ``pods/exec`` and ``pods/attach`` (no objectSelector: the object is PodExecOptions,
+    so runguard looks the Pod up in its cache, which then needs Pods' metadata) and deny
+    a non-platform requester on a Pod recorded as the platform's or naming its objects or
+    accounts; or say in the docs that users of run namespaces get a role without
+    ``pods/exec``/``pods/attach`` (and without ``get secrets``, which ``edit`` also
+    grants), and ``runguard lint --cluster`` checks it."""
+    operations = {
+        (resource, op)
+        for c in manifests.webhook_configurations(DIGITALHUB)
+        for h in c["webhooks"]
+        for rule in h["rules"]
+        for resource in rule["resources"]
+        for op in rule["operations"]
+    }
+    assert ("pods/exec", "CONNECT") in operations
