@@ -1148,7 +1148,10 @@ def test_webhook_service_account_has_no_role_and_audit_role_is_what_audit_lists(
                     assert d["roleRef"]["name"] == "runguard-cluster-state", d
                     continue
                 if name == "policy-objects/rbac.yaml":  # test_policy_objects.py
-                    assert d["roleRef"]["name"] == "runguard-policy-objects", d
+                    webhooks = webhook_account in {s["name"] for s in d["subjects"]}
+                    assert d["roleRef"]["name"] == (
+                        "runguard-policy-objects" if webhooks else "runguard-audit-policy-objects"
+                    ), d
                     continue
                 assert webhook_account not in {s["name"] for s in d["subjects"]}, d
     granted = {

@@ -22,12 +22,13 @@ component policy-objects    ``policies.objects``
 ``runguard manifests --url``  ``webhooks.url`` (development: a server on loopback)
 ==========================  ===============================================
 
-A component's patches to the Deployment (its JSON patch operations) become conditional
-blocks of the Deployment template, so the chart and the base cannot say different
-things. ``runguard chart -p policies --write charts/runguard`` writes it;
-``tests/test_chart.py`` fails when the committed chart is not what this renders, and
-``tests/e2e/test_helm.py`` checks with helm that ``helm template`` gives the objects
-``kubectl kustomize`` gives, that ``helm lint`` is clean and that the chart installs.
+A component's patches to the base's objects (its JSON patch operations on the
+Deployment, and on the audit CronJob) become conditional blocks of their templates, so
+the chart and the base cannot say different things. ``runguard chart -p policies
+--write charts/runguard`` writes it; ``tests/test_chart.py`` fails when the committed
+chart is not what this renders, and ``tests/e2e/test_helm.py`` checks with helm that
+``helm template`` gives the objects ``kubectl kustomize`` gives, that ``helm lint`` is
+clean and that the chart installs.
 """
 
 from __future__ import annotations
@@ -150,8 +151,11 @@ def _documents(path: Path) -> list[dict[str, Any]]:
     return [d for d in yaml.safe_load_all(path.read_text(encoding="utf-8")) if d]
 
 
-def _component(base: Path, name: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """A component's objects (the files it lists) and its patch operations."""
+def _component(
+    base: Path, name: str
+) -> tuple[list[dict[str, Any]], dict[str, list[dict[str, Any]]]]:
+    """A component's objects (the files it lists) and its patch operations, by the kind
+    of object they patch."""
     kustomization = yaml.safe_load((base / name / "kustomization.yaml").read_text())
     objects = [
         d
@@ -159,12 +163,10 @@ def _component(base: Path, name: str) -> tuple[list[dict[str, Any]], list[dict[s
         for d in _documents(base / name / resource)
         if f"{name}/{resource}" not in manifests.policy_object_files()
     ]
-    operations = [
-        op
-        for patch in kustomization.get("patches", [])
-        if patch.get("target", {}).get("kind") == "Deployment"
-        for op in yaml.safe_load(patch["patch"])
-    ]
+    operations: dict[str, list[dict[str, Any]]] = {}
+    for patch in kustomization.get("patches", []):
+        kind = patch["target"]["kind"]
+        operations.setdefault(kind, []).extend(yaml.safe_load(patch["patch"]))
     return objects, operations
 
 
@@ -239,44 +241,39 @@ def _indented(items: list[Any], indent: int) -> str:
     return "".join(" " * indent + line for line in text.splitlines(keepends=True))
 
 
-def _deployment(base: Path, operations: Mapping[str, list[dict[str, Any]]]) -> str:
-    """The Deployment with each component's patch operations as conditional blocks."""
-    (deployment,) = _documents(base / "deployment.yaml")
-    deployment = _images(_in_namespace(deployment), "runguard")
-    deployment["spec"]["replicas"] = REPLICAS
-    pod = deployment["spec"]["template"]["spec"]
-    container = pod["containers"][0]
-    additions: dict[str, list[tuple[str, Any]]] = {"env": [], "volumes": [], "volumeMounts": []}
-    replaced: dict[str, list[tuple[str, Any]]] = {}
+def _patched(obj: dict[str, Any], operations: Mapping[str, list[dict[str, Any]]]) -> str:
+    """``obj`` dumped, each component's patch operations (by component) as conditional
+    blocks: an item a component adds to a list, an item it replaces, and the token it
+    mounts (``automountServiceAccountToken``, true when any such component is on)."""
+    added: dict[int, tuple[list[Any], list[tuple[str, Any]]]] = {}
+    marks: dict[str, tuple[list[tuple[str, Any]], Any]] = {}
     for component, ops in operations.items():
         condition = COMPONENTS[component]
         for op in ops:
-            path = op["path"].removeprefix("/spec/template/spec/")
-            if path == "automountServiceAccountToken":
-                assert op["value"] is True and AUTOMOUNT_EXPRESSION.count(condition)
-                continue
-            where, _, index = path.rpartition("/")
-            key = where.rsplit("/", 1)[-1]
-            if op["op"] == "add" and index == "-":
-                additions[key].append((condition, op["value"]))
-            elif op["op"] == "replace" and index.isdigit():
-                replaced.setdefault(f"{key}/{index}", []).append((condition, op["value"]))
+            *parents, last = op["path"].strip("/").split("/")
+            node: Any = obj
+            for token in parents:
+                node = node[int(token)] if isinstance(node, list) else node[token]
+            if last == "automountServiceAccountToken":
+                assert op["value"] is True and condition in AUTOMOUNT_EXPRESSION, op
+                node[last] = AUTOMOUNT
+            elif op["op"] == "add" and last == "-":
+                added.setdefault(id(node), (node, []))[1].append((condition, op["value"]))
+            elif op["op"] == "replace" and last.isdigit():
+                current = node[int(last)]
+                if isinstance(current, str) and current in marks:  # replaced by another
+                    mark, (alternatives, default) = current, marks[current]
+                else:
+                    mark, alternatives, default = f"__REPLACED_{len(marks)}__", [], current
+                marks[mark] = ([*alternatives, (condition, op["value"])], default)
+                node[int(last)] = mark
             else:
                 raise ValueError(f"{component}: a patch the chart cannot say: {op}")
-    pod["automountServiceAccountToken"] = AUTOMOUNT
-    marks: dict[str, tuple[list[tuple[str, Any]], Any]] = {}
-    for key, holder in (("env", container), ("volumeMounts", container), ("volumes", pod)):
-        for spot, alternatives in replaced.items():
-            name, _, index = spot.partition("/")
-            if name == key:
-                mark = f"__REPLACED_{key}_{index}__"
-                marks[mark] = (alternatives, holder[key][int(index)])
-                holder[key][int(index)] = mark
-        if additions[key]:
-            mark = f"__ADDED_{key}__"
-            marks[mark] = (additions[key], None)
-            holder[key].append(mark)
-    text = _dump([deployment])
+    for holder, items in added.values():
+        mark = f"__ADDED_{len(marks)}__"
+        marks[mark] = (items, None)
+        holder.append(mark)
+    text = _dump([obj])
     for mark, (alternatives, default) in marks.items():
         line = re.search(rf"(?m)^( *)- {mark}\n", text)
         assert line is not None, mark
@@ -290,17 +287,25 @@ def _deployment(base: Path, operations: Mapping[str, list[dict[str, Any]]]) -> s
                 block += _indented([value], indent)
             block += "{{- else }}\n" + _indented([default], indent) + "{{- end }}\n"
         text = text.replace(line.group(0), block)
+    return text
+
+
+def _deployment(base: Path, operations: Mapping[str, list[dict[str, Any]]]) -> str:
+    """The Deployment, with the replicas a value and mTLS's client CA set when given."""
+    (deployment,) = _documents(base / "deployment.yaml")
+    deployment = _images(_in_namespace(deployment), "runguard")
+    deployment["spec"]["replicas"] = REPLICAS
+    text = _patched(deployment, operations)
     client_ca = re.search(r"(?m)^( *)- name: RUNGUARD_CLIENT_CA\n", text)
     assert client_ca is not None
     pad = " " * (len(client_ca.group(1)) + 2)
-    text = text.replace(
+    return text.replace(
         client_ca.group(0),
         client_ca.group(0)
         + "{{- if .Values.mtls.clientCA }}\n"
         + f"{pad}value: /etc/runguard/tls/client-ca.crt\n"
         + "{{- end }}\n",
     )
-    return text
 
 
 CERTIFICATES = """\
@@ -381,8 +386,7 @@ def chart_files(
     templates: dict[str, str] = {}
     for name in BASE_FILES:
         if name == "deployment.yaml":
-            operations = {c: ops for c, (_, ops) in components.items() if ops}
-            templates[name] = _deployment(base, operations)
+            templates[name] = _deployment(base, _operations(components, "Deployment"))
         else:
             templates[name] = _dump([_in_namespace(d) for d in _documents(base / name)])
     config_map = manifests.policy_config_map(files, namespace=NS)
@@ -402,16 +406,26 @@ def chart_files(
     for name, (objects, _) in components.items():
         condition = COMPONENTS[name]
         body = [_images(_in_namespace(o), "runguard") for o in objects]
-        if name == "audit-cronjob":
-            for obj in body:
-                if obj["kind"] == "CronJob":
-                    obj["spec"]["schedule"] = SCHEDULE
         if name == "policy-objects":
             body = [*(_in_namespace(c) for c in _policy_crds()), *body]
-        templates[f"{name}.yaml"] = _when(condition, _dump(body))
+        texts = []
+        for obj in body:
+            if obj["kind"] == "CronJob":
+                obj["spec"]["schedule"] = SCHEDULE
+                texts.append(_patched(obj, _operations(components, "CronJob")))
+            else:
+                texts.append(_dump([obj]))
+        templates[f"{name}.yaml"] = _when(condition, "".join(texts))
     for name, text in templates.items():
         out[f"templates/{name}"] = HEADER + _template(text)
     return out
+
+
+def _operations(
+    components: Mapping[str, tuple[Any, Mapping[str, list[dict[str, Any]]]]], kind: str
+) -> dict[str, list[dict[str, Any]]]:
+    """Each component's patch operations on the objects of ``kind``."""
+    return {name: ops[kind] for name, (_, ops) in components.items() if kind in ops}
 
 
 def _policy_crds() -> list[dict[str, Any]]:

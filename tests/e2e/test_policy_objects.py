@@ -7,6 +7,7 @@ naming its key, and ``runguard serve --policy-objects`` serves them, reloads a
 from __future__ import annotations
 
 import json
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ from webhook import manifests
 from webhook.policy.crd import CRD_FILES, PLURALS
 
 from .cluster import Cluster
-from .devcluster import Runguard
+from .devcluster import Runguard, runguard_command
 from .runs import until
 
 pytestmark = pytest.mark.e2e
@@ -152,3 +153,22 @@ def test_a_patch_reaches_admission_within_seconds(cluster: Cluster, served: Rung
             == live["metadata"]["generation"]
         ),
     )
+
+
+def test_the_audit_judges_with_the_objects(cluster: Cluster, served: Runguard) -> None:
+    """``runguard audit --policy-objects``: the policy the cluster holds, not the files
+    (the 1xt4 profile patched above is the cluster's only)."""
+    done = subprocess.run(
+        [runguard_command(), "audit", "--policy-objects", "-o", "policyreport",
+         "--kubeconfig", str(cluster.kubeconfig), "-p", "/nonexistent"],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode in (0, 1), done.stderr
+    cluster_report = next(yaml.safe_load_all(done.stdout))
+    assert cluster_report["kind"] == "ClusterPolicyReport"
+    loaded = {
+        (r["resources"][0]["kind"], r["resources"][0]["name"])
+        for r in cluster_report["results"]
+        if r["result"] == "pass"
+    }
+    assert ("RunPolicy", "digitalhub") in loaded and ("Profile", "1xt4") in loaded

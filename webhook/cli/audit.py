@@ -13,6 +13,7 @@ import argparse
 import json
 import os
 import sys
+import tempfile
 import time
 from collections import Counter
 from collections.abc import Iterable, Mapping
@@ -99,6 +100,12 @@ def register(sub: Any) -> None:
         metavar="N",
         help=f"results per PolicyReport before another part starts (default {RESULTS_PER_REPORT})",
     )
+    p.add_argument(
+        "--policy-objects",
+        action="store_true",
+        help="judge with the cluster's RunPolicy and Profile objects (what runguard serves "
+        "with --policy-objects) instead of the files of -p",
+    )
     p.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, in-cluster)")
     p.add_argument("--context", help="kubeconfig context")
     p.set_defaults(func=run)
@@ -118,15 +125,24 @@ def run(args: argparse.Namespace) -> int:
 
     from webhook.policy.lint import lint
 
-    policy = load_policy_or_report(args.policy)
-    if policy is None:
+    policy = None if args.policy_objects else load_policy_or_report(args.policy)
+    if policy is None and not args.policy_objects:
         return EXIT_BAD_INPUT
     doing = "list objects"
     now = time.time()
     try:
-        with _api_client(args) as api_client:
+        with _api_client(args) as api_client, tempfile.TemporaryDirectory() as scratch:
+            directory = args.policy
+            if args.policy_objects:
+                doing, directory = "read the policy objects", scratch
+                _mirror_policy_objects(api_client, scratch)
+                policy = load_policy_or_report(scratch)
+                if policy is None:
+                    return EXIT_BAD_INPUT
+                doing = "list objects"
+            assert policy is not None
             outcome = _audit(api_client, policy, args, now)
-            cluster_report = cluster_policy_report(policy, lint(args.policy).warnings, now=now)
+            cluster_report = cluster_policy_report(policy, lint(directory).warnings, now=now)
             if args.write:
                 doing = "write PolicyReports"
                 _write_reports(api_client, outcome.book, args.results_per_report)
@@ -236,6 +252,23 @@ class Outcome:
             f"{counts['warn']:,} warn) among {self.listed:,} objects listed in "
             f"{self.pages:,} pages"
         )
+
+
+def _mirror_policy_objects(api_client: Any, directory: str) -> None:
+    """The cluster's RunPolicy and Profile objects as policy files in ``directory``."""
+    from kubernetes import client
+
+    from webhook.policy.crd import GROUP, PLURALS, VERSION
+    from webhook.policy.objects import mirror
+
+    api: Any = client.CustomObjectsApi(api_client)
+    items: list[dict[str, Any]] = []
+    for kind, plural in PLURALS.items():
+        listed: dict[str, Any] = api.list_cluster_custom_object(
+            GROUP, VERSION, plural, _request_timeout=REQUEST_TIMEOUT
+        )
+        items += [{**item, "kind": kind} for item in listed.get("items") or ()]
+    mirror(items, directory)
 
 
 def _audit(api_client: Any, policy: Policy, args: argparse.Namespace, now: float) -> Outcome:
