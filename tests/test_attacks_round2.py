@@ -853,3 +853,66 @@ def test_a_shell_in_a_platform_pod_by_exec_is_judged_like_a_debug_container() ->
         for op in rule["operations"]
     }
     assert ("pods/exec", "CONNECT") in operations
+
+
+# --- 8. An owner another webhook adds, chosen by a label the user writes ---------------------
+
+
+def platform_spark_application() -> dict[str, Any]:
+    app = {"apiVersion": "sparkoperator.k8s.io/v1beta2", "kind": "SparkApplication",
+           "metadata": {"name": "etl-1", "namespace": ML_NS}}  # fmt: skip
+    return stored(app, "app-1", MLRUN_API, platform=True)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the spark-operator's webhook picks the driver's owner by a label the user's "
+    "SparkApplication may set: her driver gets the MLRun API's SparkApplication as owner "
+    "and, from runguard, MLRun's secret and the V3IO node directories",
+)
+def test_a_users_driver_labelled_with_the_platforms_app_name_is_not_the_platforms() -> None:
+    """Chain (runguard's side is tested here; the spark-operator's is as read in its
+    v1beta2 sources, ``pkg/controller/sparkapplication/submission.go`` and
+    ``pkg/webhook/webhook.go``, to confirm on the version MLRun ships): the user creates
+    her own SparkApplication whose ``spec.driver.labels`` (or ``sparkConf``
+    ``spark.kubernetes.driver.label.sparkoperator.k8s.io/app-name``) set
+    ``sparkoperator.k8s.io/app-name: etl-1``, the name of the MLRun API's running
+    SparkApplication; spark-submit's confs are last-wins, so the driver carries it.
+    spark-submit, run by the operator as ``spark-operator``, creates her driver (her image,
+    her command, naming MLRun's auth secret). runguard's first /mutate: undecided, keeps
+    everything. The spark-operator's mutating webhook looks the application up by that
+    label and makes the MLRun API's SparkApplication the controller owner (adding its
+    volumes, the V3IO daemon's node directories). Reinvoked, runguard finds an owner of
+    the operator's kind, by uid, recorded as the platform's: the driver is the platform's,
+    keeps MLRun's auth secret and the node directories, and /validate admits it even under
+    Deny.
+
+    Why it matters: runguard trusts an owner the operator's webhook adds, but that webhook
+    chooses it from a label the user controls: a confused deputy that turns "ownership by
+    uid" back into "ownership by name" (SPEC 7: names and labels cannot decide).
+
+    Fix: judge the operators' custom resources at CREATE and UPDATE for the labels their
+    operators key on: refuse a SparkApplication (not the platform's) whose
+    ``spec.driver.labels``, ``spec.executor.labels`` or ``sparkConf`` set
+    ``sparkoperator.k8s.io/*`` labels (a per-operator ``reservedLabels`` list in
+    ``platform.operators``); and/or require the driver's name to be ``<owner>-driver``
+    and its ``sparkoperator.k8s.io/app-name`` label to equal the owner's name before the
+    owner counts.
+    """
+    driver = spark_driver()
+    driver["metadata"]["labels"]["sparkoperator.k8s.io/app-name"] = "etl-1"  # her override
+    driver["metadata"]["labels"]["sparkoperator.k8s.io/launched-by-spark-operator"] = "true"
+    driver["spec"]["volumes"] = []
+    view = state(users_spark_application(), platform_spark_application())
+    context = Context(SPARK, view)
+    policy = deny(MLRUN, "mlrun")
+    first = mutate(driver, policy, namespace=ML_NS, context=context).object
+    # the spark-operator's webhook: the app named by the label becomes the owner
+    patched = owned_by(first, platform_spark_application())
+    patched["spec"]["volumes"] = [
+        {"name": "v3iod-comm", "hostPath": {"path": f"/var/run/iguazio/dayman/{ML_NS}"}}
+    ]
+    final = mutate(patched, policy, namespace=ML_NS, context=context).object
+    decision = validate(final, policy, namespace=ML_NS, context=context)
+    assert decision.allowed and env_names(decision) == ["V3IO_ACCESS_KEY"]  # it gets through
+    assert final["metadata"]["annotations"][PLATFORM_RECORD] != "true", "her driver is hers"
