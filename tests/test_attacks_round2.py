@@ -448,7 +448,7 @@ IMAGE = "kuberay/operator:v1.1.0"
 
 def operator_deployment(record: str | None) -> dict[str, Any]:
     """KubeRay's operator Deployment (the kuberay-operator chart), as stored."""
-    dep = {
+    dep: dict[str, Any] = {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
         "metadata": {"name": "kuberay-operator", "namespace": DH_NS, "uid": "d-1"},
@@ -623,7 +623,7 @@ def _status_routed(hook: dict[str, Any], new: dict[str, Any], old: dict[str, Any
 def _hook(policy: Policy, name: str) -> dict[str, Any]:
     (found,) = [h for c in manifests.webhook_configurations(policy) for h in c["webhooks"]
                 if h["name"] == name]  # fmt: skip
-    return found
+    return dict(found)
 
 
 def test_a_status_update_adding_a_record_to_a_users_job_reaches_runguard_and_is_undone() -> None:
@@ -632,7 +632,7 @@ def test_a_status_update_adding_a_record_to_a_users_job_reaches_runguard_and_is_
     and the Core's stamp through ``jobs/status`` would make every Pod the job-controller
     creates for it the platform's. The records condition routes it; /mutate puts the
     records back as they were, and /validate alone (mutation bypassed) refuses them."""
-    old = {"apiVersion": "batch/v1", "kind": "Job",
+    old: dict[str, Any] = {"apiVersion": "batch/v1", "kind": "Job",
            "metadata": {"name": "j", "namespace": "ml", "uid": "j-1"},
            "spec": {"template": {"metadata": {"labels": {"app": "x"}},
                                  "spec": {"restartPolicy": "Never",
@@ -657,7 +657,7 @@ def test_a_status_update_moving_a_run_pod_out_of_its_policy_reaches_runguard() -
     runguard's policy label is routed (the old object matches the objectSelector, and the
     labels changed) and refused as ``scope.labels``."""
     run = {"app.kubernetes.io/managed-by": "dhcore", "dhcore/run": "r1", "dhcore/project": "p1"}
-    old = {"apiVersion": "v1", "kind": "Pod",
+    old: dict[str, Any] = {"apiVersion": "v1", "kind": "Pod",
            "metadata": {"name": "p", "namespace": "ml", "uid": "p-1",
                         "labels": {**run, POLICY_LABEL: "digitalhub"},
                         "annotations": {STAMP: "alice"}},
@@ -804,7 +804,7 @@ def test_a_user_cannot_debug_the_operators_pod_for_its_token() -> None:
     and platform names, so the fix proposed for the keep-working tests (``in_scope``
     counting accounts) must also make ``ownership.debug`` cover a Pod running as a
     platform or operator account."""
-    pod = {"apiVersion": "v1", "kind": "Pod",
+    pod: dict[str, Any] = {"apiVersion": "v1", "kind": "Pod",
            "metadata": {"name": "kuberay-operator-5f-x", "namespace": DH_NS,
                         "labels": {"app": "kuberay"},
                         "annotations": {STAMP: RS.username, PLATFORM_RECORD: "installer"}},
