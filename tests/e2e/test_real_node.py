@@ -41,6 +41,7 @@ from .realnode import (
     ensure_tools,
     pod_subnet,
 )
+from .runs import poll
 from .test_install import APPLY_NOISE, applied
 
 pytestmark = pytest.mark.e2e
@@ -304,6 +305,13 @@ def test_a_namespace_whose_cluster_was_killed_is_swept(tmp_path: Path) -> None:
     old, fresh = Netns.create(tmp_path / "old"), Netns.create(tmp_path / "fresh")
     sleeper = subprocess.Popen(["nsenter", f"--net=/run/netns/{old.name}", "--", "sleep", "600"])
     try:
+        # nsenter joins the namespace a moment after it starts: sweep once it is in there.
+        inside = os.stat(f"/run/netns/{old.name}").st_ino
+        poll(
+            "the sleeper in the old namespace",
+            lambda: os.stat(f"/proc/{sleeper.pid}/ns/net").st_ino == inside,
+            timeout=10,
+        )
         past = time.time() - 3600
         os.utime(NETNS_RECORDS / old.name, (past, past))
         removed = Netns.sweep_abandoned(min_age=900)
