@@ -113,12 +113,6 @@ def env_names(decision: Any, index: int = 0) -> list[str]:
 # --- 1. The platform's custom resources are the operators' pod templates -----------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="ownership.changed covers pod controllers' templates, not the operators' "
-    "custom resources: a user rewrites the Core's Workflow and Argo runs her code as the "
-    "platform's, with the run's secret and as the Argo controller's own account",
-)
 def test_a_user_rewrites_the_cores_workflow_and_argo_runs_her_code_as_the_platforms() -> None:
     """Chain: Argo's chart aggregates ``workflows`` into ``edit`` (its aggregate-to-edit
     ClusterRole), so a data scientist may UPDATE the Workflow the Core created for a run.
@@ -168,11 +162,6 @@ def test_a_user_rewrites_the_cores_workflow_and_argo_runs_her_code_as_the_platfo
     assert not verdict.allowed and "ownership.changed" in rules(verdict), verdict.message()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a user may rewrite the MLRun API's MPIJob spec: the mpi-operator's Pods for it "
-    "keep MLRun's secrets, IPC_LOCK and the operator's ConfigMap",
-)
 def test_a_user_rewrites_the_platforms_mpijob() -> None:
     """The MLRun side of the attack above: the MPIJob the MLRun API created is recorded as
     the platform's; a user UPDATE of its worker template (image, command) is not refused,
@@ -281,12 +270,6 @@ def users_spark_application() -> dict[str, Any]:
     return stored(app, "app-1", ALICE, platform=False)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="under Warn (the MLRun example), an operator's Pod that never gets an owner "
-    "stays undecided: /mutate strips nothing and /validate only warns, so a user's Spark "
-    "driver keeps MLRun's auth secret",
-)
 def test_an_ownerless_driver_from_a_users_spark_application_keeps_mlruns_secret_under_warn() -> (
     None
 ):
@@ -370,11 +353,6 @@ def operator_account_pod(ns: str, owner: dict[str, Any] | None = None) -> dict[s
     return owned_by(pod, owner) if owner is not None else pod
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the MLRun example enforces Warn, so ownership.service-account only warns: a "
-    "user's Pod runs as the mpi-operator's ServiceAccount and gets its token",
-)
 def test_under_the_mlrun_examples_warn_a_user_runs_as_the_mpi_operator() -> None:
     """Chain: MLRun CE runs users' notebooks in the operators' namespace ``mlrun``, and a
     Pod may use any ServiceAccount of its namespace without RBAC. Alice creates a Pod
@@ -481,15 +459,8 @@ def test_a_user_cannot_swap_the_image_of_an_operator_the_chart_installed() -> No
 
 HELM = Requester("helm", ("system:masters",))  # platform.installers' default group
 DEPLOYMENTS = Requester(f"{KCM}deployment-controller")
-KEEP_WORKING = (
-    "a Deployment whose template runs as a platform or operator ServiceAccount (the Core's, "
-    "KubeRay's, Argo's, the mpi-operator's own) is outside every selector and names a "
-    "platform account, so every UPDATE of it is judged by check_stamp, and in_scope counts "
-    "platform names but not platform accounts: ownership.stamp for everyone but the Core"
-)
 
 
-@pytest.mark.xfail(strict=True, reason=KEEP_WORKING)
 def test_the_deployment_controller_can_record_a_rollout_of_an_installed_operator() -> None:
     """SPEC 8, "controllers keep working". The deployment-controller records a rollout's
     revision (``deployment.kubernetes.io/revision``) on the Deployment through
@@ -517,7 +488,6 @@ def test_the_deployment_controller_can_record_a_rollout_of_an_installed_operator
     assert verdict.allowed, verdict.message()
 
 
-@pytest.mark.xfail(strict=True, reason=KEEP_WORKING)
 def test_the_chart_can_upgrade_the_operator_it_installed() -> None:
     """``helm upgrade`` of KubeRay (a new operator image), by ``platform.installers``, is
     refused as ``ownership.stamp`` for the reason above. Fix: as above."""

@@ -48,6 +48,12 @@ RECORDS_KEPT = Change(
     warning_text("runguard's records (who created it, its RunPolicy) cannot change: kept"),
 )
 _ALWAYS_DENIED = frozenset({INVALID, ENGINE_ERROR})
+# Who may use the platform's objects and accounts, and which RunPolicy governs an object,
+# are enforced whatever ``enforcement`` says: Warn and Audit roll out limits and hardening
+# a run may trip over, while a warning would not take back a secret, a token or a run
+# that left its RunPolicy. (An installation rolling out ownership leaves
+# ``platform.identities`` unset until it is ready: names then decide.)
+_ALWAYS_DENIED_CONCERNS = frozenset({"ownership", "scope"})
 
 
 def _decision(obj: Any, policy: Policy, namespace: str | None, **fields: Any) -> Decision:
@@ -189,10 +195,21 @@ def _finish(decision: Decision, policy: Policy) -> Decision:
     if any(v.rule in _ALWAYS_DENIED for v in decision.violations):
         decision.allowed = False  # what cannot be understood is never let through
         return decision
+    if any(_always_denied(v) for v in decision.violations):
+        decision.allowed = False
+        if policy.enforcement == "Warn":
+            decision.warnings.extend(
+                _violation_warning(v) for v in decision.violations if not _always_denied(v)
+            )
+        return decision
     decision.allowed = policy.enforcement != "Deny"
     if policy.enforcement == "Warn":
         decision.warnings.extend(_violation_warning(v) for v in decision.violations)
     return decision
+
+
+def _always_denied(v: Violation) -> bool:
+    return v.rule.partition(".")[0] in _ALWAYS_DENIED_CONCERNS and not v.drift
 
 
 def _violation_warning(v: Violation) -> str:

@@ -231,8 +231,8 @@ OWNERSHIP_CHANGED = _rule(
     mutation="",
     violation=(
         "on UPDATE, what an object the platform created runs changed (a controller's pod "
-        "template spec, a Pod's images) by someone else than a platform identity or a "
-        "controller"
+        "template spec, a Pod's images, an operator's custom resource's spec) by someone "
+        "else than a platform identity, a controller or an operator"
     ),
 )
 OWNERSHIP_DEBUG = _rule(
@@ -311,7 +311,9 @@ before the dot.
 """
 _FOOTER = """
 `enforcement: Warn` turns violations into warnings and `Audit` records them only;
-`input.invalid` and `engine.error` always deny.
+`input.invalid` and `engine.error` always deny, and so do `ownership.*` and `scope.labels`
+(who may use the platform's objects and accounts, which RunPolicy governs an object):
+a warning would not take back a secret or a token.
 """
 
 

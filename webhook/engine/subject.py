@@ -164,12 +164,18 @@ def expected_records(r: Review) -> dict[str, str | None]:
 
 
 def in_scope(r: Review) -> bool:
-    """Whether runguard governed the old object: a run, or one naming the platform's."""
+    """Whether runguard governed the old object: a run, or one naming the platform's
+    objects or running as one of its accounts."""
     if r.old_target is None:
         return False
     if r.governing is not None:
         return True
+    account = (r.namespace, service_account(r.old_target.spec))
     return any(
-        ownership.enabled(p) and ownership.platform_references(r.old_target.spec, p)
+        ownership.enabled(p)
+        and (
+            bool(ownership.platform_references(r.old_target.spec, p))
+            or account in ownership.service_account_identities(p)
+        )
         for p in r.root.run_policies()
     )

@@ -89,6 +89,8 @@ def check_platform_change(r: Review) -> list[Violation]:
     A user with edit rights may scale them, annotate them or restart a rollout, but not
     change a controller's pod template spec or a Pod's images: the Pods would run her code
     with the platform's secrets, recorded as the platform's."""
+    if r.target is None and r.old is not None and ownership.is_operator_object(r.obj, r.root):
+        return _operator_object_change(r)
     if r.old_target is None or r.target is None or _platform_old(r) is None:
         return []
     if r.target.kind == "Pod":
@@ -105,6 +107,26 @@ def check_platform_change(r: Review) -> list[Violation]:
             where,
             f"{what} the platform created is the platform's to change: its Pods run with the "
             "platform's secrets and volumes; ask the platform, or create your own",
+        )
+    ]
+
+
+def _operator_object_change(r: Review) -> list[Violation]:
+    """An operator's custom resource is its Pods' template (a Workflow's steps, an
+    MPIJob's replica specs): its ``spec`` is the platform's to change, or its operator's,
+    once the platform created it."""
+    old_spec = r.old.get("spec") if isinstance(r.old, dict) else None
+    new_spec = r.obj.get("spec") if isinstance(r.obj, dict) else None
+    if old_spec == new_spec or _platform_old(r) is None:
+        return []
+    kind = r.obj.get("kind") if isinstance(r.obj, dict) else None
+    return [
+        Violation(
+            OWNERSHIP_CHANGED,
+            "spec",
+            f"the spec of a {kind} the platform created is the platform's to change: its "
+            "operator runs its Pods with the platform's secrets and volumes; ask the "
+            "platform, or create your own",
         )
     ]
 
@@ -177,7 +199,8 @@ def check_owners(r: Review) -> list[Violation]:
 
 def check_debug_container(r: Review) -> list[Violation]:
     """``ownership.debug``: an ephemeral container added to a Pod that holds the platform's
-    objects, by anyone but a platform identity (a shell in the run, with its secrets)."""
+    objects or runs as one of its accounts, by anyone but a platform identity (a shell in
+    the run, with its secrets or its token)."""
     if r.context.subresource != "ephemeralcontainers" or r.target is None:
         return []
     if r.old_target is None or r.target.kind != "Pod":
@@ -190,8 +213,11 @@ def check_debug_container(r: Review) -> list[Violation]:
     for p in r.root.run_policies():
         if not ownership.enabled(p) or ownership.is_platform_identity(p, r.context.requester):
             continue
-        if ownership.recorded_platform(p, old_annotations) or ownership.platform_references(
-            r.old_target.spec, p
+        account = (r.namespace, service_account(r.old_target.spec))
+        if (
+            ownership.recorded_platform(p, old_annotations)
+            or ownership.platform_references(r.old_target.spec, p)
+            or account in ownership.service_account_identities(p)
         ):
             return [
                 Violation(
