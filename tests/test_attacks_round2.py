@@ -834,55 +834,45 @@ def platform_spark_application() -> dict[str, Any]:
     return stored(app, "app-1", MLRUN_API, platform=True)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the spark-operator's webhook picks the driver's owner by a label the user's "
-    "SparkApplication may set: her driver gets the MLRun API's SparkApplication as owner "
-    "and, from runguard, MLRun's secret and the V3IO node directories",
-)
-def test_a_users_driver_labelled_with_the_platforms_app_name_is_not_the_platforms() -> None:
-    """Chain (runguard's side is tested here; the spark-operator's is as read in its
-    v1beta2 sources, ``pkg/controller/sparkapplication/submission.go`` and
-    ``pkg/webhook/webhook.go``, to confirm on the version MLRun ships): the user creates
-    her own SparkApplication whose ``spec.driver.labels`` (or ``sparkConf``
+def test_a_users_spark_application_may_not_write_the_label_the_operator_finds_owners_by() -> (
+    None
+):
+    """Chain (the spark-operator's side as read in its v1beta2 sources,
+    ``pkg/controller/sparkapplication/submission.go`` and ``pkg/webhook/webhook.go``): the
+    user creates her own SparkApplication whose ``spec.driver.labels`` (or ``sparkConf``
     ``spark.kubernetes.driver.label.sparkoperator.k8s.io/app-name``) set
-    ``sparkoperator.k8s.io/app-name: etl-1``, the name of the MLRun API's running
-    SparkApplication; spark-submit's confs are last-wins, so the driver carries it.
-    spark-submit, run by the operator as ``spark-operator``, creates her driver (her image,
-    her command, naming MLRun's auth secret). runguard's first /mutate: undecided, keeps
-    everything. The spark-operator's mutating webhook looks the application up by that
-    label and makes the MLRun API's SparkApplication the controller owner (adding its
-    volumes, the V3IO daemon's node directories). Reinvoked, runguard finds an owner of
-    the operator's kind, by uid, recorded as the platform's: the driver is the platform's,
-    keeps MLRun's auth secret and the node directories, and /validate admits it even under
-    Deny.
+    ``sparkoperator.k8s.io/app-name: etl-1``, the name of the MLRun API's application.
+    spark-submit, run by the operator as ``spark-operator``, creates her driver with that
+    label; the spark-operator's mutating webhook looks the application up by it and makes
+    the MLRun API's SparkApplication the controller owner. runguard, trusting an owner by
+    uid of the operator's kind recorded as the platform's, would make her driver the
+    platform's (MLRun's auth secret, the V3IO node directories) even under Deny: the
+    operator's webhook turned "ownership by uid" back into "ownership by label".
 
-    Why it matters: runguard trusts an owner the operator's webhook adds, but that webhook
-    chooses it from a label the user controls: a confused deputy that turns "ownership by
-    uid" back into "ownership by name" (SPEC 7: names and labels cannot decide).
-
-    Fix: judge the operators' custom resources at CREATE and UPDATE for the labels their
-    operators key on: refuse a SparkApplication (not the platform's) whose
-    ``spec.driver.labels``, ``spec.executor.labels`` or ``sparkConf`` set
-    ``sparkoperator.k8s.io/*`` labels (a per-operator ``reservedLabels`` list in
-    ``platform.operators``); and/or require the driver's name to be ``<owner>-driver``
-    and its ``sparkoperator.k8s.io/app-name`` label to equal the owner's name before the
-    owner counts.
-    """
-    driver = spark_driver()
-    driver["metadata"]["labels"]["sparkoperator.k8s.io/app-name"] = "etl-1"  # her override
-    driver["metadata"]["labels"]["sparkoperator.k8s.io/launched-by-spark-operator"] = "true"
-    driver["spec"]["volumes"] = []
-    view = state(users_spark_application(), platform_spark_application())
-    context = Context(SPARK, view)
-    policy = deny(MLRUN, "mlrun")
-    first = mutate(driver, policy, namespace=ML_NS, context=context).object
-    # the spark-operator's webhook: the app named by the label becomes the owner
-    patched = owned_by(first, platform_spark_application())
-    patched["spec"]["volumes"] = [
-        {"name": "v3iod-comm", "hostPath": {"path": f"/var/run/iguazio/dayman/{ML_NS}"}}
-    ]
-    final = mutate(patched, policy, namespace=ML_NS, context=context).object
-    decision = validate(final, policy, namespace=ML_NS, context=context)
-    assert decision.allowed and env_names(decision) == ["V3IO_ACCESS_KEY"]  # it gets through
-    assert final["metadata"]["annotations"][PLATFORM_RECORD] != "true", "her driver is hers"
+    Closed at the door: the MLRun example reserves the spark-operator's labels
+    (``reservedLabels: [sparkoperator.k8s.io/]``), so a SparkApplication that writes one,
+    by anyone but the MLRun API or the operator, is ``ownership.reserved-label``, at
+    CREATE and UPDATE, whatever the enforcement mode."""
+    mine = {"apiVersion": "sparkoperator.k8s.io/v1beta2", "kind": "SparkApplication",
+            "metadata": {"name": "mine", "namespace": ML_NS},
+            "spec": {"driver": {"labels": {"sparkoperator.k8s.io/app-name": "etl-1"}},
+                     "executor": {"labels": {"team": "a"}}}}  # fmt: skip
+    created = evaluate(mine, MLRUN, namespace=ML_NS, context=Context(ALICE, state()))
+    assert not created.allowed and rules(created) == {"ownership.reserved-label"}
+    by_conf = copy.deepcopy(mine)
+    by_conf["spec"] = {"sparkConf": {
+        "spark.kubernetes.driver.label.sparkoperator.k8s.io/app-name": "etl-1"}}  # fmt: skip
+    created = evaluate(by_conf, MLRUN, namespace=ML_NS, context=Context(ALICE, state()))
+    assert not created.allowed and rules(created) == {"ownership.reserved-label"}
+    # her own application without it is hers, as before; adding it later is refused too
+    clean = copy.deepcopy(mine)
+    clean["spec"]["driver"]["labels"] = {"team": "a"}
+    created = evaluate(clean, MLRUN, namespace=ML_NS, context=Context(ALICE, state()))
+    assert created.allowed, created.message()
+    old = stored(clean, "app-9", ALICE, platform=False)
+    verdict = update({**copy.deepcopy(old), "spec": mine["spec"]}, old, MLRUN, ALICE, state(old))
+    assert not verdict.allowed and "ownership.reserved-label" in rules(verdict)
+    # the MLRun API and the operator itself may write them
+    for who in (MLRUN_API, SPARK):
+        created = evaluate(mine, MLRUN, namespace=ML_NS, context=Context(who, state()))
+        assert "ownership.reserved-label" not in rules(created), who

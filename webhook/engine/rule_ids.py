@@ -259,6 +259,15 @@ OWNERSHIP_RESERVED_NAME = _rule(
         "`platform.installers`)"
     ),
 )
+OWNERSHIP_RESERVED_LABEL = _rule(
+    "ownership.reserved-label",
+    mutation="",
+    violation=(
+        "a custom resource of an operator's kinds, created or changed by someone else than the "
+        "platform or that operator, that writes a label the operator keys on to find an "
+        "object's owner (`platform.operators[].reservedLabels`)"
+    ),
+)
 OWNERSHIP_NOT_A_RUN = _rule(
     "ownership.not-a-run",
     mutation="",

@@ -84,6 +84,15 @@ VolumeType = Literal[
 ]  # fmt: skip
 Id = Annotated[int, Field(ge=1, le=2147483647)]
 Capability = Annotated[str, Field(min_length=1)]
+# A label key, or a label prefix ending in "/" (every key under it).
+ReservedLabel = Annotated[
+    str,
+    Field(
+        pattern=r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)"
+        r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$|^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$",
+        max_length=317,
+    ),
+]
 EnvName = Annotated[str, Field(min_length=1, pattern=r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")]
 NamePatterns = Annotated[tuple[NamePatternText, ...], UNIQUE]
 
@@ -348,6 +357,14 @@ class Operator(Section):
         description="Capabilities the containers of Pods it creates for the platform's objects "
         "may add (MLRun's IPC_LOCK for MPI), besides security.allowedCapabilities and beyond "
         "the Pod Security level; nobody else's Pods.",
+    )
+    reserved_labels: Annotated[tuple[ReservedLabel, ...], UNIQUE] = Field(
+        default=(),
+        description="Labels the operator keys on to find an object's owner (the spark-operator's "
+        "sparkoperator.k8s.io/app-name): a label key, or a prefix ending in '/'. Only the "
+        "platform and the operator may write them anywhere in a custom resource of its kinds "
+        "(labels maps, and keys that end with them, e.g. a sparkConf "
+        "spark.kubernetes.driver.label.KEY); anyone else's is ownership.reserved-label.",
     )
 
 

@@ -434,16 +434,23 @@ def requested_by(policy: Policy, object_meta: JSON, namespace: str, context: Con
     return created_through(object_meta, namespace, policy, context, governed).platform
 
 
-def is_operator_object(obj: Any, root: Policy) -> bool:
-    """An object of a kind a platform operator owns Pods through (stamped at CREATE)."""
+def group_kind(obj: Any) -> str | None:
+    """``GROUP/Kind`` of an object (``Kind`` in the core group), as operators name kinds."""
     if not isinstance(obj, dict):
-        return False
+        return None
     kind, api_version = obj.get("kind"), obj.get("apiVersion")
     if not isinstance(kind, str) or not isinstance(api_version, str):
-        return False
+        return None
     group = api_version.rpartition("/")[0]
-    key = f"{group}/{kind}" if group else kind
-    return any(key in p.platform.operator_kinds for p in root.run_policies() if enabled(p))
+    return f"{group}/{kind}" if group else kind
+
+
+def is_operator_object(obj: Any, root: Policy) -> bool:
+    """An object of a kind a platform operator owns Pods through (stamped at CREATE)."""
+    key = group_kind(obj)
+    return key is not None and any(
+        key in p.platform.operator_kinds for p in root.run_policies() if enabled(p)
+    )
 
 
 def check_owner_change(

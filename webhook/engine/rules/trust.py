@@ -18,6 +18,7 @@ from webhook.engine.pod import spec_prefix
 from webhook.engine.rule_ids import (
     OWNERSHIP_CHANGED,
     OWNERSHIP_DEBUG,
+    OWNERSHIP_RESERVED_LABEL,
     OWNERSHIP_SERVICE_ACCOUNT,
     OWNERSHIP_STAMP,
     SCOPE_LABELS,
@@ -256,6 +257,63 @@ def check_service_account(r: Review) -> list[Violation]:
     return []
 
 
+def check_reserved_labels(r: Review) -> list[Violation]:
+    """``ownership.reserved-label``: an operator that finds an object's owner by a label
+    (the spark-operator's webhook makes the SparkApplication named by
+    ``sparkoperator.k8s.io/app-name`` the driver's owner) would make a user's driver the
+    platform's if her custom resource could write that label: only the platform and the
+    operator may."""
+    if not isinstance(r.obj, dict) or not ownership.is_operator_object(r.obj, r.root):
+        return []
+    requester = r.context.requester
+    kind = ownership.group_kind(r.obj)
+    for p in r.root.run_policies():
+        if not ownership.enabled(p):
+            continue
+        if ownership.is_platform_identity(p, requester) or ownership.is_identity(
+            p.platform.installers, requester
+        ):
+            return []
+        for operator in p.platform.operators:
+            if kind not in operator.kinds or not operator.reserved_labels:
+                continue
+            if ownership.is_identity((operator.identity,), requester):
+                return []
+            found = _reserved_label_keys(r.obj.get("spec"), operator.reserved_labels, "spec")
+            return [
+                Violation(
+                    OWNERSHIP_RESERVED_LABEL,
+                    path,
+                    f"{key!r} is a label the {kind.rpartition('/')[2]} operator finds owners "
+                    "by: only the platform and the operator may write it",
+                )
+                for path, key in found
+            ]
+    return []
+
+
+def _reserved_label_keys(node: Any, reserved: tuple[str, ...], path: str) -> list[tuple[str, str]]:
+    """(path, key) of every mapping key under ``node`` that is, or ends with, a reserved
+    label key (``.KEY``, as Spark's ``spark.kubernetes.driver.label.KEY``) or holds a
+    reserved prefix."""
+    out: list[tuple[str, str]] = []
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if isinstance(key, str) and any(_reserves(r, key) for r in reserved):
+                out.append((f"{path}[{key}]", key))
+            out.extend(_reserved_label_keys(value, reserved, f"{path}.{key}"))
+    elif isinstance(node, list):
+        for i, item in enumerate(node):
+            out.extend(_reserved_label_keys(item, reserved, f"{path}[{i}]"))
+    return out
+
+
+def _reserves(reserved: str, key: str) -> bool:
+    if reserved.endswith("/"):
+        return key.startswith(reserved) or f".{reserved}" in key
+    return key == reserved or key.endswith(f".{reserved}")
+
+
 # Every trust check, whatever the object's own rules say; adding one is a line here.
 TRUST_CHECKS: tuple[TrustCheck, ...] = (
     check_records,
@@ -265,6 +323,7 @@ TRUST_CHECKS: tuple[TrustCheck, ...] = (
     check_owners,
     check_debug_container,
     check_service_account,
+    check_reserved_labels,
 )
 
 
