@@ -872,10 +872,12 @@ def test_cli_write_then_check_catches_a_policy_edit(
     out = tmp_path / "base"
     assert main(["manifests", "-p", str(policies), "--write", str(out)]) == 0
     assert sorted(p.name for p in out.iterdir()) == [
+        "cluster-state",
         "policy-configmap.yaml",
         "policy-objects",
         "webhooks.yaml",
     ]
+    assert [p.name for p in (out / "cluster-state").iterdir()] == ["operators-rbac.yaml"]
     assert sorted(p.name for p in (out / "policy-objects").iterdir()) == [
         "runguard.io_profiles.yaml",
         "runguard.io_runpolicies.yaml",
@@ -1147,6 +1149,9 @@ def test_webhook_service_account_has_no_role_and_audit_role_is_what_audit_lists(
                 if name == "cluster-state/rbac.yaml":
                     assert d["roleRef"]["name"] == "runguard-cluster-state", d
                     continue
+                if name == manifests.OPERATORS_RBAC_FILE:
+                    assert d["roleRef"]["name"] == manifests.OPERATORS_ROLE, d
+                    continue
                 if name == "policy-objects/rbac.yaml":  # test_policy_objects.py
                     webhooks = webhook_account in {s["name"] for s in d["subjects"]}
                     assert d["roleRef"]["name"] == (
@@ -1388,22 +1393,30 @@ def test_cluster_state_rbac_is_read_only_for_exactly_its_kinds() -> None:
     from webhook.settings import BY_NAME
 
     objects = component_objects("cluster-state")
-    (role,) = [o for o in objects if o["kind"] == "ClusterRole"]
-    (binding,) = [o for o in objects if o["kind"] == "ClusterRoleBinding"]
-    assert binding["roleRef"] == {
-        "apiGroup": "rbac.authorization.k8s.io",
-        "kind": "ClusterRole",
-        "name": role["metadata"]["name"],
-    }
+    roles = {o["metadata"]["name"]: o for o in objects if o["kind"] == "ClusterRole"}
+    bindings = [o for o in objects if o["kind"] == "ClusterRoleBinding"]
+    assert sorted(b["roleRef"]["name"] for b in bindings) == sorted(roles)
     account = deployment_pod()["spec"]["serviceAccountName"]
-    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account}]
-    assert granted([role]) == {
+    for binding in bindings:
+        assert binding["roleRef"]["kind"] == "ClusterRole"
+        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account}]
+    assert granted([roles["runguard-cluster-state"]]) == {
         (group, resource, verb)
         for group, _, resource in RESOURCES.values()
         for verb in ("get", "list", "watch")
     }
-    for rule in role["rules"]:
-        assert "resourceNames" not in rule and "nonResourceURLs" not in rule
+    # the operators' kinds the shipped policies name, and nothing else
+    policy = load_policy(REPO / "policies")
+    kinds = {k for p in policy.run_policies() for k in p.platform.operator_kinds}
+    assert kinds  # the shipped digitalhub policy names Argo, KubeAI and KubeRay
+    assert granted([roles[manifests.OPERATORS_ROLE]]) == {
+        (k.rpartition("/")[0], manifests.plural(k.rpartition("/")[2]), verb)
+        for k in kinds
+        for verb in ("get", "list", "watch")
+    }
+    for role in roles.values():
+        for rule in role["rules"]:
+            assert "resourceNames" not in rule and "nonResourceURLs" not in rule
     (patch,) = component("cluster-state")["patches"]
     assert patch["target"] == {"kind": "Deployment", "name": "runguard"}
     operations = {op["path"]: op["value"] for op in yaml.safe_load(patch["patch"])}

@@ -876,6 +876,36 @@ def policy_object_files(namespace: str = DEFAULT_NAMESPACE) -> dict[str, str]:
     return files
 
 
+OPERATORS_RBAC_FILE = "cluster-state/operators-rbac.yaml"
+OPERATORS_ROLE = "runguard-cluster-state-operators"
+
+
+def operators_watch_rbac(policy: Policy) -> list[dict[str, Any]]:
+    """The cluster-state component's ClusterRole for the operators' kinds the policy names
+    (get, list, watch: the watch cache follows an operator's Pods to its custom
+    resources), and its binding to the webhook's ServiceAccount."""
+    by_group: dict[str, set[str]] = {}
+    for p in policy.run_policies():
+        if ownership_enabled(p):
+            for group_kind in p.platform.operator_kinds:
+                group, _, kind = group_kind.rpartition("/")
+                by_group.setdefault(group, set()).add(plural(kind))
+    rules = [
+        {"apiGroups": [group], "resources": sorted(resources), "verbs": ["get", "list", "watch"]}
+        for group, resources in sorted(by_group.items())
+    ]
+    rbac = "rbac.authorization.k8s.io"
+    return [
+        {"apiVersion": f"{rbac}/v1", "kind": "ClusterRole",
+         "metadata": {"name": OPERATORS_ROLE, "labels": dict(LABELS)}, "rules": rules},
+        {"apiVersion": f"{rbac}/v1", "kind": "ClusterRoleBinding",
+         "metadata": {"name": OPERATORS_ROLE, "labels": dict(LABELS)},
+         "roleRef": {"apiGroup": rbac, "kind": "ClusterRole", "name": OPERATORS_ROLE},
+         # its namespace is the base's, set by kustomize
+         "subjects": [{"kind": "ServiceAccount", "name": DEFAULT_SERVICE}]},
+    ]  # fmt: skip
+
+
 def read_policy_files(directory: Path) -> dict[str, str]:
     """The text of each policy file the loader reads, by file name."""
     # The loader decides which files make a policy; the ConfigMap must hold exactly those.
@@ -956,5 +986,6 @@ def generated_files(
             webhook_configurations(policy, namespace=namespace), _HEADER + REQUIRES
         ),
         CONFIG_MAP_FILE: to_yaml([policy_config_map(files, namespace=namespace)], _HEADER),
+        OPERATORS_RBAC_FILE: to_yaml(operators_watch_rbac(policy), _HEADER),
         **policy_object_files(namespace),
     }
