@@ -23,6 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from webhook.engine import evaluate, mutate, validate
+from webhook.engine.rules.pod_security import SAFE_SYSCTLS
 from webhook.policy.loader import load_policy
 from webhook.policy.model import Policy
 
@@ -216,14 +217,18 @@ SYSCTLS_ALLOWED_V1_32 = {
     "net.ipv4.tcp_rmem",
     "net.ipv4.tcp_wmem",
 }
+SYSCTLS_ALLOWED_V1_37 = SYSCTLS_ALLOWED_V1_32 | {
+    "net.ipv4.tcp_slow_start_after_idle",
+    "net.ipv4.tcp_notsent_lowat",
+}
 
 
 def check_sysctls(meta: JSON, spec: JSON) -> bool:
-    """check_sysctls.go sysctlsV1Dot32 (the newest version up to 1.36)."""
+    """check_sysctls.go sysctlsV1Dot37 (the newest version, 1.37)."""
     sc = _sc(spec)
     if _nil(sc):
         return True
-    return all(s.get("name") in SYSCTLS_ALLOWED_V1_32 for s in sc.get("sysctls") or ())
+    return all(s.get("name") in SYSCTLS_ALLOWED_V1_37 for s in sc.get("sysctls") or ())
 
 
 def check_host_probes_and_lifecycle(meta: JSON, spec: JSON) -> bool:
@@ -965,3 +970,13 @@ def test_kubectl_debug_without_a_profile_gets_a_compliant_container(
         }
         assert validate(patched.object, policy, old=running).allowed
         assert upstream_failures(patched.object) == []
+
+
+def test_the_sysctls_1_37_added_are_safe() -> None:
+    """The latest standard (1.37) allows two more sysctls; the e2e generators leave them
+    out, since 1.33's and 1.30's PodSecurity still refuse them."""
+    for name in ("net.ipv4.tcp_slow_start_after_idle", "net.ipv4.tcp_notsent_lowat"):
+        spec = {"securityContext": {"sysctls": [{"name": name, "value": "1"}]},
+                "containers": [{"name": "c", "image": "x"}]}  # fmt: skip
+        assert check_sysctls({}, spec), name
+        assert name in SAFE_SYSCTLS

@@ -15,7 +15,8 @@ reads), derandomized and bounded in number and time. Pods the apiserver refuses 
 invalid (a Windows Pod with Linux-only fields) reach neither verdict; each is sent once
 more where runguard does not act, to prove it was invalid as sent, not made invalid.
 
-runguard ports the 1.36 checks. The e2e apiserver's ``latest`` is its own release: on
+runguard ports the 1.37 checks (the generators leave out the two sysctls 1.37 added).
+The e2e apiserver's ``latest`` is its own release: on
 1.33 and 1.37 they admit nothing PodSecurity refuses (the same safe sysctls and SELinux
 types, and 1.34's probe-host check on top). 1.30's ``restricted`` does not allow the
 SELinux type ``container_engine_t`` yet (1.31 added it): there a Pod runguard admitted

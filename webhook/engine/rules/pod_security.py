@@ -53,7 +53,7 @@ BASELINE_CAPABILITIES = frozenset(
 )
 # check_capabilities_restricted.go capabilityNetBindService
 RESTRICTED_CAPABILITIES = frozenset({"NET_BIND_SERVICE"})
-# check_sysctls.go sysctlsAllowedV1Dot32 (unchanged through 1.36)
+# check_sysctls.go sysctlsAllowedV1Dot37 (the latest: 1.32's and two from 1.37)
 SAFE_SYSCTLS = frozenset(
     {
         "kernel.shm_rmid_forced",
@@ -68,6 +68,8 @@ SAFE_SYSCTLS = frozenset(
         "net.ipv4.tcp_keepalive_probes",
         "net.ipv4.tcp_rmem",
         "net.ipv4.tcp_wmem",
+        "net.ipv4.tcp_slow_start_after_idle",
+        "net.ipv4.tcp_notsent_lowat",
     }
 )
 # check_seLinuxOptions.go selinuxAllowedTypes1_31 ("" is an unset type)
