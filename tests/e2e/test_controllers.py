@@ -10,6 +10,8 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+from webhook.engine.review import TEMPLATE_KEPT
+
 from .cluster import Cluster
 from .runs import (
     NONCOMPLIANT_RULES,
@@ -73,7 +75,9 @@ def test_fixable_template_is_accepted_kubectl(
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == f"{KINDS[kind]}.{sent['apiVersion'].split('/')[0]}/train created"
     warnings = kubectl_warnings(done.stderr)
-    assert warnings[0].startswith("runguard: profile 1xa100 applied")
+    # a template is kept as written: the warnings say what its Pods will get
+    assert warnings[0] == TEMPLATE_KEPT
+    assert warnings[1].startswith("runguard: profile 1xa100 applied")
     assert "runguard: pre-existing volumes removed: shared" in warnings
     assert_stored_as_sent(sent, get(cluster, namespace, KINDS[kind], "train"))
 
@@ -110,5 +114,6 @@ def test_controllers_python_client(
             namespace, sent
         )
         assert status == 201
-        assert header_warnings(headers)[0].startswith("runguard: profile 1xa100 applied")
+        assert header_warnings(headers)[:1] == [TEMPLATE_KEPT]
+        assert header_warnings(headers)[1].startswith("runguard: profile 1xa100 applied")
         assert_stored_as_sent(sent, api_client.sanitize_for_serialization(created))

@@ -21,6 +21,8 @@ import pytest
 import yaml
 from kubernetes import client
 
+from webhook.engine.review import TEMPLATE_KEPT
+
 from .cluster import (
     A100_PRODUCT,
     GPU_PRODUCT_LABEL,
@@ -211,7 +213,8 @@ def test_job_run_pod_is_mutated_runs_on_a_gpu_node_and_completes_kubectl(
     job = run_job("train", "1xa100")
     done = apply(whole_path, namespace, job)
     assert done.returncode == 0, done.stderr
-    assert kubectl_warnings(done.stderr)[0].startswith("runguard: profile 1xa100 applied:")
+    assert kubectl_warnings(done.stderr)[0] == TEMPLATE_KEPT  # the Job's template as written
+    assert kubectl_warnings(done.stderr)[1].startswith("runguard: profile 1xa100 applied:")
 
     selector = "batch.kubernetes.io/job-name=train"
     (created,) = wait_for_pods(core, namespace, selector)
@@ -248,7 +251,8 @@ def test_job_from_the_platform_identity_python_client(
     finally:
         api.close()
     assert status == 201
-    assert header_warnings(headers)[0].startswith("runguard: profile 1xa100 applied:")
+    assert header_warnings(headers)[0] == TEMPLATE_KEPT
+    assert header_warnings(headers)[1].startswith("runguard: profile 1xa100 applied:")
 
     (running,) = wait_for_pods(
         core, namespace, "batch.kubernetes.io/job-name=train", phase="Running"
