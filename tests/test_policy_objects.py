@@ -16,7 +16,7 @@ from webhook.app import create_app
 from webhook.policy.crd import PLURALS, document_of, policy_crds
 from webhook.policy.objects import check_object, conditions, mirror, object_files
 from webhook.policy.schema import policy_schema
-from webhook.policywatch import Mirror, status_updates
+from webhook.policyobjects.watch import Mirror, status_updates
 
 POLICIES = Path(__file__).parent.parent / "policies"
 STRUCTURAL = ("type", "x-kubernetes-int-or-string", "x-kubernetes-preserve-unknown-fields")
@@ -273,3 +273,95 @@ def test_manifests_url_can_add_the_policy_webhook(capsys: pytest.CaptureFixture[
     assert items[-1]["metadata"]["name"] == "runguard-policies"
     assert hook["clientConfig"] == {"url": f"{url}/validate-policy"}
     assert hook["rules"][0]["resources"] == ["runpolicies", "profiles"]
+
+
+# --- an edit that changes routing is held until the webhooks route it -------------------
+
+TRAINING = "system:serviceaccount:kubeflow:training-operator"
+
+
+def with_an_operator(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The shipped documents with Kubeflow's training-operator added to every RunPolicy:
+    a kind the operators webhooks must route before the policy relies on it."""
+    out = json.loads(json.dumps(docs))
+    for doc in out:
+        if doc["kind"] == "RunPolicy":
+            doc["spec"]["platform"]["operators"].append(
+                {"identity": TRAINING, "kinds": ["kubeflow.org/PyTorchJob"]}
+            )
+    return out
+
+
+def loaded_policy(docs: list[dict[str, Any]], tmp_path: Path) -> Any:
+    from webhook.policy.loader import load_policy
+
+    directory = tmp_path / f"p{len(list(tmp_path.iterdir()))}"
+    directory.mkdir()
+    mirror([as_object(d) for d in docs], directory)
+    return load_policy(directory)
+
+
+def test_routing_is_what_the_apiserver_compares(tmp_path: Path) -> None:
+    from webhook.policyobjects.watch import policy_routing
+
+    shipped_policy = loaded_policy(shipped(), tmp_path)
+    edited = loaded_policy(with_an_operator(shipped()), tmp_path)
+    assert policy_routing(shipped_policy, "runguard") == policy_routing(
+        loaded_policy(shipped(), tmp_path), "runguard"
+    )
+    changed = policy_routing(edited, "runguard")
+    before = policy_routing(shipped_policy, "runguard")
+    assert changed != before
+    differ = {name for name in changed if changed[name] != before.get(name)}
+    assert any("operators" in name for name in differ), differ
+
+
+def test_a_routing_edit_is_held_until_the_webhooks_route_it(tmp_path: Path) -> None:
+    from webhook.policyobjects.watch import policy_routing
+
+    served_dir = tmp_path / "served"
+    served_dir.mkdir()
+    written: list[tuple[str, str, Any]] = []
+    cluster: dict[str, Any] = {}
+    state = Mirror(
+        served_dir,
+        lambda kind, name, status: written.append((kind, name, status)),
+        live=lambda: (cluster.get("routing"), "runguard"),
+    )
+    docs = shipped()
+    state.replace("RunPolicy", [as_object(d) for d in docs if d["kind"] == "RunPolicy"])
+    state.replace("Profile", [as_object(d) for d in docs if d["kind"] == "Profile"])
+    state.sync()  # the first policy is served whatever is registered
+    before = {p.name: p.read_text() for p in served_dir.iterdir()}
+    cluster["routing"] = policy_routing(loaded_policy(docs, tmp_path), "runguard")
+    for doc in with_an_operator(docs):
+        if doc["kind"] == "RunPolicy":
+            state.event("RunPolicy", "MODIFIED", as_object(doc))
+    written.clear()
+    state.sync()
+    assert {p.name: p.read_text() for p in served_dir.iterdir()} == before  # not served
+    messages = {status["conditions"][0]["message"] for _, _, status in written}
+    (message,) = messages
+    assert message.startswith("held: this edit changes what runguard's webhooks route (")
+    assert "runguard manifests" in message
+    assert {status["conditions"][0]["status"] for _, _, status in written} == {"False"}
+    # Once the cluster's configurations route the edit, it is served.
+    cluster["routing"] = policy_routing(loaded_policy(with_an_operator(docs), tmp_path), "runguard")
+    written.clear()
+    state.sync()
+    assert {p.name: p.read_text() for p in served_dir.iterdir()} != before
+    assert {status["conditions"][0]["status"] for _, _, status in written} == {"True"}
+
+
+def test_nothing_is_held_before_the_webhooks_are_registered(tmp_path: Path) -> None:
+    state = Mirror(tmp_path, lambda *a: None, live=lambda: (None, "runguard"))
+    docs = shipped()
+    for kind in PLURALS:
+        state.replace(kind, [as_object(d) for d in docs if d["kind"] == kind])
+    state.sync()
+    for doc in with_an_operator(docs):
+        if doc["kind"] == "RunPolicy":
+            state.event("RunPolicy", "MODIFIED", as_object(doc))
+    state.sync()
+    text = (tmp_path / "runpolicy-digitalhub.yaml").read_text()
+    assert TRAINING in text

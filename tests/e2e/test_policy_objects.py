@@ -20,7 +20,7 @@ from webhook.policy.crd import CRD_FILES, PLURALS
 
 from .cluster import Cluster
 from .devcluster import Runguard, runguard_command
-from .runs import until
+from .runs import Webhook, until
 
 pytestmark = pytest.mark.e2e
 
@@ -172,3 +172,58 @@ def test_the_audit_judges_with_the_objects(cluster: Cluster, served: Runguard) -
         if r["result"] == "pass"
     }
     assert ("RunPolicy", "digitalhub") in loaded and ("Profile", "1xt4") in loaded
+
+
+OPERATOR = {"identity": "system:serviceaccount:kubeflow:training-operator",
+            "kinds": ["kubeflow.org/PyTorchJob"]}  # fmt: skip
+
+
+def condition_message(cluster: Cluster, kind: str, name: str) -> str:
+    for condition in (get(cluster, kind, name).get("status") or {}).get("conditions") or ():
+        if condition["type"] == "Loaded":
+            return str(condition["message"])
+    return ""
+
+
+def test_a_routing_edit_waits_for_the_webhooks(
+    cluster: Cluster, served: Runguard, runguard: Webhook, tmp_path: Path
+) -> None:
+    """An operator added with kubectl is held (the objects say so, the policy before the
+    edit keeps serving) until runguard's webhook configurations route its kind."""
+    runguard.unregister(cluster)  # the session's configurations: put back by its fixture
+    try:
+        registered = served.manifests_with("--policy-objects")  # routing of policies/
+        cluster.kubectl("apply", "-f", "-", input=registered, check=True)
+        before = served.readyz()[1]["policy"]["digest"]
+        patch = [{"op": "add", "path": "/spec/platform/operators/-", "value": OPERATOR}]
+        cluster.kubectl("patch", "runpolicy", "digitalhub", "--type", "json",
+                        "-p", json.dumps(patch), check=True)  # fmt: skip
+        until(
+            "the edit held",
+            lambda: condition_message(cluster, "runpolicy", "digitalhub").startswith("held:"),
+        )
+        assert served.readyz()[1]["policy"]["digest"] == before
+        # The admin renders the configurations from the edited files and applies them.
+        edited = tmp_path / "policies"
+        edited.mkdir()
+        for path in (REPO / "policies").glob("*.yaml"):
+            docs = [d for d in yaml.safe_load_all(path.read_text()) if d]
+            for doc in docs:
+                if doc["kind"] == "RunPolicy" and doc["metadata"]["name"] == "digitalhub":
+                    doc["spec"]["platform"]["operators"].append(OPERATOR)
+            (edited / path.name).write_text(yaml.safe_dump_all(docs, sort_keys=False))
+        rendered = subprocess.run(
+            [runguard_command(), "manifests", "-p", str(edited), "--url", served.url,
+             "--ca-bundle", str(served.ca_file)],
+            capture_output=True, text=True, timeout=60, check=True,
+        ).stdout  # fmt: skip
+        assert "pytorchjobs" in rendered
+        cluster.kubectl("apply", "-f", "-", input=rendered, check=True)
+        until("the edit served", lambda: served.readyz()[1]["policy"]["digest"] != before)
+        until(
+            "the edit loaded",
+            lambda: condition_message(cluster, "runpolicy", "digitalhub").startswith("loaded"),
+        )
+    finally:
+        cluster.kubectl("delete", "mutatingwebhookconfiguration,validatingwebhookconfiguration",
+                        manifests.CONFIGURATION_NAME, "--ignore-not-found")  # fmt: skip

@@ -64,7 +64,7 @@ class WatchProcess:
     """One watch process publishing into ``directory``, from ``source`` (``in-cluster``
     or a kubeconfig path), kept running until ``stop()``. A subclass runs another
     watch (``module``, ``arguments()``) under the same supervision
-    (``webhook.policywatch``)."""
+    (``webhook.policyobjects``)."""
 
     label = "cluster state"  # how the log names this watch
 

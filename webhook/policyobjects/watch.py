@@ -1,10 +1,10 @@
 """The policy watch: RunPolicy and Profile objects mirrored into the policy directory.
 
 ``runguard serve --policy-objects in-cluster|FILE`` runs it as its own process (a fresh
-interpreter, ``python -m webhook.policywatch``, supervised like the cluster-state watch:
-``PolicyWatch``), started before the first load, so that the server stays what it is:
-a directory of policy files, reloaded when they change, the last good policy kept when
-they do not load. The process
+interpreter, ``python -m webhook.policyobjects.watch``, supervised like the cluster-state
+watch: ``process.PolicyWatch``), started before the first load, so that the server stays
+what it is: a directory of policy files, reloaded when they change, the last good policy
+kept when they do not load. The process
 
 * lists both kinds, writes each object as a file (``objects.mirror``: what a file in
   ``policies/`` holds, the same YAML) and marks the first sync (``.synced``, a hidden
@@ -15,7 +15,14 @@ they do not load. The process
   writes every object's ``status``: a ``Loaded`` condition, True, or False with the
   errors naming the key, while the server keeps the last good policy. Only a condition
   that changed is written, so its own status writes (which come back as watch events)
-  settle at once.
+  settle at once;
+* holds an edit that changes what the webhooks route (a selector, a platform name, an
+  operator's kind, an excluded namespace: the webhook configurations are rendered from
+  the policy) until the cluster's webhook configurations route it: served earlier, the
+  policy would rely on objects that never reach runguard (a kind it now stamps, a name
+  it now reserves). The objects then say ``held`` and the last mirrored set keeps
+  serving, the configurations read again every few seconds until they route it; with no
+  configuration registered yet (an install applies them last) nothing is held.
 
 It exits when its parent (the server) is gone; the ``kubernetes`` package is imported
 here only, never in the server's processes.
@@ -24,55 +31,35 @@ here only, never in the server's processes.
 from __future__ import annotations
 
 import argparse
+import copy
+import json
 import logging
 import os
 import queue
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from webhook.clusterstate.process import WatchProcess
+from webhook import manifests
 from webhook.policy.crd import GROUP, LOADED, PLURALS, VERSION
+from webhook.policy.lint import lint
+from webhook.policy.model import Policy
 from webhook.policy.objects import conditions, mirror
+from webhook.policyobjects.process import SYNCED
 from webhook.settings import IN_CLUSTER
 
-__all__ = ["PolicyWatch", "SYNCED", "wait_synced"]
+__all__ = ["Mirror", "held_because", "policy_routing", "routing", "run", "status_updates"]
 
 log = logging.getLogger("runguard.server")
 
-SYNCED = ".synced"  # written in the directory once the first list is mirrored
 WATCH_SECONDS = 300  # a watch request's timeoutSeconds: then the watch starts again
 SETTLE = 0.2  # seconds of quiet before a burst of events is mirrored and judged
+HELD_RECHECK = 3.0  # seconds between looks at the webhook configurations while held
 FIELD_MANAGER = "runguard"
-
-
-class PolicyWatch(WatchProcess):
-    """The policy watch process of a server, mirroring into ``directory``."""
-
-    label = "policy objects"
-
-    module = "webhook.policywatch"
-
-    def arguments(self) -> list[str]:
-        return []
-
-
-def wait_synced(directory: Path, timeout: float, alive: Callable[[], bool]) -> bool:
-    """Wait until the watch mirrored its first list into ``directory``."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if (directory / SYNCED).exists():
-            return True
-        if not alive():
-            return False
-        time.sleep(0.1)
-    return False
-
-
-# --- the process -----------------------------------------------------------------------
 
 
 def condition_of(
@@ -123,13 +110,71 @@ def status_updates(
     return updates
 
 
+Routing = dict[str, Any]  # webhook name -> what decides which requests reach it
+# The cluster's routing (None: runguard's configurations are not registered) and the
+# namespace they name for runguard.
+LiveRouting = Callable[[], tuple["Routing | None", str]]
+
+
+def routing(configurations: list[dict[str, Any]]) -> Routing:
+    """What decides which requests reach each webhook, as the apiserver stores it (its
+    defaults filled, a namespace selector's values as a set); not where it calls."""
+    out: Routing = {}
+    for config in configurations:
+        for hook in config.get("webhooks") or ():
+            namespaces = copy.deepcopy(hook.get("namespaceSelector") or {})
+            for expr in namespaces.get("matchExpressions") or ():
+                expr["values"] = sorted(expr.get("values") or ())
+            out[f"{config['kind']}/{hook['name']}"] = {
+                "rules": [{"scope": "*", **rule} for rule in hook.get("rules") or ()],
+                "matchConditions": hook.get("matchConditions") or [],
+                "objectSelector": hook.get("objectSelector") or {},
+                "namespaceSelector": namespaces,
+            }
+    return out
+
+
+def policy_routing(policy: Policy, namespace: str) -> Routing:
+    return routing(manifests.webhook_configurations(policy, namespace=namespace))
+
+
+def held_because(served: Policy | None, candidate: Policy | None, live: LiveRouting) -> str | None:
+    """Why ``candidate`` may not be served yet: it routes otherwise than the policy
+    served and the cluster's configurations do not route it so (None: it may)."""
+    if served is None or candidate is None:
+        return None  # the first policy, or one that does not load (the loader says why)
+    cluster, namespace = live()
+    wanted = policy_routing(candidate, namespace)
+    if cluster is None or wanted == policy_routing(served, namespace) or cluster == wanted:
+        return None
+    differ = sorted(
+        name.partition("/")[2]
+        for name in set(wanted) | set(cluster)
+        if wanted.get(name) != cluster.get(name)
+    )
+    return (
+        f"held: this edit changes what runguard's webhooks route ({', '.join(differ)}); "
+        "apply the webhook configurations rendered from it first (runguard manifests -p "
+        "DIR --write manifests && kubectl apply -k manifests/, from the same files), then "
+        "runguard serves it; until then it keeps serving the policy before the edit"
+    )
+
+
 class Mirror:
     """The objects as last seen, by (kind, name), and what is done with them."""
 
-    def __init__(self, directory: Path, write_status: Callable[[str, str, Any], None]):
+    def __init__(
+        self,
+        directory: Path,
+        write_status: Callable[[str, str, Any], None],
+        live: LiveRouting = lambda: (None, manifests.DEFAULT_NAMESPACE),
+    ):
         self.directory = directory
         self.objects: dict[tuple[str, str], dict[str, Any]] = {}
         self.write_status = write_status
+        self.live = live
+        self.served: Policy | None = None  # the last policy mirrored that loaded
+        self.held = False  # the objects' policy waits for the webhooks to route it
 
     def replace(self, kind: str, items: list[dict[str, Any]]) -> None:
         self.objects = {k: v for k, v in self.objects.items() if k[0] != kind}
@@ -146,9 +191,23 @@ class Mirror:
             self.objects[key] = obj
 
     def sync(self) -> None:
-        if mirror(self.objects.values(), self.directory):
-            log.info("policy objects: %d mirrored into %s", len(self.objects), self.directory)
-        updates = status_updates(self.objects, conditions(self.directory))
+        with tempfile.TemporaryDirectory(prefix="runguard-candidate-") as candidate:
+            mirror(self.objects.values(), candidate)
+            policy = lint(candidate).policy
+        try:
+            held = held_because(self.served, policy, self.live)
+        except Exception as exc:  # the cluster's configurations unreadable: hold too
+            held = f"held: runguard's webhook configurations could not be read ({exc})"
+        self.held = held is not None
+        if held is not None:
+            log.warning("policy objects: %s", held)
+            judged = {key: (False, held) for key in self.objects}
+        else:
+            if mirror(self.objects.values(), self.directory):
+                log.info("policy objects: %d mirrored into %s", len(self.objects), self.directory)
+            self.served = policy or self.served
+            judged = conditions(self.directory)
+        updates = status_updates(self.objects, judged)
         for (kind, name), status in updates.items():
             try:
                 self.write_status(kind, name, status)
@@ -167,7 +226,7 @@ def _api(source: str) -> Any:
 
 
 def run(directory: Path, source: str, parent: int) -> int:
-    from kubernetes import watch
+    from kubernetes import client, watch
     from kubernetes.client.exceptions import ApiException
 
     api = _api(source)
@@ -183,7 +242,25 @@ def run(directory: Path, source: str, parent: int) -> int:
             _content_type="application/merge-patch+json",
         )
 
-    state = Mirror(directory, write_status)
+    def live() -> tuple[Routing | None, str]:
+        """The routing of runguard's two webhook configurations in the cluster."""
+        admission: Any = client.AdmissionregistrationV1Api(api.api_client)
+        configurations = []
+        for kind, read in (
+            ("MutatingWebhookConfiguration", admission.read_mutating_webhook_configuration),
+            ("ValidatingWebhookConfiguration", admission.read_validating_webhook_configuration),
+        ):
+            try:
+                response: Any = read(manifests.CONFIGURATION_NAME, _preload_content=False)
+            except ApiException as exc:
+                if exc.status == 404:
+                    return None, manifests.DEFAULT_NAMESPACE
+                raise
+            configurations.append({**json.loads(response.data), "kind": kind})
+        service = (configurations[0]["webhooks"][0].get("clientConfig") or {}).get("service")
+        return routing(configurations), (service or {}).get("namespace") or "runguard"
+
+    state = Mirror(directory, write_status, live)
 
     def follow(kind: str) -> None:
         """List, then watch from there; list again on a 410 or an error."""
@@ -217,8 +294,10 @@ def run(directory: Path, source: str, parent: int) -> int:
     listed: set[str] = set()
     while os.getppid() == parent:
         try:
-            what, kind, obj = events.get(timeout=1.0)
+            what, kind, obj = events.get(timeout=HELD_RECHECK if state.held else 1.0)
         except queue.Empty:
+            if state.held:  # the webhook configurations may route it by now
+                state.sync()
             continue
         batch = [(what, kind, obj)]
         while True:  # a burst (a kubectl apply -f of a directory) is judged once
@@ -239,7 +318,7 @@ def run(directory: Path, source: str, parent: int) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m webhook.policywatch")
+    parser = argparse.ArgumentParser(prog="python -m webhook.policyobjects.watch")
     parser.add_argument("--dir", type=Path, required=True)
     parser.add_argument("--source", required=True)
     parser.add_argument("--parent", type=int, required=True)
