@@ -694,13 +694,6 @@ def edited_policies(tmp_path: Path) -> Policy:
     return load_policy(tmp_path)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a RunPolicy edited live (policy objects) is served at once, but the webhook "
-    "configurations rendered from the old policy do not route what it adds: a user's "
-    "PyTorchJob is never stamped and its forged record makes the operator's Pods the "
-    "platform's",
-)
 def test_a_live_policy_edit_is_routed_before_it_is_relied_on(tmp_path: Path) -> None:
     """Chain: with RunPolicy and Profile as objects watched live, an admin adds an operator
     (Kubeflow's training-operator, ``kubeflow.org/PyTorchJob``) with ``kubectl edit
@@ -721,13 +714,9 @@ def test_a_live_policy_edit_is_routed_before_it_is_relied_on(tmp_path: Path) -> 
     every door by construction); with live objects the two now come from different
     sources.
 
-    Fix: the server (or the policy watch) renders the webhook configurations from the
-    policy it loaded and compares them with the cluster's: a policy whose routing differs
-    is not served (the last good one stays, ``Loaded False``, "routing: apply runguard
-    manifests") until an admin applies them, or the watch applies them itself (RBAC on
-    runguard's two webhook configurations by resourceName); ``/validate-policy`` may warn
-    on an edit that changes routing keys (selectors, platform names, operators,
-    excludeNamespaces).
+    Closed: the policy watch renders the webhook configurations from the edited policy
+    and compares them with the cluster's; an edit whose routing differs is held (its
+    status says so, the policy before it is served) until an admin applies them.
     """
     live = edited_policies(tmp_path)
     forged = {STAMP: CORE.username, PLATFORM_RECORD: "true"}
@@ -747,16 +736,15 @@ def test_a_live_policy_edit_is_routed_before_it_is_relied_on(tmp_path: Path) -> 
     sent = copy.deepcopy(job)
     stamped = mutate(sent, live, namespace=DH_NS, context=Context(ALICE, state())).object
     assert PLATFORM_RECORD not in stamped["metadata"]["annotations"]
-    # but the webhooks in the cluster are the ones rendered from the policy before the edit
-    routed = {
-        r
-        for c in manifests.webhook_configurations(DIGITALHUB)
-        for h in c["webhooks"]
-        if h["name"] == manifests.MUTATING_OPERATORS_WEBHOOK
-        for rule in h["rules"]
-        for r in rule["resources"]
-    }
-    assert "pytorchjobs" in routed, sorted(routed)
+    # Closed: the policy watch holds an edit that changes what the webhooks route until
+    # the cluster's configurations route it, and serves the policy before it meanwhile.
+    from webhook.policyobjects.watch import held_because, policy_routing
+
+    ns = manifests.DEFAULT_NAMESPACE
+    before = policy_routing(DIGITALHUB, ns)
+    held = held_because(DIGITALHUB, live, lambda: (before, ns))
+    assert held is not None and "mutate-operators.runguard.io" in held, held
+    assert held_because(DIGITALHUB, live, lambda: (policy_routing(live, ns), ns)) is None
 
 
 # --- 7. A shell in the operator's Pod ---------------------------------------------------------
