@@ -96,12 +96,14 @@ image:
 # containerd, the image `make image` builds), all inside a network namespace with no
 # route out, with runguard serving $(POLICY) in place and registered; INSTALL=1 installs
 # runguard from manifests/ on the real node instead (webhooks by Service reference);
-# REAL_NODE=0: no namespace, no real node, no root needed. Prints the `export
-# KUBECONFIG=...` line (docs/e2e.md).
+# REAL_NODE=0: no namespace, no real node, no root needed; POLICY_OBJECTS=1: RunPolicy
+# and Profile as objects (the policy-objects component: kubectl get profiles, live
+# edits). Prints the `export KUBECONFIG=...` line (docs/e2e.md).
 REAL_NODE ?= 1
 cluster: $(STAMP)
 	@$(BIN)/python tests/e2e/devcluster.py up --dir .cache/cluster --policy $(POLICY) \
-	    $(if $(filter 1,$(INSTALL)),--install,$(if $(filter 1,$(REAL_NODE)),--real-node))
+	    $(if $(filter 1,$(INSTALL)),--install,$(if $(filter 1,$(REAL_NODE)),--real-node)) \
+	    $(if $(filter 1,$(POLICY_OBJECTS)),--policy-objects)
 
 cluster-down:
 	@$(BIN)/python tests/e2e/devcluster.py down --dir .cache/cluster
