@@ -522,3 +522,20 @@ def test_what_a_platform_deployment_runs_is_the_platforms_to_change() -> None:
     _, validation = update(hers, stored, ALICE)
     assert rules(validation) == {"ownership.changed"}
     assert update(hers, stored, CORE)[1].allowed  # the platform rolls out what it wants
+
+
+def test_an_owner_synced_between_the_two_webhooks_is_a_retryable_denial() -> None:
+    """The replicaset-controller's Pod reaches /mutate before runguard's cache has its
+    ReplicaSet (no platform record written) and /validate after (the ReplicaSet is the
+    platform's): refused as ownership.unknown, which the controller retries, never as a
+    forged record (ownership.stamp); the retry, with the cache synced, is admitted."""
+    synced = State([Meta("ReplicaSet", "ml", "serve-5f", "uid-rs",
+                         annotations={STAMP: CORE.username, PLATFORM_RECORD: "true"})])  # fmt: skip
+    sent = pod(ownerReferences=[owner("ReplicaSet", "serve-5f", "uid-rs")])
+    early = mutate(sent, SHIPPED, namespace="ml", context=Context(RS, State([])))
+    assert PLATFORM_RECORD not in early.object["metadata"].get("annotations", {})
+    late = validate(early.object, SHIPPED, namespace="ml", context=Context(RS, synced))
+    assert not late.allowed and rules(late) == {"ownership.unknown"}, late.message()
+    retried = evaluate(sent, SHIPPED, namespace="ml", context=Context(RS, synced))
+    assert retried.allowed, retried.message()
+    assert retried.object["metadata"]["annotations"][PLATFORM_RECORD] == "true"

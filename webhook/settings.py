@@ -49,6 +49,15 @@ class SettingsError(ValueError):
     """A ``runguard serve`` setting that is missing or unusable."""
 
 
+def _is_file(path: Path) -> bool:
+    """Whether ``path`` is a file; one runguard may not even look at is a clear error (a
+    Secret mounted 0440 for another group: the Pod needs ``fsGroup``), not a traceback."""
+    try:
+        return path.is_file()
+    except OSError as exc:
+        raise SettingsError(f"cannot use {path}: {exc}") from None
+
+
 # ----------------------------------------------------------------------- parsers
 
 
@@ -246,12 +255,12 @@ class ServeSettings:
         if not settings.policy_dir.is_dir():
             raise SettingsError(f"policy directory {settings.policy_dir} does not exist")
         for path in (settings.cert_file, settings.key_file, settings.client_ca):
-            if path is not None and not path.is_file():
+            if path is not None and not _is_file(path):
                 raise SettingsError(f"{path} does not exist")
         source = settings.cluster_state
-        if source is not None and source != IN_CLUSTER and not Path(source).is_file():
+        if source is not None and source != IN_CLUSTER and not _is_file(Path(source)):
             raise SettingsError(f"cluster state: kubeconfig {source} does not exist")
         source = settings.policy_objects
-        if source is not None and source != IN_CLUSTER and not Path(source).is_file():
+        if source is not None and source != IN_CLUSTER and not _is_file(Path(source)):
             raise SettingsError(f"policy objects: kubeconfig {source} does not exist")
         return settings

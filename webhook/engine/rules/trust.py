@@ -21,6 +21,7 @@ from webhook.engine.rule_ids import (
     OWNERSHIP_RESERVED_LABEL,
     OWNERSHIP_SERVICE_ACCOUNT,
     OWNERSHIP_STAMP,
+    OWNERSHIP_UNKNOWN,
     SCOPE_LABELS,
 )
 from webhook.engine.rules import ownership
@@ -44,6 +45,16 @@ def check_records(r: Review) -> list[Violation]:
     for key, expected in expected_records(r).items():
         if now[key] == expected:
             continue
+        if _cache_caught_up(r, key, now[key], expected):
+            out.append(
+                Violation(
+                    OWNERSHIP_UNKNOWN,
+                    f"metadata.annotations[{key}]",
+                    "runguard's cache learnt this Pod's owner between its two webhooks: "
+                    "create it again (its controller retries)",
+                )
+            )
+            continue
         rule = SCOPE_LABELS if key == POLICY_LABEL else OWNERSHIP_STAMP
         where = "labels" if key == POLICY_LABEL else "annotations"
         when = "at creation" if r.old is None else "and cannot change"
@@ -56,6 +67,20 @@ def check_records(r: Review) -> list[Violation]:
             )
         )
     return out
+
+
+def _cache_caught_up(r: Review, key: str, now: str | None, expected: str | None) -> bool:
+    """At CREATE, ``/mutate`` found no platform record through the object's owners and
+    ``/validate`` does: the cache synced the owner in between. Claiming less than it may
+    is never a forgery, but the object must not be stored without its record: a
+    retryable ``ownership.unknown``, as when the owner is not synced at all."""
+    return (
+        r.old is None
+        and key == PLATFORM_RECORD
+        and now is None
+        and expected is not None
+        and bool(r.metadata.get("ownerReferences"))
+    )
 
 
 def check_policy_label_in_template(r: Review) -> list[Violation]:
