@@ -539,3 +539,17 @@ def test_an_owner_synced_between_the_two_webhooks_is_a_retryable_denial() -> Non
     retried = evaluate(sent, SHIPPED, namespace="ml", context=Context(RS, synced))
     assert retried.allowed, retried.message()
     assert retried.object["metadata"]["annotations"][PLATFORM_RECORD] == "true"
+
+
+def test_an_excluded_namespace_is_never_touched() -> None:
+    """No webhook is called for a Pod in an excluded namespace, and the engine agrees
+    offline: no records written, none required, even for one naming the platform's
+    objects."""
+    sent = pod({"app": "system"})
+    sent["metadata"]["namespace"] = "kube-system"
+    for who in (ALICE, CORE):
+        context = Context(who, State([]))
+        mutation = mutate(sent, SHIPPED, namespace="kube-system", context=context)
+        assert mutation.patch in (None, []), mutation.patch
+        validation = validate(sent, SHIPPED, namespace="kube-system", context=context)
+        assert validation.allowed and not validation.violations, validation.message()

@@ -133,6 +133,8 @@ def _stamps_owner(r: Review) -> Policy | None:
         policy = next((p for p in r.root.run_policies() if ownership.enabled(p)), policy)
         if not ownership.enabled(policy):
             return None
+    if r.namespace in policy.exclude_namespaces:
+        return None  # never touched: no webhook is called there
     if r.governing is not None or ownership.is_operator_object(r.obj, r.root):
         return policy
     if any(ownership.records(r.metadata)[:2]) or names_platform_objects(r):
