@@ -383,3 +383,55 @@ def test_the_engine_follows_an_operators_pod_through_the_shared_state(
     decision = evaluate(users, policy, namespace="ml", context=Context(ARGO, reader))
     assert not decision.allowed
     assert "ownership.unknown" not in {v.rule for v in decision.violations}
+
+
+# --- a core kind an operator owns Pods through: Pod (a Spark driver its executors) ---------
+
+
+class PodsOnly:
+    """An apiserver asked for Pods: no discovery; lists and watches recorded with their
+    query, then the watch is stopped."""
+
+    def __init__(self, stop: threading.Event) -> None:
+        self.stop = stop
+        self.requests: list[tuple[str, dict[str, str]]] = []
+
+    def get_json(self, path: str) -> Any:
+        raise AssertionError(f"no discovery for a core kind: {path}")
+
+    def get(self, path: str, query: dict[str, str], accept: str, timeout: float) -> Response:
+        self.requests.append((path, dict(query)))
+        item = {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
+                "metadata": {"name": "etl-driver", "namespace": "ml", "uid": "drv-1",
+                             "labels": {"runguard.io/policy": "mlrun"},
+                             "annotations": {PLATFORM_RECORD: "true"},
+                             "resourceVersion": "5"}}  # fmt: skip
+        if "watch" not in query:
+            return Response(orjson.dumps({"metadata": {"resourceVersion": "10"}, "items": [item]}))
+        self.stop.set()
+        return Response(b"", [orjson.dumps({"type": "MODIFIED", "object": item}) + b"\n"])
+
+
+def test_pods_are_watched_only_when_an_operator_names_them_and_only_runguards(
+    tmp_path: Path,
+) -> None:
+    spark = Operator(identity="serviceaccount:ml:sparkapp", kinds=("Pod",))
+    assert operator_kinds(with_operators(spark)) == ("Pod",)
+    assert "Pod" not in operator_kinds(SHIPPED)  # not named: no Pod is kept
+    directory = create_directory(str(tmp_path), ("Pod",))
+    writer, reader = Publisher(directory), SharedClusterState(directory)
+    try:
+        stop = threading.Event()
+        api = PodsOnly(stop)
+        KindWatch(api, writer.kinds["Pod"], stop).run()  # type: ignore[arg-type]
+        selector = {"labelSelector": "runguard.io/policy"}
+        (list_path, listed), (watch_path, watched) = api.requests
+        assert list_path == watch_path == "/api/v1/pods"
+        assert listed.items() >= selector.items() and watched.items() >= selector.items()
+        assert reader.synced("Pod")
+        driver = reader.by_uid("drv-1")
+        assert driver is not None and driver.annotations[PLATFORM_RECORD] == "true"
+    finally:
+        writer.close()
+    with pytest.raises(ValueError, match="GROUP/Kind names or Pod"):
+        create_directory(str(tmp_path), ("Service",))

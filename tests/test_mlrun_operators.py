@@ -376,6 +376,100 @@ def test_the_driver_of_a_users_spark_application_gets_nothing() -> None:
     assert "volumes.forbidden-type" in rules(decision)
 
 
+# --- Spark executors: Pods a Pod creates ----------------------------------------------------
+
+SPARKAPP = Requester(f"system:serviceaccount:{NS}:sparkapp")
+
+
+def driver_pod(creator: str, *, governed: bool = True) -> dict[str, Any]:
+    """The driver as the cluster state holds it: recorded by runguard at its CREATE (the
+    platform's when the spark-operator created it for the MLRun API's SparkApplication),
+    labelled with the RunPolicy that governs it."""
+    pod = driver()
+    annotations = {STAMP: creator}
+    if creator == SPARK:
+        annotations[PLATFORM_RECORD] = "true"
+    pod["metadata"].update(uid="drv-1", annotations=annotations)
+    if governed:
+        pod["metadata"]["labels"][POLICY_LABEL] = "mlrun"
+    return pod
+
+
+def executor(owner_uid: str | None = "drv-1") -> dict[str, Any]:
+    """Executor 1 as the driver creates it (BasicExecutorFeatureStep): owned by the driver
+    Pod, running as sparkapp, with MLRun's secret, the V3IO daemon's directory and the
+    ConfigMap the driver made for its executors."""
+    pod = spark_webhook(driver())
+    pod["metadata"]["name"] = "etl-1-exec-1"
+    pod["metadata"]["labels"]["spark-role"] = "executor"
+    pod["metadata"]["ownerReferences"] = [
+        {"apiVersion": "v1", "kind": "Pod", "name": "etl-1-driver", "uid": owner_uid,
+         "controller": True}
+    ] if owner_uid else []  # fmt: skip
+    pod["spec"]["serviceAccountName"] = "sparkapp"
+    pod["spec"]["volumes"].append(
+        {"name": "spark-conf-volume-exec", "configMap": {"name": "spark-exec-9c3e5a7b-conf-map"}}
+    )
+    return pod
+
+
+def test_an_executor_of_the_platforms_driver_keeps_what_the_driver_has() -> None:
+    decision = judged(executor(), SPARKAPP, driver_pod(SPARK))
+    assert decision.allowed and not rules(decision), decision.message()
+    assert env_names(decision) == ["V3IO_ACCESS_KEY"]
+    assert decision.object["spec"]["volumes"] == executor()["spec"]["volumes"]
+    assert decision.object["metadata"]["annotations"][PLATFORM_RECORD] == "true"
+
+
+@pytest.mark.parametrize(
+    ("objects", "why"),
+    [
+        ([driver_pod("alice")], "a driver the user created"),
+        ([driver_pod(SPARK, governed=False)], "a Pod runguard does not govern: not kept"),
+        ([], "no such driver"),
+    ],
+)
+def test_an_executor_of_any_other_driver_gets_nothing(
+    objects: list[dict[str, Any]], why: str
+) -> None:
+    decision = judged(executor(), SPARKAPP, *objects)
+    assert env_names(decision) == [], why
+    assert {"ownership.service-account", "volumes.forbidden-type"} <= rules(decision), why
+    assert not decision.allowed
+    assert PLATFORM_RECORD not in decision.object["metadata"]["annotations"]
+
+
+def test_a_pod_created_as_sparkapp_for_no_driver_gets_nothing() -> None:
+    """Anything running as sparkapp could create "executors": with no owner, or one of
+    another kind, they are not the platform's (the account itself is refused to Pods the
+    platform did not create, so only its drivers and executors hold that token)."""
+    no_owner = judged(executor(owner_uid=None), SPARKAPP, driver_pod(SPARK))
+    assert not no_owner.allowed
+    assert {"ownership.unknown", "ownership.service-account"} <= rules(no_owner)
+    other = executor()
+    other["metadata"]["ownerReferences"][0].update(kind="ReplicaSet", apiVersion="apps/v1")
+    decision = judged(other, SPARKAPP, driver_pod(SPARK))
+    assert env_names(decision) == [] and not decision.allowed
+    # a user's Pod running as sparkapp, owning nothing, is refused the account
+    users = judged(executor(owner_uid=None), ALICE)
+    assert "ownership.service-account" in rules(users)
+
+
+def test_the_watch_keeps_governed_pods_for_the_sparkapp_account_and_rbac_grants_pods() -> None:
+    from webhook.clusterstate.process import operator_kinds
+    from webhook.manifests import operators_watch_rbac
+
+    assert "Pod" in operator_kinds(EXAMPLE)
+    role, _ = operators_watch_rbac(EXAMPLE)
+    assert {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]} in (
+        role["rules"]
+    )
+    spec = {"selector": {"matchLabels": {"a": "b"}},
+            "platform": {"operators": [{"identity": "x", "kinds": ["Service"]}]}}  # fmt: skip
+    with pytest.raises(ValidationError, match="kinds"):
+        RunPolicySpec.model_validate(spec)
+
+
 # --- offline, as online -----------------------------------------------------------------
 
 
@@ -398,6 +492,31 @@ def test_runguard_apply_follows_the_worker_to_the_mpijob_in_kubectl_get_output(
     assert done.returncode == 0, done.stderr  # the example's Warn admits both
     (result,) = json.loads(done.stdout)
     online = judged(worker(), Requester(MPI), mpijob("mpi-1", creator))
+    assert result["object"] == online.object
+    assert sorted({v["rule"] for v in result["violations"]}) == sorted(rules(online))
+
+
+@pytest.mark.parametrize("creator", [SPARK, "alice"])
+def test_runguard_apply_follows_the_executor_to_its_driver_in_kubectl_get_output(
+    tmp_path: Path, creator: str
+) -> None:
+    """The driver Pod as ``kubectl get pods -o yaml`` lists it, beside other Pods runguard
+    does not govern (which the watch would not keep either)."""
+    bystander = {"apiVersion": "v1", "kind": "Pod",
+                 "metadata": {"name": "web", "namespace": NS, "uid": "web-1"}, "spec": {}}
+    listed = {"apiVersion": "v1", "kind": "List",
+              "items": [{**driver_pod(creator), "status": {"phase": "Running"}}, bystander]}
+    (tmp_path / "state.yaml").write_text(yaml.safe_dump(listed))
+    (tmp_path / "pod.json").write_text(json.dumps(executor()))
+    done = subprocess.run(
+        [sys.executable, "-m", "webhook", "apply", "-p", str(REPO / "policies/examples/mlrun"),
+         "--cluster-state", str(tmp_path / "state.yaml"), "--as", SPARKAPP.username,
+         "-o", "json", str(tmp_path / "pod.json")],
+        capture_output=True, text=True, check=False, cwd=REPO,
+    )  # fmt: skip
+    (result,) = json.loads(done.stdout)
+    online = judged(executor(), SPARKAPP, driver_pod(creator))
+    assert (done.returncode == 0) is online.allowed, done.stderr
     assert result["object"] == online.object
     assert sorted({v["rule"] for v in result["violations"]}) == sorted(rules(online))
 

@@ -311,7 +311,8 @@ def operator_chain(
     operator, else that user name), through runguard's webhooks as the apiserver calls
     them (``evaluate``, which writes the stamp and the platform record), each owned by
     the next by uid; the Pod owned by the first. An owner of a kube controller kind (a
-    Job an operator creates) carries the Pod's template."""
+    Job an operator creates) carries the Pod's template; an owner Pod (a Spark driver)
+    only the Pod's image."""
     namespace = pod["metadata"].setdefault("namespace", "default")
     identity = str(operator["identity"])
     creators = {"platform": platform_user(policy), "operator": identity}
@@ -330,7 +331,10 @@ def operator_chain(
         if parent is not None:
             meta["ownerReferences"] = [{**_reference(parent), "blockOwnerDeletion": True}]
         obj: dict[str, Any] = {"apiVersion": owner["apiVersion"], "kind": kind, "metadata": meta}
-        if kind in TEMPLATES and kind != "Pod":
+        if kind == "Pod":  # a Pod owning Pods (a Spark driver its executors): a bare one
+            image = pod["spec"]["containers"][0]["image"]
+            obj["spec"] = {"containers": [{"name": "main", "image": image}]}
+        elif kind in TEMPLATES:
             node = obj
             for key in TEMPLATES[kind][:-1]:
                 node = node.setdefault(key, {})

@@ -564,7 +564,8 @@ def _operator_rules(policy: Policy) -> list[dict[str, Any]]:
         if ownership_enabled(p):
             for group_kind in sorted(p.platform.operator_kinds):
                 group, _, kind = group_kind.rpartition("/")
-                by_group.setdefault(group, []).append(plural(kind))
+                if group:  # a core kind (Pod) is sent to runguard as a run already
+                    by_group.setdefault(group, []).append(plural(kind))
     return [
         {**_rule(group, sorted(set(resources)), ["CREATE", "UPDATE"]), "apiVersions": ["*"]}
         for group, resources in sorted(by_group.items())
@@ -883,7 +884,8 @@ OPERATORS_ROLE = "runguard-cluster-state-operators"
 def operators_watch_rbac(policy: Policy) -> list[dict[str, Any]]:
     """The cluster-state component's ClusterRole for the operators' kinds the policy names
     (get, list, watch: the watch cache follows an operator's Pods to its custom
-    resources), and its binding to the webhook's ServiceAccount."""
+    resources, or to the Pods that created them: ``pods`` in the core group ""), and its
+    binding to the webhook's ServiceAccount."""
     by_group: dict[str, set[str]] = {}
     for p in policy.run_policies():
         if ownership_enabled(p):

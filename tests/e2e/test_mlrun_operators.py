@@ -11,6 +11,9 @@ spark-operator's driver once its webhook made the SparkApplication the owner,
 tests/platforms/mlrun/). From the platform's objects the Pods keep MLRun's secrets,
 IPC_LOCK, the operator's ConfigMaps and the V3IO daemon's node directories; from the
 user's they are refused, and a Pod the user submits herself gets none of it either.
+The Spark driver's account (``sparkapp`` of ``default-tenant``, the namespace the
+example names) then creates executors owned by the driver Pod, found in runguard's
+cache of the Pods it governs.
 """
 
 from __future__ import annotations
@@ -131,7 +134,7 @@ def served(cluster: Cluster, webhook: Webhook, tmp_path_factory: Any) -> Iterato
 def operator_kinds_synced(server: Runguard) -> bool:
     status, body = server.readyz()
     state = body.get("clusterState", {})
-    kinds = [f"{group}/{kind}" for group, _, kind, _ in (MPIJOB, SPARK)]
+    kinds = [*(f"{group}/{kind}" for group, _, kind, _ in (MPIJOB, SPARK)), "Pod"]
     listed = all(k in state.get("objects", {}) and k not in state["waiting"] for k in kinds)
     return status == 200 and listed
 
@@ -310,3 +313,96 @@ def test_the_spark_driver_keeps_the_v3io_daemon_mounts_of_the_platforms_applicat
     elsewhere = spark_driver(mine, "other-tenant")
     refused, denial = create(served.spark, space, elsewhere, "--dry-run=server")
     assert refused is None and "/var/run/iguazio/dayman/other-tenant" in denial, denial
+
+
+# --- Spark executors: created by the driver, as sparkapp, owned by the driver Pod -------
+
+TENANT = "default-tenant"  # the example's sparkapp operator is this namespace's account
+
+
+@pytest.fixture
+def tenant(cluster: Cluster, served: Served) -> Iterator[Identity]:
+    """The example's runs' namespace, MLRun's secrets in it; its sparkapp account."""
+    sparkapp = cluster.service_account(TENANT, "sparkapp")
+    # The driver creates its executors (the spark-operator chart binds its apps' account so).
+    apply(cluster, [
+        {"apiVersion": f"{RBAC}/v1", "kind": "RoleBinding",
+         "metadata": {"name": "rg-e2e-sparkapp", "namespace": TENANT},
+         "roleRef": {"apiGroup": RBAC, "kind": "ClusterRole", "name": "rg-e2e-mlrun-operators"},
+         "subjects": [{"kind": "ServiceAccount", "name": "sparkapp", "namespace": TENANT}]},
+    ])  # fmt: skip
+    poll("sparkapp may create pods", lambda: sparkapp.kubectl(
+        "auth", "can-i", "create", "pods", "-n", TENANT).returncode == 0)  # fmt: skip
+    secrets = [{"apiVersion": "v1", "kind": "Secret", "metadata": {"name": n},
+                "stringData": {"accessKey": "x"}} for n in (AUTH, PROJECT_SECRET)]  # fmt: skip
+    for secret in secrets:
+        served.mlrun.kubectl("apply", "-n", TENANT, "-f", "-", input=json.dumps(secret),
+                             check=True)  # fmt: skip
+    yield sparkapp
+    cluster.kubectl("delete", "namespace", TENANT, "--wait=false")
+
+
+def bare(pod: JSON) -> JSON:
+    """``pod`` without MLRun's secrets and volumes: what anyone may run."""
+    pod = json.loads(json.dumps(pod))
+    pod["spec"]["volumes"] = []
+    container = pod["spec"]["containers"][0]
+    container["env"], container["volumeMounts"] = [], []
+    return pod
+
+
+def spark_executor(driver: JSON | None, namespace: str) -> JSON:
+    """Executor 1 as the driver creates it (BasicExecutorFeatureStep): owned by the driver
+    Pod (controller, no blockOwnerDeletion), as sparkapp, with the driver's mounts and
+    the ConfigMap the driver makes for its executors."""
+    pod = spark_driver(None, namespace)
+    labels = {**RUN, "mlrun/class": "spark", "spark-role": "executor", "spark-exec-id": "1"}
+    pod["metadata"] = {"name": "spark-etl-exec-1", "labels": labels}
+    if driver is not None:
+        meta = driver["metadata"]
+        pod["metadata"]["ownerReferences"] = [{"apiVersion": "v1", "kind": "Pod",
+                                               "name": meta["name"], "uid": meta["uid"],
+                                               "controller": True}]  # fmt: skip
+    pod["spec"]["serviceAccountName"] = "sparkapp"
+    pod["spec"]["containers"][0]["name"] = "spark-kubernetes-executor"
+    conf = pod["spec"]["volumes"][-1]
+    conf["name"], conf["configMap"]["name"] = "spark-conf-volume-exec", "spark-exec-3e5a-conf-map"
+    pod["spec"]["containers"][0]["volumeMounts"][-1]["name"] = "spark-conf-volume-exec"
+    return pod
+
+
+def test_a_spark_executor_keeps_what_the_platforms_driver_has(
+    served: Served, tenant: Identity
+) -> None:
+    sparkapp = tenant
+    mine = custom(served.mlrun, TENANT, SPARK, "spark-etl-3")
+    theirs = custom(served.user, TENANT, SPARK, "spark-etl-4")
+    # The user's application's driver: only what anyone may run (not as sparkapp).
+    their_driver, warnings = create(served.spark, TENANT, bare(spark_driver(theirs, TENANT)))
+    assert their_driver is not None, warnings
+    driver = spark_driver(mine, TENANT)
+    driver["metadata"]["name"] = "spark-etl-3-driver"
+    driver["spec"]["serviceAccountName"] = "sparkapp"
+    poll("the platform's SparkApplication in runguard's cache", lambda: create(
+        served.spark, TENANT, driver, "--dry-run=server")[0] is not None, 60)  # fmt: skip
+    my_driver, warnings = create(served.spark, TENANT, driver)
+    assert my_driver is not None, warnings
+    assert my_driver["metadata"]["annotations"]["runguard.io/platform"] == "true"
+    # Once the driver is in runguard's cache (the Pods it governs), its executor is the
+    # platform's: MLRun's secrets, the daemon's node directories, the exec ConfigMap.
+    executor = spark_executor(my_driver, TENANT)
+    poll("the platform's driver in runguard's cache", lambda: create(
+        sparkapp, TENANT, executor, "--dry-run=server")[0] is not None, 60)  # fmt: skip
+    pod, warnings = create(sparkapp, TENANT, executor)
+    assert pod is not None, warnings
+    assert pod["metadata"]["annotations"]["runguard.io/platform"] == "true"
+    assert env_names(pod) == ["V3IO_ACCESS_KEY", "MLRUN_K8S_SECRET__DB_PASSWORD"]
+    assert volume_sources(pod)[: len(executor["spec"]["volumes"])] == volume_sources(executor)
+    # The executor of the user's driver (in the cache before the platform's), one with no
+    # driver, and the user's own Pod running as sparkapp: refused.
+    for who, owner in ((sparkapp, their_driver), (sparkapp, None), (served.user, None)):
+        refused, denial = create(who, TENANT, spark_executor(owner, TENANT), "--dry-run=server")
+        assert refused is None and "ownership.service-account" in denial, denial
+    refused, denial = create(sparkapp, TENANT, spark_executor(their_driver, TENANT),
+                             "--dry-run=server")  # fmt: skip
+    assert refused is None and "volumes.forbidden-type" in denial, denial

@@ -25,6 +25,7 @@ __all__ = [
     "LAST_APPLIED",
     "MAX_ANNOTATION_VALUE",
     "MAX_OPERATOR_KINDS",
+    "OPERATOR_CORE_KINDS",
     "REQUESTED_BY",
     "RESOURCES",
     "ClusterState",
@@ -74,6 +75,13 @@ CONTROLLER_KINDS = frozenset(
 # besides ``KINDS``: the publication reserves this many slots for them, so its layout
 # stays fixed; kinds beyond it are not watched (their decisions fail closed).
 MAX_OPERATOR_KINDS = 16
+# Core kinds an operator may own Pods through (a Spark driver Pod owns its executors),
+# kept in an operator slot only when a policy names them: (version, resource, label
+# selector). Only the objects runguard governs are listed (its RunPolicy label, written
+# on each run Pod), so the memory stays bounded by the runs, not by every Pod.
+OPERATOR_CORE_KINDS: dict[str, tuple[str, str, str]] = {
+    "Pod": ("v1", "pods", "runguard.io/policy"),
+}
 REQUESTED_BY = "runguard.io/requested-by"  # the stamp of who asked for a Pod or controller
 LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 # An annotation value longer than this is not kept (memory stays bounded whatever other

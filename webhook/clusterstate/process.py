@@ -30,7 +30,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
-from webhook.clusterstate.model import KINDS, MAX_OPERATOR_KINDS, RESOURCES, split_group_kind
+from webhook.clusterstate.model import (
+    KINDS,
+    MAX_OPERATOR_KINDS,
+    OPERATOR_CORE_KINDS,
+    RESOURCES,
+    split_group_kind,
+)
 from webhook.clusterstate.publication import SharedClusterState, create_directory
 
 if TYPE_CHECKING:
@@ -47,7 +53,8 @@ STABLE = 60.0  # a process that ran this long starts the backoff over
 def operator_kinds(policy: Policy | None) -> tuple[str, ...]:
     """The "GROUP/Kind"s ``platform.operators`` of every RunPolicy of ``policy`` name, in
     the order they are written, each once; those the watch keeps anyway (a built-in kind
-    named with its group, "apps/Deployment") left out."""
+    named with its group, "apps/Deployment") left out. A core kind an operator owns Pods
+    through (``Pod``: a Spark driver owning its executors) is kept too, by its Kind."""
     found: dict[str, None] = {}
     for run_policy in policy.run_policies() if policy is not None else ():
         for operator in run_policy.platform.operators:
@@ -55,7 +62,7 @@ def operator_kinds(policy: Policy | None) -> tuple[str, ...]:
                 group, name = split_group_kind(kind)
                 if name in KINDS and RESOURCES[name][0] == group:
                     continue
-                if group:  # a custom resource always has one
+                if group or name in OPERATOR_CORE_KINDS:  # a custom resource has a group
                     found[kind] = None
     return tuple(found)
 

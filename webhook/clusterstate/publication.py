@@ -17,7 +17,7 @@ in ``/dev/shm`` beside the policy publication when there is one::
                           record) entries
 
 The control block has one slot per kind of ``KINDS``, then ``MAX_OPERATOR_KINDS`` slots
-for operators' custom resources ("GROUP/Kind", ``platform.operators``), assigned in the
+for operators' kinds ("GROUP/Kind", or ``Pod``: ``platform.operators``), assigned in the
 order given when the directory is made and named in the block itself, so a reader
 (forked before or after) and a restarted writer agree on them without being told; their
 files are ``<Kind>.<group>.<gen>.base``. An unused slot stays empty.
@@ -51,6 +51,7 @@ from typing import Any
 from webhook.clusterstate.model import (
     KINDS,
     MAX_OPERATOR_KINDS,
+    OPERATOR_CORE_KINDS,
     KindStats,
     Meta,
     split_group_kind,
@@ -142,9 +143,13 @@ def _write_empty_control(path: Path, operator_kinds: tuple[str, ...] = ()) -> No
     if len(operator_kinds) > MAX_OPERATOR_KINDS:
         raise ValueError(f"at most {MAX_OPERATOR_KINDS} operator kinds, not {len(operator_kinds)}")
     if len(set(operator_kinds)) != len(operator_kinds) or any(
-        "/" not in kind or kind in KINDS for kind in operator_kinds
+        ("/" not in kind and kind not in OPERATOR_CORE_KINDS) or kind in KINDS
+        for kind in operator_kinds
     ):
-        raise ValueError(f"operator kinds must be distinct GROUP/Kind names: {operator_kinds}")
+        core = ", ".join(OPERATOR_CORE_KINDS)
+        raise ValueError(
+            f"operator kinds must be distinct GROUP/Kind names or {core}: {operator_kinds}"
+        )
     names = b"".join(_NAME.pack(kind.encode()) for kind in operator_kinds)
     if any(len(kind.encode()) > _NAME.size for kind in operator_kinds):
         raise ValueError(f"an operator kind longer than {_NAME.size} bytes")

@@ -11,6 +11,7 @@ from typing import Any
 from webhook.clusterstate.model import (
     CLUSTER_SCOPED,
     KINDS,
+    OPERATOR_CORE_KINDS,
     ClusterStateError,
     KindStats,
     Meta,
@@ -53,13 +54,17 @@ class TableState:
 
 
 class StaticClusterState(TableState):
-    """A fixed cluster state: exactly the objects given, of any kind (Namespaces and
-    operators' custom resources included), every kind synced (an object absent from them
-    does not exist)."""
+    """A fixed cluster state: the objects given, of any kind (Namespaces and operators'
+    custom resources included), every kind synced (an object absent from them does not
+    exist). Of a core kind operators own Pods through (``Pod``), only those the watch
+    would keep (runguard's RunPolicy label): offline sees what online sees."""
 
     def __init__(self, metas: Iterable[Meta] = ()) -> None:
         records: dict[str, list[bytes]] = {kind: [] for kind in KINDS}
         for meta in metas:
+            core = OPERATOR_CORE_KINDS.get(meta.kind)
+            if core is not None and core[2] not in meta.labels:
+                continue
             records.setdefault(meta.kind, []).append(encode_record(meta))
         self._tables = {kind: table_from_records(kind, rs) for kind, rs in records.items()}
         self._version = secrets.token_hex(16)  # this fixed state, and no other

@@ -25,7 +25,10 @@ for the resource of that kind). A kind the apiserver does not serve (its CRD not
 installed yet), or that runguard may not list (403: RBAC not granted), is said in the
 log, marked in its slot (it does not hold ``/readyz`` back; decisions needing it fail
 closed) and looked up again with the same backoff; once it is there it is listed and
-watched. A 404 later (the CRD removed) looks it up again.
+watched. A 404 later (the CRD removed) looks it up again. A core kind an operator owns
+Pods through (``Pod``, ``OPERATOR_CORE_KINDS``) needs no discovery, and only the objects
+with runguard's RunPolicy label are listed and watched (``labelSelector``): the Pods
+runguard governs, not every Pod of the cluster.
 
 Every request asks for ``PartialObjectMetadata`` (list: ``PartialObjectMetadataList``)
 and for nothing else, so the apiserver answers with metadata or with an error, never
@@ -56,6 +59,7 @@ from webhook.clusterstate.model import (
     CLUSTER_SCOPED,
     KINDS,
     MAX_OPERATOR_KINDS,
+    OPERATOR_CORE_KINDS,
     RESOURCES,
     ClusterStateError,
     meta_from_object,
@@ -247,6 +251,9 @@ class KindWatch:
         self.kind = publisher.kind
         self.operator = self.kind not in KINDS
         self.path = "" if self.operator else resource_path(self.kind)  # "": discover first
+        self.selector = ""  # a labelSelector narrowing what is listed and watched
+        if self.kind in OPERATOR_CORE_KINDS:
+            self.find()
         self.page_size = page_size
         self.watch_seconds = watch_seconds
         self.resume = resume
@@ -299,7 +306,13 @@ class KindWatch:
                 self._stop.wait(pause)
 
     def find(self) -> None:
-        """Where the apiserver serves this operator kind (``discover``)."""
+        """Where the apiserver serves this operator kind (``discover``; a core kind's is
+        known, and so is the selector of what runguard keeps of it)."""
+        core = OPERATOR_CORE_KINDS.get(self.kind)
+        if core is not None:
+            version, resource, self.selector = core
+            self.path = Resource("", version, resource, namespaced=True).path
+            return
         found = discover(self.api, self.kind)
         self.path = found.path
         log.info(
@@ -330,7 +343,7 @@ class KindWatch:
         if problem == NOT_INSTALLED:
             return f"; is its CustomResourceDefinition installed?{fails}"
         if problem == FORBIDDEN:
-            group, _ = split_group_kind(self.kind)
+            group = split_group_kind(self.kind)[0] or 'core ("")'
             resource = self.path.rsplit("/", 1)[-1] or f"<plural of {name}>"
             return (
                 f"; grant runguard's ServiceAccount get, list, watch on {resource} in API group "
@@ -365,6 +378,8 @@ class KindWatch:
             "allowWatchBookmarks": "true",
             "timeoutSeconds": str(seconds),
         }
+        if self.selector:
+            query["labelSelector"] = self.selector
         response = self.api.get(self.path, query, WATCH_ACCEPT, seconds + 30)
         self._response = response
         try:
@@ -447,6 +462,8 @@ class _Pages:
         token = ""
         while True:
             query = {"limit": str(self.watch.page_size)}
+            if self.watch.selector:
+                query["labelSelector"] = self.watch.selector
             if token:
                 query["continue"] = token
             response = self.watch.api.get(self.watch.path, query, LIST_ACCEPT, READ_TIMEOUT)
@@ -540,8 +557,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown kinds {unknown}; known: {', '.join(KINDS)}")
     operator_kinds = [k for k in args.operator_kinds.split(",") if k]
-    if any("/" not in k for k in operator_kinds) or len(operator_kinds) > MAX_OPERATOR_KINDS:
-        parser.error(f"--operator-kinds: at most {MAX_OPERATOR_KINDS} GROUP/Kind names")
+    named = all("/" in k or k in OPERATOR_CORE_KINDS for k in operator_kinds)
+    if not named or len(operator_kinds) > MAX_OPERATOR_KINDS:
+        core = ", ".join(OPERATOR_CORE_KINDS)
+        parser.error(f"--operator-kinds: at most {MAX_OPERATOR_KINDS} GROUP/Kind names or {core}")
 
     from webhook.logs import configure_logging
 

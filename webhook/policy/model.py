@@ -330,10 +330,11 @@ KCM_CONTROLLERS: Mapping[str, str] = {
 }
 # A user name, ``group:NAME`` (a group of the requester) or ``serviceaccount:NS:NAME``.
 Identity = Annotated[str, Field(min_length=1)]
-# ``GROUP/Kind`` as in an ownerReferences' apiVersion (without version) and kind;
-# ``Kind`` alone for the core group.
+# ``GROUP/Kind`` as in an ownerReferences' apiVersion (without version) and kind. Of the
+# core group only ``Pod`` (a Spark driver Pod owns its executors): the one core kind
+# runguard's cache keeps for operators (``webhook.clusterstate.model.OPERATOR_CORE_KINDS``).
 GroupKind = Annotated[
-    str, Field(pattern=r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Z][A-Za-z0-9]*$")
+    str, Field(pattern=r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Z][A-Za-z0-9]*|Pod)$")
 ]
 
 
@@ -344,7 +345,9 @@ class Operator(Section):
     identity: Identity = Field(description="Who the operator acts as.")
     kinds: Annotated[tuple[GroupKind, ...], UNIQUE] = Field(
         min_length=1,
-        description="GROUP/Kind of the objects whose Pods it creates (argoproj.io/Workflow).",
+        description="GROUP/Kind of the objects whose Pods it creates (argoproj.io/Workflow); "
+        "Pod for Pods that create Pods (a Spark driver its executors, as the sparkapp account): "
+        "runguard's cache then keeps the metadata of the Pods it governs.",
     )
     config_maps: NamePatterns = Field(
         default=(),

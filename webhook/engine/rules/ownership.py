@@ -446,10 +446,13 @@ def group_kind(obj: Any) -> str | None:
 
 
 def is_operator_object(obj: Any, root: Policy) -> bool:
-    """An object of a kind a platform operator owns Pods through (stamped at CREATE)."""
+    """An object of a kind a platform operator owns Pods through (stamped at CREATE). A
+    Pod (a Spark driver owning its executors) is a run of its own, not one of these."""
     key = group_kind(obj)
-    return key is not None and any(
-        key in p.platform.operator_kinds for p in root.run_policies() if enabled(p)
+    return (
+        key is not None
+        and key != "Pod"
+        and any(key in p.platform.operator_kinds for p in root.run_policies() if enabled(p))
     )
 
 
