@@ -553,3 +553,25 @@ def test_an_excluded_namespace_is_never_touched() -> None:
         assert mutation.patch in (None, []), mutation.patch
         validation = validate(sent, SHIPPED, namespace="kube-system", context=context)
         assert validation.allowed and not validation.violations, validation.message()
+
+
+class LaggingState(State):  # type: ignore[misc,valid-type]
+    """A live cache: synced, but a just-created object may not be delivered yet."""
+
+    may_lag = True
+
+
+def test_an_owner_the_watch_has_not_delivered_yet_is_a_retryable_denial() -> None:
+    """The replicaset-controller creates a new ReplicaSet's Pods within milliseconds of
+    the ReplicaSet: a live cache that has synced ReplicaSets may still lack this one.
+    Its Pod is refused as ownership.unknown (the controller retries) and keeps, at
+    /mutate, what /validate decides on: never admitted with the platform's secret
+    silently stripped. A complete state (a --cluster-state file) has no such owner: the
+    reference proves nothing and the secret goes."""
+    sent = pod(ownerReferences=[owner("ReplicaSet", "serve-6c", "uid-new-rs")])
+    live = evaluate(sent, SHIPPED, namespace="ml", context=Context(RS, LaggingState([])))
+    assert not live.allowed and "ownership.unknown" in rules(live), live.message()
+    offline = evaluate(sent, SHIPPED, namespace="ml", context=Context(RS, State([])))
+    assert "ownership.unknown" not in rules(offline)
+    env_from = offline.object["spec"]["containers"][0].get("envFrom", [])
+    assert {"secretRef": {"name": "sec-api-r1"}} not in env_from

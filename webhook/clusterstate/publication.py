@@ -440,6 +440,10 @@ class SharedClusterState(TableState):
     operator kind by its Kind alone ("Workflow", as owner references name it), which
     ``get`` and ``synced`` accept too."""
 
+    # A watch delivers an object a moment after the apiserver stored it: an owner a
+    # controller names may not be here yet (``webhook.engine.rules.ownership``).
+    may_lag = True
+
     def __init__(self, directory: Path | str) -> None:
         self.directory = Path(directory)
         self._control: mmap.mmap | None = None

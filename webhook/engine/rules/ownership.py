@@ -270,7 +270,13 @@ def _through_owner(
     if found is None:
         if not state.synced(kind):
             return Ownership(False, f"runguard's cache has not synced {kind} objects yet")
-        return Ownership(False)  # no such owner: the reference is forged or stale
+        if getattr(state, "may_lag", False):
+            # A controller (only they reach here) names an owner the watch has not
+            # delivered yet: the replicaset-controller creates a new ReplicaSet's Pods
+            # within milliseconds. Undecided: a retryable denial, never a silent strip;
+            # an owner that never appears keeps failing closed.
+            return Ownership(False, f"runguard's cache has no {kind} {name} (uid {uid}) yet")
+        return Ownership(False)  # a complete state (a file) has no such owner: forged
     if found.kind != kind or found.namespace != namespace or found.name != name:
         return Ownership(False)  # a uid borrowed from another object proves nothing
     verdict = admit(found, depth)
