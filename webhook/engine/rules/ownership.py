@@ -80,6 +80,14 @@ def is_platform_identity(policy: Policy, requester: Requester | None) -> bool:
     return is_identity(policy.platform.identities, requester)
 
 
+def is_platform_or_installer(policy: Policy, requester: Requester | None) -> bool:
+    """The platform itself, or one of ``platform.installers`` (its chart): who may change
+    what the platform's objects are."""
+    return is_platform_identity(policy, requester) or is_identity(
+        policy.platform.installers, requester
+    )
+
+
 def service_account_identities(policy: Policy) -> frozenset[tuple[str, str]]:
     """(namespace, name) of every ServiceAccount that is a platform identity or one of its
     operators: a Pod running as an operator's account could create Pods as the operator."""

@@ -169,9 +169,7 @@ def _platform_old(r: Review) -> Policy | None:
             installed or ownership.recorded_platform(p, annotations)
         ):
             continue
-        if ownership.is_platform_identity(p, requester) or ownership.is_identity(
-            p.platform.installers, requester
-        ):
+        if ownership.is_platform_or_installer(p, requester):
             return None
         if requester is not None and requester.username in p.platform.owner_kinds:
             return None
@@ -295,9 +293,7 @@ def check_reserved_labels(r: Review) -> list[Violation]:
     for p in r.root.run_policies():
         if not ownership.enabled(p):
             continue
-        if ownership.is_platform_identity(p, requester) or ownership.is_identity(
-            p.platform.installers, requester
-        ):
+        if ownership.is_platform_or_installer(p, requester):
             return []
         for operator in p.platform.operators:
             if kind not in operator.kinds or not operator.reserved_labels:
