@@ -313,6 +313,14 @@ def test_the_spark_driver_keeps_the_v3io_daemon_mounts_of_the_platforms_applicat
     elsewhere = spark_driver(mine, "other-tenant")
     refused, denial = create(served.spark, space, elsewhere, "--dry-run=server")
     assert refused is None and "/var/run/iguazio/dayman/other-tenant" in denial, denial
+    # The label the spark-operator's webhook finds a driver's owner by is not the user's
+    # to write: her application naming the platform's would get its driver owned by it.
+    group, version, kind, _ = SPARK
+    borrowed = {"apiVersion": f"{group}/{version}", "kind": kind,
+                "metadata": {"name": "spark-etl-3", "labels": RUN},
+                "spec": {"driver": {"labels": {"sparkoperator.k8s.io/app-name": "spark-etl-1"}}}}
+    refused, denial = create(served.user, space, borrowed, "--dry-run=server")
+    assert refused is None and "ownership.reserved-label" in denial, denial
 
 
 # --- Spark executors: created by the driver, as sparkapp, owned by the driver Pod -------

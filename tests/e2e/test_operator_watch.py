@@ -42,6 +42,7 @@ from .runs import (
     instead_of_the_session,
     platform_identity,
     poll,
+    rule_ids,
     until,
     wait_for_policy_label,
 )
@@ -361,6 +362,16 @@ def test_kubeais_model_pod_follows_the_platforms_model_by_uid(
     users = create(served.kubeai, space, model_pod("model-llama-2", "llama-2",
                                                    theirs["metadata"]["uid"]))  # fmt: skip
     assert users is None  # ownership.not-a-run: denied, not admitted without its secret
+    # The Core's Model is its model server's template: its spec is not the user's to
+    # change (her image would run with the run's secret); annotating it is.
+    target = f"{MODEL.plural}.{MODEL.group}/llama"
+    rewrite = json.dumps({"spec": {"url": "hf://mallory/exfiltrate"}})
+    done = served.user.kubectl("patch", "-n", space, target, "--type=merge", "-p", rewrite)
+    assert done.returncode != 0 and "ownership.changed" in rule_ids(done.stderr), done.stderr
+    served.user.kubectl("annotate", "-n", space, target, "note=seen", check=True)
+    served.core.kubectl("patch", "-n", space, target, "--type=merge",
+                        "-p", json.dumps({"spec": {"resourceProfile": "cpu:2"}}),
+                        check=True)  # fmt: skip
 
 
 def test_kuberays_head_pod_follows_the_platforms_rayjob_through_its_raycluster(
