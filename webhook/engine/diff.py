@@ -25,7 +25,7 @@ _COMPARE_AFTER = 16
 
 def escape(key: str | int) -> str:
     """One JSON Pointer reference token (RFC 6901: ``~`` is ``~0``, ``/`` is ``~1``)."""
-    token = str(key)
+    token = key if type(key) is str else str(key)
     if "~" in token or "/" in token:
         return token.replace("~", "~0").replace("/", "~1")
     return token
@@ -38,25 +38,35 @@ def make_patch(src: Any, dst: Any) -> JSONPatch:
 
 
 def _diff(src: Any, dst: Any, path: str, ops: JSONPatch) -> None:
-    if type(src) is dict and type(dst) is dict:
+    kind = type(src)
+    if kind is not type(dst):
+        ops.append({"op": "replace", "path": path, "value": dst})
+    elif kind is dict:
         _diff_dict(src, dst, path, ops)
-    elif type(src) is list and type(dst) is list and _diff_list(src, dst, path, ops):
-        pass
-    elif src != dst or type(src) is not type(dst):
+    elif (kind is not list or not _diff_list(src, dst, path, ops)) and src != dst:
         ops.append({"op": "replace", "path": path, "value": dst})
 
 
 def _diff_dict(src: dict[str, Any], dst: dict[str, Any], path: str, ops: JSONPatch) -> None:
-    kept = 0
+    # (``_diff`` inlined: this loop runs for every key of every object that changed)
+    removed = 0
     for key, value in src.items():
-        if key in dst:
-            kept += 1
-            new = dst[key]
-            if value is not new and (value != new or type(value) is not type(new)):
-                _diff(value, new, f"{path}/{escape(key)}", ops)
-        else:
+        if key not in dst:
+            removed += 1
             ops.append({"op": "remove", "path": f"{path}/{escape(key)}"})
-    if kept < len(dst):  # some keys are new
+            continue
+        new = dst[key]
+        if value is new:
+            continue
+        kind = type(value)
+        if kind is not type(new):
+            ops.append({"op": "replace", "path": f"{path}/{escape(key)}", "value": new})
+        elif value != new:
+            if kind is dict:
+                _diff_dict(value, new, f"{path}/{escape(key)}", ops)
+            elif kind is not list or not _diff_list(value, new, f"{path}/{escape(key)}", ops):
+                ops.append({"op": "replace", "path": f"{path}/{escape(key)}", "value": new})
+    if len(src) - removed < len(dst):  # some keys are new
         for key, value in dst.items():
             if key not in src:
                 ops.append({"op": "add", "path": f"{path}/{escape(key)}", "value": value})
@@ -69,8 +79,9 @@ def _diff_list(src: list[Any], dst: list[Any], path: str, ops: JSONPatch) -> boo
     if len(src) != len(dst) and src[:common] != dst[:common]:
         return False
     start = len(ops)
-    for i, (old, new) in enumerate(zip(src[:common], dst[:common], strict=True)):
-        if old is new or (old == new and type(old) is type(new)):
+    for i in range(common):
+        old, new = src[i], dst[i]
+        if old is new or (type(old) is type(new) and old == new):
             continue
         if type(old) is dict and type(new) is dict and old.get("name") != new.get("name"):
             ops.append({"op": "replace", "path": f"{path}/{i}", "value": new})  # another item

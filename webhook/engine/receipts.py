@@ -38,6 +38,7 @@ import hashlib
 import mmap
 from collections import OrderedDict
 from dataclasses import fields
+from operator import attrgetter
 from typing import Any, Protocol
 
 import orjson
@@ -122,13 +123,18 @@ def state_version(context: Context) -> str | None:
 _EXACT = orjson.OPT_SORT_KEYS | orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME
 
 
-_RECORDS = (Ownership, Requester)  # the dataclasses a key may hold, as lists of fields
+# The dataclasses a key may hold, each as the list of its fields' values; where they are
+_RECORDS = {cls: attrgetter(*(f.name for f in fields(cls))) for cls in (Ownership, Requester)}
+_POD_INPUTS = attrgetter(*_POD_FIELDS)
+_POD_INDEX = {name: i for i, name in enumerate(_POD_FIELDS)}
+_CONTEXT_INPUTS = attrgetter(*_CONTEXT_FIELDS)
 
 
 def _record(value: Any) -> Any:
-    if type(value) in _RECORDS:
-        return [getattr(value, f.name) for f in fields(value)]
-    raise TypeError(type(value).__name__)
+    fields_of = _RECORDS.get(type(value))
+    if fields_of is None:
+        raise TypeError(type(value).__name__)
+    return list(fields_of(value))
 
 
 def backstop_key(pod: Pod, since: str | None = None, **fields_now: Any) -> bytes | None:
@@ -140,9 +146,10 @@ def backstop_key(pod: Pod, since: str | None = None, **fields_now: Any) -> bytes
     version = state_version(context)
     if version is None or not policy.digest or (since is not None and version != since):
         return None
-    inputs: list[Any] = [policy.name, policy.digest, version]
-    inputs.extend(getattr(context, name) for name in _CONTEXT_FIELDS)
-    inputs.extend(fields_now[n] if n in fields_now else getattr(pod, n) for n in _POD_FIELDS)
+    values = list(_POD_INPUTS(pod))
+    for name, value in fields_now.items():
+        values[_POD_INDEX[name]] = value
+    inputs: list[Any] = [policy.name, policy.digest, version, *_CONTEXT_INPUTS(context), *values]
     for i, value in enumerate(inputs):  # runguard's records, here rather than through orjson
         if type(value) in _RECORDS:
             inputs[i] = _record(value)

@@ -1,0 +1,210 @@
+"""Every decision the engine makes on the tests' inputs, recorded or compared (not a test).
+
+What a change meant only to make the engine faster must leave alone: for every workload
+object of the declarative cases and the platform fixtures, under every test policy and
+the shipped one, as nobody, a user and the platform (``tests/test_receipts.py``'s
+corpus), for generated Pods (``tests/test_engine_properties.py``'s strategy,
+derandomized) and for the fuzz corpus's objects (``bench/fuzz_inputs.py``,
+derandomized): ``mutate`` (its object, JSON Patch, warnings and changes), ``validate``
+of the input and of ``mutate``'s result, with and without the receipt, an UPDATE of the
+result to itself and ``evaluate``. Each decision is reduced to what the apiserver and the
+audit log would see; the patch is also applied to the input and compared as an object.
+
+    python bench/decisions.py --write /tmp/before.jsonl   # on the baseline
+    python bench/decisions.py --check /tmp/before.jsonl   # on the change: exit 1 on any difference
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import hashlib
+import json
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import jsonpatch
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "bench"), str(ROOT / "tests")]
+
+from fuzz_inputs import inputs as fuzz_texts  # noqa: E402
+from test_engine_properties import POLICY_SET, pods  # noqa: E402
+from test_receipts import PLATFORM, POLICIES, contexts, corpus  # noqa: E402
+
+from webhook.engine import evaluate, mutate, validate  # noqa: E402
+from webhook.engine.context import NO_CONTEXT, Context  # noqa: E402
+from webhook.engine.receipts import LocalReceipts  # noqa: E402
+from webhook.engine.types import Decision  # noqa: E402
+from webhook.policy.model import Policy  # noqa: E402
+
+
+def _seen(d: Decision) -> dict[str, Any]:
+    return {
+        "kind": d.kind,
+        "namespace": d.namespace,
+        "name": d.name,
+        "applies": d.applies,
+        "allowed": d.allowed,
+        "warnings": d.warnings,
+        "mutations": [(c.rule, c.warning) for c in d.mutations],
+        "violations": [(v.rule, v.path, v.message, str(v.amount), v.drift) for v in d.violations],
+        "profile": d.profile,
+        "error": type(d.error).__name__ if d.error is not None else None,
+        "audit": d.audit_annotations,
+        "message": d.message() if not d.allowed else "",
+    }
+
+
+def _patched(obj: Any, patch: list[Any]) -> Any:
+    try:
+        return jsonpatch.apply_patch(copy.deepcopy(obj), patch)
+    except Exception as exc:  # noqa: BLE001 - recorded: a patch that does not apply
+        return f"patch does not apply: {type(exc).__name__}"
+
+
+def decisions(obj: Any, policy: Policy, context: Context) -> dict[str, Any]:
+    """What the engine answers for ``obj``, in every way the server and the CLI ask."""
+    receipts = LocalReceipts()
+    mutated = mutate(copy.deepcopy(obj), policy, context=context, receipts=receipts)
+    out: dict[str, Any] = {
+        "mutate": _seen(mutated),
+        "patch": mutated.patch,
+        "patched": _patched(obj, mutated.patch),
+        "object": mutated.object,
+        "validate_input": _seen(validate(copy.deepcopy(obj), policy, context=context)),
+        "validate_receipt": _seen(
+            validate(copy.deepcopy(mutated.object), policy, context=context, receipts=receipts)
+        ),
+        "validate_result": _seen(validate(copy.deepcopy(mutated.object), policy, context=context)),
+        "evaluate": _seen(evaluate(copy.deepcopy(obj), policy, context=context)),
+    }
+    if isinstance(mutated.object, dict):
+        update = Context(context.requester, context.state, "UPDATE")
+        again = copy.deepcopy(mutated.object)
+        out["update_mutate"] = _seen(
+            mutate(again, policy, old=copy.deepcopy(mutated.object), context=update)
+        )
+        out["update_validate"] = _seen(
+            validate(again, policy, old=copy.deepcopy(mutated.object), context=update)
+        )
+    return out
+
+
+def cases() -> Iterator[tuple[str, Any, Policy, Context]]:
+    objects = corpus()
+    for policy in POLICIES:
+        for c, context in enumerate(contexts(policy)):
+            for i, obj in enumerate(objects):
+                yield f"corpus/{policy.name}/{c}/{i}", obj, policy, context
+    generated: list[tuple[Any, Policy]] = []
+
+    @settings(
+        max_examples=300,
+        deadline=None,
+        derandomize=True,
+        database=None,
+        suppress_health_check=list(HealthCheck),
+    )
+    @given(pod=pods(), policy=st.sampled_from(POLICY_SET))
+    def collect(pod: Any, policy: Policy) -> None:
+        generated.append((copy.deepcopy(pod), policy))
+
+    collect()
+    for i, (pod, policy) in enumerate(generated):
+        yield f"generated/{i}", pod, policy, NO_CONTEXT
+    texts: list[str] = []
+
+    @settings(
+        max_examples=200,
+        deadline=None,
+        derandomize=True,
+        database=None,
+        suppress_health_check=list(HealthCheck),
+    )
+    @given(text=fuzz_texts)
+    def collect_texts(text: str) -> None:
+        texts.append(text)
+
+    collect_texts()
+    for i, text in enumerate(texts):
+        try:
+            docs = list(yaml.safe_load_all(text))
+        except (yaml.YAMLError, RecursionError, ValueError):
+            continue
+        for j, doc in enumerate(docs[:4]):
+            yield f"fuzz/{i}/{j}", doc, PLATFORM, NO_CONTEXT
+
+
+def _digest(value: Any, memo: dict[int, tuple[str, int]], busy: set[int]) -> tuple[str, int]:
+    """A digest of a JSON value and its size once expanded; YAML aliases make shared
+    subtrees (one digest each, however often they are reached) and may make cycles."""
+    if not isinstance(value, dict | list):
+        return hashlib.sha256(repr((type(value).__name__, value)).encode()).hexdigest(), 1
+    key = id(value)
+    if key in memo:
+        return memo[key]
+    if key in busy:
+        return "cycle", 1
+    busy.add(key)
+    items = value.items() if isinstance(value, dict) else enumerate(value)
+    h, size = hashlib.sha256(type(value).__name__.encode()), 1
+    for k, v in items:
+        digest, n = _digest(v, memo, busy)
+        h.update(repr(k).encode() + digest.encode())
+        size += n
+    busy.discard(key)
+    memo[key] = h.hexdigest(), size
+    return memo[key]
+
+
+def _line(name: str, seen: dict[str, Any]) -> str:
+    out: dict[str, Any] = {"case": name}
+    for key, value in seen.items():
+        digest, size = _digest(value, {}, set())
+        out[key] = digest
+        if size < 5000:
+            try:
+                json.dumps(value, default=str)
+                out[key] = value
+            except ValueError:  # a cycle
+                pass
+    return json.dumps(out, sort_keys=True, default=str)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    mode = parser.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--write", type=Path, help="record every decision in this file")
+    mode.add_argument("--check", type=Path, help="compare with a file --write made")
+    args = parser.parse_args()
+    lines = [_line(name, decisions(obj, policy, context)) for name, obj, policy, context in cases()]
+
+    digest = hashlib.sha256("\n".join(lines).encode()).hexdigest()[:16]
+    if args.write:
+        args.write.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        print(f"{len(lines)} inputs recorded, digest {digest}")
+        return 0
+    before = args.check.read_text(encoding="utf-8").splitlines()
+    if len(before) != len(lines):
+        print(f"{len(before)} inputs recorded, {len(lines)} now: the inputs changed")
+        return 1
+    differ = [(a, b) for a, b in zip(before, lines, strict=True) if a != b]
+    for a, b in differ[:5]:
+        old, new = json.loads(a), json.loads(b)
+        keys = [k for k in old if old[k] != new.get(k)]
+        print(f"{old['case']}: differs in {', '.join(keys)}")
+        for k in keys[:3]:
+            print(f"  before {k}: {json.dumps(old[k])[:400]}")
+            print(f"  now    {k}: {json.dumps(new[k])[:400]}")
+    print(f"{len(lines)} inputs, {len(differ)} with another decision, digest {digest}")
+    return 1 if differ else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
