@@ -11,6 +11,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
+
 from webhook.engine.context import NO_CONTEXT, OWNERSHIP_OFF, Context, Ownership
 from webhook.engine.types import JSON
 from webhook.policy.model import Policy, Profile
@@ -161,9 +163,26 @@ def set_list(parent: JSON, key: str, items: list[Any]) -> None:
         del parent[key]
 
 
+# orjson refuses (instead of converting) every value JSON does not carry exactly: those go
+# to marshal. NaN and infinities it writes as null, so any null sends the value there too.
+_JSON_ONLY = orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_SUBCLASS
+
+
+def _refuse(value: Any) -> Any:
+    raise TypeError(type(value).__name__)
+
+
 def copy_json(value: Any) -> Any:
-    """Deep copy of a JSON document: ``marshal`` round trip (C speed, exact types), falling
-    back to a recursive copy for values marshal cannot carry."""
+    """Deep copy of a JSON document (a tuple, which JSON does not have, comes back a list):
+    an orjson round trip (C speed, half marshal's), else a ``marshal`` round trip (exact
+    types: non-string keys, big integers, NaN, dates from YAML), falling back to a
+    recursive copy for values marshal cannot carry."""
+    try:
+        encoded = orjson.dumps(value, default=_refuse, option=_JSON_ONLY)
+    except (orjson.JSONEncodeError, TypeError):
+        encoded = b"null"
+    if b"null" not in encoded:
+        return orjson.loads(encoded)
     try:
         return marshal.loads(marshal.dumps(value))
     except ValueError:
