@@ -26,7 +26,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from webhook.engine.context import cluster_lacks
-from webhook.engine.pod import Pod, copy_json, copy_value, warning
+from webhook.engine.pod import Pod, copy_value, warning
 from webhook.engine.rule_ids import SCHEDULING_PREEMPTION_MODE, SCHEDULING_PRIORITY_CLASS
 from webhook.engine.rules.profile import forget_computed_priority
 from webhook.engine.types import JSON, Change, Violation
@@ -124,7 +124,7 @@ def apply_preemption_mode(pod: Pod) -> Change | None:
     """MLRun's modes: prevent keeps runs off spot nodes, constrain keeps them on, allow permits."""
     cfg = pod.policy.scheduling.preemption
     mode = preemption_mode(pod)
-    if cfg is None or mode not in ("allow", "constrain", "prevent"):
+    if cfg is None or mode is None or mode not in _APPLIED_WARNINGS:
         return None  # "none", no mode, or an unknown one (denied by validation)
     before = scheduling_of(pod.spec)
     after = Spot(cfg).enriched(mode, before)
@@ -135,7 +135,13 @@ def apply_preemption_mode(pod: Pod) -> Change | None:
             pod.spec[key] = after[key]
         else:
             pod.spec.pop(key, None)
-    return Change(SCHEDULING_PREEMPTION_MODE, warning(f"preemption mode {mode} applied"))
+    return Change(SCHEDULING_PREEMPTION_MODE, _APPLIED_WARNINGS[mode])
+
+
+# mode -> its warning, written once: the same few words on every run the mode changes
+_APPLIED_WARNINGS = {
+    mode: warning(f"preemption mode {mode} applied") for mode in ("allow", "constrain", "prevent")
+}
 
 
 class Spot:
@@ -165,8 +171,9 @@ class Spot:
         return self._requirements[operator]
 
     def enriched(self, mode: str, scheduling: JSON) -> JSON:
-        """``scheduling`` (``scheduling_of``) as ``mode`` leaves it; the input is not changed."""
-        out: JSON = copy_json(scheduling)
+        """``scheduling`` (``scheduling_of``) as ``mode`` leaves it; the input is not changed
+        (``_writable``)."""
+        out = _writable(scheduling)
         if not self.configured or mode not in INFERABLE:
             return out  # MLRun: nothing configured, or mode none
         if mode == "prevent":
@@ -205,9 +212,39 @@ class Spot:
 # --- MLRun's helpers (mlrun/runtimes/pod.py), on JSON ------------------------------------
 
 
-def _normal(item: Mapping[str, Any]) -> JSON:
-    """A toleration or requirement as MLRun compares them: absent and null are the same."""
+def _writable(scheduling: JSON) -> JSON:
+    """A copy of ``scheduling`` the helpers below may change, sharing what they do not.
+
+    They change in place only ``scheduling`` itself, its ``nodeSelector``, its ``affinity``
+    and that one's ``nodeAffinity``: those maps are copied, one level each. Lists and
+    everything below ``nodeAffinity`` they replace, never change, so those are shared:
+    cheaper than a deep copy of the pod's scheduling on every review.
+    """
+    out = dict(scheduling)
+    selector = out.get("nodeSelector")
+    if type(selector) is dict:
+        out["nodeSelector"] = dict(selector)
+    affinity = out.get("affinity")
+    if type(affinity) is dict:
+        affinity = out["affinity"] = dict(affinity)
+        node_affinity = affinity.get("nodeAffinity")
+        if type(node_affinity) is dict:
+            affinity["nodeAffinity"] = dict(node_affinity)
+    return out
+
+
+def _normal(item: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A toleration or requirement as MLRun compares them: absent and null are the same.
+    Only compared, never stored: an item without nulls is its own normal form."""
+    if None not in item.values():
+        return item
     return {k: v for k, v in item.items() if v is not None}
+
+
+def _copy_requirement(requirement: JSON) -> JSON:
+    """A copy of one of ``PreemptionConfig.spot_requirements`` (a key, an operator and
+    a list of values) to put into a pod: ``copy_value`` for that one shape."""
+    return {**requirement, "values": list(requirement["values"])}
 
 
 def _merge_tolerations(scheduling: JSON, spot: Sequence[JSON]) -> None:
@@ -301,7 +338,7 @@ def _require_in_every_term(scheduling: JSON, requirements: Sequence[JSON]) -> No
     for term in terms:
         expressions = list(term.get("matchExpressions") or ())
         present = [_normal(e) for e in expressions]
-        expressions.extend(copy_value(r) for r in requirements if r not in present)
+        expressions.extend(_copy_requirement(r) for r in requirements if r not in present)
         new_terms.append({**term, "matchExpressions": expressions})
     node_affinity[REQUIRED] = {**required, "nodeSelectorTerms": new_terms}
 
