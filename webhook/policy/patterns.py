@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property
 
 __all__ = ["PLACEHOLDER", "NamePattern", "label_keys", "matches_any", "split"]
 
@@ -53,20 +53,53 @@ class NamePattern:
 
     def matches(self, name: str, labels: Mapping[str, str]) -> bool:
         """True when ``name`` matches; a pod lacking a label the pattern uses matches nothing."""
+        keys = self.label_keys
+        if not keys:
+            return self._fixed.fullmatch(name) is not None
+        if len(keys) == 1:  # the usual pattern, v-{labels[run]}-*: no tuple to build
+            value = labels.get(keys[0])
+            if not isinstance(value, str) or value == "":
+                return False
+            regex = self._by_value.get(value)
+            if regex is None:
+                regex = self._remember(value, (value,))
+            return regex.fullmatch(name) is not None
         values = []
-        for key in self.label_keys:
+        for key in keys:
             value = labels.get(key)
             if not isinstance(value, str) or value == "":
                 return False
             values.append(value)
-        return _compiled(self.text, tuple(values)).fullmatch(name) is not None
+        found = tuple(values)
+        regex = self._by_value.get(found)
+        if regex is None:
+            regex = self._remember(found, found)
+        return regex.fullmatch(name) is not None
+
+    @cached_property
+    def _fixed(self) -> re.Pattern[str]:
+        """The regex of a pattern without placeholders, compiled once."""
+        return _regex(self.text, ())
+
+    @cached_property
+    def _by_value(self) -> dict[str | tuple[str, ...], re.Pattern[str]]:
+        """The regexes for label values seen (one value: the string, else the tuple), kept
+        with the pattern, so that a review looks one up instead of hashing the text too."""
+        return {}
+
+    def _remember(self, key: str | tuple[str, ...], values: tuple[str, ...]) -> re.Pattern[str]:
+        cache = self._by_value
+        if len(cache) >= _CACHED_VALUES:  # label values are the user's: bounded
+            cache.clear()
+        regex = cache[key] = _regex(self.text, values)
+        return regex
 
 
-@lru_cache(maxsize=4096)
-def _compiled(text: str, label_values: tuple[str, ...]) -> re.Pattern[str]:
-    """The regex of pattern ``text`` for given label values (one per placeholder, in order).
+_CACHED_VALUES = 4096  # regexes kept per pattern, one per run (label value) seen
 
-    Keyed by the text (a string hashes once) rather than the parsed parts."""
+
+def _regex(text: str, label_values: tuple[str, ...]) -> re.Pattern[str]:
+    """The regex of pattern ``text`` for given label values (one per placeholder, in order)."""
     literals, _ = split(text)
     regex = [_literal_regex(literals[0])]
     for value, literal in zip(label_values, literals[1:], strict=True):
@@ -80,7 +113,10 @@ def _literal_regex(literal: str) -> str:
 
 
 def matches_any(patterns: tuple[NamePattern, ...], name: str, labels: Mapping[str, str]) -> bool:
-    return any(p.matches(name, labels) for p in patterns)
+    for pattern in patterns:  # a loop, not any(generator): this runs several times a review
+        if pattern.matches(name, labels):
+            return True
+    return False
 
 
 def name_pattern_problem(

@@ -8,9 +8,16 @@ account's pull secrets before runguard sees the pod, so admins list those as all
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
-from webhook.engine.pod import ALL_CONTAINER_LISTS, Pod, remove_volumes, set_list, warning
+from webhook.engine.pod import (
+    ALL_CONTAINER_LISTS,
+    CONTAINER_LISTS,
+    Pod,
+    remove_volumes,
+    set_list,
+    warning,
+)
 from webhook.engine.rule_ids import SECRETS_FORBIDDEN
 from webhook.engine.types import JSON, Change, Violation
 from webhook.policy.model import matches_any
@@ -57,42 +64,46 @@ def secret_references(pod: Pod) -> Iterator[tuple[str, str]]:
 def drop_forbidden_secrets(pod: Pod) -> Change | None:
     if pod.policy.secrets.on_forbidden != "Strip":
         return None
+    spec = pod.spec
     removed: dict[str, None] = {}  # ordered, and linear however many references repeat
+    creator = pod.ownership.platform or pod.ownership.unknown is not None  # undecided too
+    patterns = pod.policy.secrets.allowed
+    labels = pod.labels
 
     def ok(name: str) -> bool:
-        if secret_allowed(name, pod, undecided=True):
+        if creator and matches_any(patterns, name, labels):
             return True
         removed[name] = None
         return False
 
-    for _, _, container in pod.containers():
-        if container.get("env"):
-            kept = [e for e in container["env"] if (s := env_secret(e)) is None or ok(s)]
-            set_list(container, "env", kept)
-        if container.get("envFrom"):
-            kept = [
-                e
-                for e in container["envFrom"]
-                if "secretRef" not in e or ok(e["secretRef"]["name"])
-            ]
-            set_list(container, "envFrom", kept)
-    dropped_volumes: set[str] = set()
-    for volume in pod.spec.get("volumes") or ():
-        if "secret" in volume and not ok(volume["secret"]["secretName"]):
-            dropped_volumes.add(volume["name"])
-        projected = volume.get("projected")
-        if isinstance(projected, dict) and projected.get("sources"):
-            sources = projected["sources"]
-            kept = [s for s in sources if "secret" not in s or ok(s["secret"]["name"])]
-            if len(kept) != len(sources):
-                projected["sources"] = kept
-                if not kept:
-                    dropped_volumes.add(volume["name"])
-    if dropped_volumes:
-        remove_volumes(pod.spec, dropped_volumes)
-    if pod.spec.get("imagePullSecrets"):
-        kept = [r for r in pod.spec["imagePullSecrets"] if not r.get("name") or ok(r["name"])]
-        set_list(pod.spec, "imagePullSecrets", kept)
+    # Plain loops that build a list only where a reference goes: every run Pod passes here
+    for list_name in CONTAINER_LISTS:
+        for container in spec.get(list_name) or ():
+            env = container.get("env")
+            if env:
+                _filter(container, "env", env, ok, env_secret)
+            env_from = container.get("envFrom")
+            if env_from:
+                _filter(container, "envFrom", env_from, ok, _env_from_secret)
+    volumes = spec.get("volumes")
+    if volumes:
+        dropped_volumes: set[str] = set()
+        for volume in volumes:
+            if "secret" in volume and not ok(volume["secret"]["secretName"]):
+                dropped_volumes.add(volume["name"])
+            projected = volume.get("projected")
+            if isinstance(projected, dict) and projected.get("sources"):
+                sources = projected["sources"]
+                kept = [s for s in sources if "secret" not in s or ok(s["secret"]["name"])]
+                if len(kept) != len(sources):
+                    projected["sources"] = kept
+                    if not kept:
+                        dropped_volumes.add(volume["name"])
+        if dropped_volumes:
+            remove_volumes(spec, dropped_volumes)
+    if spec.get("imagePullSecrets"):
+        kept = [r for r in spec["imagePullSecrets"] if not r.get("name") or ok(r["name"])]
+        set_list(spec, "imagePullSecrets", kept)
     if not removed:
         return None
     return Change(
@@ -100,12 +111,74 @@ def drop_forbidden_secrets(pod: Pod) -> Change | None:
     )
 
 
+def _env_from_secret(env_from: JSON) -> str | None:
+    return env_from["secretRef"]["name"] if "secretRef" in env_from else None
+
+
+def _filter(
+    container: JSON,
+    key: str,
+    entries: list[JSON],
+    ok: Callable[[str], bool],
+    secret: Callable[[JSON], str | None],
+) -> None:
+    """Drop the entries of ``container[key]`` naming a secret not ``ok``; the list is
+    copied only when one goes (``set_list``), as most Pods' references are all allowed."""
+    for i, entry in enumerate(entries):
+        name = secret(entry)
+        if name is not None and not ok(name):
+            kept = entries[:i]
+            for entry in entries[i + 1 :]:
+                name = secret(entry)
+                if name is None or ok(name):
+                    kept.append(entry)
+            set_list(container, key, kept)
+            return
+
+
 def check_secrets(pod: Pod) -> list[Violation]:
+    if _all_allowed(pod):  # the usual Pod: no path to format
+        return []
     return [
         Violation(SECRETS_FORBIDDEN, path, _why(name, pod))
         for name, path in secret_references(pod)
         if not secret_allowed(name, pod)
     ]
+
+
+def _all_allowed(pod: Pod) -> bool:
+    """Whether every secret the pod references is allowed (``secret_references``' walk,
+    names only): check_secrets formats paths only for a Pod that has a violation."""
+    spec = pod.spec
+    if not pod.ownership.platform:
+        return next(secret_references(pod), None) is None
+    patterns = pod.policy.secrets.allowed
+    labels = pod.labels
+    for list_name in ALL_CONTAINER_LISTS:
+        for container in spec.get(list_name) or ():
+            for env in container.get("env") or ():
+                name = env_secret(env)
+                if name is not None and not matches_any(patterns, name, labels):
+                    return False
+            for env_from in container.get("envFrom") or ():
+                if "secretRef" in env_from and not matches_any(
+                    patterns, env_from["secretRef"]["name"], labels
+                ):
+                    return False
+    for volume in spec.get("volumes") or ():
+        if "secret" in volume and not matches_any(patterns, volume["secret"]["secretName"], labels):
+            return False
+        projected = volume.get("projected")
+        if isinstance(projected, dict):
+            for source in projected.get("sources") or ():
+                if "secret" in source and not matches_any(
+                    patterns, source["secret"]["name"], labels
+                ):
+                    return False
+    for ref in spec.get("imagePullSecrets") or ():
+        if ref.get("name") and not matches_any(patterns, ref["name"], labels):
+            return False
+    return True
 
 
 def _why(name: str, pod: Pod) -> str:

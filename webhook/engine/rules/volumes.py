@@ -114,6 +114,8 @@ def drop_preexisting_volumes(pod: Pod) -> Change | None:
             dropped.append(volume["name"])
             notes.append(volume["name"])
             continue
+        if "projected" not in volume:  # the usual volume: no sources to look through
+            continue
         foreign = dict(_projected_config_maps(volume, pod, undecided=True))
         if foreign:
             projected = volume["projected"]
@@ -157,18 +159,24 @@ def host_path_reason(volume: JSON, pod: Pod) -> str | None:
 
 def check_volumes(pod: Pod) -> list[Violation]:
     out: list[Violation] = []
+    policy = pod.policy
+    allowed_types = policy.volumes.allowed_types
+    restricted = policy.security.level == "restricted"
+    host_paths = policy.volumes.allowed_host_paths
     for i, volume in enumerate(pod.spec.get("volumes") or ()):
-        path = f"{pod.spec_path}.volumes[{i}]"
         for kind, source in volume.items():
-            if kind == "hostPath" and pod.policy.volumes.allowed_host_paths:
+            if kind in allowed_types and kind != "hostPath":
+                if not restricted or kind in RESTRICTED_VOLUME_TYPES:
+                    continue  # what forbidden_type allows, without the call
+            if kind == "hostPath" and host_paths:
                 reason = host_path_reason(volume, pod)
             else:
-                reason = None if kind in _NOT_TYPES else forbidden_type(kind, pod.policy)
+                reason = None if kind in _NOT_TYPES else forbidden_type(kind, policy)
             if reason is not None and (source is not None or "level" not in reason):
                 out.append(
                     Violation(
                         VOLUMES_FORBIDDEN_TYPE,
-                        path,
+                        f"{pod.spec_path}.volumes[{i}]",
                         f"volume {volume['name']!r} of type {kind} {reason}",
                     )
                 )
@@ -178,15 +186,17 @@ def check_volumes(pod: Pod) -> list[Violation]:
             out.append(
                 Violation(
                     VOLUMES_PRE_EXISTING,
-                    path,
+                    f"{pod.spec_path}.volumes[{i}]",
                     f"volume {volume['name']!r} uses pre-existing {reference}",
                 )
             )
+        if "projected" not in volume:
+            continue
         for j, name in _projected_config_maps(volume, pod):
             out.append(
                 Violation(
                     VOLUMES_PRE_EXISTING,
-                    f"{path}.projected.sources[{j}].configMap",
+                    f"{pod.spec_path}.volumes[{i}].projected.sources[{j}].configMap",
                     f"volume {volume['name']!r} projects pre-existing configMap {name}",
                 )
             )
