@@ -1,0 +1,39 @@
+"""``bench/decisions.py``, the record of every decision a speed-only change must keep:
+it sees a change of any one step, and an unchanged engine gives the same record twice."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from webhook.engine import rules
+from webhook.engine.rules import security
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "bench"))
+
+import decisions  # noqa: E402
+
+
+def _records(limit: int = 120) -> list[str]:
+    out = []
+    for name, obj, policy, context in decisions.cases():
+        out.append(decisions._line(name, decisions.decisions(obj, policy, context)))
+        if len(out) == limit:
+            break
+    return out
+
+
+def test_the_same_engine_gives_the_same_record() -> None:
+    assert _records() == _records()
+
+
+def test_a_step_left_out_changes_the_record(monkeypatch: pytest.MonkeyPatch) -> None:
+    before = _records()
+    steps = tuple(s for s in rules.MUTATION_STEPS if s is not security.strip_root)
+    monkeypatch.setattr(rules, "MUTATION_STEPS", steps)
+    after = _records()
+    changed = [a for a, b in zip(before, after, strict=True) if a != b]
+    assert changed, "no decision changed without the root stripping step"
