@@ -512,6 +512,31 @@ class ProfileSpec(Section):
     def limits(self) -> Mapping[str, str]:
         return self.resources.limits
 
+    @cached_property
+    def resource_values(self) -> tuple[tuple[str, str, tuple[tuple[str, str, Decimal], ...]], ...]:
+        """(part, its singular, ((resource, quantity, amount), ...)) for the requests then
+        the limits, those the profile sets: the engine compares a run's values with the
+        amounts, parsed here once."""
+        return tuple(
+            (part, part[:-1], tuple((name, text, parse(text)) for name, text in values.items()))
+            for part, values in (("requests", self.requests), ("limits", self.limits))
+            if values
+        )
+
+    @cached_property
+    def overrides(self) -> tuple[tuple[str, Any], ...]:
+        """(pod spec key, value) of the keys that replace the run's, those the profile sets,
+        in the order the engine applies them."""
+        return tuple(
+            (key, value)
+            for key, value in (
+                ("affinity", self.affinity),
+                ("priorityClassName", self.priority_class_name),
+                ("runtimeClassName", self.runtime_class_name),
+            )
+            if value is not None
+        )
+
 
 class Profile(ProfileSpec):
     """A profile as the engine reads it: its spec and its name."""

@@ -11,11 +11,11 @@ from webhook.engine.pod import (
     copy_value,
     main_container,
     resources_of,
-    same_quantity,
     warning,
 )
 from webhook.engine.rule_ids import PROFILE_APPLIED, PROFILE_UNKNOWN
 from webhook.engine.types import JSON, Change, Violation
+from webhook.quantity import parse
 
 # Set by the apiserver's Priority plugin from priorityClassName; it refuses a Pod whose
 # values disagree with the class, and re-runs after a webhook changed the object.
@@ -45,14 +45,14 @@ def apply_profile(pod: Pod) -> Change | None:
     changed: list[str] = []
     spec = pod.spec
     main = main_container(pod)
-    for part, values in (("requests", profile.requests), ("limits", profile.limits)):
-        if not values:
-            continue
+    gpu = pod.policy.resources.gpu_resource_name  # warnings say gpu (Pod.short)
+    for part, singular, values in profile.resource_values:
         current = resources_of(main, part)
-        for resource, value in values.items():
-            if not same_quantity(current.get(resource), value):
+        for resource, value, amount in values:
+            asked = current.get(resource)
+            if asked is None or parse(asked) != amount:
                 current[resource] = value
-                changed.append(f"{pod.short(resource)} {part[:-1]} {value}")
+                changed.append(f"{'gpu' if resource == gpu else resource} {singular} {value}")
     if profile.node_selector:
         selector = spec.get("nodeSelector")
         if selector is None:
@@ -66,45 +66,59 @@ def apply_profile(pod: Pod) -> Change | None:
         if env is None:
             env = main["env"] = []
         for var in profile.env:
-            idx = next((i for i, e in enumerate(env) if e["name"] == var["name"]), None)
-            if idx is None:
+            name = var["name"]
+            for i, current_var in enumerate(env):
+                if current_var["name"] == name:  # the first of that name
+                    if current_var != var:
+                        env[i] = dict(var)
+                        changed.append(f"env {name}")
+                    break
+            else:
                 env.append(dict(var))
-                changed.append(f"env {var['name']}")
-            elif env[idx] != var:
-                env[idx] = dict(var)
-                changed.append(f"env {var['name']}")
+                changed.append(f"env {name}")
     if profile.tolerations and merge_tolerations(spec, profile.tolerations):
         changed.append("tolerations")
-    overrides: tuple[tuple[str, Any], ...] = (
-        ("affinity", profile.affinity),
-        ("priorityClassName", profile.priority_class_name),
-        ("runtimeClassName", profile.runtime_class_name),
-    )
     lacking: list[str] = []
-    for key, value in overrides:
+    for key, value in profile.overrides:
         kind = _CLUSTER_KINDS.get(key)
-        if value is not None and kind and cluster_lacks(pod.context, kind, value):
+        if kind and cluster_lacks(pod.context, kind, value):
             lacking.append(f"{kind} {value}")  # the apiserver would refuse the run
             continue
-        if value is not None and spec.get(key) != value:
+        if spec.get(key) != value:
             spec[key] = copy_value(value)
             if key == "priorityClassName":
                 forget_computed_priority(spec)
             changed.append(key)
-    # first, so the warning's 120 characters never hide it
-    changed[:0] = [f"not set: the cluster has no {what}" for what in lacking]
+    if lacking:  # first, so the warning's 120 characters never hide it
+        changed[:0] = [f"not set: the cluster has no {what}" for what in lacking]
     if not changed:
         return None
-    return Change(PROFILE_APPLIED, warning(f"profile {profile.name} applied", changed))
+    return Change(PROFILE_APPLIED, _applied_warning(profile.name, tuple(changed)))
 
 
 _CLUSTER_KINDS = {"priorityClassName": "PriorityClass", "runtimeClassName": "RuntimeClass"}
 
 
+# (profile, what it changed) -> its warning. Every item is the profile's own text (its
+# values, keys, env names), never a run's, so the same few lists recur on every run of a
+# profile; bounded all the same, since policies are reloaded.
+_APPLIED_WARNINGS: dict[tuple[str, tuple[str, ...]], str] = {}
+
+
+def _applied_warning(name: str, changed: tuple[str, ...]) -> str:
+    """``warning`` of a profile's changes, fitted to 120 characters once per list."""
+    text = _APPLIED_WARNINGS.get((name, changed))
+    if text is None:
+        text = warning(f"profile {name} applied", changed)
+        if len(_APPLIED_WARNINGS) < 1024:
+            _APPLIED_WARNINGS[name, changed] = text
+    return text
+
+
 def merge_tolerations(spec: JSON, wanted: Iterable[Any]) -> bool:
     """Add each wanted toleration, replacing user tolerations with the same key and effect."""
-    tolerations: list[JSON] = spec.get("tolerations") or []
-    before = list(tolerations)
+    before: list[JSON] = spec.get("tolerations") or []
+    tolerations = before  # replaced, never changed in place: ``before`` stays as it was
     for t in wanted:
         key, effect = t.get("key"), t.get("effect")
         same = [u for u in tolerations if u.get("key") == key and u.get("effect") == effect]
