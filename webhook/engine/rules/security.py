@@ -11,7 +11,9 @@ to. A Windows Pod gets only the fields the apiserver accepts for Windows.
 
 from __future__ import annotations
 
-from webhook.engine.pod import ALL_CONTAINER_LISTS, Pod, set_list, warning
+from collections.abc import Iterator
+
+from webhook.engine.pod import ALL_CONTAINER_LISTS, CONTAINER_LISTS, Pod, set_list, warning
 from webhook.engine.rule_ids import (
     SECURITY_CAPABILITIES,
     SECURITY_DEBUG_CONTAINER,
@@ -32,6 +34,8 @@ from webhook.engine.types import JSON, Change, Violation
 from webhook.policy.model import Policy, SecurityConfig
 
 RUNTIME_DEFAULT = "RuntimeDefault"
+# The SecurityConfig setting that replaces an id 0, by securityContext key.
+_ID_SETTINGS = {"runAsUser": "run_as_user", "runAsGroup": "run_as_group", "fsGroup": "fs_group"}
 
 
 def seccomp_fill(policy: Policy) -> str | None:
@@ -96,11 +100,9 @@ def strip_root(pod: Pod) -> Change | None:
             stripped.append("seccomp Unconfined")
 
     drop = drop_fill(policy)
-    # beyond the level: the platform's operator's Pods (validation decides an undecided one)
-    granted = operator_capabilities(pod, undecided=True)
     # Ephemeral containers are hardened when added (harden_debug_containers), never here:
     # a running Pod's spec is immutable, and /mutate on UPDATE must find it unchanged.
-    for _, _, container in pod.containers():
+    for container in _containers(spec, CONTAINER_LISTS):
         name = container["name"]
         sc = container.get("securityContext")
         if sc is None:
@@ -124,7 +126,9 @@ def strip_root(pod: Pod) -> Change | None:
             caps = sc.get("capabilities")
             add = caps.get("add") if caps is not None else None
             if caps is not None and add:
-                allowed = allowed_capabilities(policy) | granted
+                # beyond the level: the platform's operator's Pods (validation decides an
+                # undecided one); looked up only for a container that adds any
+                allowed = allowed_capabilities(policy) | operator_capabilities(pod, undecided=True)
                 kept = [c for c in add if c in allowed]
                 if kept != add:
                     stripped.append(f"{name} add {','.join(c for c in add if c not in allowed)}")
@@ -155,6 +159,13 @@ def _confine_only(pod: Pod) -> Change | None:
     return Change(SECURITY_ROOT, warning("privileges stripped", fixed))
 
 
+def _containers(spec: JSON, lists: tuple[str, ...]) -> Iterator[JSON]:
+    """The containers of ``lists``, without the list names and indexes ``iter_containers``
+    pairs them with (which the hardening does not use)."""
+    for list_name in lists:
+        yield from spec.get(list_name) or ()
+
+
 def _fill_container(sc: JSON, drop: tuple[str, ...]) -> list[str]:
     """What a Linux container left out: no privileges, no escalation, capabilities dropped.
 
@@ -175,7 +186,7 @@ def _fill_container(sc: JSON, drop: tuple[str, ...]) -> list[str]:
     if caps is None:
         caps = sc["capabilities"] = {}
     have = caps.get("drop") or []
-    missing = [c for c in drop if c not in have]
+    missing = [c for c in drop if c not in have] if drop else []
     if missing:
         caps["drop"] = [*have, *missing]
         filled.append(f"drop {','.join(missing)}")
@@ -186,14 +197,9 @@ def _strip_root_ids(
     sc: JSON, keys: tuple[str, ...], sec: SecurityConfig, where: str, stripped: list[str]
 ) -> None:
     """Replace uid/gid/fsGroup 0 by the policy's id for that key, or drop the field."""
-    replacements = {
-        "runAsUser": sec.run_as_user,
-        "runAsGroup": sec.run_as_group,
-        "fsGroup": sec.fs_group,
-    }
     for key in keys:
         if sc.get(key) == 0:
-            replacement = replacements[key]
+            replacement = getattr(sec, _ID_SETTINGS[key])
             if replacement is None:
                 del sc[key]
             else:
@@ -250,26 +256,38 @@ def check_security(pod: Pod) -> list[Violation]:
     restricted = level == "restricted"
     linux = not is_windows(pod.spec)
     base = pod.spec_path
-    granted = operator_capabilities(pod)
     out: list[Violation] = []
     psc = pod.spec.get("securityContext") or {}
-    ppath = f"{base}.securityContext"
     for key in ("runAsUser", "runAsGroup", "fsGroup"):  # check_runAsUser.go, and runguard's
         if psc.get(key) == 0:
             out.append(
-                Violation(SECURITY_ROOT, f"{ppath}.{key}", f"{key} 0 is root: set another id")
+                Violation(
+                    SECURITY_ROOT,
+                    f"{base}.securityContext.{key}",
+                    f"{key} 0 is root: set another id",
+                )
             )
     groups = psc.get("supplementalGroups")
     if groups and 0 in groups:
         out.append(
-            Violation(SECURITY_ROOT, f"{ppath}.supplementalGroups", "group 0 is root's: remove it")
+            Violation(
+                SECURITY_ROOT,
+                f"{base}.securityContext.supplementalGroups",
+                "group 0 is root's: remove it",
+            )
         )
     pod_non_root = psc.get("runAsNonRoot")
     if pod_non_root is False:  # check_runAsNonRoot.go
-        out.append(Violation(SECURITY_ROOT, f"{ppath}.runAsNonRoot", "must not be false: set true"))
+        out.append(
+            Violation(
+                SECURITY_ROOT, f"{base}.securityContext.runAsNonRoot", "must not be false: set true"
+            )
+        )
     pod_seccomp = psc.get("seccompProfile")
     if pod_seccomp is not None and pod_seccomp.get("type") not in CONFINED_PROFILES:
-        out.append(_seccomp_violation(f"{ppath}.seccompProfile.type", pod_seccomp, ""))
+        out.append(
+            _seccomp_violation(f"{base}.securityContext.seccompProfile.type", pod_seccomp, "")
+        )
     for key in ("hostNetwork", "hostPID", "hostIPC"):  # check_hostNamespaces.go
         if pod.spec.get(key) is True:
             out.append(
@@ -280,84 +298,98 @@ def check_security(pod: Pod) -> list[Violation]:
                 )
             )
     pod_seccomp_ok = pod_seccomp is not None and pod_seccomp.get("type") in CONFINED_PROFILES
-    for list_name, i, container in pod.containers(ALL_CONTAINER_LISTS):
-        sc = container.get("securityContext") or {}
-        path = f"{base}.{list_name}[{i}].securityContext"
+    # Paths are formatted where a violation is found: most Pods here have none.
+    for list_name in ALL_CONTAINER_LISTS:
         more = hint(list_name)
-        for key in ("runAsUser", "runAsGroup"):
-            if sc.get(key) == 0:
-                out.append(
-                    Violation(SECURITY_ROOT, f"{path}.{key}", f"{key} 0 is root: remove it{more}")
-                )
-        non_root = sc.get("runAsNonRoot")
-        if non_root is False:
-            out.append(
-                Violation(
-                    SECURITY_ROOT, f"{path}.runAsNonRoot", f"must not be false: set true{more}"
-                )
-            )
-        elif restricted and non_root is None and pod_non_root is not True:
-            out.append(
-                Violation(
-                    SECURITY_ROOT,
-                    f"{path}.runAsNonRoot",
-                    f"must be true, here or in the pod's securityContext{more}",
-                )
-            )
-        for key in ("privileged", "allowPrivilegeEscalation"):  # check_privileged.go
-            if sc.get(key) is True:
+        for i, container in enumerate(pod.spec.get(list_name) or ()):
+            sc = container.get("securityContext") or {}
+            for key in ("runAsUser", "runAsGroup"):
+                if sc.get(key) == 0:
+                    out.append(
+                        Violation(
+                            SECURITY_ROOT,
+                            f"{base}.{list_name}[{i}].securityContext.{key}",
+                            f"{key} 0 is root: remove it{more}",
+                        )
+                    )
+            non_root = sc.get("runAsNonRoot")
+            if non_root is False:
                 out.append(
                     Violation(
-                        SECURITY_PRIVILEGED,
-                        f"{path}.{key}",
-                        f"{key}: true is not allowed: remove it or set false{more}",
+                        SECURITY_ROOT,
+                        f"{base}.{list_name}[{i}].securityContext.runAsNonRoot",
+                        f"must not be false: set true{more}",
                     )
                 )
-        if restricted and linux and sc.get("allowPrivilegeEscalation") is None:
-            out.append(  # check_allowPrivilegeEscalation.go
-                Violation(
-                    SECURITY_PRIVILEGED,
-                    f"{path}.allowPrivilegeEscalation",
-                    f"must be set to false{more}",
+            elif restricted and non_root is None and pod_non_root is not True:
+                out.append(
+                    Violation(
+                        SECURITY_ROOT,
+                        f"{base}.{list_name}[{i}].securityContext.runAsNonRoot",
+                        f"must be true, here or in the pod's securityContext{more}",
+                    )
                 )
-            )
-        caps = sc.get("capabilities") or {}
-        added = caps.get("add") or []
-        if added:
-            allowed = allowed_capabilities(policy)
-            if list_name != "ephemeralContainers":
-                allowed |= granted
-            added = [c for c in added if c not in allowed]
-        if added:  # check_capabilities_baseline.go, check_capabilities_restricted.go
-            out.append(
-                Violation(
-                    SECURITY_CAPABILITIES,
-                    f"{path}.capabilities.add",
-                    f"capabilities {', '.join(added)} are not allowed at level {level}: "
-                    f"remove them{more}",
+            for key in ("privileged", "allowPrivilegeEscalation"):  # check_privileged.go
+                if sc.get(key) is True:
+                    out.append(
+                        Violation(
+                            SECURITY_PRIVILEGED,
+                            f"{base}.{list_name}[{i}].securityContext.{key}",
+                            f"{key}: true is not allowed: remove it or set false{more}",
+                        )
+                    )
+            if restricted and linux and sc.get("allowPrivilegeEscalation") is None:
+                out.append(  # check_allowPrivilegeEscalation.go
+                    Violation(
+                        SECURITY_PRIVILEGED,
+                        f"{base}.{list_name}[{i}].securityContext.allowPrivilegeEscalation",
+                        f"must be set to false{more}",
+                    )
                 )
-            )
-        if restricted and linux and "ALL" not in (caps.get("drop") or ()):
-            out.append(
-                Violation(
-                    SECURITY_CAPABILITIES,
-                    f"{path}.capabilities.drop",
-                    f"must include ALL: drop every capability, add back only what is allowed{more}",
+            caps = sc.get("capabilities") or {}
+            added = caps.get("add") or []
+            if added:
+                allowed = allowed_capabilities(policy)
+                if list_name != "ephemeralContainers":
+                    allowed |= operator_capabilities(pod)  # looked up only for an add
+                added = [c for c in added if c not in allowed]
+            if added:  # check_capabilities_baseline.go, check_capabilities_restricted.go
+                out.append(
+                    Violation(
+                        SECURITY_CAPABILITIES,
+                        f"{base}.{list_name}[{i}].securityContext.capabilities.add",
+                        f"capabilities {', '.join(added)} are not allowed at level {level}: "
+                        f"remove them{more}",
+                    )
                 )
-            )
-        seccomp = sc.get("seccompProfile")
-        if seccomp is not None:  # check_seccompProfile_baseline.go, _restricted.go
-            if seccomp.get("type") not in CONFINED_PROFILES:
-                out.append(_seccomp_violation(f"{path}.seccompProfile.type", seccomp, more))
-        elif restricted and linux and not pod_seccomp_ok:
-            out.append(
-                Violation(
-                    SECURITY_SECCOMP,
-                    f"{path}.seccompProfile",
-                    "no seccomp profile: set seccompProfile.type RuntimeDefault here or in "
-                    f"the pod's securityContext{more}",
+            if restricted and linux and "ALL" not in (caps.get("drop") or ()):
+                out.append(
+                    Violation(
+                        SECURITY_CAPABILITIES,
+                        f"{base}.{list_name}[{i}].securityContext.capabilities.drop",
+                        "must include ALL: drop every capability, add back only what is "
+                        f"allowed{more}",
+                    )
                 )
-            )
+            seccomp = sc.get("seccompProfile")
+            if seccomp is not None:  # check_seccompProfile_baseline.go, _restricted.go
+                if seccomp.get("type") not in CONFINED_PROFILES:
+                    out.append(
+                        _seccomp_violation(
+                            f"{base}.{list_name}[{i}].securityContext.seccompProfile.type",
+                            seccomp,
+                            more,
+                        )
+                    )
+            elif restricted and linux and not pod_seccomp_ok:
+                out.append(
+                    Violation(
+                        SECURITY_SECCOMP,
+                        f"{base}.{list_name}[{i}].securityContext.seccompProfile",
+                        "no seccomp profile: set seccompProfile.type RuntimeDefault here or in "
+                        f"the pod's securityContext{more}",
+                    )
+                )
     if policy.security.on_root == "Allow":  # a build's root, at level baseline
         return [v for v in out if v.rule != SECURITY_ROOT]
     return out
