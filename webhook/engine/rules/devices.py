@@ -56,25 +56,31 @@ def drop_device_env(pod: Pod) -> Change | None:
     names = pod.policy.resources.device_env
     if not names or pod.policy.security.on_root != "Strip":
         return None
-    main, set_by_profile = _profile_env(pod)
+    profile_env: tuple[JSON | None, list[JSON]] | None = None  # looked up at the first hit
     removed: list[str] = []
-    for _, _, container in pod.containers(ALL_CONTAINER_LISTS):
-        env_from = container.get("envFrom")
-        if env_from and any(_prefix_selects(e, names) for e in env_from):
-            for e in env_from:
-                if _prefix_selects(e, names):
-                    removed.append(f"{container['name']} envFrom prefix {e['prefix']}")
-            set_list(container, "envFrom", [e for e in env_from if not _prefix_selects(e, names)])
-        env = container.get("env")
-        if not env:
-            continue
-        kept = []
-        for e in env:
-            if not _selects(e, names) or _from_profile(container, e, main, set_by_profile):
-                kept.append(e)
-            else:
-                removed.append(f"{container['name']} {e['name']}")
-        set_list(container, "env", kept)
+    spec = pod.spec
+    for list_name in ALL_CONTAINER_LISTS:
+        for container in spec.get(list_name) or ():
+            env_from = container.get("envFrom")
+            if env_from and any(_prefix_selects(e, names) for e in env_from):
+                for e in env_from:
+                    if _prefix_selects(e, names):
+                        removed.append(f"{container['name']} envFrom prefix {e['prefix']}")
+                kept_from = [e for e in env_from if not _prefix_selects(e, names)]
+                set_list(container, "envFrom", kept_from)
+            env = container.get("env")
+            if not env or not _any_selects(env, names):
+                continue  # the usual container: nothing to copy
+            if profile_env is None:
+                profile_env = _profile_env(pod)
+            main, set_by_profile = profile_env
+            kept = []
+            for e in env:
+                if not _selects(e, names) or _from_profile(container, e, main, set_by_profile):
+                    kept.append(e)
+                else:
+                    removed.append(f"{container['name']} {e['name']}")
+            set_list(container, "env", kept)
     if not removed:
         return None
     return Change(
@@ -83,33 +89,48 @@ def drop_device_env(pod: Pod) -> Change | None:
     )
 
 
+def _any_selects(env: list[JSON], names: tuple[str, ...]) -> bool:
+    """Whether an entry of ``env`` may select devices (``_selects``): a loop over names,
+    as almost no container sets one."""
+    for e in env:
+        if e["name"] in names and _selects(e, names):
+            return True
+    return False
+
+
 def check_device_env(pod: Pod) -> list[Violation]:
     names = pod.policy.resources.device_env
     out: list[Violation] = []
     if not names:
         return out
-    main, set_by_profile = _profile_env(pod)
-    for list_name, i, container in pod.containers(ALL_CONTAINER_LISTS):
-        for j, env_from in enumerate(container.get("envFrom") or ()):
-            if _prefix_selects(env_from, names):
-                out.append(
-                    Violation(
-                        RESOURCES_DEVICE_ENV,
-                        f"{pod.spec_path}.{list_name}[{i}].envFrom[{j}].prefix",
-                        f"envFrom with prefix {env_from['prefix']!r} can set a variable that "
-                        "selects the node's devices: use another prefix and request "
-                        f"{pod.short(pod.policy.resources.gpu_resource_name)} in resources",
+    profile_env: tuple[JSON | None, list[JSON]] | None = None  # looked up at the first hit
+    for list_name in ALL_CONTAINER_LISTS:
+        for i, container in enumerate(pod.spec.get(list_name) or ()):
+            for j, env_from in enumerate(container.get("envFrom") or ()):
+                if _prefix_selects(env_from, names):
+                    out.append(
+                        Violation(
+                            RESOURCES_DEVICE_ENV,
+                            f"{pod.spec_path}.{list_name}[{i}].envFrom[{j}].prefix",
+                            f"envFrom with prefix {env_from['prefix']!r} can set a variable that "
+                            "selects the node's devices: use another prefix and request "
+                            f"{pod.short(pod.policy.resources.gpu_resource_name)} in resources",
+                        )
                     )
-                )
-        for j, env in enumerate(container.get("env") or ()):
-            if _selects(env, names) and not _from_profile(container, env, main, set_by_profile):
-                out.append(
-                    Violation(
-                        RESOURCES_DEVICE_ENV,
-                        f"{pod.spec_path}.{list_name}[{i}].env[{j}]",
-                        f"{env['name']} selects the node's devices outside the pod's requests: "
-                        f"remove it and request {pod.short(pod.policy.resources.gpu_resource_name)}"
-                        " in resources (or use a profile)",
+            for j, env in enumerate(container.get("env") or ()):
+                if not _selects(env, names):
+                    continue
+                if profile_env is None:
+                    profile_env = _profile_env(pod)
+                if not _from_profile(container, env, *profile_env):
+                    out.append(
+                        Violation(
+                            RESOURCES_DEVICE_ENV,
+                            f"{pod.spec_path}.{list_name}[{i}].env[{j}]",
+                            f"{env['name']} selects the node's devices outside the pod's "
+                            "requests: remove it and request "
+                            f"{pod.short(pod.policy.resources.gpu_resource_name)}"
+                            " in resources (or use a profile)",
+                        )
                     )
-                )
     return out

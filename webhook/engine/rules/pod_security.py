@@ -233,32 +233,33 @@ def check_pod_security(pod: Pod) -> list[Violation]:
                     "(the runtime's default applies) or set runtime/default or localhost/NAME",
                 )
             )
-    for list_name, i, container in pod.containers(ALL_CONTAINER_LISTS):
-        path = f"{base}.{list_name}[{i}]"
+    for list_name in ALL_CONTAINER_LISTS:
         more = hint(list_name)
-        sc = container.get("securityContext")
-        if sc is not None:
-            _check_context(sc, f"{path}.securityContext", more, out)
-            proc_mount = sc.get("procMount")
-            if proc_mount not in (None, "Default"):  # check_procMount_restricted.go
-                out.append(
-                    Violation(
-                        SECURITY_PROC_MOUNT,
-                        f"{path}.securityContext.procMount",
-                        f"procMount {proc_mount} unmasks /proc: remove it or set Default{more}",
+        for i, container in enumerate(pod.spec.get(list_name) or ()):
+            path = f"{base}.{list_name}[{i}]"
+            sc = container.get("securityContext")
+            if sc is not None:
+                _check_context(sc, f"{path}.securityContext", more, out)
+                proc_mount = sc.get("procMount")
+                if proc_mount not in (None, "Default"):  # check_procMount_restricted.go
+                    out.append(
+                        Violation(
+                            SECURITY_PROC_MOUNT,
+                            f"{path}.securityContext.procMount",
+                            f"procMount {proc_mount} unmasks /proc: remove it or set Default{more}",
+                        )
                     )
-                )
-        for j, port in enumerate(container.get("ports") or ()):
-            if port.get("hostPort"):  # check_hostPorts.go: any non-zero hostPort
-                out.append(
-                    Violation(
-                        SECURITY_HOST_PORTS,
-                        f"{path}.ports[{j}].hostPort",
-                        f"hostPort {port['hostPort']} binds a port of the node: remove hostPort "
-                        "and reach the run through a Service",
+            for j, port in enumerate(container.get("ports") or ()):
+                if port.get("hostPort"):  # check_hostPorts.go: any non-zero hostPort
+                    out.append(
+                        Violation(
+                            SECURITY_HOST_PORTS,
+                            f"{path}.ports[{j}].hostPort",
+                            f"hostPort {port['hostPort']} binds a port of the node: remove "
+                            "hostPort and reach the run through a Service",
+                        )
                     )
-                )
-        _check_probe_hosts(container, path, out)
+            _check_probe_hosts(container, path, out)
     # volume types: volumes.check_volumes judges the policy's list and the level at once
     return out
 
