@@ -151,6 +151,29 @@ class ResourcesConfig(Section):
     def maximum_values(self) -> Mapping[str, Decimal]:
         return {name: parse(text) for name, text in self.maximums.items()}
 
+    @cached_property
+    def default_values(self) -> tuple[tuple[str, tuple[tuple[str, str, str, Decimal], ...]], ...]:
+        """(part, ((resource, quantity, its warning label, amount), ...)) for the default
+        requests then limits, those set: labels and amounts are the same on every run."""
+        return tuple(
+            (
+                part,
+                tuple(
+                    (name, text, f"{self.short(name)} {part[:-1]} {text}", parse(text))
+                    for name, text in values.items()
+                ),
+            )
+            for part, values in (
+                ("requests", self.default_requests),
+                ("limits", self.default_limits),
+            )
+            if values
+        )
+
+    def short(self, resource: str) -> str:
+        """How warnings name a resource: ``gpu`` for the gpu resource."""
+        return "gpu" if resource == self.gpu_resource_name else resource
+
 
 class SecurityConfig(Section):
     """No root, no privilege."""

@@ -23,34 +23,30 @@ from webhook.quantity import format_bytes_ceil_mi, parse
 
 
 def fill_defaults(pod: Pod) -> Change | None:
-    cfg = pod.policy.resources
     filled: dict[str, int] = {}
-    for part, defaults in (("requests", cfg.default_requests), ("limits", cfg.default_limits)):
-        if not defaults:
-            continue
-        labels = {r: f"{pod.short(r)} {part[:-1]} {v}" for r, v in defaults.items()}
-        for _, _, container in pod.containers():
+    containers = [container for _, _, container in pod.containers()]
+    for part, defaults in pod.policy.resources.default_values:
+        for container in containers:
             current = resources_of(container, part)
-            for resource, value in defaults.items():
+            for resource, value, label, amount in defaults:
                 if resource not in current:
-                    label = labels[resource]
                     if part == "limits":
                         # A default never shrinks what the container asked: a limit
                         # below its own request is the request instead.
                         asked = (container["resources"].get("requests") or {}).get(resource)
-                        if asked is not None and parse(asked) > parse(value):
+                        if asked is not None and parse(asked) > amount:
                             value, label = asked, f"{pod.short(resource)} limit {asked}"
                     current[resource] = value
                     filled[label] = filled.get(label, 0) + 1
-    _prune_empty_resources(pod)
+    _prune_empty_resources(containers)
     if not filled:
         return None
     return Change(RESOURCES_DEFAULTS, warning("defaults filled", filled))
 
 
-def _prune_empty_resources(pod: Pod) -> None:
+def _prune_empty_resources(containers: list[JSON]) -> None:
     """Drop ``{}`` requests/limits this engine may have created, so mutation is idempotent."""
-    for _, _, container in pod.containers():
+    for container in containers:
         res = container.get("resources")
         if not isinstance(res, dict):
             continue
@@ -197,8 +193,10 @@ def check_run_totals(pod: Pod) -> list[Violation]:
     if not cfg.maximum_values:
         return []
     spec = pod.spec
-    if not spec.get("initContainers") and len(spec.get("containers") or ()) <= 1 and (
-        "resources" not in spec
+    if (
+        not spec.get("initContainers")
+        and len(spec.get("containers") or ()) <= 1
+        and ("resources" not in spec)
     ):
         return []  # the one container holds the whole run: check_resources judges it
     out: list[Violation] = []

@@ -196,8 +196,11 @@ class Spot:
             _prune_node_selector(out, self.node_selector)
             _merge_tolerations(out, self.tolerations)
         affinity = out.get("affinity")
-        if affinity is not None and all(
-            affinity.get(k) is None for k in ("nodeAffinity", "podAffinity", "podAntiAffinity")
+        if (
+            affinity is not None
+            and affinity.get("nodeAffinity") is None
+            and affinity.get("podAffinity") is None
+            and affinity.get("podAntiAffinity") is None
         ):
             del out["affinity"]
         if "tolerations" in out and not out["tolerations"]:
@@ -338,7 +341,7 @@ def _require_in_every_term(scheduling: JSON, requirements: Sequence[JSON]) -> No
     for term in terms:
         expressions = list(term.get("matchExpressions") or ())
         present = [_normal(e) for e in expressions]
-        expressions.extend(_copy_requirement(r) for r in requirements if r not in present)
+        expressions += [_copy_requirement(r) for r in requirements if r not in present]
         new_terms.append({**term, "matchExpressions": expressions})
     node_affinity[REQUIRED] = {**required, "nodeSelectorTerms": new_terms}
 
