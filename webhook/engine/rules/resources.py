@@ -123,7 +123,6 @@ def check_resources(pod: Pod) -> list[Violation]:
         res: JSON = container.get("resources") or {}
         requests = res.get("requests") or {}
         limits = res.get("limits") or {}
-        path = f"{pod.spec_path}.{list_name}[{i}].resources"
         for part, values in (("requests", requests), ("limits", limits)):
             for resource, value in values.items():
                 maximum = cfg.maximum_values.get(resource)
@@ -131,7 +130,7 @@ def check_resources(pod: Pod) -> list[Violation]:
                     out.append(
                         Violation(
                             RESOURCES_EXCEEDED,
-                            f"{path}.{part}.{resource}",
+                            f"{_path(pod, list_name, i)}.{part}.{resource}",
                             f"{value} is above the maximum {cfg.maximums[resource]}",
                             amount,
                         )
@@ -142,12 +141,17 @@ def check_resources(pod: Pod) -> list[Violation]:
             out.append(
                 Violation(
                     RESOURCES_GPU_MISMATCH,
-                    f"{path}.requests.{gpu}",
+                    f"{_path(pod, list_name, i)}.requests.{gpu}",
                     f"gpu request {requests.get(gpu, 'unset')} must equal gpu limit "
                     f"{limits.get(gpu, 'unset')}",
                 )
             )
     return out
+
+
+def _path(pod: Pod, list_name: str, i: int) -> str:
+    """A container's resources' path, written only for a violation."""
+    return f"{pod.spec_path}.{list_name}[{i}].resources"
 
 
 def effective_totals(spec: JSON, part: str) -> dict[str, Decimal]:
