@@ -32,7 +32,10 @@ def secret_allowed(name: str, pod: Pod, *, undecided: bool = False) -> bool:
 
 
 def env_secret(env: JSON) -> str | None:
-    ref = (env.get("valueFrom") or {}).get("secretKeyRef")
+    value_from = env.get("valueFrom")
+    if not value_from:
+        return None
+    ref = value_from.get("secretKeyRef")
     return ref["name"] if ref else None
 
 
@@ -157,6 +160,8 @@ def _all_allowed(pod: Pod) -> bool:
     for list_name in ALL_CONTAINER_LISTS:
         for container in spec.get(list_name) or ():
             for env in container.get("env") or ():
+                if "valueFrom" not in env:  # most entries: a value, no reference
+                    continue
                 name = env_secret(env)
                 if name is not None and not matches_any(patterns, name, labels):
                     return False
