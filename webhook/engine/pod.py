@@ -208,10 +208,14 @@ def copy_value(value: Any) -> Any:
 
 def remove_volumes(spec: JSON, names: set[str]) -> None:
     """Drop the named volumes and every mount or device of them, in every container."""
-    spec["volumes"] = [v for v in spec.get("volumes") or () if v["name"] not in names]
-    if not spec["volumes"]:
-        del spec["volumes"]
-    for _, _, container in iter_containers(spec, ALL_CONTAINER_LISTS):
-        for key in ("volumeMounts", "volumeDevices"):
-            if key in container and container[key]:
-                set_list(container, key, [m for m in container[key] if m["name"] not in names])
+    kept = [v for v in spec.get("volumes") or () if v["name"] not in names]
+    if kept:
+        spec["volumes"] = kept
+    else:
+        spec.pop("volumes", None)
+    for list_name in ALL_CONTAINER_LISTS:
+        for container in spec.get(list_name) or ():
+            for key in ("volumeMounts", "volumeDevices"):
+                mounts = container.get(key)
+                if mounts and any(m["name"] in names for m in mounts):
+                    set_list(container, key, [m for m in mounts if m["name"] not in names])
