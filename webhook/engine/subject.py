@@ -130,8 +130,11 @@ def _stamps_owner(r: Review) -> Policy | None:
     objects or carrying runguard's records (which only runguard may write)."""
     policy = r.policy
     if not ownership.enabled(policy):
-        policy = next((p for p in r.root.run_policies() if ownership.enabled(p)), policy)
-        if not ownership.enabled(policy):
+        for other in r.root.run_policies():
+            if ownership.enabled(other):
+                policy = other
+                break
+        else:
             return None
     if r.namespace in policy.exclude_namespaces:
         return None  # never touched: no webhook is called there
