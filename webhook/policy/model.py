@@ -536,15 +536,40 @@ class ProfileSpec(Section):
         return self.resources.limits
 
     @cached_property
-    def resource_values(self) -> tuple[tuple[str, str, tuple[tuple[str, str, Decimal], ...]], ...]:
-        """(part, its singular, ((resource, quantity, amount), ...)) for the requests then
-        the limits, those the profile sets: the engine compares a run's values with the
-        amounts, parsed here once."""
+    def resource_values(
+        self,
+    ) -> tuple[tuple[str, tuple[tuple[str, str, Decimal, str, str], ...]], ...]:
+        """(part, ((resource, quantity, amount, label, gpu label), ...)) for the requests
+        then the limits, those the profile sets: the engine compares a run's values with
+        the amounts, parsed here once, and names a change by its warning label (the gpu
+        label where the resource is the policy's gpu resource), written here once."""
         return tuple(
-            (part, part[:-1], tuple((name, text, parse(text)) for name, text in values.items()))
+            (
+                part,
+                tuple(
+                    (
+                        name,
+                        text,
+                        parse(text),
+                        f"{name} {part[:-1]} {text}",
+                        f"gpu {part[:-1]} {text}",
+                    )
+                    for name, text in values.items()
+                ),
+            )
             for part, values in (("requests", self.requests), ("limits", self.limits))
             if values
         )
+
+    @cached_property
+    def node_selector_values(self) -> tuple[tuple[str, str, str], ...]:
+        """(key, value, warning label) of each node label the profile sets."""
+        return tuple((k, v, f"nodeSelector {k}") for k, v in self.node_selector.items())
+
+    @cached_property
+    def env_values(self) -> tuple[tuple[str, Mapping[str, Any], str], ...]:
+        """(name, variable, warning label) of each environment variable the profile sets."""
+        return tuple((var["name"], var, f"env {var['name']}") for var in self.env)
 
     @cached_property
     def overrides(self) -> tuple[tuple[str, Any], ...]:

@@ -10,7 +10,6 @@ from webhook.engine.pod import (
     Pod,
     copy_value,
     main_container,
-    resources_of,
     warning,
 )
 from webhook.engine.rule_ids import PROFILE_APPLIED, PROFILE_UNKNOWN
@@ -45,47 +44,57 @@ def apply_profile(pod: Pod) -> Change | None:
     changed: list[str] = []
     spec = pod.spec
     main = main_container(pod)
-    gpu = pod.policy.resources.gpu_resource_name  # warnings say gpu (Pod.short)
-    for part, singular, values in profile.resource_values:
-        current = resources_of(main, part)
-        for resource, value, amount in values:
-            asked = current.get(resource)
-            if asked is None or parse(asked) != amount:
-                current[resource] = value
-                changed.append(f"{'gpu' if resource == gpu else resource} {singular} {value}")
-    if profile.node_selector:
+    if profile.resource_values:
+        gpu = pod.policy.resources.gpu_resource_name  # warnings say gpu (Pod.short)
+        res = main.get("resources")
+        if res is None:
+            res = main["resources"] = {}
+        for part, values in profile.resource_values:
+            current: JSON | None = res.get(part)  # created empty when absent (pruned after)
+            if current is None:
+                current = res[part] = {}
+            for resource, value, amount, label, gpu_label in values:
+                asked = current.get(resource)
+                # the same text is the same amount: parsed only when it differs
+                if asked is None or (asked != value and parse(asked) != amount):
+                    current[resource] = value
+                    changed.append(gpu_label if resource == gpu else label)
+    if profile.node_selector_values:
         selector = spec.get("nodeSelector")
         if selector is None:
             selector = spec["nodeSelector"] = {}
-        for key, value in profile.node_selector.items():
+        for key, value, label in profile.node_selector_values:
             if selector.get(key) != value:
                 selector[key] = value
-                changed.append(f"nodeSelector {key}")
-    if profile.env:
+                changed.append(label)
+    if profile.env_values:
         env = main.get("env")
         if env is None:
             env = main["env"] = []
-        for var in profile.env:
-            name = var["name"]
+        for name, var, label in profile.env_values:
             for i, current_var in enumerate(env):
                 if current_var["name"] == name:  # the first of that name
                     if current_var != var:
                         env[i] = dict(var)
-                        changed.append(f"env {name}")
+                        changed.append(label)
                     break
             else:
                 env.append(dict(var))
-                changed.append(f"env {name}")
+                changed.append(label)
     if profile.tolerations and merge_tolerations(spec, profile.tolerations):
         changed.append("tolerations")
-    lacking: list[str] = []
+    lacking: list[str] | None = None
+    state = pod.context.state  # none: no cluster view, nothing known to be lacking
     for key, value in profile.overrides:
-        kind = _CLUSTER_KINDS.get(key)
-        if kind and cluster_lacks(pod.context, kind, value):
-            lacking.append(f"{kind} {value}")  # the apiserver would refuse the run
-            continue
+        if state is not None:
+            kind = _CLUSTER_KINDS.get(key)
+            if kind and cluster_lacks(pod.context, kind, value):
+                if lacking is None:
+                    lacking = []
+                lacking.append(f"{kind} {value}")  # the apiserver would refuse the run
+                continue
         if spec.get(key) != value:
-            spec[key] = copy_value(value)
+            spec[key] = value if type(value) is str else copy_value(value)
             if key == "priorityClassName":
                 forget_computed_priority(spec)
             changed.append(key)
@@ -93,26 +102,27 @@ def apply_profile(pod: Pod) -> Change | None:
         changed[:0] = [f"not set: the cluster has no {what}" for what in lacking]
     if not changed:
         return None
-    return Change(PROFILE_APPLIED, _applied_warning(profile.name, tuple(changed)))
+    return _applied_change(profile.name, tuple(changed))
 
 
 _CLUSTER_KINDS = {"priorityClassName": "PriorityClass", "runtimeClassName": "RuntimeClass"}
 
 
-# (profile, what it changed) -> its warning. Every item is the profile's own text (its
+# (profile, what it changed) -> its Change. Every item is the profile's own text (its
 # values, keys, env names), never a run's, so the same few lists recur on every run of a
 # profile; bounded all the same, since policies are reloaded.
-_APPLIED_WARNINGS: dict[tuple[str, tuple[str, ...]], str] = {}
+_APPLIED_CHANGES: dict[tuple[str, tuple[str, ...]], Change] = {}
 
 
-def _applied_warning(name: str, changed: tuple[str, ...]) -> str:
-    """``warning`` of a profile's changes, fitted to 120 characters once per list."""
-    text = _APPLIED_WARNINGS.get((name, changed))
-    if text is None:
-        text = warning(f"profile {name} applied", changed)
-        if len(_APPLIED_WARNINGS) < 1024:
-            _APPLIED_WARNINGS[name, changed] = text
-    return text
+def _applied_change(name: str, changed: tuple[str, ...]) -> Change:
+    """The Change of a profile's changes, its ``warning`` fitted to 120 characters once
+    per list (a Change is frozen: the same one serves every run)."""
+    change = _APPLIED_CHANGES.get((name, changed))
+    if change is None:
+        change = Change(PROFILE_APPLIED, warning(f"profile {name} applied", changed))
+        if len(_APPLIED_CHANGES) < 1024:
+            _APPLIED_CHANGES[name, changed] = change
+    return change
 
 
 def merge_tolerations(spec: JSON, wanted: Iterable[Any]) -> bool:
@@ -121,8 +131,13 @@ def merge_tolerations(spec: JSON, wanted: Iterable[Any]) -> bool:
     tolerations = before  # replaced, never changed in place: ``before`` stays as it was
     for t in wanted:
         key, effect = t.get("key"), t.get("effect")
-        same = [u for u in tolerations if u.get("key") == key and u.get("effect") == effect]
-        if same == [t]:
+        same: JSON | None = None  # the one toleration with that key and effect, if one
+        count = 0
+        for u in tolerations:
+            if u.get("key") == key and u.get("effect") == effect:
+                same = u
+                count += 1
+        if count == 1 and same == t:
             continue
         tolerations = [u for u in tolerations if u.get("key") != key or u.get("effect") != effect]
         tolerations.append(dict(t))

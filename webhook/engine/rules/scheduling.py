@@ -69,10 +69,12 @@ def default_priority_class(pod: Pod) -> Change | None:
 
 def stated_mode(pod: Pod, cfg: PreemptionConfig) -> tuple[str, str] | None:
     """(mode, where) when the run states one: its annotation, else its label."""
-    if pod.annotations.get(cfg.annotation):
-        return pod.annotations[cfg.annotation], "annotations"
-    if pod.labels.get(cfg.annotation):
-        return pod.labels[cfg.annotation], "labels"
+    mode = pod.annotations.get(cfg.annotation)
+    if mode:
+        return mode, "annotations"
+    mode = pod.labels.get(cfg.annotation)
+    if mode:
+        return mode, "labels"
     return None
 
 
@@ -85,9 +87,15 @@ def preemption_mode(pod: Pod) -> str | None:
     cfg = pod.policy.scheduling.preemption
     if cfg is None:
         return None
-    stated = stated_mode(pod, cfg)
-    if stated is not None:
-        return stated[0]
+    return _mode(pod, cfg)
+
+
+def _mode(pod: Pod, cfg: PreemptionConfig) -> str | None:
+    """``preemption_mode`` under ``cfg``: the stated mode (``stated_mode``, without its
+    tuple), else the inferred one, else the default."""
+    mode = pod.annotations.get(cfg.annotation) or pod.labels.get(cfg.annotation)
+    if mode:
+        return mode
     if cfg.infer and pod.ownership.platform:
         inferred = inferred_mode(cfg, scheduling_of(pod.spec))
         if inferred is not None:
@@ -114,7 +122,12 @@ def inferred_mode(cfg: PreemptionConfig, scheduling: JSON) -> str | None:
 def scheduling_of(spec: JSON) -> JSON:
     """The fields a mode may change, the pod's own (``Spot.enriched`` copies them); null
     ones are absent (as stored)."""
-    return {k: spec[k] for k in SCHEDULING if spec.get(k) is not None}
+    out = {}
+    for key in SCHEDULING:  # a loop, not a comprehension: every run passes here
+        value = spec.get(key)
+        if value is not None:
+            out[key] = value
+    return out
 
 
 # --- applying it ----------------------------------------------------------------------
@@ -123,25 +136,46 @@ def scheduling_of(spec: JSON) -> JSON:
 def apply_preemption_mode(pod: Pod) -> Change | None:
     """MLRun's modes: prevent keeps runs off spot nodes, constrain keeps them on, allow permits."""
     cfg = pod.policy.scheduling.preemption
-    mode = preemption_mode(pod)
-    if cfg is None or mode is None or mode not in _APPLIED_WARNINGS:
+    if cfg is None:
+        return None
+    mode = _mode(pod, cfg)
+    if mode is None or mode not in _APPLIED:
         return None  # "none", no mode, or an unknown one (denied by validation)
-    before = scheduling_of(pod.spec)
-    after = Spot(cfg).enriched(mode, before)
+    spec = pod.spec
+    before = scheduling_of(spec)
+    after = _spot(cfg).enriched(mode, before)
     if after == before:
         return None
     for key in SCHEDULING:
         if key in after:
-            pod.spec[key] = after[key]
+            spec[key] = after[key]
         else:
-            pod.spec.pop(key, None)
-    return Change(SCHEDULING_PREEMPTION_MODE, _APPLIED_WARNINGS[mode])
+            spec.pop(key, None)
+    return _APPLIED[mode]
 
 
-# mode -> its warning, written once: the same few words on every run the mode changes
-_APPLIED_WARNINGS = {
-    mode: warning(f"preemption mode {mode} applied") for mode in ("allow", "constrain", "prevent")
+# mode -> its Change, written once: the same few words on every run the mode changes
+# (a Change is frozen: one serves every run)
+_APPLIED = {
+    mode: Change(SCHEDULING_PREEMPTION_MODE, warning(f"preemption mode {mode} applied"))
+    for mode in ("allow", "constrain", "prevent")
 }
+
+# id(PreemptionConfig) -> (it, its Spot): a Spot reads only the policy, so one serves
+# every review; the config is kept with it, so that its id is not reused while here.
+_SPOTS: dict[int, tuple[PreemptionConfig, Spot]] = {}
+
+
+def _spot(cfg: PreemptionConfig) -> Spot:
+    """The ``Spot`` of ``cfg``, made once per policy (bounded: policies are reloaded)."""
+    known = _SPOTS.get(id(cfg))
+    if known is not None and known[0] is cfg:
+        return known[1]
+    if len(_SPOTS) >= 64:
+        _SPOTS.clear()
+    spot = Spot(cfg)
+    _SPOTS[id(cfg)] = (cfg, spot)
+    return spot
 
 
 class Spot:
@@ -154,10 +188,9 @@ class Spot:
         self.relies_on_taint = cfg.infer and bool(self.tolerations)
         self._tolerations = cfg.compared_tolerations
         self._requirements = cfg.spot_requirements
-
-    @property
-    def configured(self) -> bool:
-        return bool(self.node_selector) or bool(self.tolerations)
+        self.configured = bool(self.node_selector) or bool(self.tolerations)
+        self._in = self._requirements["In"]
+        self._not_in = self._requirements["NotIn"]
 
     def leaves_trace(self, mode: str) -> bool:
         if mode == "constrain":
@@ -178,21 +211,21 @@ class Spot:
             return out  # MLRun: nothing configured, or mode none
         if mode == "prevent":
             _prune_tolerations(out, self._tolerations)
-            _prune_requirements(out, self.requirements("In"))
+            _prune_requirements(out, self._in)
             _prune_node_selector(out, self.node_selector)
             if self.node_selector and not self.tolerations:
-                _set_required(out, [{"matchExpressions": self.requirements("NotIn")}])
+                _set_required(out, [{"matchExpressions": self._not_in}])
             elif self.node_selector and not (
                 self.relies_on_taint and not self._tolerated(out.get("tolerations") or ())
             ):
-                _require_in_every_term(out, self.requirements("NotIn"))
+                _require_in_every_term(out, self._not_in)
         elif mode == "constrain":
             _merge_tolerations(out, self.tolerations)
             if self.node_selector:  # MLRun would write an empty, invalid, list of terms
-                _set_required(out, [{"matchExpressions": [r]} for r in self.requirements("In")])
+                _set_required(out, [{"matchExpressions": [r]} for r in self._in])
         else:  # allow
-            _prune_requirements(out, self.requirements("NotIn"))
-            _prune_requirements(out, self.requirements("In"))
+            _prune_requirements(out, self._not_in)
+            _prune_requirements(out, self._in)
             _prune_node_selector(out, self.node_selector)
             _merge_tolerations(out, self.tolerations)
         affinity = out.get("affinity")
@@ -270,7 +303,11 @@ def _prune_tolerations(scheduling: JSON, spot: Sequence[JSON]) -> None:
     current = scheduling.get("tolerations")
     if not spot or not current:
         return
-    scheduling["tolerations"] = [t for t in current if _normal(t) not in spot]
+    kept = []
+    for t in current:  # _normal inlined: every run with tolerations passes here
+        if (t if None not in t.values() else _normal(t)) not in spot:
+            kept.append(t)
+    scheduling["tolerations"] = kept
 
 
 def _prune_node_selector(scheduling: JSON, spot: Mapping[str, str]) -> None:
@@ -336,14 +373,21 @@ def _require_in_every_term(scheduling: JSON, requirements: Sequence[JSON]) -> No
     every required term (terms are ORed), or one term of them; nothing else removed."""
     node_affinity = _node_affinity(scheduling)
     required = node_affinity.get(REQUIRED) or {}
-    terms = required.get("nodeSelectorTerms") or [{}]
+    terms = required.get("nodeSelectorTerms") or _NO_TERMS
     new_terms = []
     for term in terms:
-        expressions = list(term.get("matchExpressions") or ())
-        present = [_normal(e) for e in expressions]
-        expressions += [_copy_requirement(r) for r in requirements if r not in present]
+        current = term.get("matchExpressions")
+        if current:
+            expressions = list(current)
+            present = [_normal(e) for e in expressions]
+            expressions += [_copy_requirement(r) for r in requirements if r not in present]
+        else:  # nothing to compare with: every requirement added
+            expressions = [_copy_requirement(r) for r in requirements]
         new_terms.append({**term, "matchExpressions": expressions})
     node_affinity[REQUIRED] = {**required, "nodeSelectorTerms": new_terms}
+
+
+_NO_TERMS: tuple[JSON, ...] = ({},)  # no required terms: one empty term, read only
 
 
 def _may_tolerate(toleration: JSON, spot: JSON) -> bool:
