@@ -65,12 +65,14 @@ def secret_references(pod: Pod) -> Iterator[tuple[str, str]]:
 
 
 def drop_forbidden_secrets(pod: Pod) -> Change | None:
-    if pod.policy.secrets.on_forbidden != "Strip":
+    secrets = pod.policy.secrets
+    if secrets.on_forbidden != "Strip":
         return None
     spec = pod.spec
     removed: dict[str, None] = {}  # ordered, and linear however many references repeat
-    creator = pod.ownership.platform or pod.ownership.unknown is not None  # undecided too
-    patterns = pod.policy.secrets.allowed
+    ownership = pod.ownership
+    creator = ownership.platform or ownership.unknown is not None  # undecided too
+    patterns = secrets.allowed
     labels = pod.labels
 
     def ok(name: str) -> bool:
@@ -84,7 +86,7 @@ def drop_forbidden_secrets(pod: Pod) -> Change | None:
         for container in spec.get(list_name) or ():
             env = container.get("env")
             if env:
-                _filter(container, "env", env, ok, env_secret)
+                _filter_env(container, env, ok)
             env_from = container.get("envFrom")
             if env_from:
                 _filter(container, "envFrom", env_from, ok, _env_from_secret)
@@ -109,9 +111,41 @@ def drop_forbidden_secrets(pod: Pod) -> Change | None:
         set_list(spec, "imagePullSecrets", kept)
     if not removed:
         return None
-    return Change(
-        SECRETS_FORBIDDEN, warning("secrets not managed by the platform removed", removed)
-    )
+    return _removed_change(tuple(removed))
+
+
+# the secrets removed -> their Change: the same few names on every run of a platform, and
+# a Change is frozen (one serves every run); bounded, since the names are a user's
+_REMOVED_CHANGES: dict[tuple[str, ...], Change] = {}
+
+
+def _removed_change(names: tuple[str, ...]) -> Change:
+    change = _REMOVED_CHANGES.get(names)
+    if change is None:
+        text = warning("secrets not managed by the platform removed", names)
+        change = Change(SECRETS_FORBIDDEN, text)
+        if len(_REMOVED_CHANGES) >= 1024:
+            _REMOVED_CHANGES.clear()
+        _REMOVED_CHANGES[names] = change
+    return change
+
+
+def _filter_env(container: JSON, entries: list[JSON], ok: Callable[[str], bool]) -> None:
+    """``_filter`` of ``container["env"]``, ``env_secret`` inlined where no entry goes
+    (every run Pod's env passes here; most entries are a value, no reference)."""
+    for i, entry in enumerate(entries):
+        value_from = entry.get("valueFrom")
+        if not value_from:
+            continue
+        ref = value_from.get("secretKeyRef")
+        if ref and not ok(ref["name"]):
+            kept = entries[:i]
+            for entry in entries[i + 1 :]:
+                name = env_secret(entry)
+                if name is None or ok(name):
+                    kept.append(entry)
+            set_list(container, "env", kept)
+            return
 
 
 def _env_from_secret(env_from: JSON) -> str | None:

@@ -64,15 +64,15 @@ def strip_root(pod: Pod) -> Change | None:
     if sec.on_root == "Allow":
         return _confine_only(pod)
     strip = sec.on_root == "Strip"
-    linux = not is_windows(pod.spec)
+    spec = pod.spec
+    linux = not is_windows(spec)
     stripped: list[str] = []
     filled: list[str] = []
-    spec = pod.spec
     psc = spec.get("securityContext")
     if psc is None:
         psc = spec["securityContext"] = {}
-    if strip and linux:
-        _strip_root_ids(psc, ("runAsUser", "runAsGroup", "fsGroup"), sec, "pod", stripped)
+    if strip and linux and psc:  # an empty context has nothing to strip
+        _strip_root_ids(psc, _POD_IDS, sec, "pod", stripped)
         groups = psc.get("supplementalGroups")
         if groups and 0 in groups:
             set_list(psc, "supplementalGroups", [g for g in groups if g != 0])
@@ -89,56 +89,113 @@ def strip_root(pod: Pod) -> Change | None:
     elif strip and psc["runAsNonRoot"] is False:
         psc["runAsNonRoot"] = True
         stripped.append("runAsNonRoot false")
-    seccomp = seccomp_fill(policy)
+    fill = _hardening(policy)
+    seccomp = fill.seccomp
     if linux:
         current = (psc.get("seccompProfile") or {}).get("type")
         if current is None and seccomp is not None:
             psc["seccompProfile"] = {"type": seccomp}
-            filled.append(f"seccomp {seccomp}")
+            filled.append(fill.seccomp_label)
         elif strip and current == "Unconfined":
             psc["seccompProfile"] = {"type": seccomp or RUNTIME_DEFAULT}
             stripped.append("seccomp Unconfined")
 
-    drop = drop_fill(policy)
+    drop = fill.drop
     # Ephemeral containers are hardened when added (harden_debug_containers), never here:
     # a running Pod's spec is immutable, and /mutate on UPDATE must find it unchanged.
-    for container in _containers(spec, CONTAINER_LISTS):
-        name = container["name"]
-        sc = container.get("securityContext")
-        if sc is None:
-            sc = container["securityContext"] = {}
-        if strip:
-            if linux:
-                _strip_root_ids(sc, ("runAsUser", "runAsGroup"), sec, name, stripped)
-            if sc.get("runAsNonRoot") is False:
-                sc["runAsNonRoot"] = True
-                stripped.append(f"{name} runAsNonRoot false")
-        if not linux:
-            continue
-        if strip:
-            if (sc.get("seccompProfile") or {}).get("type") == "Unconfined":
-                sc["seccompProfile"] = {"type": seccomp or RUNTIME_DEFAULT}
-                stripped.append(f"{name} seccomp Unconfined")
-            for key in ("privileged", "allowPrivilegeEscalation"):
-                if sc.get(key) is True:
-                    sc[key] = False
-                    stripped.append(f"{name} {key}")
-            caps = sc.get("capabilities")
-            add = caps.get("add") if caps is not None else None
-            if caps is not None and add:
-                # beyond the level: the platform's operator's Pods (validation decides an
-                # undecided one); looked up only for a container that adds any
-                allowed = allowed_capabilities(policy) | operator_capabilities(pod, undecided=True)
-                kept = [c for c in add if c in allowed]
-                if kept != add:
-                    stripped.append(f"{name} add {','.join(c for c in add if c not in allowed)}")
-                    set_list(caps, "add", kept)
-        filled.extend(_fill_container(sc, drop))
+    for list_name in CONTAINER_LISTS:
+        for container in spec.get(list_name) or ():
+            name = container["name"]
+            sc = container.get("securityContext")
+            if sc is None:
+                sc = container["securityContext"] = {}
+            if strip:
+                if linux and (sc.get("runAsUser") == 0 or sc.get("runAsGroup") == 0):
+                    _strip_root_ids(sc, _CONTAINER_IDS, sec, name, stripped)
+                if sc.get("runAsNonRoot") is False:
+                    sc["runAsNonRoot"] = True
+                    stripped.append(f"{name} runAsNonRoot false")
+            if not linux:
+                continue
+            if strip:
+                profile = sc.get("seccompProfile")
+                if profile and profile.get("type") == "Unconfined":
+                    sc["seccompProfile"] = {"type": seccomp or RUNTIME_DEFAULT}
+                    stripped.append(f"{name} seccomp Unconfined")
+                if sc.get("privileged") is True:
+                    sc["privileged"] = False
+                    stripped.append(f"{name} privileged")
+                if sc.get("allowPrivilegeEscalation") is True:
+                    sc["allowPrivilegeEscalation"] = False
+                    stripped.append(f"{name} allowPrivilegeEscalation")
+                caps = sc.get("capabilities")
+                add = caps.get("add") if caps is not None else None
+                if caps is not None and add:
+                    # beyond the level: the platform's operator's Pods (validation decides
+                    # an undecided one); looked up only for a container that adds any
+                    allowed = allowed_capabilities(policy) | operator_capabilities(
+                        pod, undecided=True
+                    )
+                    kept = [c for c in add if c in allowed]
+                    if kept != add:
+                        gone = ",".join(c for c in add if c not in allowed)
+                        stripped.append(f"{name} add {gone}")
+                        set_list(caps, "add", kept)
+            _fill_container(sc, drop, filled, fill.drop_label)
     if stripped:
-        return Change(SECURITY_ROOT, warning("root and privileges stripped", stripped))
+        return _change(SECURITY_ROOT, "root and privileges stripped", tuple(stripped))
     if filled:
-        return Change(SECURITY_DEFAULTS, warning("security defaults set", dict.fromkeys(filled)))
+        return _change(SECURITY_DEFAULTS, "security defaults set", tuple(dict.fromkeys(filled)))
     return None
+
+
+_POD_IDS = ("runAsUser", "runAsGroup", "fsGroup")
+_CONTAINER_IDS = ("runAsUser", "runAsGroup")
+
+
+class _Hardening:
+    """What strip_root fills under one SecurityConfig, with its warning labels: the same
+    on every review (``seccomp_fill``, ``drop_fill``)."""
+
+    def __init__(self, policy: Policy):
+        self.seccomp = seccomp_fill(policy)
+        self.seccomp_label = f"seccomp {self.seccomp}"
+        self.drop = drop_fill(policy)
+        self.drop_label = f"drop {','.join(self.drop)}"  # where a container drops none
+
+
+# id(SecurityConfig) -> (it, its _Hardening): kept with it, so that its id is not reused
+_HARDENING: dict[int, tuple[SecurityConfig, _Hardening]] = {}
+
+
+def _hardening(policy: Policy) -> _Hardening:
+    """The ``_Hardening`` of ``policy.security`` (which alone decides it), made once."""
+    sec = policy.security
+    known = _HARDENING.get(id(sec))
+    if known is not None and known[0] is sec:
+        return known[1]
+    if len(_HARDENING) >= 64:  # bounded: policies are reloaded
+        _HARDENING.clear()
+    made = _Hardening(policy)
+    _HARDENING[id(sec)] = (sec, made)
+    return made
+
+
+# (rule, summary, items) -> its Change: the items are the policy's labels and the names
+# of the run's containers, the same few on every run; a Change is frozen (one serves
+# every run); bounded, since the names are a user's
+_CHANGES: dict[tuple[str, str, tuple[str, ...]], Change] = {}
+
+
+def _change(rule: str, summary: str, items: tuple[str, ...]) -> Change:
+    key = (rule, summary, items)
+    change = _CHANGES.get(key)
+    if change is None:
+        change = Change(rule, warning(summary, items))
+        if len(_CHANGES) >= 1024:
+            _CHANGES.clear()
+        _CHANGES[key] = change
+    return change
 
 
 def _confine_only(pod: Pod) -> Change | None:
@@ -166,13 +223,13 @@ def _containers(spec: JSON, lists: tuple[str, ...]) -> Iterator[JSON]:
         yield from spec.get(list_name) or ()
 
 
-def _fill_container(sc: JSON, drop: tuple[str, ...]) -> list[str]:
-    """What a Linux container left out: no privileges, no escalation, capabilities dropped.
+def _fill_container(sc: JSON, drop: tuple[str, ...], filled: list[str], all_label: str) -> None:
+    """What a Linux container left out: no privileges, no escalation, capabilities dropped;
+    each added to ``filled`` (``all_label``: the label of ``drop``, where none is dropped).
 
     Not ``allowPrivilegeEscalation: false`` beside ``privileged: true`` or an added
     ``CAP_SYS_ADMIN`` still there (``onRoot: Deny``, a debug container): the apiserver
     refuses that pair as invalid, with a message that would hide runguard's denial."""
-    filled = []
     caps = sc.get("capabilities")
     if sc.get("privileged") is None:
         sc["privileged"] = False
@@ -185,12 +242,17 @@ def _fill_container(sc: JSON, drop: tuple[str, ...]) -> list[str]:
         filled.append("allowPrivilegeEscalation false")
     if caps is None:
         caps = sc["capabilities"] = {}
-    have = caps.get("drop") or []
-    missing = [c for c in drop if c not in have] if drop else []
+    if not drop:
+        return
+    have = caps.get("drop")
+    if not have:  # the usual container: drops nothing, so all of ``drop`` is missing
+        caps["drop"] = list(drop)
+        filled.append(all_label)
+        return
+    missing = [c for c in drop if c not in have]
     if missing:
         caps["drop"] = [*have, *missing]
         filled.append(f"drop {','.join(missing)}")
-    return filled
 
 
 def _strip_root_ids(
@@ -223,8 +285,9 @@ def harden_debug_containers(
     linux = not is_windows(spec)
     psc = spec.get("securityContext") or {}
     pod_seccomp = (psc.get("seccompProfile") or {}).get("type") in CONFINED_PROFILES
-    seccomp = seccomp_fill(policy)
-    drop = drop_fill(policy)
+    fill = _hardening(policy)
+    seccomp = fill.seccomp
+    drop = fill.drop
     hardened, filled = [], []
     for container in spec["ephemeralContainers"]:
         if container["name"] not in added:
@@ -239,7 +302,7 @@ def harden_debug_containers(
                 sc["seccompProfile"] = {"type": seccomp}
             if sc.get("capabilities") is not None:
                 sc["capabilities"] = dict(sc["capabilities"])
-            _fill_container(sc, drop)
+            _fill_container(sc, drop, [], fill.drop_label)
         if sc != before:
             filled.append(container["name"])
             container = {**container, "securityContext": sc}

@@ -65,12 +65,19 @@ def preexisting_reference(volume: JSON, pod: Pod, *, undecided: bool = False) ->
 
     A platform-named claim or configMap is the platform's: a run the platform did not
     create may not use it (``platform.identities``; without it names decide)."""
+    return _reference(volume, pod, undecided)
+
+
+def _reference(volume: JSON, pod: Pod, undecided: bool) -> str | None:
+    """``preexisting_reference``, its arguments positional: every volume passes here."""
     if "persistentVolumeClaim" in volume:
         claim = volume["persistentVolumeClaim"]["claimName"]
         if matches_any(pod.policy.volumes.platform_claims, claim, pod.labels):
-            if not _creator_may(pod, undecided):
+            ownership = pod.ownership  # _creator_may, inlined
+            if not (ownership.platform or (undecided and ownership.unknown is not None)):
                 return f"pvc {claim} ({NOT_THE_PLATFORMS})"
-        elif project_claim(pod, claim) is False:
+        # without a project label no claim is a project's (project_claim, without the call)
+        elif not pod.policy.platform.project_label or project_claim(pod, claim) is False:
             return f"pvc {claim}"
     if "configMap" in volume:
         name = volume["configMap"]["name"]
@@ -107,10 +114,13 @@ def _projected_config_maps(
 def drop_preexisting_volumes(pod: Pod) -> Change | None:
     if pod.policy.volumes.on_pre_existing != "Strip":
         return None
+    volumes = pod.spec.get("volumes")
+    if not volumes:
+        return None
     dropped: list[str] = []
     notes: list[str] = []
-    for volume in pod.spec.get("volumes") or ():
-        if preexisting_reference(volume, pod, undecided=True) is not None:
+    for volume in volumes:
+        if _reference(volume, pod, True) is not None:
             dropped.append(volume["name"])
             notes.append(volume["name"])
             continue
@@ -129,7 +139,22 @@ def drop_preexisting_volumes(pod: Pod) -> Change | None:
         return None
     if dropped:
         remove_volumes(pod.spec, set(dropped))
-    return Change(VOLUMES_PRE_EXISTING, warning("pre-existing volumes removed", notes))
+    return _removed_change(tuple(notes))
+
+
+# what was removed -> its Change: the names are the platform's volumes' (the same few on
+# every run), a Change is frozen (one serves every run); bounded, since they are a user's
+_REMOVED_CHANGES: dict[tuple[str, ...], Change] = {}
+
+
+def _removed_change(notes: tuple[str, ...]) -> Change:
+    change = _REMOVED_CHANGES.get(notes)
+    if change is None:
+        change = Change(VOLUMES_PRE_EXISTING, warning("pre-existing volumes removed", notes))
+        if len(_REMOVED_CHANGES) >= 1024:
+            _REMOVED_CHANGES.clear()
+        _REMOVED_CHANGES[notes] = change
+    return change
 
 
 def forbidden_type(kind: str, policy: Policy) -> str | None:
@@ -181,7 +206,7 @@ def check_volumes(pod: Pod) -> list[Violation]:
                     )
                 )
                 break
-        reference = preexisting_reference(volume, pod)
+        reference = _reference(volume, pod, False)
         if reference is not None:
             out.append(
                 Violation(
