@@ -2,7 +2,9 @@
 
 Prints median and p99 per review for a typical GPU run pod (the size of the README's
 GPU example) and for a 10-container pod, pods per second on one core, and ratios against
-baselines measured in the same run. A review is ``mutate`` then ``validate`` of its result
+baselines measured in the same run. Each review is of another run's Pod (``runs``: a
+thousand runs of the same template, each its own name, run label, secret and claim), as
+each request brings the server a new object. A review is ``mutate`` then ``validate`` of its result
 as the server makes them (``server_review``: ``/mutate`` leaves its receipt, ``/validate``
 finds it and does not run the mutation steps again, ``webhook.engine.receipts``); the
 same review with the backstop run (a Pod that bypassed ``/mutate`` costs that) is the
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import itertools
 import json
 import statistics
 import sys
@@ -45,6 +48,7 @@ RUN_LABELS = {
 
 
 RECEIPTS = SharedReceipts()  # as the server keeps them (webhook/admission.py)
+RUNS = 1000  # distinct runs a measurement cycles through
 
 
 def server_review(pod: dict[str, Any], policy: Any) -> None:
@@ -52,7 +56,7 @@ def server_review(pod: dict[str, Any], policy: Any) -> None:
     validate(mutate(pod, policy, receipts=RECEIPTS).object, policy, receipts=RECEIPTS)
 
 
-def container(name: str, i: int) -> dict[str, Any]:
+def container(name: str, i: int, run: int = 1) -> dict[str, Any]:
     return {
         "name": name,
         "image": "ghcr.io/example/trainer:1.4",
@@ -61,7 +65,7 @@ def container(name: str, i: int) -> dict[str, Any]:
         "resources": {"requests": {"cpu": "4", "memory": "16Gi"}, "limits": {"memory": "128Gi"}},
         "env": [
             {"name": "HF_HOME", "value": "/local-data/huggingface"},
-            {"name": "DB", "valueFrom": {"secretKeyRef": {"name": "sec-db-r1", "key": "url"}}},
+            {"name": "DB", "valueFrom": {"secretKeyRef": {"name": f"sec-db-r{run}", "key": "url"}}},
             {"name": "AWS", "valueFrom": {"secretKeyRef": {"name": "aws-creds", "key": "k"}}},
         ],
         "volumeMounts": [
@@ -72,20 +76,21 @@ def container(name: str, i: int) -> dict[str, Any]:
     }
 
 
-def gpu_pod(containers: int) -> dict[str, Any]:
+def gpu_pod(containers: int, run: int = 1) -> dict[str, Any]:
+    """The typical GPU run Pod of run ``run`` (its name, run label, secret and volume)."""
     return {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
-            "name": "train-r1",
+            "name": f"train-r{run}",
             "namespace": "ml",
-            "labels": dict(RUN_LABELS),
+            "labels": {**RUN_LABELS, "dhcore/run": f"r{run}"},
             "annotations": {"runguard.io/preemption-mode": "prevent"},
         },
         "spec": {
-            "containers": [container(f"c{i}", i) for i in range(containers)],
+            "containers": [container(f"c{i}", i, run) for i in range(containers)],
             "volumes": [
-                {"name": "data", "persistentVolumeClaim": {"claimName": "v-r1-data"}},
+                {"name": "data", "persistentVolumeClaim": {"claimName": f"v-r{run}-data"}},
                 {"name": "team", "persistentVolumeClaim": {"claimName": "team-shared"}},
             ],
             "tolerations": [
@@ -94,6 +99,14 @@ def gpu_pod(containers: int) -> dict[str, Any]:
             "restartPolicy": "Never",
         },
     }
+
+
+def runs(containers: int, count: int = RUNS) -> Callable[[], dict[str, Any]]:
+    """The next of ``count`` runs' Pods, round and round: each review gets another run's
+    objects (as the server decodes a new object per request), so nothing a review leaves
+    behind (a receipt, a warm dict) serves the next one."""
+    pods = [gpu_pod(containers, run) for run in range(1, count + 1)]
+    return itertools.cycle(pods).__next__
 
 
 def measure(fn: Callable[[], Any], count: int, seconds: float) -> list[float]:
@@ -135,9 +148,10 @@ def main() -> None:
         ("10-container pod", gpu_pod(10)),
     ):
         mutated = mutate(pod, policy).object
+        pods = runs(len(pod["spec"]["containers"]))
 
-        def review(pod: dict[str, Any] = pod) -> None:
-            server_review(pod, policy)
+        def review(next_pod: Callable[[], Any] = pods) -> None:
+            server_review(next_pod(), policy)
 
         def backstop_run(pod: dict[str, Any] = pod) -> None:
             validate(mutate(pod, policy).object, policy)
