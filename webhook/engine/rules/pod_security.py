@@ -116,7 +116,7 @@ def hint(list_name: str) -> str:
     return DEBUG_HINT if list_name == "ephemeralContainers" else ""
 
 
-def _carrying(pod: Pod, key: str, *, pod_level: bool = True) -> list[tuple[str, JSON]]:
+def _carrying(pod: Pod, key: str, pod_level: bool = True) -> list[tuple[str, JSON]]:
     """(``pod`` or container name, securityContext) of the pod (unless ``pod_level`` is
     False), init containers and containers whose securityContext sets ``key``; ephemeral
     containers are only ever added, see ``security.harden_debug_containers``. Plain loops:
@@ -150,10 +150,11 @@ def confine_apparmor(pod: Pod) -> Change | None:
     denied anyway."""
     if not _fixes(pod):
         return None
+    carrying = _carrying(pod, "appArmorProfile")
+    if not carrying:  # the usual pod: no profile set anywhere
+        return None
     unconfined = [
-        (where, sc)
-        for where, sc in _carrying(pod, "appArmorProfile")
-        if sc["appArmorProfile"].get("type") == "Unconfined"
+        (where, sc) for where, sc in carrying if sc["appArmorProfile"].get("type") == "Unconfined"
     ]
     if not unconfined or any(
         key.startswith(APPARMOR_ANNOTATION) and value == "unconfined"
@@ -194,7 +195,7 @@ def default_proc_mount(pod: Pod) -> Change | None:
     if not _fixes(pod):
         return None
     fixed = []
-    for where, sc in _carrying(pod, "procMount", pod_level=False):
+    for where, sc in _carrying(pod, "procMount", False):
         if sc["procMount"] != "Default":
             sc["procMount"] = "Default"
             fixed.append(where)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Any
 
-from webhook.engine.pod import Pod, resources_of, same_quantity, warning
+from webhook.engine.pod import CONTAINER_LISTS, Pod, resources_of, warning
 from webhook.engine.rule_ids import (
     RESOURCES_CLAMPED,
     RESOURCES_DEFAULTS,
@@ -24,10 +24,20 @@ from webhook.quantity import format_bytes_ceil_mi, parse
 
 def fill_defaults(pod: Pod) -> Change | None:
     filled: dict[str, int] = {}
-    containers = [container for _, _, container in pod.containers()]
+    spec = pod.spec
+    containers: list[JSON] = []
+    for list_name in CONTAINER_LISTS:  # pod.containers(), without its generator
+        found = spec.get(list_name)
+        if found:
+            containers.extend(found)
     for part, defaults in pod.policy.resources.default_values:
         for container in containers:
-            current = resources_of(container, part)
+            res = container.get("resources")  # resources_of, inlined
+            if res is None:
+                res = container["resources"] = {}
+            current: JSON | None = res.get(part)
+            if current is None:
+                current = res[part] = {}
             for resource, value, label, amount in defaults:
                 if resource not in current:
                     if part == "limits":
@@ -61,16 +71,18 @@ def derive_memory_limits(pod: Pod) -> Change | None:
         return None
     set_limits: list[str] = []
     derived: dict[Any, str] = {}  # the same few requests in every container: computed once
-    for _, _, container in pod.containers():
-        res = container.get("resources") or {}
-        request = (res.get("requests") or {}).get("memory")
-        if request is None or "memory" in (res.get("limits") or {}):
-            continue
-        limit = derived.get(request)
-        if limit is None:
-            limit = derived[request] = format_bytes_ceil_mi(parse(request) * factor)
-        resources_of(container, "limits")["memory"] = limit
-        set_limits.append(f"{container['name']} {limit}")
+    spec = pod.spec
+    for list_name in CONTAINER_LISTS:  # pod.containers(), without its generator
+        for container in spec.get(list_name) or ():
+            res = container.get("resources") or {}
+            request = (res.get("requests") or {}).get("memory")
+            if request is None or "memory" in (res.get("limits") or {}):
+                continue
+            limit = derived.get(request)
+            if limit is None:
+                limit = derived[request] = format_bytes_ceil_mi(parse(request) * factor)
+            resources_of(container, "limits")["memory"] = limit
+            set_limits.append(f"{container['name']} {limit}")
     if not set_limits:
         return None
     return Change(
@@ -81,35 +93,47 @@ def derive_memory_limits(pod: Pod) -> Change | None:
 def clamp_to_maximums(pod: Pod) -> Change | None:
     cfg = pod.policy.resources
     gpu = cfg.gpu_resource_name
+    clamp = cfg.on_exceed == "Clamp"
+    maximum_values = cfg.maximum_values
     notes: list[str] = []
-    for _, _, container in pod.containers():
-        res = container.get("resources")
-        if not res:
-            continue
-        requests: dict[str, Any] = res.get("requests") or {}
-        limits: dict[str, Any] = res.get("limits") or {}
-        if cfg.on_exceed == "Clamp":
-            for part, values in (("request", requests), ("limit", limits)):
-                for resource, value in values.items():
-                    maximum = cfg.maximum_values.get(resource)
-                    if maximum is not None and parse(value) > maximum:
-                        values[resource] = cfg.maximums[resource]
-                        notes.append(
-                            f"{pod.short(resource)} {part} {value} -> {cfg.maximums[resource]}"
-                        )
-        for resource in list(requests):
-            if resource in limits and parse(requests[resource]) > parse(limits[resource]):
-                notes.append(f"{pod.short(resource)} request {requests[resource]} -> limit")
-                requests[resource] = limits[resource]
-        if gpu in requests or gpu in limits:
-            # A gpu cannot be shared: the request is the limit (the limit, if any, wins).
-            amount = limits.get(gpu, requests.get(gpu))
-            if not (
-                same_quantity(requests.get(gpu), amount) and same_quantity(limits.get(gpu), amount)
-            ):
-                resources_of(container, "requests")[gpu] = amount
-                resources_of(container, "limits")[gpu] = amount
-                notes.append(f"gpu request = limit {amount}")
+    # Equal texts are equal amounts: parsed only where they differ (shape.py admitted
+    # only quantities here).
+    for list_name in CONTAINER_LISTS:
+        for container in pod.spec.get(list_name) or ():
+            res = container.get("resources")
+            if not res:
+                continue
+            requests: dict[str, Any] = res.get("requests") or {}
+            limits: dict[str, Any] = res.get("limits") or {}
+            if clamp:
+                for part, values in (("request", requests), ("limit", limits)):
+                    for resource, value in values.items():
+                        maximum = maximum_values.get(resource)
+                        if maximum is not None and parse(value) > maximum:
+                            values[resource] = cfg.maximums[resource]
+                            notes.append(
+                                f"{pod.short(resource)} {part} {value} -> {cfg.maximums[resource]}"
+                            )
+            if limits:
+                for resource in list(requests):
+                    asked = requests[resource]
+                    if resource in limits:
+                        limit = limits[resource]
+                        if asked != limit and parse(asked) > parse(limit):
+                            notes.append(f"{pod.short(resource)} request {asked} -> limit")
+                            requests[resource] = limit
+            if gpu in requests or gpu in limits:
+                # A gpu cannot be shared: the request is the limit (the limit, if any, wins).
+                amount = limits.get(gpu, requests.get(gpu))
+                asked, limit = requests.get(gpu), limits.get(gpu)
+                if (
+                    asked is None
+                    or limit is None
+                    or (asked != limit and parse(asked) != parse(limit))
+                ):
+                    resources_of(container, "requests")[gpu] = amount
+                    resources_of(container, "limits")[gpu] = amount
+                    notes.append(f"gpu request = limit {amount}")
     if not notes:
         return None
     return Change(RESOURCES_CLAMPED, warning("resources clamped", notes))
@@ -118,34 +142,42 @@ def clamp_to_maximums(pod: Pod) -> Change | None:
 def check_resources(pod: Pod) -> list[Violation]:
     cfg = pod.policy.resources
     gpu = cfg.gpu_resource_name
+    maximum_values = cfg.maximum_values
     out: list[Violation] = []
-    for list_name, i, container in pod.containers():
-        res: JSON = container.get("resources") or {}
-        requests = res.get("requests") or {}
-        limits = res.get("limits") or {}
-        for part, values in (("requests", requests), ("limits", limits)):
-            for resource, value in values.items():
-                maximum = cfg.maximum_values.get(resource)
-                if maximum is not None and (amount := parse(value)) > maximum:
-                    out.append(
-                        Violation(
-                            RESOURCES_EXCEEDED,
-                            f"{_path(pod, list_name, i)}.{part}.{resource}",
-                            f"{value} is above the maximum {cfg.maximums[resource]}",
-                            amount,
+    # Plain loops, not pod.containers(): this runs for every pod. Equal texts are equal
+    # amounts: the gpu's are parsed only where they differ (shape.py admitted only
+    # quantities here).
+    for list_name in CONTAINER_LISTS:
+        for i, container in enumerate(pod.spec.get(list_name) or ()):
+            res: JSON | None = container.get("resources")
+            if not res:
+                continue
+            requests = res.get("requests") or {}
+            limits = res.get("limits") or {}
+            for part, values in (("requests", requests), ("limits", limits)):
+                for resource, value in values.items():
+                    maximum = maximum_values.get(resource)
+                    if maximum is not None and (amount := parse(value)) > maximum:
+                        out.append(
+                            Violation(
+                                RESOURCES_EXCEEDED,
+                                f"{_path(pod, list_name, i)}.{part}.{resource}",
+                                f"{value} is above the maximum {cfg.maximums[resource]}",
+                                amount,
+                            )
                         )
+            asked, limit = requests.get(gpu), limits.get(gpu)
+            if (asked is not None or limit is not None) and (
+                asked is None or limit is None or (asked != limit and parse(asked) != parse(limit))
+            ):
+                out.append(
+                    Violation(
+                        RESOURCES_GPU_MISMATCH,
+                        f"{_path(pod, list_name, i)}.requests.{gpu}",
+                        f"gpu request {requests.get(gpu, 'unset')} must equal gpu limit "
+                        f"{limits.get(gpu, 'unset')}",
                     )
-        if (gpu in requests or gpu in limits) and (
-            gpu not in requests or gpu not in limits or parse(requests[gpu]) != parse(limits[gpu])
-        ):
-            out.append(
-                Violation(
-                    RESOURCES_GPU_MISMATCH,
-                    f"{_path(pod, list_name, i)}.requests.{gpu}",
-                    f"gpu request {requests.get(gpu, 'unset')} must equal gpu limit "
-                    f"{limits.get(gpu, 'unset')}",
                 )
-            )
     return out
 
 
