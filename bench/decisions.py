@@ -10,8 +10,16 @@ of the input and of ``mutate``'s result, with and without the receipt, an UPDATE
 result to itself and ``evaluate``. Each decision is reduced to what the apiserver and the
 audit log would see; the patch is also applied to the input and compared as an object.
 
-    python bench/decisions.py --write /tmp/before.jsonl   # on the baseline
-    python bench/decisions.py --check /tmp/before.jsonl   # on the change: exit 1 on any difference
+The inputs are generated once and kept (``--inputs``, a pickle): Hypothesis seeds its
+strings with literals it finds in the code under test, so generating them again after
+a change would judge other inputs. ``--tree`` judges them with another checkout's
+engine (its ``webhook`` package), e.g. the commit before a change:
+
+    git worktree add /tmp/base <commit>
+    python bench/decisions.py --inputs /tmp/in.pickle --write /tmp/before.jsonl --tree /tmp/base
+    python bench/decisions.py --inputs /tmp/in.pickle --check /tmp/before.jsonl
+
+``--check`` exits 1 on any difference and prints the first ones.
 """
 
 from __future__ import annotations
@@ -20,31 +28,24 @@ import argparse
 import copy
 import hashlib
 import json
+import pickle
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import jsonpatch
-import yaml
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "bench"), str(ROOT / "tests")]
-
-from fuzz_inputs import inputs as fuzz_texts  # noqa: E402
-from test_engine_properties import POLICY_SET, pods  # noqa: E402
-from test_receipts import PLATFORM, POLICIES, contexts, corpus  # noqa: E402
-
-from webhook.engine import evaluate, mutate, validate  # noqa: E402
-from webhook.engine.context import NO_CONTEXT, Context  # noqa: E402
-from webhook.engine.receipts import LocalReceipts  # noqa: E402
-from webhook.engine.types import Decision  # noqa: E402
-from webhook.policy.model import Policy  # noqa: E402
+POLICY_DIRS = [
+    *(p for p in sorted((ROOT / "tests/cases/_policies").iterdir()) if p.is_dir()),
+    ROOT / "policies",
+]
+PLATFORM_DIR = ROOT / "tests/cases/_policies/platform"
+Input = tuple[str, Any, str, int]  # name, object, policy directory, context (contexts())
 
 
-def _seen(d: Decision) -> dict[str, Any]:
+def _seen(d: Any) -> dict[str, Any]:
     return {
         "kind": d.kind,
         "namespace": d.namespace,
@@ -68,8 +69,12 @@ def _patched(obj: Any, patch: list[Any]) -> Any:
         return f"patch does not apply: {type(exc).__name__}"
 
 
-def decisions(obj: Any, policy: Policy, context: Context) -> dict[str, Any]:
+def decisions(obj: Any, policy: Any, context: Any) -> dict[str, Any]:
     """What the engine answers for ``obj``, in every way the server and the CLI ask."""
+    from webhook.engine import evaluate, mutate, validate
+    from webhook.engine.context import Context
+    from webhook.engine.receipts import LocalReceipts
+
     receipts = LocalReceipts()
     mutated = mutate(copy.deepcopy(obj), policy, context=context, receipts=receipts)
     out: dict[str, Any] = {
@@ -96,49 +101,82 @@ def decisions(obj: Any, policy: Policy, context: Context) -> dict[str, Any]:
     return out
 
 
-def cases() -> Iterator[tuple[str, Any, Policy, Context]]:
-    objects = corpus()
-    for policy in POLICIES:
-        for c, context in enumerate(contexts(policy)):
-            for i, obj in enumerate(objects):
-                yield f"corpus/{policy.name}/{c}/{i}", obj, policy, context
-    generated: list[tuple[Any, Policy]] = []
+def contexts(policy: Any) -> list[Any]:
+    """Nobody, a user and the platform (as ``tests/test_receipts.py`` asks)."""
+    from webhook.clusterstate.static import StaticClusterState
+    from webhook.engine.context import NO_CONTEXT, Context, Requester
 
-    @settings(
-        max_examples=300,
-        deadline=None,
-        derandomize=True,
-        database=None,
-        suppress_health_check=list(HealthCheck),
-    )
+    identities = policy.platform.identities
+    platform = identities[0] if identities else "nobody"
+    if platform.startswith("serviceaccount:"):
+        platform = "system:" + platform
+    return [
+        NO_CONTEXT,
+        Context(Requester("alice", ("system:authenticated",)), StaticClusterState()),
+        Context(Requester(platform), StaticClusterState()),
+    ]
+
+
+def generate() -> list[Input]:
+    """Every input, made with this tree's tests (their corpus, strategies and fuzz texts)."""
+    import yaml
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    sys.path[:0] = [str(ROOT / "bench"), str(ROOT / "tests")]
+    from fuzz_inputs import inputs as fuzz_texts
+    from test_engine_properties import POLICY_SET, pods
+    from test_receipts import corpus
+
+    from webhook.policy.loader import load_policy
+
+    out: list[Input] = []
+    objects = corpus()
+    digests = {}
+    for directory in POLICY_DIRS:
+        policy = load_policy(directory)
+        digests[policy.digest] = str(directory.relative_to(ROOT))
+        for c in range(len(contexts(policy))):
+            for i, obj in enumerate(objects):
+                out.append((f"corpus/{policy.name}/{c}/{i}", obj, digests[policy.digest], c))
+    generated: list[tuple[Any, str]] = []
+    quiet = {"deadline": None, "derandomize": True, "database": None}
+
+    @settings(max_examples=300, suppress_health_check=list(HealthCheck), **quiet)
     @given(pod=pods(), policy=st.sampled_from(POLICY_SET))
-    def collect(pod: Any, policy: Policy) -> None:
-        generated.append((copy.deepcopy(pod), policy))
+    def collect(pod: Any, policy: Any) -> None:
+        generated.append((copy.deepcopy(pod), digests[policy.digest]))
 
     collect()
-    for i, (pod, policy) in enumerate(generated):
-        yield f"generated/{i}", pod, policy, NO_CONTEXT
+    out.extend((f"generated/{i}", pod, d, 0) for i, (pod, d) in enumerate(generated))
     texts: list[str] = []
 
-    @settings(
-        max_examples=200,
-        deadline=None,
-        derandomize=True,
-        database=None,
-        suppress_health_check=list(HealthCheck),
-    )
+    @settings(max_examples=200, suppress_health_check=list(HealthCheck), **quiet)
     @given(text=fuzz_texts)
     def collect_texts(text: str) -> None:
         texts.append(text)
 
     collect_texts()
+    platform = str(PLATFORM_DIR.relative_to(ROOT))
     for i, text in enumerate(texts):
         try:
             docs = list(yaml.safe_load_all(text))
         except (yaml.YAMLError, RecursionError, ValueError):
             continue
-        for j, doc in enumerate(docs[:4]):
-            yield f"fuzz/{i}/{j}", doc, PLATFORM, NO_CONTEXT
+        out.extend((f"fuzz/{i}/{j}", doc, platform, 0) for j, doc in enumerate(docs[:4]))
+    return out
+
+
+def cases(inputs: list[Input]) -> Iterator[tuple[str, Any, Any, Any]]:
+    """The inputs with their policy (loaded by the engine judging them) and context."""
+    from webhook.policy.loader import load_policy
+
+    policies: dict[str, Any] = {}
+    for name, obj, directory, c in inputs:
+        if directory not in policies:
+            policies[directory] = load_policy(ROOT / directory)
+        policy = policies[directory]
+        yield name, obj, policy, contexts(policy)[c]
 
 
 def _digest(value: Any, memo: dict[int, tuple[str, int]], busy: set[int]) -> tuple[str, int]:
@@ -179,12 +217,20 @@ def _line(name: str, seen: dict[str, Any]) -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--inputs", type=Path, required=True, help="made here when missing")
+    parser.add_argument("--tree", type=Path, help="judge with this checkout's engine")
     mode = parser.add_mutually_exclusive_group(required=True)
     mode.add_argument("--write", type=Path, help="record every decision in this file")
     mode.add_argument("--check", type=Path, help="compare with a file --write made")
     args = parser.parse_args()
-    lines = [_line(name, decisions(obj, policy, context)) for name, obj, policy, context in cases()]
-
+    if not args.inputs.exists():
+        if args.tree:
+            parser.error("make the inputs with this tree first (without --tree)")
+        sys.path.insert(0, str(ROOT))
+        args.inputs.write_bytes(pickle.dumps(generate()))
+    sys.path.insert(0, str(args.tree.resolve() if args.tree else ROOT))
+    inputs = pickle.loads(args.inputs.read_bytes())  # noqa: S301 - a file this script wrote
+    lines = [_line(name, decisions(obj, p, c)) for name, obj, p, c in cases(inputs)]
     digest = hashlib.sha256("\n".join(lines).encode()).hexdigest()[:16]
     if args.write:
         args.write.write_text("\n".join(lines) + "\n", encoding="utf-8")
@@ -192,7 +238,7 @@ def main() -> int:
         return 0
     before = args.check.read_text(encoding="utf-8").splitlines()
     if len(before) != len(lines):
-        print(f"{len(before)} inputs recorded, {len(lines)} now: the inputs changed")
+        print(f"{len(before)} inputs recorded, {len(lines)} now: not the same inputs")
         return 1
     differ = [(a, b) for a, b in zip(before, lines, strict=True) if a != b]
     for a, b in differ[:5]:

@@ -16,14 +16,14 @@ sys.path.insert(0, str(REPO / "bench"))
 
 import decisions  # noqa: E402
 
+INPUTS = decisions.generate()[:120]
 
-def _records(limit: int = 120) -> list[str]:
-    out = []
-    for name, obj, policy, context in decisions.cases():
-        out.append(decisions._line(name, decisions.decisions(obj, policy, context)))
-        if len(out) == limit:
-            break
-    return out
+
+def _records() -> list[str]:
+    return [
+        decisions._line(name, decisions.decisions(obj, policy, context))
+        for name, obj, policy, context in decisions.cases(INPUTS)
+    ]
 
 
 def test_the_same_engine_gives_the_same_record() -> None:
