@@ -217,19 +217,25 @@ def _line(name: str, seen: dict[str, Any]) -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--inputs", type=Path, required=True, help="made here when missing")
+    parser.add_argument(
+        "--inputs", type=Path, help="made here when missing; without it, made anew each run"
+    )
     parser.add_argument("--tree", type=Path, help="judge with this checkout's engine")
     mode = parser.add_mutually_exclusive_group(required=True)
     mode.add_argument("--write", type=Path, help="record every decision in this file")
     mode.add_argument("--check", type=Path, help="compare with a file --write made")
     args = parser.parse_args()
-    if not args.inputs.exists():
+    if args.inputs is None or not args.inputs.exists():
         if args.tree:
             parser.error("make the inputs with this tree first (without --tree)")
         sys.path.insert(0, str(ROOT))
-        args.inputs.write_bytes(pickle.dumps(generate()))
+        made = pickle.dumps(generate())
+        if args.inputs is not None:
+            args.inputs.write_bytes(made)
+    else:
+        made = args.inputs.read_bytes()
     sys.path.insert(0, str(args.tree.resolve() if args.tree else ROOT))
-    inputs = pickle.loads(args.inputs.read_bytes())  # noqa: S301 - a file this script wrote
+    inputs = pickle.loads(made)  # noqa: S301 - what this script made
     lines = [_line(name, decisions(obj, p, c)) for name, obj, p, c in cases(inputs)]
     digest = hashlib.sha256("\n".join(lines).encode()).hexdigest()[:16]
     if args.write:
