@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from webhook.engine.types import INVALID, JSON, Violation
-from webhook.quantity import QuantityError, parse
+from webhook.quantity import PARSED, QuantityError, parse
 
 Path = tuple[str | int, ...]
 
@@ -50,11 +50,13 @@ class _Code:
 def _quantities_ok(values: Any) -> bool:
     if type(values) is not dict:
         return False
-    try:
-        for value in values.values():
+    for value in values.values():
+        if type(value) is str and value in PARSED:
+            continue  # parsed before (PARSED holds only quantities): no call
+        try:
             parse(value)
-    except QuantityError:
-        return False
+        except QuantityError:
+            return False
     return True
 
 
@@ -124,14 +126,17 @@ class Obj(Shape):
         self.emit_fields(var, code)
 
     def emit_fields(self, var: str, code: _Code) -> None:
+        # ``in`` before indexing: most declared keys are absent from a given object, and
+        # the test costs less than a ``.get`` call
         for key, shape in self.fields.items():
             item = code.var()
-            code.line(f"{item} = {var}.get({key!r})")
-            code.line(f"if {item} is not None:")
-            code.depth += 1
+            code.line(f"if {key!r} in {var}:")
+            code.line(f"    {item} = {var}[{key!r}]")
+            code.line(f"    if {item} is not None:")
+            code.depth += 2
             shape.emit(item, code)
             code.line("pass")
-            code.depth -= 1
+            code.depth -= 2
 
 
 class Named(Obj):
@@ -233,9 +238,10 @@ class Strings(Shape):
             self.problem(path, "must be a list of strings", out)
 
     def emit(self, var: str, code: _Code) -> None:
-        code.line(
-            f"if type({var}) is not list or not all(type(x) is str for x in {var}): return False"
-        )
+        # a loop: all() over a generator costs more than the few items it sees
+        code.line(f"if type({var}) is not list: return False")
+        code.line(f"for x in {var}:")
+        code.line("    if type(x) is not str: return False")
 
 
 class Ints(Shape):
@@ -246,9 +252,10 @@ class Ints(Shape):
             self.problem(path, "must be a list of integers", out)
 
     def emit(self, var: str, code: _Code) -> None:
-        code.line(
-            f"if type({var}) is not list or not all(type(x) is int for x in {var}): return False"
-        )
+        # a loop: all() over a generator costs more than the few items it sees
+        code.line(f"if type({var}) is not list: return False")
+        code.line(f"for x in {var}:")
+        code.line("    if type(x) is not int: return False")
 
 
 class StrMap(Shape):
