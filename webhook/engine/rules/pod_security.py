@@ -116,6 +116,10 @@ def hint(list_name: str) -> str:
     return DEBUG_HINT if list_name == "ephemeralContainers" else ""
 
 
+# (list name, hint) of every container list: the checks' walk, without a call per list
+HINTED_LISTS = tuple((name, hint(name)) for name in ALL_CONTAINER_LISTS)
+
+
 def _carrying(pod: Pod, key: str, pod_level: bool = True) -> list[tuple[str, JSON]]:
     """(``pod`` or container name, securityContext) of the pod (unless ``pod_level`` is
     False), init containers and containers whose securityContext sets ``key``; ephemeral
@@ -234,8 +238,7 @@ def check_pod_security(pod: Pod) -> list[Violation]:
                     "(the runtime's default applies) or set runtime/default or localhost/NAME",
                 )
             )
-    for list_name in ALL_CONTAINER_LISTS:
-        more = hint(list_name)
+    for list_name, more in HINTED_LISTS:
         for i, container in enumerate(pod.spec.get(list_name) or ()):
             path = f"{base}.{list_name}[{i}]"
             sc = container.get("securityContext")

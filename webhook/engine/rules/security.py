@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from webhook.engine.pod import ALL_CONTAINER_LISTS, CONTAINER_LISTS, Pod, set_list, warning
+from webhook.engine.pod import CONTAINER_LISTS, Pod, set_list, warning
 from webhook.engine.rule_ids import (
     SECURITY_CAPABILITIES,
     SECURITY_DEBUG_CONTAINER,
@@ -26,8 +26,8 @@ from webhook.engine.rule_ids import (
 from webhook.engine.rules.operators import operator_capabilities
 from webhook.engine.rules.pod_security import (
     CONFINED_PROFILES,
+    HINTED_LISTS,
     allowed_capabilities,
-    hint,
     is_windows,
 )
 from webhook.engine.types import JSON, Change, Violation
@@ -362,8 +362,7 @@ def check_security(pod: Pod) -> list[Violation]:
             )
     pod_seccomp_ok = pod_seccomp is not None and pod_seccomp.get("type") in CONFINED_PROFILES
     # Paths are formatted where a violation is found: most Pods here have none.
-    for list_name in ALL_CONTAINER_LISTS:
-        more = hint(list_name)
+    for list_name, more in HINTED_LISTS:
         for i, container in enumerate(pod.spec.get(list_name) or ()):
             sc = container.get("securityContext") or {}
             for key in ("runAsUser", "runAsGroup"):
