@@ -11,8 +11,6 @@ to. A Windows Pod gets only the fields the apiserver accepts for Windows.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 from webhook.engine.pod import CONTAINER_LISTS, Pod, set_list, warning
 from webhook.engine.rule_ids import (
     SECURITY_CAPABILITIES,
@@ -214,13 +212,6 @@ def _confine_only(pod: Pod) -> Change | None:
     if not fixed:
         return None
     return Change(SECURITY_ROOT, warning("privileges stripped", fixed))
-
-
-def _containers(spec: JSON, lists: tuple[str, ...]) -> Iterator[JSON]:
-    """The containers of ``lists``, without the list names and indexes ``iter_containers``
-    pairs them with (which the hardening does not use)."""
-    for list_name in lists:
-        yield from spec.get(list_name) or ()
 
 
 def _fill_container(sc: JSON, drop: tuple[str, ...], filled: list[str], all_label: str) -> None:
