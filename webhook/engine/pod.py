@@ -82,7 +82,7 @@ class Pod:
 
     def short(self, resource: str) -> str:
         """How warnings name a resource: ``gpu`` for the policy's gpu resource."""
-        return "gpu" if resource == self.policy.resources.gpu_resource_name else resource
+        return self.policy.resources.short(resource)
 
 
 def spec_prefix(spec_path: str) -> str:
@@ -150,7 +150,9 @@ def resources_of(container: JSON, part: str) -> dict[str, Any]:
 
 
 def same_quantity(a: Any, b: Any) -> bool:
-    return a is not None and b is not None and parse(a) == parse(b)
+    """Both set, to the same amount. The same text is the same amount: parsed only when
+    the texts differ (the shape check admitted only quantities into a pod's resources)."""
+    return a is not None and b is not None and (a == b or parse(a) == parse(b))
 
 
 def set_list(parent: JSON, key: str, items: list[Any]) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Any
 
-from webhook.engine.pod import CONTAINER_LISTS, Pod, resources_of, warning
+from webhook.engine.pod import CONTAINER_LISTS, Pod, resources_of, same_quantity, warning
 from webhook.engine.rule_ids import (
     RESOURCES_CLAMPED,
     RESOURCES_DEFAULTS,
@@ -32,12 +32,7 @@ def fill_defaults(pod: Pod) -> Change | None:
             containers.extend(found)
     for part, defaults in pod.policy.resources.default_values:
         for container in containers:
-            res = container.get("resources")  # resources_of, inlined
-            if res is None:
-                res = container["resources"] = {}
-            current: JSON | None = res.get(part)
-            if current is None:
-                current = res[part] = {}
+            current = resources_of(container, part)
             for resource, value, label, amount in defaults:
                 if resource not in current:
                     if part == "limits":
@@ -125,11 +120,9 @@ def clamp_to_maximums(pod: Pod) -> Change | None:
             if gpu in requests or gpu in limits:
                 # A gpu cannot be shared: the request is the limit (the limit, if any, wins).
                 amount = limits.get(gpu, requests.get(gpu))
-                asked, limit = requests.get(gpu), limits.get(gpu)
-                if (
-                    asked is None
-                    or limit is None
-                    or (asked != limit and parse(asked) != parse(limit))
+                if not (
+                    same_quantity(requests.get(gpu), amount)
+                    and same_quantity(limits.get(gpu), amount)
                 ):
                     resources_of(container, "requests")[gpu] = amount
                     resources_of(container, "limits")[gpu] = amount
@@ -144,9 +137,7 @@ def check_resources(pod: Pod) -> list[Violation]:
     gpu = cfg.gpu_resource_name
     maximum_values = cfg.maximum_values
     out: list[Violation] = []
-    # Plain loops, not pod.containers(): this runs for every pod. Equal texts are equal
-    # amounts: the gpu's are parsed only where they differ (shape.py admitted only
-    # quantities here).
+    # Plain loops, not pod.containers(): this runs for every pod.
     for list_name in CONTAINER_LISTS:
         for i, container in enumerate(pod.spec.get(list_name) or ()):
             res: JSON | None = container.get("resources")
@@ -166,9 +157,8 @@ def check_resources(pod: Pod) -> list[Violation]:
                                 amount,
                             )
                         )
-            asked, limit = requests.get(gpu), limits.get(gpu)
-            if (asked is not None or limit is not None) and (
-                asked is None or limit is None or (asked != limit and parse(asked) != parse(limit))
+            if (gpu in requests or gpu in limits) and not same_quantity(
+                requests.get(gpu), limits.get(gpu)
             ):
                 out.append(
                     Violation(

@@ -91,11 +91,11 @@ def preemption_mode(pod: Pod) -> str | None:
 
 
 def _mode(pod: Pod, cfg: PreemptionConfig) -> str | None:
-    """``preemption_mode`` under ``cfg``: the stated mode (``stated_mode``, without its
-    tuple), else the inferred one, else the default."""
-    mode = pod.annotations.get(cfg.annotation) or pod.labels.get(cfg.annotation)
-    if mode:
-        return mode
+    """``preemption_mode`` under ``cfg``: the stated mode, else the inferred one, else the
+    default."""
+    stated = stated_mode(pod, cfg)
+    if stated is not None:
+        return stated[0]
     if cfg.infer and pod.ownership.platform:
         inferred = inferred_mode(cfg, scheduling_of(pod.spec))
         if inferred is not None:
@@ -303,11 +303,7 @@ def _prune_tolerations(scheduling: JSON, spot: Sequence[JSON]) -> None:
     current = scheduling.get("tolerations")
     if not spot or not current:
         return
-    kept = []
-    for t in current:  # _normal inlined: every run with tolerations passes here
-        if (t if None not in t.values() else _normal(t)) not in spot:
-            kept.append(t)
-    scheduling["tolerations"] = kept
+    scheduling["tolerations"] = [t for t in current if _normal(t) not in spot]
 
 
 def _prune_node_selector(scheduling: JSON, spot: Mapping[str, str]) -> None:

@@ -39,29 +39,33 @@ def env_secret(env: JSON) -> str | None:
     return ref["name"] if ref else None
 
 
-def secret_references(pod: Pod) -> Iterator[tuple[str, str]]:
-    """Every (secret name, path) the pod spec references: the one list both sides walk."""
+def secret_references(pod: Pod, *, paths: bool = True) -> Iterator[tuple[str, str]]:
+    """Every (secret name, path) the pod spec references: the one list both sides walk
+    (``paths`` False: the path is "", for a caller that needs only the names)."""
     base = pod.spec_path
     for list_name, i, container in pod.containers(ALL_CONTAINER_LISTS):
-        cpath = f"{base}.{list_name}[{i}]"
+        cpath = f"{base}.{list_name}[{i}]" if paths else ""
         for j, env in enumerate(container.get("env") or ()):
             name = env_secret(env)
             if name is not None:
-                yield name, f"{cpath}.env[{j}].valueFrom.secretKeyRef"
+                yield name, f"{cpath}.env[{j}].valueFrom.secretKeyRef" if paths else ""
         for j, env_from in enumerate(container.get("envFrom") or ()):
             if "secretRef" in env_from:
-                yield env_from["secretRef"]["name"], f"{cpath}.envFrom[{j}].secretRef"
+                path = f"{cpath}.envFrom[{j}].secretRef" if paths else ""
+                yield env_from["secretRef"]["name"], path
     for i, volume in enumerate(pod.spec.get("volumes") or ()):
         if "secret" in volume:
-            yield volume["secret"]["secretName"], f"{base}.volumes[{i}].secret"
+            path = f"{base}.volumes[{i}].secret" if paths else ""
+            yield volume["secret"]["secretName"], path
         projected = volume.get("projected")
         if isinstance(projected, dict):
             for j, source in enumerate(projected.get("sources") or ()):
                 if "secret" in source:
-                    yield source["secret"]["name"], f"{base}.volumes[{i}].projected.sources[{j}]"
+                    path = f"{base}.volumes[{i}].projected.sources[{j}]" if paths else ""
+                    yield source["secret"]["name"], path
     for i, ref in enumerate(pod.spec.get("imagePullSecrets") or ()):
         if ref.get("name"):  # DigitalHub's Core sends [{name: ""}]: names no secret
-            yield ref["name"], f"{base}.imagePullSecrets[{i}]"
+            yield ref["name"], f"{base}.imagePullSecrets[{i}]" if paths else ""
 
 
 def drop_forbidden_secrets(pod: Pod) -> Change | None:
@@ -70,13 +74,9 @@ def drop_forbidden_secrets(pod: Pod) -> Change | None:
         return None
     spec = pod.spec
     removed: dict[str, None] = {}  # ordered, and linear however many references repeat
-    ownership = pod.ownership
-    creator = ownership.platform or ownership.unknown is not None  # undecided too
-    patterns = secrets.allowed
-    labels = pod.labels
 
     def ok(name: str) -> bool:
-        if creator and matches_any(patterns, name, labels):
+        if secret_allowed(name, pod, undecided=True):
             return True
         removed[name] = None
         return False
@@ -86,7 +86,7 @@ def drop_forbidden_secrets(pod: Pod) -> Change | None:
         for container in spec.get(list_name) or ():
             env = container.get("env")
             if env:
-                _filter_env(container, env, ok)
+                _filter(container, "env", env, ok, env_secret)
             env_from = container.get("envFrom")
             if env_from:
                 _filter(container, "envFrom", env_from, ok, _env_from_secret)
@@ -130,24 +130,6 @@ def _removed_change(names: tuple[str, ...]) -> Change:
     return change
 
 
-def _filter_env(container: JSON, entries: list[JSON], ok: Callable[[str], bool]) -> None:
-    """``_filter`` of ``container["env"]``, ``env_secret`` inlined where no entry goes
-    (every run Pod's env passes here; most entries are a value, no reference)."""
-    for i, entry in enumerate(entries):
-        value_from = entry.get("valueFrom")
-        if not value_from:
-            continue
-        ref = value_from.get("secretKeyRef")
-        if ref and not ok(ref["name"]):
-            kept = entries[:i]
-            for entry in entries[i + 1 :]:
-                name = env_secret(entry)
-                if name is None or ok(name):
-                    kept.append(entry)
-            set_list(container, "env", kept)
-            return
-
-
 def _env_from_secret(env_from: JSON) -> str | None:
     return env_from["secretRef"]["name"] if "secretRef" in env_from else None
 
@@ -184,40 +166,9 @@ def check_secrets(pod: Pod) -> list[Violation]:
 
 
 def _all_allowed(pod: Pod) -> bool:
-    """Whether every secret the pod references is allowed (``secret_references``' walk,
-    names only): check_secrets formats paths only for a Pod that has a violation."""
-    spec = pod.spec
-    if not pod.ownership.platform:
-        return next(secret_references(pod), None) is None
-    patterns = pod.policy.secrets.allowed
-    labels = pod.labels
-    for list_name in ALL_CONTAINER_LISTS:
-        for container in spec.get(list_name) or ():
-            for env in container.get("env") or ():
-                if "valueFrom" not in env:  # most entries: a value, no reference
-                    continue
-                name = env_secret(env)
-                if name is not None and not matches_any(patterns, name, labels):
-                    return False
-            for env_from in container.get("envFrom") or ():
-                if "secretRef" in env_from and not matches_any(
-                    patterns, env_from["secretRef"]["name"], labels
-                ):
-                    return False
-    for volume in spec.get("volumes") or ():
-        if "secret" in volume and not matches_any(patterns, volume["secret"]["secretName"], labels):
-            return False
-        projected = volume.get("projected")
-        if isinstance(projected, dict):
-            for source in projected.get("sources") or ():
-                if "secret" in source and not matches_any(
-                    patterns, source["secret"]["name"], labels
-                ):
-                    return False
-    for ref in spec.get("imagePullSecrets") or ():
-        if ref.get("name") and not matches_any(patterns, ref["name"], labels):
-            return False
-    return True
+    """Whether every secret the pod references is allowed: check_secrets formats paths
+    only for a Pod that has a violation."""
+    return all(secret_allowed(name, pod) for name, _ in secret_references(pod, paths=False))
 
 
 def _why(name: str, pod: Pod) -> str:

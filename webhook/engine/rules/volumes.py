@@ -60,24 +60,17 @@ def _creator_may(pod: Pod, undecided: bool) -> bool:
     return pod.ownership.platform or (undecided and pod.ownership.unknown is not None)
 
 
-def preexisting_reference(volume: JSON, pod: Pod, *, undecided: bool = False) -> str | None:
+def preexisting_reference(volume: JSON, pod: Pod, undecided: bool = False) -> str | None:
     """What existing data the volume (as a whole) reaches, or None for a platform volume.
 
     A platform-named claim or configMap is the platform's: a run the platform did not
     create may not use it (``platform.identities``; without it names decide)."""
-    return _reference(volume, pod, undecided)
-
-
-def _reference(volume: JSON, pod: Pod, undecided: bool) -> str | None:
-    """``preexisting_reference``, its arguments positional: every volume passes here."""
     if "persistentVolumeClaim" in volume:
         claim = volume["persistentVolumeClaim"]["claimName"]
         if matches_any(pod.policy.volumes.platform_claims, claim, pod.labels):
-            ownership = pod.ownership  # _creator_may, inlined
-            if not (ownership.platform or (undecided and ownership.unknown is not None)):
+            if not _creator_may(pod, undecided):
                 return f"pvc {claim} ({NOT_THE_PLATFORMS})"
-        # without a project label no claim is a project's (project_claim, without the call)
-        elif not pod.policy.platform.project_label or project_claim(pod, claim) is False:
+        elif project_claim(pod, claim) is False:
             return f"pvc {claim}"
     if "configMap" in volume:
         name = volume["configMap"]["name"]
@@ -120,7 +113,7 @@ def drop_preexisting_volumes(pod: Pod) -> Change | None:
     dropped: list[str] = []
     notes: list[str] = []
     for volume in volumes:
-        if _reference(volume, pod, True) is not None:
+        if preexisting_reference(volume, pod, True) is not None:
             dropped.append(volume["name"])
             notes.append(volume["name"])
             continue
@@ -185,14 +178,9 @@ def host_path_reason(volume: JSON, pod: Pod) -> str | None:
 def check_volumes(pod: Pod) -> list[Violation]:
     out: list[Violation] = []
     policy = pod.policy
-    allowed_types = policy.volumes.allowed_types
-    restricted = policy.security.level == "restricted"
     host_paths = policy.volumes.allowed_host_paths
     for i, volume in enumerate(pod.spec.get("volumes") or ()):
         for kind, source in volume.items():
-            if kind in allowed_types and kind != "hostPath":
-                if not restricted or kind in RESTRICTED_VOLUME_TYPES:
-                    continue  # what forbidden_type allows, without the call
             if kind == "hostPath" and host_paths:
                 reason = host_path_reason(volume, pod)
             else:
@@ -206,7 +194,7 @@ def check_volumes(pod: Pod) -> list[Violation]:
                     )
                 )
                 break
-        reference = _reference(volume, pod, False)
+        reference = preexisting_reference(volume, pod)
         if reference is not None:
             out.append(
                 Violation(
