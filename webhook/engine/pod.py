@@ -7,14 +7,14 @@ mutation step and validation check reads it from there.
 from __future__ import annotations
 
 import marshal
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 
 from webhook.engine.context import NO_CONTEXT, OWNERSHIP_OFF, Context, Ownership
-from webhook.engine.types import JSON
+from webhook.engine.types import JSON, Change
 from webhook.policy.model import Policy, Profile
 from webhook.quantity import parse
 
@@ -125,6 +125,43 @@ def warning(summary: str, details: Iterable[str] = ()) -> str:
     if hidden:
         out += f" (+{hidden} more)"
     return out[:WARNING_LIMIT]
+
+
+# (rule, summary, items) -> its Change (``kept_change``)
+_KEPT_CHANGES: dict[tuple[str, str, tuple[str, ...]], Change] = {}
+_KEPT = 1024  # bounded: the items hold a user's names
+
+
+def kept_change(rule: str, summary: str, items: tuple[str, ...] = ()) -> Change:
+    """``Change(rule, warning(summary, items))``, made once per list: a step's items are
+    the policy's labels and the names of a run's containers, volumes and secrets, the same
+    few on every run of a template, and a Change is frozen (one serves every review)."""
+    key = (rule, summary, items)
+    change = _KEPT_CHANGES.get(key)
+    if change is None:
+        change = Change(rule, warning(summary, items))
+        if len(_KEPT_CHANGES) >= _KEPT:
+            _KEPT_CHANGES.clear()
+        _KEPT_CHANGES[key] = change
+    return change
+
+
+C = TypeVar("C")
+V = TypeVar("V")
+
+
+def made_once(store: dict[int, tuple[C, V]], config: C, make: Callable[[C], V]) -> V:
+    """``make(config)``, made once per policy object ``config`` and kept in ``store``
+    beside it (so that its id is not reused while there); bounded, since policies are
+    reloaded and each reload makes new objects."""
+    known = store.get(id(config))
+    if known is not None and known[0] is config:
+        return known[1]
+    if len(store) >= 64:
+        store.clear()
+    made = make(config)
+    store[id(config)] = (config, made)
+    return made
 
 
 def main_container(pod: Pod) -> JSON:

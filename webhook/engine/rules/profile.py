@@ -9,6 +9,7 @@ from webhook.engine.context import cluster_lacks
 from webhook.engine.pod import (
     Pod,
     copy_value,
+    kept_change,
     main_container,
     warning,
 )
@@ -102,27 +103,10 @@ def apply_profile(pod: Pod) -> Change | None:
         changed[:0] = [f"not set: the cluster has no {what}" for what in lacking]
     if not changed:
         return None
-    return _applied_change(profile.name, tuple(changed))
+    return kept_change(PROFILE_APPLIED, f"profile {profile.name} applied", tuple(changed))
 
 
 _CLUSTER_KINDS = {"priorityClassName": "PriorityClass", "runtimeClassName": "RuntimeClass"}
-
-
-# (profile, what it changed) -> its Change. Every item is the profile's own text (its
-# values, keys, env names), never a run's, so the same few lists recur on every run of a
-# profile; bounded all the same, since policies are reloaded.
-_APPLIED_CHANGES: dict[tuple[str, tuple[str, ...]], Change] = {}
-
-
-def _applied_change(name: str, changed: tuple[str, ...]) -> Change:
-    """The Change of a profile's changes, its ``warning`` fitted to 120 characters once
-    per list (a Change is frozen: the same one serves every run)."""
-    change = _APPLIED_CHANGES.get((name, changed))
-    if change is None:
-        change = Change(PROFILE_APPLIED, warning(f"profile {name} applied", changed))
-        if len(_APPLIED_CHANGES) < 1024:
-            _APPLIED_CHANGES[name, changed] = change
-    return change
 
 
 def merge_tolerations(spec: JSON, wanted: Iterable[Any]) -> bool:

@@ -26,7 +26,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from webhook.engine.context import cluster_lacks
-from webhook.engine.pod import Pod, copy_value, warning
+from webhook.engine.pod import Pod, copy_value, made_once, warning
 from webhook.engine.rule_ids import SCHEDULING_PREEMPTION_MODE, SCHEDULING_PRIORITY_CLASS
 from webhook.engine.rules.profile import forget_computed_priority
 from webhook.engine.types import JSON, Change, Violation
@@ -167,15 +167,8 @@ _SPOTS: dict[int, tuple[PreemptionConfig, Spot]] = {}
 
 
 def _spot(cfg: PreemptionConfig) -> Spot:
-    """The ``Spot`` of ``cfg``, made once per policy (bounded: policies are reloaded)."""
-    known = _SPOTS.get(id(cfg))
-    if known is not None and known[0] is cfg:
-        return known[1]
-    if len(_SPOTS) >= 64:
-        _SPOTS.clear()
-    spot = Spot(cfg)
-    _SPOTS[id(cfg)] = (cfg, spot)
-    return spot
+    """The ``Spot`` of ``cfg``, made once per policy."""
+    return made_once(_SPOTS, cfg, Spot)
 
 
 class Spot:

@@ -14,9 +14,9 @@ from webhook.engine.pod import (
     ALL_CONTAINER_LISTS,
     CONTAINER_LISTS,
     Pod,
+    kept_change,
     remove_volumes,
     set_list,
-    warning,
 )
 from webhook.engine.rule_ids import SECRETS_FORBIDDEN
 from webhook.engine.types import JSON, Change, Violation
@@ -111,23 +111,9 @@ def drop_forbidden_secrets(pod: Pod) -> Change | None:
         set_list(spec, "imagePullSecrets", kept)
     if not removed:
         return None
-    return _removed_change(tuple(removed))
-
-
-# the secrets removed -> their Change: the same few names on every run of a platform, and
-# a Change is frozen (one serves every run); bounded, since the names are a user's
-_REMOVED_CHANGES: dict[tuple[str, ...], Change] = {}
-
-
-def _removed_change(names: tuple[str, ...]) -> Change:
-    change = _REMOVED_CHANGES.get(names)
-    if change is None:
-        text = warning("secrets not managed by the platform removed", names)
-        change = Change(SECRETS_FORBIDDEN, text)
-        if len(_REMOVED_CHANGES) >= 1024:
-            _REMOVED_CHANGES.clear()
-        _REMOVED_CHANGES[names] = change
-    return change
+    return kept_change(
+        SECRETS_FORBIDDEN, "secrets not managed by the platform removed", tuple(removed)
+    )
 
 
 def _env_from_secret(env_from: JSON) -> str | None:

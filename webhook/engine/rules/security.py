@@ -11,7 +11,7 @@ to. A Windows Pod gets only the fields the apiserver accepts for Windows.
 
 from __future__ import annotations
 
-from webhook.engine.pod import CONTAINER_LISTS, Pod, set_list, warning
+from webhook.engine.pod import CONTAINER_LISTS, Pod, kept_change, made_once, set_list, warning
 from webhook.engine.rule_ids import (
     SECURITY_CAPABILITIES,
     SECURITY_DEBUG_CONTAINER,
@@ -141,9 +141,9 @@ def strip_root(pod: Pod) -> Change | None:
                         set_list(caps, "add", kept)
             _fill_container(sc, drop, filled, fill.drop_label)
     if stripped:
-        return _change(SECURITY_ROOT, "root and privileges stripped", tuple(stripped))
+        return kept_change(SECURITY_ROOT, "root and privileges stripped", tuple(stripped))
     if filled:
-        return _change(SECURITY_DEFAULTS, "security defaults set", tuple(dict.fromkeys(filled)))
+        return kept_change(SECURITY_DEFAULTS, "security defaults set", tuple(dict.fromkeys(filled)))
     return None
 
 
@@ -168,32 +168,7 @@ _HARDENING: dict[int, tuple[SecurityConfig, _Hardening]] = {}
 
 def _hardening(policy: Policy) -> _Hardening:
     """The ``_Hardening`` of ``policy.security`` (which alone decides it), made once."""
-    sec = policy.security
-    known = _HARDENING.get(id(sec))
-    if known is not None and known[0] is sec:
-        return known[1]
-    if len(_HARDENING) >= 64:  # bounded: policies are reloaded
-        _HARDENING.clear()
-    made = _Hardening(policy)
-    _HARDENING[id(sec)] = (sec, made)
-    return made
-
-
-# (rule, summary, items) -> its Change: the items are the policy's labels and the names
-# of the run's containers, the same few on every run; a Change is frozen (one serves
-# every run); bounded, since the names are a user's
-_CHANGES: dict[tuple[str, str, tuple[str, ...]], Change] = {}
-
-
-def _change(rule: str, summary: str, items: tuple[str, ...]) -> Change:
-    key = (rule, summary, items)
-    change = _CHANGES.get(key)
-    if change is None:
-        change = Change(rule, warning(summary, items))
-        if len(_CHANGES) >= 1024:
-            _CHANGES.clear()
-        _CHANGES[key] = change
-    return change
+    return made_once(_HARDENING, policy.security, lambda _: _Hardening(policy))
 
 
 def _confine_only(pod: Pod) -> Change | None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from webhook.engine.pod import Pod, remove_volumes, set_list, warning
+from webhook.engine.pod import Pod, kept_change, remove_volumes, set_list
 from webhook.engine.rule_ids import VOLUMES_FORBIDDEN_TYPE, VOLUMES_PRE_EXISTING
 from webhook.engine.rules.operators import operator_config_map
 from webhook.engine.rules.pod_security import RESTRICTED_VOLUME_TYPES
@@ -132,22 +132,7 @@ def drop_preexisting_volumes(pod: Pod) -> Change | None:
         return None
     if dropped:
         remove_volumes(pod.spec, set(dropped))
-    return _removed_change(tuple(notes))
-
-
-# what was removed -> its Change: the names are the platform's volumes' (the same few on
-# every run), a Change is frozen (one serves every run); bounded, since they are a user's
-_REMOVED_CHANGES: dict[tuple[str, ...], Change] = {}
-
-
-def _removed_change(notes: tuple[str, ...]) -> Change:
-    change = _REMOVED_CHANGES.get(notes)
-    if change is None:
-        change = Change(VOLUMES_PRE_EXISTING, warning("pre-existing volumes removed", notes))
-        if len(_REMOVED_CHANGES) >= 1024:
-            _REMOVED_CHANGES.clear()
-        _REMOVED_CHANGES[notes] = change
-    return change
+    return kept_change(VOLUMES_PRE_EXISTING, "pre-existing volumes removed", tuple(notes))
 
 
 def forbidden_type(kind: str, policy: Policy) -> str | None:
