@@ -19,8 +19,10 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-ROUND = """
-import sys
+# ``review()`` of the typical GPU run Pod in the tree ``sys.argv[1]``, then what was loaded
+# frozen, as a worker runs (the master froze it); the scripts that compare trees add theirs.
+REVIEW = """
+import gc, sys
 root = sys.argv[1]
 sys.path[:0] = [root, root + "/bench"]
 import bench_engine
@@ -33,11 +35,15 @@ def review():
         served(pod, policy)
     else:
         bench_engine.validate(bench_engine.mutate(pod, policy).object, policy)
-import gc
+"""
+ROUND = (
+    REVIEW
+    + """
 gc.collect()
-gc.freeze()  # both trees measured as a worker runs (the master froze what it loaded)
+gc.freeze()
 print(bench_engine.summary(bench_engine.measure(review, 20000, float(sys.argv[2])))[0])
 """
+)
 
 
 def p50(root: Path, seconds: float) -> float:

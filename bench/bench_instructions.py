@@ -19,29 +19,23 @@ import subprocess
 import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_compare import REVIEW  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
 WARM, FEW, MORE = 300, 300, 600
-RUN = """
-import gc, sys
-root, count = sys.argv[1], int(sys.argv[2])
-sys.path[:0] = [root, root + "/bench"]
-import bench_engine
-from webhook.policy.loader import load_policy
-policy = load_policy(root + "/tests/cases/_policies/platform")
-pod = bench_engine.gpu_pod(1)
-served = getattr(bench_engine, "server_review", None)  # receipts, where the tree has them
-def review():
-    if served is not None:
-        served(pod, policy)
-    else:
-        bench_engine.validate(bench_engine.mutate(pod, policy).object, policy)
-for _ in range(WARM):
+RUN = (
+    REVIEW
+    + f"""
+for _ in range({WARM}):
     review()
 gc.collect()
 gc.freeze()
-for _ in range(count):
+for _ in range(int(sys.argv[2])):
     review()
-""".replace("WARM", str(WARM))
+"""
+)
 
 
 def collected(root: Path, count: int) -> int:

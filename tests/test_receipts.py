@@ -36,6 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 
 from bench_engine import gpu_pod  # noqa: E402
+from decisions import contexts  # noqa: E402  (nobody, a user, the platform)
 from fuzz_inputs import inputs as fuzz_texts  # noqa: E402
 from test_engine_properties import POLICY_SET, pods  # noqa: E402
 
@@ -63,18 +64,6 @@ def corpus() -> list[dict[str, Any]]:
             if isinstance(doc, dict) and doc.get("kind") in TEMPLATE_PATHS:
                 found.append(doc)
     return found
-
-
-def contexts(policy: Policy) -> list[Context]:
-    identities = policy.platform.identities
-    platform = identities[0] if identities else "nobody"
-    if platform.startswith("serviceaccount:"):
-        platform = "system:" + platform
-    return [
-        NO_CONTEXT,
-        Context(Requester("alice", ("system:authenticated",)), StaticClusterState()),
-        Context(Requester(platform), StaticClusterState()),
-    ]
 
 
 def _seen(d: Decision) -> tuple[Any, ...]:
