@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 import requests
 from harness import RunguardServer, Traffic, admission_review, run_pod, sample_policy
 
@@ -192,6 +193,55 @@ def test_shutdown_finishes_the_review_in_flight(start_runguard: Any, tmp_path: P
     assert json.loads(payload)["response"]["allowed"] is True
     assert server.proc.wait(timeout=40) == 0
     assert list(scratch.iterdir()) == []  # the metrics directory went with the server
+
+
+def test_sigterm_with_a_shutdown_delay_drains_before_it_stops(start_runguard: Any) -> None:
+    """``--shutdown-delay``: told to stop, the server keeps accepting and answering,
+    closes each connection after its answer (kept-alive ones too) and says ``draining``
+    on /readyz, so the apiserver's next connection goes to another replica; a second
+    SIGTERM to a worker stops it at once. The delay is long so no clock is raced."""
+    server = start_runguard(policy=sample_policy(), env={"RUNGUARD_SHUTDOWN_DELAY": "120"})
+    assert server.proc is not None
+    kept = server.session()
+    before = kept.get(server.url + "/readyz", timeout=10)
+    assert before.status_code == 200 and before.headers.get("Connection") != "close"
+    workers = server.worker_pids()
+
+    server.proc.send_signal(signal.SIGTERM)
+    server.wait_for(lambda: server.stderr.count("draining for 120s") == len(workers), "drain")
+
+    again = kept.get(server.url + "/readyz", timeout=10)  # the connection kept before
+    assert again.status_code == 503 and again.headers["Connection"] == "close"
+    assert again.json()["status"] == "draining"
+    fresh = server.session()  # a new connection is still accepted, and answered
+    answer = fresh.post(server.url + "/mutate", json=admission_review(run_pod()), timeout=10)
+    assert answer.status_code == 200 and answer.headers["Connection"] == "close"
+    assert answer.json()["response"]["allowed"] is True
+    assert server.proc.poll() is None and server.worker_pids() == workers
+
+    for pid in workers:  # a second SIGTERM: no more draining
+        os.kill(pid, signal.SIGTERM)
+    assert server.proc.wait(timeout=40) == 0
+    assert "drained; stopping" not in server.stderr
+
+
+def test_the_shutdown_delay_ends_by_itself(start_runguard: Any) -> None:
+    server = start_runguard(policy=sample_policy(), env={"RUNGUARD_SHUTDOWN_DELAY": "1"})
+    assert server.proc is not None
+    workers = server.worker_pids()
+    server.proc.send_signal(signal.SIGTERM)
+    assert server.proc.wait(timeout=60) == 0
+    assert server.stderr.count("drained; stopping") == len(workers)
+    with pytest.raises(requests.ConnectionError):  # nothing listens any more
+        requests.get(server.url + "/healthz", verify=str(server.ca_file), timeout=5)
+
+
+def test_without_a_shutdown_delay_sigterm_stops_at_once(start_runguard: Any) -> None:
+    server = start_runguard(policy=sample_policy())
+    assert server.proc is not None
+    server.proc.send_signal(signal.SIGTERM)
+    assert server.proc.wait(timeout=40) == 0
+    assert "draining" not in server.stderr
 
 
 def test_gunicorn_conf_py_runs_the_same_server(start_runguard: Any) -> None:

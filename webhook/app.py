@@ -39,6 +39,7 @@ from webhook.settings import (
     read_settings,
 )
 from webhook.tls import peer_verified
+from webhook.worker import draining
 
 __all__ = ["create_app"]
 
@@ -205,6 +206,9 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
 
     @app.get("/readyz")
     def readyz() -> Response:
+        if draining():  # stopping: endpoints and load balancers are to drop this Pod
+            message = "draining before shutdown: send new connections elsewhere"
+            return _json({"status": "draining", "worker": os.getpid(), "message": message}, 503)
         store.current()
         current = store.state
         if current.policy is None:

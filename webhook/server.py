@@ -22,6 +22,7 @@ tie the other modules to gunicorn's processes:
 from __future__ import annotations
 
 import gc
+import math
 import os
 import shutil
 import ssl
@@ -50,6 +51,7 @@ __all__ = [
 _MULTIPROC_DIR_OWNED: list[tuple[int, str]] = []  # (pid of the maker, directory or "")
 _MASTER_PID = [0]  # the gunicorn master records no metrics (see module doc)
 EXIT_FLUSH = 2.0  # seconds a leaving process gives its logs to be written
+GRACEFUL_STOP = 25  # seconds in-flight reviews get after a worker stops accepting
 
 
 # ------------------------------------------------------------------------ metrics
@@ -163,7 +165,8 @@ def when_ready(arbiter: Any) -> None:
     gc.freeze()
 
 
-def post_fork(arbiter: Any, worker: Any) -> None:
+def post_fork(arbiter: Any, worker: Any, *, shutdown_delay: float = 0.0) -> None:
+    worker.shutdown_delay = shutdown_delay  # drain this long on SIGTERM (``worker.py``)
     for writer in all_writers():  # a worker counts its dropped log lines (the master not)
         writer.count_drops(partial(_count_dropped, writer.name))
     store = _runguard_store(arbiter)
@@ -210,7 +213,9 @@ def gunicorn_options(settings: ServeSettings) -> dict[str, Any]:
         "threads": settings.threads,
         "keepalive": 75,  # the apiserver reuses its connections; idle ones close after 75 s
         "timeout": 30,  # a worker silent this long is killed and replaced
-        "graceful_timeout": 25,  # in-flight reviews finish on SIGTERM (< k8s' 30 s)
+        # on SIGTERM: drain for the shutdown delay, then in-flight reviews finish (the
+        # Deployment's terminationGracePeriodSeconds covers both)
+        "graceful_timeout": GRACEFUL_STOP + math.ceil(settings.shutdown_delay),
         "preload_app": True,
         "certfile": str(settings.cert_file),
         "keyfile": str(settings.key_file),
@@ -229,7 +234,7 @@ def gunicorn_options(settings: ServeSettings) -> dict[str, Any]:
         "proc_name": "runguard",
         "on_starting": on_starting,
         "when_ready": when_ready,
-        "post_fork": post_fork,
+        "post_fork": partial(post_fork, shutdown_delay=settings.shutdown_delay),
         "worker_exit": worker_exit,
         "child_exit": child_exit,
         "on_exit": on_exit,

@@ -26,6 +26,7 @@ __all__ = [
     "DEFAULT_MAX_BODY",
     "DEFAULT_THREADS",
     "IN_CLUSTER",
+    "MAX_SHUTDOWN_DELAY",
     "RELOAD_INTERVAL",
     "SETTINGS",
     "ServeSettings",
@@ -43,6 +44,7 @@ DEFAULT_THREADS = 2  # CPU-bound reviews: more threads only queue on the GIL (do
 DEFAULT_LOG_QUEUE = 4096  # log lines a process holds for a slow sink before it drops
 RELOAD_INTERVAL = 1.0  # seconds between checks of the policy and certificate files
 IN_CLUSTER = "in-cluster"  # cluster_state: the pod's own ServiceAccount
+MAX_SHUTDOWN_DELAY = 120  # seconds; a Pod's grace period must cover it and the graceful stop
 
 
 class SettingsError(ValueError):
@@ -83,6 +85,16 @@ def _seconds(value: object, name: str) -> float:
         raise SettingsError(f"{name} must be a number of seconds, got {value!r}") from None
     if not 0 < seconds <= 3600:
         raise SettingsError(f"{name} must be above 0 and at most 3600, got {seconds}")
+    return seconds
+
+
+def _delay(value: object, name: str) -> float:
+    try:
+        seconds = float(str(value))
+    except ValueError:
+        raise SettingsError(f"{name} must be a number of seconds, got {value!r}") from None
+    if not 0 <= seconds <= MAX_SHUTDOWN_DELAY:
+        raise SettingsError(f"{name} must be from 0 to {MAX_SHUTDOWN_DELAY}, got {seconds:g}")
     return seconds
 
 
@@ -175,6 +187,15 @@ SETTINGS: tuple[Setting, ...] = (
         metavar="LINES",
     ),
     Setting(
+        "shutdown_delay",
+        "seconds a server told to stop (SIGTERM) keeps accepting and answering before it "
+        "stops, closing each connection after its answer and saying 'draining' on "
+        "/readyz, so load balancers and the apiserver drop it first (default 0; the "
+        "shipped Deployment sets 5)",
+        _delay,
+        metavar="SECONDS",
+    ),
+    Setting(
         "reload_interval",
         f"seconds between checks of the policy and certificate files (default {RELOAD_INTERVAL:g})",
         _seconds,
@@ -237,6 +258,7 @@ class ServeSettings:
     threads: int = DEFAULT_THREADS
     max_body: int = DEFAULT_MAX_BODY
     log_queue: int = DEFAULT_LOG_QUEUE
+    shutdown_delay: float = 0.0
     reload_interval: float = RELOAD_INTERVAL
     bench_endpoint: bool = False
     cluster_state: str | None = None

@@ -11,6 +11,14 @@ an HTML page. runguard promises a JSON error for every 4xx: this worker answers
 ``{"error", "code", "message"}`` with ``Content-Type: application/json``, the same
 shape as the application's errors. A failed TLS handshake (a client certificate
 refused, see ``--client-ca``) gets no answer: there is no TLS session to send it in.
+
+Told to stop (SIGTERM) with a shutdown delay (``--shutdown-delay``), a worker drains
+first: for that long it keeps accepting and answering, closes each connection after
+its answer (``Connection: close``), and ``/readyz`` says ``draining``. Endpoints drop a
+terminating Pod a moment after the kubelet signals it, and the apiserver dials a
+webhook's Service endpoints itself: a server that stopped at once would refuse the
+connections it still opens, and reset those it keeps alive, and the apiserver retries
+neither. Then it stops as ``gthread`` does.
 """
 
 from __future__ import annotations
@@ -21,7 +29,6 @@ import socket
 import ssl
 import struct
 import time
-from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
@@ -31,14 +38,20 @@ from gunicorn import sock as gsock
 from gunicorn.http import errors
 from gunicorn.workers.gthread import STOP_KEEPALIVE_LINGER, TConn, ThreadWorker
 
-__all__ = ["REQUEST_TIMEOUT", "RunguardWorker", "SharedListenerWorker", "error_response"]
+from webhook.framing import Pending, request_ready
+
+__all__ = [
+    "REQUEST_TIMEOUT",
+    "RunguardWorker",
+    "SharedListenerWorker",
+    "draining",
+    "error_response",
+]
 
 REQUEST_TIMEOUT = (
     10.0  # seconds from accept (or a kept-alive request's first byte) to a whole request
 )
 READ_CHUNK = 65536
-HEAD_LIMIT = 1024 * 1024  # a head without its end this long goes to the parser (414 / 431)
-BUFFERED_BODY = 4 * 1024 * 1024 + 65536  # larger bodies are read by the thread, bounded per read
 _QUIET_TLS = {None, "UNEXPECTED_EOF_WHILE_READING", "EOF occurred in violation of protocol"}
 
 # (error, HTTP status, reason) in order: the first class that matches answers.
@@ -54,6 +67,12 @@ _STATUS: tuple[tuple[type[Exception], int, str], ...] = (
     (errors.ParseException, 400, "Bad Request"),
 )
 MAX_MESSAGE = 200  # never echo much of a bad request back
+_DRAINING = [False]  # this process is draining (see the module doc)
+
+
+def draining() -> bool:
+    """Whether this process is a worker draining before it stops (``/readyz`` asks)."""
+    return _DRAINING[0]
 
 
 def error_response(exc: BaseException) -> tuple[int, bytes]:
@@ -93,16 +112,57 @@ class RunguardWorker(ThreadWorker):  # type: ignore[misc]  # gunicorn is untyped
     """
 
     own_listener = True
+    alive: bool  # gunicorn's: the worker's loop runs while it is True
+    shutdown_delay = 0.0  # set per server by the post_fork hook (``webhook.server``)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._pending: dict[Any, _Pending] = {}
+        self._pending: dict[Any, Pending] = {}
+        self._drain_until: float | None = None
+        self._drain_logged = False
 
     def init_process(self) -> None:
         if self.own_listener:
             shared: list[Any] = getattr(self, "sockets")  # noqa: B009  # untyped base
             self.sockets = shared + _own_listeners(shared, self.cfg.backlog, self.log)
         super().init_process()
+
+    # -- stopping: drain, then stop accepting
+
+    def handle_exit(self, sig: int, frame: Any) -> None:
+        """SIGTERM: drain for ``shutdown_delay`` first; a second SIGTERM stops now."""
+        if self.shutdown_delay > 0 and self._drain_until is None and self.alive:
+            self._drain_until = time.monotonic() + self.shutdown_delay
+            _DRAINING[0] = True
+            return
+        self.alive = False
+
+    def handle_request(self, req: Any, conn: Any) -> Any:
+        if _DRAINING[0]:
+            req.must_close = True  # the client's next request goes to another replica
+        return super().handle_request(req, conn)
+
+    def set_accept_enabled(self, enabled: bool) -> None:
+        super().set_accept_enabled(enabled)
+        if not enabled and not self.alive:
+            # Stopping: close the listening sockets now, not after the graceful stop.
+            # One left open but unwatched still gets connections from the kernel
+            # (SO_REUSEPORT spreads them), which would wait unanswered, then be reset.
+            for listener in self.sockets:
+                listener.close()
+
+    def _drained(self) -> None:
+        if self._drain_until is None or not self.alive:
+            return
+        if not self._drain_logged:
+            self._drain_logged = True
+            self.log.info(
+                "draining for %gs: answering, closing each connection after its answer",
+                self.shutdown_delay,
+            )
+        if time.monotonic() >= self._drain_until:
+            self.log.info("drained; stopping")
+            self.alive = False
 
     # -- the loop: accept, handshake, read
 
@@ -119,7 +179,7 @@ class RunguardWorker(ThreadWorker):  # type: ignore[misc]  # gunicorn is untyped
         timeout = struct.pack("ll", int(REQUEST_TIMEOUT), 0)
         client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, timeout)
         client.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, timeout)
-        pending = _Pending(conn, time.monotonic() + REQUEST_TIMEOUT)
+        pending = Pending(conn, time.monotonic() + REQUEST_TIMEOUT)
         try:
             if self.cfg.is_ssl:
                 conn.sock = gsock.ssl_context(self.cfg).wrap_socket(
@@ -144,19 +204,19 @@ class RunguardWorker(ThreadWorker):  # type: ignore[misc]  # gunicorn is untyped
         self._read_next(conn, b"")
 
     def _read_next(self, conn: Any, buffered: bytes) -> None:
-        pending = _Pending(conn, time.monotonic() + REQUEST_TIMEOUT, bytearray(buffered))
+        pending = Pending(conn, time.monotonic() + REQUEST_TIMEOUT, bytearray(buffered))
         self._pending[conn] = pending
         self.poller.register(conn.sock, selectors.EVENT_READ, partial(self._progress, pending))
         self._progress(pending, conn.sock)
 
-    def _progress(self, pending: _Pending, _fileobj: Any) -> None:
+    def _progress(self, pending: Pending, _fileobj: Any) -> None:
         """Advance the handshake or the read as far as the socket allows, never waiting."""
         conn = pending.conn
         try:
             if pending.handshaking:
                 conn.sock.do_handshake()
                 pending.handshaking = False
-            if pending.data and _request_ready(pending, conn.sock):
+            if pending.data and request_ready(pending, conn.sock):
                 self._dispatch(pending)  # a pipelined request, read ahead whole
                 return
             while True:
@@ -165,7 +225,7 @@ class RunguardWorker(ThreadWorker):  # type: ignore[misc]  # gunicorn is untyped
                     self._drop(pending)  # closed by the client
                     return
                 pending.data += chunk
-                if _request_ready(pending, conn.sock):
+                if request_ready(pending, conn.sock):
                     self._dispatch(pending)
                     return
         except ssl.SSLWantReadError:
@@ -181,7 +241,7 @@ class RunguardWorker(ThreadWorker):  # type: ignore[misc]  # gunicorn is untyped
         except OSError:
             self._drop(pending)  # reset by the client
 
-    def _dispatch(self, pending: _Pending) -> None:
+    def _dispatch(self, pending: Pending) -> None:
         """The request is in memory: a thread parses and answers it from there."""
         conn = pending.conn
         self.poller.unregister(conn.sock)
@@ -193,7 +253,7 @@ class RunguardWorker(ThreadWorker):  # type: ignore[misc]  # gunicorn is untyped
         conn.parser.unreader.unread(bytes(pending.data))
         self.enqueue_req(conn)
 
-    def _drop(self, pending: _Pending, registered: bool = True) -> None:
+    def _drop(self, pending: Pending, registered: bool = True) -> None:
         conn = pending.conn
         if self._pending.pop(conn, None) is not None and registered:
             try:
@@ -207,6 +267,7 @@ class RunguardWorker(ThreadWorker):  # type: ignore[misc]  # gunicorn is untyped
         """Close connections that have not sent a whole request in time, and, once the
         worker is stopping, those that have sent nothing (a request begun may finish)."""
         super().murder_pending()
+        self._drained()  # the loop calls this at least once a second
         now = time.monotonic()
         for pending in list(self._pending.values()):
             if pending.deadline <= now:
@@ -268,73 +329,6 @@ class SharedListenerWorker(RunguardWorker):
     """``RunguardWorker`` taking connections only from the master's shared socket."""
 
     own_listener = False
-
-
-@dataclass(eq=False)
-class _Pending:
-    """A connection whose request the loop is still reading."""
-
-    conn: Any
-    deadline: float
-    data: bytearray = field(default_factory=bytearray)
-    handshaking: bool = False
-    need: int | None = None  # bytes of head and body, once the head is read
-    chunked: int | None = None  # where a chunked body starts
-
-
-def _request_ready(pending: _Pending, sock: Any) -> bool:
-    """Whether ``pending.data`` holds a whole request (or what the parser must refuse)."""
-    data = pending.data
-    if pending.need is None and pending.chunked is None:
-        end = data.find(b"\r\n\r\n")
-        if end < 0:
-            return len(data) > HEAD_LIMIT
-        length, chunked, expect = 0, False, -1
-        start = data.find(b"\r\n") + 2
-        while start < end:
-            stop = data.find(b"\r\n", start)
-            name, _, value = bytes(data[start:stop]).partition(b":")
-            name, value = name.strip().lower(), value.strip().lower()
-            if name == b"content-length":
-                if not value.isdigit():
-                    return True  # the parser answers 400
-                length = int(value)
-            elif name == b"transfer-encoding":
-                chunked = value.endswith(b"chunked")
-            elif name == b"expect" and value == b"100-continue":
-                expect = start
-            start = stop + 2
-        if expect >= 0 and len(data) < end + 4 + length:
-            # the client waits for this before it sends the body: say it from here
-            del data[expect : data.find(b"\r\n", expect) + 2]
-            end = data.find(b"\r\n\r\n")
-            try:
-                sock.send(b"HTTP/1.1 100 Continue\r\n\r\n")
-            except OSError:
-                pass  # the client sends the body after a second of its own anyway
-        if chunked:
-            pending.chunked = end + 4
-        else:
-            pending.need = end + 4 + length
-    if pending.chunked is not None:
-        return _chunked_complete(data, pending.chunked) or len(data) > BUFFERED_BODY
-    assert pending.need is not None
-    return len(data) >= pending.need or pending.need > BUFFERED_BODY
-
-
-def _chunked_complete(data: bytearray, pos: int) -> bool:
-    while pos <= len(data):
-        eol = data.find(b"\r\n", pos)
-        if eol < 0:
-            return False
-        try:
-            size = int(bytes(data[pos:eol]).split(b";")[0].strip(), 16)
-        except ValueError:
-            return True  # the parser answers 400
-        if size == 0:
-            return data.find(b"\r\n\r\n", eol) >= 0  # after the trailers, if any
-        pos = eol + 2 + size + 2
-    return False
 
 
 def _own_listeners(listeners: list[Any], backlog: int, log: Any) -> list[socket.socket]:
