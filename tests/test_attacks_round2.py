@@ -23,7 +23,7 @@ import pytest
 import yaml
 from test_manifests import Cel
 
-from webhook import manifests
+from webhook import engine, manifests
 from webhook.clusterstate.static import StaticClusterState
 from webhook.engine import evaluate, mutate, validate
 from webhook.engine.context import PLATFORM_RECORD, POLICY_LABEL, STAMP, Context, Requester
@@ -783,34 +783,35 @@ def test_a_user_cannot_debug_the_operators_pod_for_its_token() -> None:
     assert not verdict.allowed, verdict.message()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="pods/exec and pods/attach (CONNECT) never reach runguard: a user with edit "
-    "gets the shell in a platform Pod that ownership.debug refuses her as a debug container",
-)
 def test_a_shell_in_a_platform_pod_by_exec_is_judged_like_a_debug_container() -> None:
     """Chain: ``ownership.debug`` refuses a user's ephemeral container in a Pod the
     platform created ("a shell in the run, with its secrets"). The ``edit`` ClusterRole
     also grants ``create pods/exec`` and ``pods/attach``: ``kubectl exec`` into the same
     Pod (an Argo step of the Core's Workflow, the Core's run, KubeRay's head, or an
-    operator's own Pod for its token) is the same shell, and no webhook of runguard has a
-    rule for CONNECT. Why it matters: the property ownership.debug protects holds only
-    against the harder of two equivalent doors. Fix: either route CONNECT of
-    ``pods/exec`` and ``pods/attach`` (no objectSelector: the object is PodExecOptions,
-    so runguard looks the Pod up in its cache, which then needs Pods' metadata) and deny
-    a non-platform requester on a Pod recorded as the platform's or naming its objects or
-    accounts; or say in the docs that users of run namespaces get a role without
-    ``pods/exec``/``pods/attach`` (and without ``get secrets``, which ``edit`` also
-    grants), and ``runguard lint --cluster`` checks it."""
+    operator's own Pod for its token) is the same shell, and no webhook of runguard had a
+    rule for CONNECT. Why it matters: the property ownership.debug protects held only
+    against the harder of two equivalent doors.
+
+    Closed: the cluster-state component routes CONNECT of ``pods/exec`` and
+    ``pods/attach`` (no objectSelector: the object is PodExecOptions) to ``/validate``,
+    runguard reads the Pod with that component's credentials and judges it as it judges
+    a debug container (``tests/test_shells.py``; through the real apiserver and kubectl
+    in ``tests/e2e/test_trust.py``)."""
     operations = {
         (resource, op)
-        for c in manifests.webhook_configurations(DIGITALHUB)
-        for h in c["webhooks"]
+        for h in manifests.shells_webhook_configuration(DIGITALHUB)["webhooks"]
         for rule in h["rules"]
         for resource in rule["resources"]
         for op in rule["operations"]
     }
-    assert ("pods/exec", "CONNECT") in operations
+    assert {("pods/exec", "CONNECT"), ("pods/attach", "CONNECT")} <= operations
+    run = {"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"name": "step-1", "namespace": DH_NS},
+           "spec": {"serviceAccountName": "core",
+                    "containers": [{"name": "main", "image": "python:3.11"}]}}  # fmt: skip
+    user = Context(Requester("mallory", ("developers",)), None, "CONNECT", "exec")
+    decision = engine.connect(run, DIGITALHUB, namespace=DH_NS, context=user)
+    assert not decision.allowed and {v.rule for v in decision.violations} == {"ownership.debug"}
 
 
 # --- 8. An owner another webhook adds, chosen by a label the user writes ---------------------
@@ -822,9 +823,7 @@ def platform_spark_application() -> dict[str, Any]:
     return stored(app, "app-1", MLRUN_API, platform=True)
 
 
-def test_a_users_spark_application_may_not_write_the_label_the_operator_finds_owners_by() -> (
-    None
-):
+def test_a_users_spark_application_may_not_write_the_label_the_operator_finds_owners_by() -> None:
     """Chain (the spark-operator's side as read in its v1beta2 sources,
     ``pkg/controller/sparkapplication/submission.go`` and ``pkg/webhook/webhook.go``): the
     user creates her own SparkApplication whose ``spec.driver.labels`` (or ``sparkConf``

@@ -877,7 +877,10 @@ def test_cli_write_then_check_catches_a_policy_edit(
         "policy-objects",
         "webhooks.yaml",
     ]
-    assert [p.name for p in (out / "cluster-state").iterdir()] == ["operators-rbac.yaml"]
+    assert sorted(p.name for p in (out / "cluster-state").iterdir()) == [
+        "operators-rbac.yaml",
+        "shells-webhook.yaml",
+    ]
     assert sorted(p.name for p in (out / "policy-objects").iterdir()) == [
         "runguard.io_profiles.yaml",
         "runguard.io_runpolicies.yaml",
@@ -1387,8 +1390,9 @@ def test_kustomize_builds_the_base_with_the_components(tmp_path: Path) -> None:
 
 def test_cluster_state_rbac_is_read_only_for_exactly_its_kinds() -> None:
     """The watch cache's role grants get, list and watch on exactly the resources the
-    cache watches (``webhook.clusterstate.RESOURCES``), bound to the webhook's account,
-    whose token the component mounts, and the component turns the cache on."""
+    cache watches (``webhook.clusterstate.RESOURCES``), and get on Pods (the Pod a shell
+    is opened into, ``webhook.shells``), bound to the webhook's account, whose token the
+    component mounts, and the component turns the cache on."""
     from webhook.clusterstate.model import RESOURCES
     from webhook.settings import BY_NAME
 
@@ -1404,7 +1408,7 @@ def test_cluster_state_rbac_is_read_only_for_exactly_its_kinds() -> None:
         (group, resource, verb)
         for group, _, resource in RESOURCES.values()
         for verb in ("get", "list", "watch")
-    }
+    } | {("", "pods", "get")}
     # the operators' kinds the shipped policies name, and nothing else
     policy = load_policy(REPO / "policies")
     kinds = {k for p in policy.run_policies() for k in p.platform.operator_kinds}

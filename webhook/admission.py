@@ -51,6 +51,8 @@ __all__ = [
     "Outcome",
     "UnsupportedMediaType",
     "check_content_type",
+    "context_of",
+    "decision_response",
     "encode_review",
     "parse_review",
     "review",
@@ -85,6 +87,7 @@ class AdmissionRequest(TypedDict, total=False):
     uid: Required[str]
     operation: Required[Operation]
     kind: GroupVersionKind
+    resource: JSON
     subResource: str
     namespace: str
     name: str
@@ -279,7 +282,7 @@ def _judge(
     only to put back the running spec (``kubectl apply`` of the user's manifest again),
     never to change an immutable spec. ``/validate`` judges CREATE and UPDATE, passing
     ``oldObject`` so violations already present do not block unrelated updates. DELETE
-    and CONNECT are always allowed.
+    and CONNECT are allowed (a shell opened into a Pod is ``webhook.shells``').
     """
     uid = request["uid"]
     obj = request.get("object")
@@ -295,14 +298,14 @@ def _judge(
         decision = engine.mutate(
             obj, policy, namespace=namespace, old=old, context=context, receipts=RECEIPTS
         )
-        return Outcome(_from_decision(uid, decision, patch=True), decision)
+        return Outcome(decision_response(uid, decision, patch=True), decision)
     decision = engine.validate(
         obj, policy, namespace=namespace, old=old, context=context, receipts=RECEIPTS
     )
-    return Outcome(_from_decision(uid, decision, patch=False), decision)
+    return Outcome(decision_response(uid, decision, patch=False), decision)
 
 
-def _from_decision(uid: str, decision: Decision, *, patch: bool) -> AdmissionReview:
+def decision_response(uid: str, decision: Decision, *, patch: bool) -> AdmissionReview:
     if not decision.allowed:
         return review_response(
             uid,

@@ -21,7 +21,7 @@ import orjson
 from flask import Flask, Response, request
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
-from webhook import admission, gcpause, logs, metrics
+from webhook import admission, gcpause, logs, metrics, shells
 from webhook.admission import AdmissionError, Endpoint
 from webhook.auditlog import AuditLog, audit_record
 from webhook.clusterstate import ClusterState
@@ -38,6 +38,7 @@ from webhook.settings import (
     SettingsError,
     read_settings,
 )
+from webhook.shells import PodReader, ReadPod
 from webhook.tls import peer_verified
 from webhook.worker import draining
 
@@ -66,6 +67,9 @@ class Runguard:
     cluster_state: ClusterView | None = None
     # The watch process keeping it (``webhook.clusterstate``), when this app started one.
     cluster_watch: ClusterWatch | None = None
+    # How a shell's Pod is read (``kubectl exec``: ``webhook.podreader``), with the
+    # cluster state's credentials; None without them (such a shell is then denied).
+    read_pod: ReadPod | None = None
 
 
 def create_app(config: Mapping[str, Any] | None = None) -> Flask:
@@ -108,7 +112,9 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
     )
     cluster_state, cluster_watch = _cluster_state(config, settings, store)
     cluster_metrics = (ClusterStateCollector(cluster_watch.state),) if cluster_watch else ()
-    state = Runguard(store, audit, cluster_state, cluster_watch)
+    source = settings.get("cluster_state")
+    read_pod = PodReader(source).read if source is not None else None
+    state = Runguard(store, audit, cluster_state, cluster_watch, read_pod)
     app.extensions["runguard"] = state
 
     if settings.get("client_ca") is not None:
@@ -137,7 +143,10 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
         if policy is None:
             m.observe_review(endpoint, "unavailable", None)
             return 503, orjson.dumps(_unavailable(store.state))
-        outcome = admission.review(endpoint, req, policy, state.cluster_state)
+        if endpoint == "validate" and shells.shell_of(req):
+            outcome = shells.review(req, policy, state.cluster_state, state.read_pod)
+        else:
+            outcome = admission.review(endpoint, req, policy, state.cluster_state)
         body = admission.encode_review(outcome.response)
         elapsed = time.perf_counter() - start
         m.observe_review(endpoint, outcome.label, elapsed)

@@ -162,6 +162,7 @@ def _component(
         for resource in kustomization.get("resources", [])
         for d in _documents(base / name / resource)
         if f"{name}/{resource}" not in manifests.policy_object_files()
+        and f"{name}/{resource}" != manifests.SHELLS_WEBHOOK_FILE  # rendered in webhooks.yaml
     ]
     operations: dict[str, list[dict[str, Any]]] = {}
     for patch in kustomization.get("patches", []):
@@ -396,12 +397,16 @@ def chart_files(
         return _with_ca(manifests.webhook_configurations(policy, **kw))
 
     policy_hook = _webhooks(lambda **kw: _with_ca([manifests.policy_object_webhook(**kw)]))
+    shells_hook = _webhooks(
+        lambda **kw: _with_ca([manifests.shells_webhook_configuration(policy, **kw)])
+    )
     templates["webhooks.yaml"] = (
         CERTIFICATES
         + "---\n"
         + _webhooks(with_ca)
         # in the Secret's template: the CA generated at install is known only here
         + _when(COMPONENTS["policy-objects"], "---\n" + policy_hook)
+        + _when(COMPONENTS["cluster-state"], "---\n" + shells_hook)
     )
     for name, (objects, _) in components.items():
         condition = COMPONENTS[name]

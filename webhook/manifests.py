@@ -58,6 +58,8 @@ __all__ = [
     "POD_CONTROLLERS",
     "REQUIRES",
     "RESERVED_NAMES_WEBHOOK",
+    "SHELLS_WEBHOOK",
+    "SHELLS_WEBHOOK_FILE",
     "VALIDATING_REFERENCES_WEBHOOK",
     "VALIDATING_WEBHOOK",
     "WEBHOOKS_FILE",
@@ -71,6 +73,7 @@ __all__ = [
     "references_expression",
     "reserved_name_condition",
     "selector_expression",
+    "shells_webhook_configuration",
     "to_yaml",
     "validating_webhook_configuration",
     "webhook_configurations",
@@ -121,6 +124,13 @@ POLICY_WEBHOOK_FILE = f"{POLICY_OBJECTS_DIR}/webhook.yaml"
 POLICY_WEBHOOK = "validate-policies.runguard.io"
 POLICY_CONFIGURATION_NAME = "runguard-policies"
 VALIDATE_POLICY_PATH = "/validate-policy"
+# The cluster-state component: a shell opened into a Pod (``kubectl exec``, ``attach``:
+# CONNECT, whose object is the command, not the Pod) is judged on the Pod runguard reads
+# with that component's credentials, so its webhook ships with them.
+SHELLS_WEBHOOK_FILE = "cluster-state/shells-webhook.yaml"
+SHELLS_WEBHOOK = "validate-shells.runguard.io"
+SHELLS_CONFIGURATION_NAME = "runguard-shells"
+SHELL_SUBRESOURCES = ("pods/exec", "pods/attach")
 TIMEOUT_SECONDS = 5
 NAMESPACE_LABEL = "kubernetes.io/metadata.name"
 LABELS = {"app.kubernetes.io/name": "runguard", "app.kubernetes.io/part-of": "runguard"}
@@ -676,11 +686,13 @@ def _conditions(condition: Mapping[str, str] | None) -> list[Mapping[str, str]]:
     return [*([condition] if condition is not None else []), status_condition()]
 
 
-def _configuration(kind: str, hooks: list[dict[str, Any]]) -> dict[str, Any]:
+def _configuration(
+    kind: str, hooks: list[dict[str, Any]], name: str = CONFIGURATION_NAME
+) -> dict[str, Any]:
     return {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": kind,
-        "metadata": {"name": CONFIGURATION_NAME, "labels": dict(ADMISSION_LABELS)},
+        "metadata": {"name": name, "labels": dict(ADMISSION_LABELS)},
         "webhooks": hooks,
     }
 
@@ -854,12 +866,32 @@ def policy_object_webhook(
         "sideEffects": "None",
         "timeoutSeconds": TIMEOUT_SECONDS,
     }
-    return {
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingWebhookConfiguration",
-        "metadata": {"name": POLICY_CONFIGURATION_NAME, "labels": dict(ADMISSION_LABELS)},
-        "webhooks": [hook],
-    }
+    return _configuration("ValidatingWebhookConfiguration", [hook], POLICY_CONFIGURATION_NAME)
+
+
+def shells_webhook_configuration(
+    policy: Policy,
+    *,
+    namespace: str = DEFAULT_NAMESPACE,
+    service: str = DEFAULT_SERVICE,
+    ca_bundle: bytes | None = None,
+    url: str | None = None,
+) -> dict[str, Any]:
+    """The ValidatingWebhookConfiguration of shells: ``kubectl exec`` and ``kubectl
+    attach`` into a Pod (CONNECT) in every namespace the Pod webhooks see, judged on the
+    Pod (``ownership.debug``: a Pod of the platform's is the platform's to open a shell
+    in). An objectSelector cannot see the Pod (the object is ``PodExecOptions``), so every
+    shell there reaches runguard, and waits on it: fail closed, as a debug container.
+    No webhook when no RunPolicy has a platform (``platform.identities``)."""
+    target = _Target(policy, namespace, service, ca_bundle, url)
+    hooks = []
+    if _any_ownership(policy):
+        hooks.append(
+            target.webhook(
+                SHELLS_WEBHOOK, VALIDATE_PATH, [_rule("", SHELL_SUBRESOURCES, ["CONNECT"])]
+            )
+        )
+    return _configuration("ValidatingWebhookConfiguration", hooks, SHELLS_CONFIGURATION_NAME)
 
 
 def policy_object_files(namespace: str = DEFAULT_NAMESPACE) -> dict[str, str]:
@@ -989,5 +1021,8 @@ def generated_files(
         ),
         CONFIG_MAP_FILE: to_yaml([policy_config_map(files, namespace=namespace)], _HEADER),
         OPERATORS_RBAC_FILE: to_yaml(operators_watch_rbac(policy), _HEADER),
+        SHELLS_WEBHOOK_FILE: to_yaml(
+            [shells_webhook_configuration(policy, namespace=namespace)], _HEADER
+        ),
         **policy_object_files(namespace),
     }

@@ -6,8 +6,8 @@ ServiceAccount ``digitalhub/core``) with its cluster state watch, registered as
 controller-manager, scheduler and kwok run: the platform's Deployment scales, rolls out
 and rolls back, a StatefulSet scales, a Job's Pods are orphaned by the garbage collector,
 a failed Pod of a Job is retried, and the attacks of a user with edit rights (relabeling,
-rewritten owners, a debug container, and through the status subresources) are refused by
-the apiserver with runguard's message.
+rewritten owners, a debug container, a shell by ``kubectl exec`` or ``attach``, and
+through the status subresources) are refused by the apiserver with runguard's message.
 """
 
 from __future__ import annotations
@@ -50,6 +50,8 @@ def shipped(cluster: Cluster, webhook: Webhook, tmp_path_factory: Any) -> Iterat
     prepare_cluster(cluster)
     platform_identity(cluster)  # the namespace and ServiceAccount digitalhub/core
     with instead_of_the_session(webhook, cluster, server):
+        # and the shells' webhook, as the cluster-state component ships it
+        cluster.kubectl("apply", "-f", "-", input=server.manifests_with("--shells"), check=True)
         wait_for_policy_label(cluster, "digitalhub", "the shipped policies' runguard called")
         cluster.start_whole_path()
         try:
@@ -254,6 +256,34 @@ def test_relabeling_a_run_out_of_its_policy_is_refused(cluster: Cluster, space: 
     assert done.returncode != 0 and "ownership.debug" in rule_ids(done.stderr)
     # the platform may still label it with anything else
     core.kubectl("label", "-n", space, name, "note=ok", check=True)
+
+
+def test_a_shell_in_the_platforms_pod_is_refused_to_a_user(cluster: Cluster, space: str) -> None:
+    """``kubectl exec`` and ``kubectl attach`` (CONNECT, whose object is the command, not
+    the Pod): runguard reads the Pod with its cluster-state credentials and refuses a
+    user a shell in the platform's run, as it refuses her a debug container. The Pods stay
+    Pending (no node matches), so a shell runguard lets through stops at the apiserver
+    ("does not have a host assigned") and never dials a kubelet."""
+    nowhere = {"nodeSelector": {NODE_KEY: "nowhere"}}
+    run = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "run", "labels": RUN},
+           "spec": {"containers": [container()], **nowhere}}  # fmt: skip
+    core = platform_identity(cluster)
+    core.kubectl("apply", "-n", space, "-f", "-", input=json.dumps(run), check=True)
+    assert platform_made(get(cluster, space, "pod/run"))
+    mallory = user(cluster)
+    for shell in (("exec", "run", "--", "sh"), ("attach", "run")):
+        done = mallory.kubectl(shell[0], "-n", space, *shell[1:], timeout=60)
+        assert done.returncode != 0 and "ownership.debug" in rule_ids(done.stderr), done.stderr
+        assert "validate-shells.runguard.io" in done.stderr
+    # the platform gets past runguard, and so does she into a Pod of her own
+    done = core.kubectl("exec", "-n", space, "run", "--", "sh", timeout=60)
+    assert "does not have a host assigned" in done.stderr, done.stderr
+    plain = {"name": "main", "image": "python:3.11"}
+    mine = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "mine", "labels": RUN},
+            "spec": {"containers": [plain], **nowhere}}  # fmt: skip
+    mallory.kubectl("apply", "-n", space, "-f", "-", input=json.dumps(mine), check=True)
+    done = mallory.kubectl("exec", "-n", space, "mine", "--", "sh", timeout=60)
+    assert "does not have a host assigned" in done.stderr, done.stderr
 
 
 def test_a_users_pod_as_the_platforms_service_account_is_refused(

@@ -1,7 +1,7 @@
 """``runguard manifests``: the webhook configurations rendered from the policy.
 
     runguard manifests -p DIR [--namespace N] [--service S] [--ca-bundle FILE] [--url URL]
-                       [-o yaml|json]
+                       [--policy-objects] [--shells] [-o yaml|json]
     runguard manifests -p DIR --write OUT      # regenerate the kustomize base's files
     runguard manifests -p DIR --check OUT      # exit 1 when they disagree with DIR
 
@@ -71,6 +71,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="also the webhook configuration that checks RunPolicy and Profile objects "
         "(docs/policy-objects.md)",
     )
+    parser.add_argument(
+        "--shells",
+        action="store_true",
+        help="also the webhook configuration of shells (kubectl exec and attach into a "
+        "Pod, judged on the Pod: runguard needs --cluster-state to read it)",
+    )
     parser.add_argument("-o", "--output", choices=("yaml", "json"), default="yaml")
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument(
@@ -120,6 +126,16 @@ def run(args: argparse.Namespace) -> int:
                     ca_bundle=ca_bundle,
                     url=args.url,
                 )  # fmt: skip
+            )
+        if args.shells:
+            objects.append(
+                manifests.shells_webhook_configuration(
+                    policy,
+                    namespace=args.namespace,
+                    service=args.service,
+                    ca_bundle=ca_bundle,
+                    url=args.url,
+                )
             )
     except OSError as exc:
         return _fail(f"{exc.filename}: {exc.strerror}")

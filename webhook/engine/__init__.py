@@ -2,10 +2,11 @@
 
 ``mutate`` is the mutating webhook (patches run Pods), ``validate`` the validating one
 (judges Pods and the pod templates of controllers), ``evaluate`` both in a row, as the
-cluster would apply them (``runguard apply``). None of them raises.
+cluster would apply them (``runguard apply``), ``connect`` a shell opened into a Pod
+(``kubectl exec``, ``attach``). None of them raises.
 """
 
-from webhook.engine.review import evaluate, mutate, validate
+from webhook.engine.review import connect, evaluate, mutate, validate
 from webhook.engine.types import Change, Decision, Violation
 
-__all__ = ["Change", "Decision", "Violation", "evaluate", "mutate", "validate"]
+__all__ = ["Change", "Decision", "Violation", "connect", "evaluate", "mutate", "validate"]

@@ -23,7 +23,7 @@ from webhook.engine.rule_ids import OWNERSHIP_STAMP, UPDATE_SPEC_KEPT
 from webhook.engine.rules import ownership, run_checks, run_steps
 from webhook.engine.rules.profile import PRIORITY_COMPUTED
 from webhook.engine.rules.security import harden_debug_containers
-from webhook.engine.rules.trust import run_trust_checks
+from webhook.engine.rules.trust import check_shell, run_trust_checks
 from webhook.engine.shape import check_shape
 from webhook.engine.subject import (
     Review,
@@ -466,9 +466,7 @@ def _already_present(v: Violation, known: dict[tuple[str, str], Decimal | None])
 
 def _stamp_violations(r: Review) -> list[Violation]:
     """On UPDATE: no object entering the platform's scope."""
-    return ownership.check_stamp(
-        r.metadata, r.old_metadata or {}, in_scope(r), r.policy, r.context
-    )
+    return ownership.check_stamp(r.metadata, r.old_metadata or {}, in_scope(r), r.policy, r.context)
 
 
 def _not_mutated(
@@ -507,6 +505,21 @@ def _not_mutated(
         for c in changes
         if c.rule.partition(".")[0] not in reported
     ]
+
+
+@_guarded
+def connect(
+    pod: Any, policy: Policy, *, namespace: str | None = None, context: Context = NO_CONTEXT
+) -> Decision:
+    """``kubectl exec`` or ``kubectl attach`` (``context.subresource``) into ``pod``, the
+    Pod as the cluster holds it (the request itself carries only the command): a shell
+    in a Pod the platform created, or that holds its objects or runs as its account, is
+    the platform's to open (``ownership.debug``, as a debug container). Nothing else of
+    the Pod is judged here: it was judged when it was created."""
+    found = check_shell(pod, policy, namespace, context)
+    if not found:
+        return _decision(pod, policy, namespace, applies=False, allowed=True)
+    return _deny(pod, policy, namespace, found)
 
 
 @_guarded

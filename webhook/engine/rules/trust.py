@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from webhook.engine.context import PLATFORM_RECORD, POLICY_LABEL, STAMP
+from webhook.engine.context import PLATFORM_RECORD, POLICY_LABEL, STAMP, Context
 from webhook.engine.pod import spec_prefix
 from webhook.engine.rule_ids import (
     OWNERSHIP_CHANGED,
@@ -27,7 +27,7 @@ from webhook.engine.rule_ids import (
 from webhook.engine.rules import ownership
 from webhook.engine.rules.scope import check_scope_labels, scope_label_keys
 from webhook.engine.subject import Review, expected_records, service_account
-from webhook.engine.types import Violation
+from webhook.engine.types import JSON, Violation
 from webhook.policy.model import Policy
 
 TrustCheck = Callable[[Review], list[Violation]]
@@ -233,25 +233,72 @@ def check_debug_container(r: Review) -> list[Violation]:
     after = r.target.spec.get("ephemeralContainers") or []
     if not isinstance(after, list) or len(after) <= len(before if isinstance(before, list) else []):
         return []
-    old_annotations = ownership.string_map(r.old_metadata, "annotations")
-    for p in r.root.run_policies():
-        if not ownership.enabled(p) or ownership.is_platform_identity(p, r.context.requester):
-            continue
-        account = (r.namespace, service_account(r.old_target.spec))
-        if (
-            ownership.recorded_platform(p, old_annotations)
-            or ownership.platform_references(r.old_target.spec, p)
-            or account in ownership.service_account_identities(p)
-        ):
-            return [
-                Violation(
-                    OWNERSHIP_DEBUG,
-                    "spec.ephemeralContainers",
-                    "the platform created this Pod, or it holds the platform's secrets or "
-                    "volumes: only the platform may add a debug container to it",
-                )
-            ]
+    if _platform_pod_for(r.root, r.old_metadata, r.old_target.spec, r.namespace, r.context):
+        return [
+            Violation(
+                OWNERSHIP_DEBUG,
+                "spec.ephemeralContainers",
+                "the platform created this Pod, or it holds the platform's secrets or "
+                "volumes: only the platform may add a debug container to it",
+            )
+        ]
     return []
+
+
+SHELLS = ("exec", "attach")  # the subresources a CONNECT opens a shell (or a tty) by
+
+
+def check_shell(pod: Any, root: Policy, namespace: str | None, context: Context) -> list[Violation]:
+    """``ownership.debug`` for ``kubectl exec`` and ``kubectl attach`` (CONNECT of
+    ``pods/exec``, ``pods/attach``) into ``pod``, the Pod as the cluster holds it: the
+    same shell, secrets and token as a debug container, by another door, so the same
+    judgment."""
+    if context.subresource not in SHELLS:
+        return []
+    metadata = pod.get("metadata") if isinstance(pod, dict) else None
+    spec = pod.get("spec") if isinstance(pod, dict) else None
+    if not _platform_pod_for(
+        root, metadata, spec if isinstance(spec, dict) else {}, namespace, context
+    ):
+        return []
+    return [
+        Violation(
+            OWNERSHIP_DEBUG,
+            f"pods/{context.subresource}",
+            "the platform created this Pod, or it holds the platform's secrets or volumes: "
+            f"only the platform may open a shell in it (kubectl {context.subresource})",
+        )
+    ]
+
+
+def shell_judged(root: Policy, context: Context) -> bool:
+    """Whether ``check_shell`` could refuse this requester anything: some RunPolicy has a
+    platform that the requester is not (so the Pod must be read to know)."""
+    return any(
+        ownership.enabled(p) and not ownership.is_platform_identity(p, context.requester)
+        for p in root.run_policies()
+    )
+
+
+def _platform_pod_for(
+    root: Policy, metadata: Any, spec: JSON, namespace: str | None, context: Context
+) -> bool:
+    """Whether a Pod (``metadata``, ``spec``) holds what some RunPolicy's platform owns
+    (created by it, naming its objects, or running as one of its accounts) while the
+    requester is not that platform."""
+    annotations = ownership.string_map(
+        metadata if isinstance(metadata, dict) else None, "annotations"
+    )
+    for p in root.run_policies():
+        if not ownership.enabled(p) or ownership.is_platform_identity(p, context.requester):
+            continue
+        if (
+            ownership.recorded_platform(p, annotations)
+            or ownership.platform_references(spec, p)
+            or (namespace, service_account(spec)) in ownership.service_account_identities(p)
+        ):
+            return True
+    return False
 
 
 def check_service_account(r: Review) -> list[Violation]:

@@ -1,0 +1,159 @@
+"""A shell opened into a Pod (``kubectl exec``, ``kubectl attach``): the same judgment as
+a debug container (``ownership.debug``), on the Pod as the cluster holds it.
+
+The engine's ``connect`` on the shipped policy, then ``webhook.shells.review`` of a
+CONNECT as the apiserver sends it, with the server's Pod read replaced by a function
+(the server, its read and kubectl are tested against a real apiserver in
+``tests/e2e/test_trust.py``).
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+from test_ownership import State
+from test_trust import ALICE, CORE, SHIPPED, created, pod, rules
+
+from webhook import admission, shells
+from webhook.engine import connect
+from webhook.engine.context import Context, Requester
+from webhook.shells import PodLookup
+
+
+def shell(who: Requester, target: Any, how: str = "exec", namespace: str = "ml") -> Any:
+    context = Context(who, State([]), "CONNECT", how)
+    return connect(target, SHIPPED, namespace=namespace, context=context)
+
+
+def users_own_pod() -> dict[str, Any]:
+    """Alice's run, naming nothing of the platform's: admitted for her."""
+    mine = pod()
+    main = mine["spec"]["containers"][0]
+    del main["envFrom"], main["volumeMounts"]
+    del mine["spec"]["volumes"]
+    return created(mine, ALICE)
+
+
+@pytest.mark.parametrize("how", ["exec", "attach"])
+def test_a_shell_in_the_platforms_run_is_the_platforms_to_open(how: str) -> None:
+    run = created(pod(), CORE)
+    denied = shell(ALICE, run, how)
+    assert not denied.allowed and rules(denied) == {"ownership.debug"}
+    assert f"kubectl {how}" in denied.message()
+    assert shell(CORE, run, how).allowed
+
+
+def test_a_shell_in_her_own_run_is_hers() -> None:
+    mine = users_own_pod()
+    for how in ("exec", "attach"):
+        decision = shell(ALICE, mine, how)
+        assert decision.allowed and not decision.violations
+
+
+def test_what_makes_a_pod_the_platforms_without_its_record() -> None:
+    """No record (a Pod created before runguard): what it names or runs as decides."""
+    unrecorded = copy.deepcopy(pod())
+    assert rules(shell(ALICE, unrecorded)) == {"ownership.debug"}  # its secret and claim
+    as_core = users_own_pod()
+    for key in ("annotations", "labels"):
+        as_core["metadata"].pop(key, None)
+    as_core["spec"]["serviceAccountName"] = "core"
+    assert rules(shell(ALICE, as_core, namespace="digitalhub")) == {"ownership.debug"}
+    assert shell(ALICE, as_core, namespace="ml").allowed  # another namespace's "core"
+
+
+def test_port_forward_opens_no_shell() -> None:
+    decision = shell(ALICE, created(pod(), CORE), how="portforward")
+    assert decision.allowed and not decision.violations
+
+
+# --- the review of a CONNECT ----------------------------------------------------------------
+
+
+def connect_request(who: Requester, subresource: str = "exec", name: str = "train") -> Any:
+    return {
+        "uid": "u-1",
+        "operation": "CONNECT",
+        "kind": {"group": "", "version": "v1", "kind": "PodExecOptions"},
+        "resource": {"group": "", "version": "v1", "resource": "pods"},
+        "subResource": subresource,
+        "namespace": "ml",
+        "name": name,
+        "object": {"kind": "PodExecOptions", "apiVersion": "v1", "command": ["sh"]},
+        "userInfo": {"username": who.username, "groups": list(who.groups)},
+    }
+
+
+class Reads:
+    """The server's Pod read, answering ``lookup`` and recording what was asked."""
+
+    def __init__(self, lookup: PodLookup) -> None:
+        self.lookup = lookup
+        self.asked: list[tuple[str, str]] = []
+
+    def __call__(self, namespace: str, name: str) -> PodLookup:
+        self.asked.append((namespace, name))
+        return self.lookup
+
+
+def answer(request: Any, read: Any) -> dict[str, Any]:
+    assert shells.shell_of(request) in ("exec", "attach")
+    outcome = shells.review(request, SHIPPED, None, read)
+    assert outcome.error is None
+    response: dict[str, Any] = dict(outcome.response["response"])
+    return response
+
+
+def test_a_shell_review_reads_the_pod_and_judges_it() -> None:
+    reads = Reads(PodLookup(created(pod(), CORE)))
+    denied = answer(connect_request(ALICE), reads)
+    assert reads.asked == [("ml", "train")]
+    assert denied["allowed"] is False and "[ownership.debug]" in denied["status"]["message"]
+    mine = Reads(PodLookup(users_own_pod()))
+    assert answer(connect_request(ALICE, "attach"), mine)["allowed"] is True
+
+
+def test_the_platform_opens_a_shell_without_a_read() -> None:
+    reads = Reads(PodLookup(None, "must not be asked"))
+    assert answer(connect_request(CORE), reads)["allowed"] is True
+    assert reads.asked == []
+
+
+@pytest.mark.parametrize(
+    ("read", "says"),
+    [
+        (None, "has no --cluster-state"),
+        (Reads(PodLookup(None, "the apiserver answered 403 Forbidden")), "403 Forbidden"),
+        (Reads(PodLookup(None)), "found no Pod ml/train"),
+    ],
+)
+def test_a_pod_that_cannot_be_read_is_denied(read: Any, says: str) -> None:
+    denied = answer(connect_request(ALICE), read)
+    assert denied["allowed"] is False and says in denied["status"]["message"]
+
+
+@pytest.mark.parametrize(
+    "request_",
+    [
+        connect_request(ALICE, "portforward"),
+        {
+            **connect_request(ALICE),
+            "resource": {"group": "x.io", "version": "v1", "resource": "pods"},
+        },  # fmt: skip
+        {
+            **connect_request(ALICE),
+            "operation": "CREATE",
+            "object": {"kind": "Pod", "apiVersion": "v1"},
+        },  # fmt: skip
+    ],
+)
+def test_only_exec_and_attach_of_core_pods_are_shells(request_: Any) -> None:
+    assert shells.shell_of(request_) is None
+
+
+def test_the_other_reviews_allow_a_connect() -> None:
+    for endpoint in ("mutate", "validate"):
+        outcome = admission.review(endpoint, connect_request(ALICE), SHIPPED, None)
+        assert outcome.response["response"]["allowed"] is True

@@ -1,0 +1,155 @@
+"""A shell opened into a Pod (``kubectl exec``, ``kubectl attach``): its review.
+
+A CONNECT review of ``pods/exec`` or ``pods/attach`` carries the command and the
+container (``PodExecOptions``), not the Pod; the engine judges the Pod
+(``engine.connect``: a Pod of the platform's is the platform's to open a shell in,
+``ownership.debug``). So the server reads it, one GET per shell, and only when the
+requester is not the platform: people open shells, not controllers, so this is far
+from the rate of admissions, and a read at the moment of the request sees the Pod as it
+is now (the watch cache holds no Pods). It reads with the credentials of the cluster
+state (``--cluster-state``: in-cluster or a kubeconfig), the component the shell
+webhook ships with; each process makes its client on first use (after gunicorn forks).
+A Pod that cannot be read is denied with the reason (fail closed): the shell would
+otherwise open unjudged.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from webhook import engine
+from webhook.admission import (
+    INTERNAL_ERROR_MESSAGE,
+    AdmissionRequest,
+    Outcome,
+    context_of,
+    decision_response,
+    review_response,
+)
+from webhook.engine.context import ClusterView
+from webhook.engine.rules.trust import SHELLS, shell_judged
+from webhook.policy.model import Policy
+
+__all__ = ["READ_TIMEOUT", "PodLookup", "PodReader", "ReadPod", "review", "shell_of"]
+
+READ_TIMEOUT = 2.0  # seconds; the webhook's own timeout is 5
+
+
+@dataclass(frozen=True)
+class PodLookup:
+    """What reading one Pod gave: the Pod; or None and why (``error``); or neither (no
+    such Pod)."""
+
+    pod: dict[str, Any] | None
+    error: str | None = None
+
+
+ReadPod = Callable[[str, str], PodLookup]  # (namespace, name) -> the Pod
+
+
+def shell_of(request: AdmissionRequest) -> str | None:
+    """``exec`` or ``attach`` when the request opens a shell into a Pod (CONNECT of
+    ``pods/exec`` or ``pods/attach``), else None."""
+    resource = request.get("resource")
+    subresource = request.get("subResource")
+    if (
+        request["operation"] != "CONNECT"
+        or subresource not in SHELLS
+        or not isinstance(resource, dict)
+        or resource.get("resource") != "pods"
+        or resource.get("group")
+    ):
+        return None
+    return subresource
+
+
+def review(
+    request: AdmissionRequest, policy: Policy, cluster: ClusterView | None, read: ReadPod | None
+) -> Outcome:
+    """The answer to a shell's review (``shell_of`` says it is one); never raises: what
+    the engine or the read could not do is denied."""
+    try:
+        return _review(request, policy, cluster, read)
+    except Exception as exc:  # the caller logs it; the apiserver gets a clear denial
+        denial = review_response(request["uid"], allowed=False, message=INTERNAL_ERROR_MESSAGE)
+        return Outcome(denial, None, error=exc)
+
+
+def _review(
+    request: AdmissionRequest, policy: Policy, cluster: ClusterView | None, read: ReadPod | None
+) -> Outcome:
+    uid = request["uid"]
+    context = context_of(request, cluster)
+    if not shell_judged(policy, context):
+        return Outcome(review_response(uid, allowed=True), None)  # the platform's own
+    namespace, name = request.get("namespace") or "", request.get("name") or ""
+    where = f"Pod {namespace}/{name}"
+    if read is None:
+        return _denied(
+            uid,
+            f"runguard cannot read Pods (the server has no --cluster-state), so it cannot "
+            f"judge a shell into {where}: an administrator must give it the cluster state",
+        )
+    found = read(namespace, name)
+    if found.error is not None:
+        return _denied(uid, f"runguard could not read {where} to judge this shell: {found.error}")
+    if found.pod is None:
+        return _denied(uid, f"runguard found no {where}")
+    decision = engine.connect(found.pod, policy, namespace=namespace or None, context=context)
+    return Outcome(decision_response(uid, decision, patch=False), decision, decision.error)
+
+
+def _denied(uid: str, message: str) -> Outcome:
+    return Outcome(review_response(uid, allowed=False, message=message), None)
+
+
+class PodReader:
+    """Reads a Pod by namespace and name from the apiserver ``source`` names (``in-cluster``
+    or a kubeconfig file); ``read`` never raises."""
+
+    def __init__(self, source: str, timeout: float = READ_TIMEOUT) -> None:
+        self.source = source
+        self.timeout = timeout
+        self._lock = threading.Lock()
+        self._api: Any = None
+        self._pid = 0
+
+    def read(self, namespace: str, name: str) -> PodLookup:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            response = self._core().read_namespaced_pod(
+                name, namespace, _preload_content=False, _request_timeout=self.timeout
+            )
+            pod = orjson.loads(response.data)
+        except ApiException as exc:
+            if exc.status == 404:
+                return PodLookup(None)
+            return PodLookup(None, f"the apiserver answered {exc.status} {exc.reason}")
+        except Exception as exc:  # noqa: BLE001 - unreachable, timed out, bad credentials
+            return PodLookup(None, f"{type(exc).__name__}: {str(exc)[:200]}")
+        if not isinstance(pod, dict) or pod.get("kind") != "Pod":
+            return PodLookup(None, "the apiserver answered something that is not a Pod")
+        return PodLookup(pod)
+
+    def _core(self) -> Any:
+        with self._lock:
+            if self._api is None or self._pid != os.getpid():
+                from kubernetes import client, config
+
+                configuration = client.Configuration()
+                if self.source == "in-cluster":
+                    config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+                else:
+                    config.load_kube_config(  # type: ignore[no-untyped-call]
+                        config_file=self.source, client_configuration=configuration
+                    )
+                self._api = client.CoreV1Api(client.ApiClient(configuration))
+                self._pid = os.getpid()
+            return self._api
