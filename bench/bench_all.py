@@ -337,8 +337,12 @@ def main() -> int:
         cpu, cpu_spans = bench_create.summarize(kyverno_cpu)
         for key in ("runguard_cpu_us_pair", "kyverno_cpu_us_pair"):
             figures[key], ranges[key] = round(cpu[key], 1), cpu_spans[key]
-        for key in ("create_added_ms_pair", "create_added_ms_kyverno_pair",
-                    "runguard_cpu_us_pair", "kyverno_cpu_us_pair"):
+        for key in (
+            "create_added_ms_pair",
+            "create_added_ms_kyverno_pair",
+            "runguard_cpu_us_pair",
+            "kyverno_cpu_us_pair",
+        ):
             low, high = ranges[key]
             print(f"  {key:<36} {figures[key]:10.2f}  [{low:.2f} - {high:.2f}]")
         ratio = figures["create_added_ms_pair"] / figures["create_added_ms_kyverno_pair"]

@@ -109,7 +109,7 @@ def _pattern(text: str) -> str:
     literals, keys = split(text)
     out = literals[0]
     for key, literal in zip(keys, literals[1:], strict=True):
-        out += "{{request.object.metadata.labels.\"" + key + "\"}}" + literal
+        out += '{{request.object.metadata.labels."' + key + '"}}' + literal
     return out
 
 
@@ -177,7 +177,7 @@ def mutate_rules(policy: Policy) -> list[JSON]:
         ("resources", "element.resources", {"requests": wanted}),
         ("resources/requests", "element.resources.requests", wanted),
         *(
-            (f"resources/requests/{r}", f"element.resources.requests.\"{r}\"", v)
+            (f"resources/requests/{r}", f'element.resources.requests."{r}"', v)
             for r, v in wanted.items()
         ),
     )
@@ -384,10 +384,31 @@ def validate_rules(policy: Policy) -> list[JSON]:
     if sec.level == "restricted":
         allowed &= RESTRICTED_VOLUME_TYPES
     forbidden = [t for t in bench_create.VOLUME_TYPES if t not in allowed]
-    rules.append(_rule("volume-types", policy, validate={
-        "message": f"a volume type outside {', '.join(sorted(allowed))}",
-        "foreach": [{"list": "request.object.spec.volumes || `[]`", "deny": {"conditions": {
-            "any": [{"key": "{{ keys(element) }}", "operator": "AnyIn", "value": forbidden}]}}}]}))
+    rules.append(
+        _rule(
+            "volume-types",
+            policy,
+            validate={
+                "message": f"a volume type outside {', '.join(sorted(allowed))}",
+                "foreach": [
+                    {
+                        "list": "request.object.spec.volumes || `[]`",
+                        "deny": {
+                            "conditions": {
+                                "any": [
+                                    {
+                                        "key": "{{ keys(element) }}",
+                                        "operator": "AnyIn",
+                                        "value": forbidden,
+                                    }
+                                ]
+                            }
+                        },
+                    }
+                ],
+            },
+        )
+    )
     claims = _names_ok("element.persistentVolumeClaim.claimName", vol.platform_claims)
     maps = _names_ok("element.configMap.name", vol.platform_config_maps)
     rules.append(_rule("pre-existing", policy, validate={
@@ -525,8 +546,13 @@ class KyvernoSide:
             cluster.kubectl("apply", "--server-side", "-f", str(path), check=True)
         for namespace in (KYVERNO_NS, BENCH_NS):
             cluster.kubectl("create", "namespace", namespace, check=True)
-        selector = {"namespaceSelector": {"matchExpressions": [{
-            "key": bench_create.NAMESPACE_LABEL, "operator": "In", "values": [BENCH_NS]}]}}
+        selector = {
+            "namespaceSelector": {
+                "matchExpressions": [
+                    {"key": bench_create.NAMESPACE_LABEL, "operator": "In", "values": [BENCH_NS]}
+                ]
+            }
+        }
         config = [
             {"apiVersion": "v1", "kind": "ConfigMap",
              "metadata": {"name": "kyverno", "namespace": KYVERNO_NS},
