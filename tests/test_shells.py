@@ -157,3 +157,80 @@ def test_the_other_reviews_allow_a_connect() -> None:
     for endpoint in ("mutate", "validate"):
         outcome = admission.review(endpoint, connect_request(ALICE), SHIPPED, None)
         assert outcome.response["response"]["allowed"] is True
+
+
+# --- a shell the platform's own Pod opens with its token --------------------------------
+
+
+def token_of(opener: dict[str, Any], account: str = "launcher", uid: str = "pod-uid-1") -> Any:
+    """The ``userInfo`` of a ServiceAccount token bound to ``opener`` (what the apiserver
+    sends: the Pod's name and uid in ``extra``)."""
+    return {
+        "username": f"system:serviceaccount:ml:{account}",
+        "groups": ["system:serviceaccounts", "system:serviceaccounts:ml"],
+        "extra": {
+            "authentication.kubernetes.io/pod-name": [opener["metadata"]["name"]],
+            "authentication.kubernetes.io/pod-uid": [uid],
+        },
+    }
+
+
+def as_pod(made: dict[str, Any], name: str, account: str = "launcher") -> dict[str, Any]:
+    """``made`` as the apiserver stores it: named, with a uid and its account."""
+    stored = copy.deepcopy(made)
+    stored["metadata"].update(name=name, uid="pod-uid-1")
+    stored["spec"]["serviceAccountName"] = account
+    return stored
+
+
+class Cluster:
+    """The server's Pod read over a few Pods of namespace ml."""
+
+    def __init__(self, *pods: dict[str, Any]) -> None:
+        self.pods = {p["metadata"]["name"]: p for p in pods}
+        self.asked: list[str] = []
+
+    def __call__(self, namespace: str, name: str) -> PodLookup:
+        self.asked.append(name)
+        return PodLookup(self.pods.get(name) if namespace == "ml" else None)
+
+
+def test_the_platforms_own_pod_opens_a_shell_in_another() -> None:
+    """mpi-operator v1: the launcher runs its workers' processes by ``kubectl exec`` as
+    its own account. A launcher of the platform's is the platform."""
+    worker = as_pod(created(pod(), CORE), "train")
+    launcher = as_pod(created(pod(), CORE), "train-launcher")
+    request = {**connect_request(ALICE), "userInfo": token_of(launcher)}
+    pods = Cluster(worker, launcher)
+    assert answer(request, pods)["allowed"] is True
+    assert pods.asked == ["train", "train-launcher"]
+
+
+@pytest.mark.parametrize(
+    "forged",
+    [
+        {"uid": "another-uid"},  # a token of an earlier Pod of that name
+        {"account": "default"},  # another account than the Pod runs as
+        {"impersonated": True},  # kubectl --as=system:serviceaccount:ml:launcher: no extra
+        {"users": True},  # her own Pod's token
+    ],
+)
+def test_only_a_platform_pods_own_token_opens_a_shell(forged: dict[str, Any]) -> None:
+    worker = as_pod(created(pod(), CORE), "train")
+    launcher = as_pod(created(pod(), CORE), "train-launcher")
+    if forged.get("users"):
+        launcher = as_pod(users_own_pod(), "train-launcher")
+    info = token_of(launcher, forged.get("account", "launcher"), forged.get("uid", "pod-uid-1"))
+    if forged.get("impersonated"):
+        del info["extra"]
+    denied = answer({**connect_request(ALICE), "userInfo": info}, Cluster(worker, launcher))
+    assert denied["allowed"] is False and "[ownership.debug]" in denied["status"]["message"]
+
+
+def test_a_pod_of_another_namespace_opens_no_shell_here() -> None:
+    worker = as_pod(created(pod(), CORE), "train")
+    launcher = as_pod(created(pod(), CORE), "train-launcher")
+    info = token_of(launcher)
+    info["username"] = "system:serviceaccount:other:launcher"
+    denied = answer({**connect_request(ALICE), "userInfo": info}, Cluster(worker, launcher))
+    assert denied["allowed"] is False

@@ -79,6 +79,7 @@ class UserInfo(TypedDict, total=False):
     username: str
     uid: str
     groups: list[str]
+    extra: dict[str, list[str]]
 
 
 class AdmissionRequest(TypedDict, total=False):

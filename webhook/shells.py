@@ -6,7 +6,11 @@ container (``PodExecOptions``), not the Pod; the engine judges the Pod
 ``ownership.debug``). So the server reads it, one GET per shell, and only when the
 requester is not the platform: people open shells, not controllers, so this is far
 from the rate of admissions, and a read at the moment of the request sees the Pod as it
-is now (the watch cache holds no Pods). It reads with the credentials of the cluster
+is now (the watch cache holds no Pods). A shell the platform's own Pod opens with its token
+(the MPI launcher of mpi-operator v1 runs its workers by ``kubectl exec``) is the
+platform's: the apiserver names the Pod a bound ServiceAccount token belongs to in
+``userInfo.extra`` (which impersonation cannot set without a grant on ``userextras``),
+and runguard reads that Pod too. It reads with the credentials of the cluster
 state (``--cluster-state``: in-cluster or a kubeconfig), the component the shell
 webhook ships with; each process makes its client on first use (after gunicorn forks).
 A Pod that cannot be read is denied with the reason (fail closed): the shell would
@@ -34,11 +38,15 @@ from webhook.admission import (
 )
 from webhook.engine.context import ClusterView
 from webhook.engine.rules.trust import SHELLS, shell_judged
+from webhook.engine.subject import service_account
 from webhook.policy.model import Policy
 
 __all__ = ["READ_TIMEOUT", "PodLookup", "PodReader", "ReadPod", "review", "shell_of"]
 
 READ_TIMEOUT = 2.0  # seconds; the webhook's own timeout is 5
+# What the apiserver adds to the user of a ServiceAccount token bound to a Pod.
+POD_NAME_EXTRA = "authentication.kubernetes.io/pod-name"
+POD_UID_EXTRA = "authentication.kubernetes.io/pod-uid"
 
 
 @dataclass(frozen=True)
@@ -101,8 +109,38 @@ def _review(
         return _denied(uid, f"runguard could not read {where} to judge this shell: {found.error}")
     if found.pod is None:
         return _denied(uid, f"runguard found no {where}")
-    decision = engine.connect(found.pod, policy, namespace=namespace or None, context=context)
+    ns = namespace or None
+    decision = engine.connect(found.pod, policy, namespace=ns, context=context)
+    opener = _opener(request, read) if not decision.allowed else None
+    if opener is not None:
+        decision = engine.connect(found.pod, policy, namespace=ns, context=context, by=opener)
     return Outcome(decision_response(uid, decision, patch=False), decision, decision.error)
+
+
+def _opener(request: AdmissionRequest, read: ReadPod) -> dict[str, Any] | None:
+    """The Pod of the target's namespace whose own ServiceAccount token asks for the
+    shell (``userInfo.extra``), as the cluster holds it, when it is that Pod still (same
+    uid, same account); else None."""
+    info = request.get("userInfo") or {}
+    parts = str(info.get("username", "")).split(":")
+    extra = info.get("extra")
+    if len(parts) != 4 or parts[:2] != ["system", "serviceaccount"] or not isinstance(extra, dict):
+        return None
+    names, uids = extra.get(POD_NAME_EXTRA), extra.get(POD_UID_EXTRA)
+    if not (isinstance(names, list) and isinstance(uids, list) and len(names) == len(uids) == 1):
+        return None
+    (name,), (pod_uid,) = names, uids
+    if parts[2] != request.get("namespace") or not isinstance(name, str) or not name:
+        return None
+    found = read(parts[2], name).pod
+    if found is None:
+        return None
+    metadata, spec = found.get("metadata"), found.get("spec")
+    if not isinstance(metadata, dict) or not isinstance(spec, dict):
+        return None
+    if metadata.get("uid") != pod_uid or service_account(spec) != parts[3]:
+        return None
+    return found
 
 
 def _denied(uid: str, message: str) -> Outcome:

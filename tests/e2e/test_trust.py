@@ -284,6 +284,28 @@ def test_a_shell_in_the_platforms_pod_is_refused_to_a_user(cluster: Cluster, spa
     mallory.kubectl("apply", "-n", space, "-f", "-", input=json.dumps(mine), check=True)
     done = mallory.kubectl("exec", "-n", space, "mine", "--", "sh", timeout=60)
     assert "does not have a host assigned" in done.stderr, done.stderr
+    # A platform Pod's own token (an MPI launcher running its workers by kubectl exec) is
+    # the platform: the apiserver names the Pod in the token's user (userInfo.extra).
+    # The same account without that Pod's token (impersonated, or a plain token) is not.
+    unbound = cluster.service_account(space, "launcher")
+    launcher = {"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": "launcher", "labels": RUN},
+                "spec": {"serviceAccountName": "launcher", "containers": [container()],
+                         **nowhere}}  # fmt: skip
+    core.kubectl("apply", "-n", space, "-f", "-", input=json.dumps(launcher), check=True)
+    stored = get(cluster, space, "pod/launcher")
+    assert platform_made(stored)
+    token = cluster.kubectl("create", "token", "launcher", "-n", space,
+                            "--bound-object-kind=Pod", "--bound-object-name=launcher",
+                            f"--bound-object-uid={stored['metadata']['uid']}",
+                            check=True).stdout.strip()  # fmt: skip
+    path = cluster.directory / "identities" / f"launcher-{space}.kubeconfig"
+    cluster._user_kubeconfig(path, "launcher", {"token": token}, space)
+    bound = Identity(cluster, unbound.username, unbound.groups, path)
+    done = bound.kubectl("exec", "-n", space, "run", "--", "sh", timeout=60)
+    assert "does not have a host assigned" in done.stderr, done.stderr
+    done = unbound.kubectl("exec", "-n", space, "run", "--", "sh", timeout=60)
+    assert done.returncode != 0 and "ownership.debug" in rule_ids(done.stderr), done.stderr
 
 
 def test_a_users_pod_as_the_platforms_service_account_is_refused(

@@ -509,14 +509,20 @@ def _not_mutated(
 
 @_guarded
 def connect(
-    pod: Any, policy: Policy, *, namespace: str | None = None, context: Context = NO_CONTEXT
+    pod: Any,
+    policy: Policy,
+    *,
+    namespace: str | None = None,
+    context: Context = NO_CONTEXT,
+    by: Any = None,
 ) -> Decision:
     """``kubectl exec`` or ``kubectl attach`` (``context.subresource``) into ``pod``, the
     Pod as the cluster holds it (the request itself carries only the command): a shell
     in a Pod the platform created, or that holds its objects or runs as its account, is
-    the platform's to open (``ownership.debug``, as a debug container). Nothing else of
-    the Pod is judged here: it was judged when it was created."""
-    found = check_shell(pod, policy, namespace, context)
+    the platform's to open (``ownership.debug``, as a debug container), or one of its own
+    Pods' (``by``: the Pod of the same namespace whose token asks). Nothing else of the
+    Pod is judged here: it was judged when it was created."""
+    found = check_shell(pod, policy, namespace, context, by)
     if not found:
         return _decision(pod, policy, namespace, applies=False, allowed=True)
     return _deny(pod, policy, namespace, found)

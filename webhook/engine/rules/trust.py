@@ -248,18 +248,20 @@ def check_debug_container(r: Review) -> list[Violation]:
 SHELLS = ("exec", "attach")  # the subresources a CONNECT opens a shell (or a tty) by
 
 
-def check_shell(pod: Any, root: Policy, namespace: str | None, context: Context) -> list[Violation]:
+def check_shell(
+    pod: Any, root: Policy, namespace: str | None, context: Context, by: Any = None
+) -> list[Violation]:
     """``ownership.debug`` for ``kubectl exec`` and ``kubectl attach`` (CONNECT of
     ``pods/exec``, ``pods/attach``) into ``pod``, the Pod as the cluster holds it: the
     same shell, secrets and token as a debug container, by another door, so the same
-    judgment."""
+    judgment. ``by``: the Pod whose own token opens the shell, when the request says so
+    (``shell_opener``), in the same namespace: a platform Pod opening a shell into
+    another (an MPI launcher running its workers by ``kubectl exec``) is the platform."""
     if context.subresource not in SHELLS:
         return []
-    metadata = pod.get("metadata") if isinstance(pod, dict) else None
-    spec = pod.get("spec") if isinstance(pod, dict) else None
-    if not _platform_pod_for(
-        root, metadata, spec if isinstance(spec, dict) else {}, namespace, context
-    ):
+    if not _platform_pod(root, pod, namespace, context):
+        return []
+    if by is not None and _platform_pod(root, by, namespace, context):
         return []
     return [
         Violation(
@@ -269,6 +271,14 @@ def check_shell(pod: Any, root: Policy, namespace: str | None, context: Context)
             f"only the platform may open a shell in it (kubectl {context.subresource})",
         )
     ]
+
+
+def _platform_pod(root: Policy, pod: Any, namespace: str | None, context: Context) -> bool:
+    metadata = pod.get("metadata") if isinstance(pod, dict) else None
+    spec = pod.get("spec") if isinstance(pod, dict) else None
+    return _platform_pod_for(
+        root, metadata, spec if isinstance(spec, dict) else {}, namespace, context
+    )
 
 
 def shell_judged(root: Policy, context: Context) -> bool:
