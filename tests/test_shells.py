@@ -64,8 +64,16 @@ def test_what_makes_a_pod_the_platforms_without_its_record() -> None:
     assert shell(ALICE, as_core, namespace="ml").allowed  # another namespace's "core"
 
 
-def test_port_forward_opens_no_shell() -> None:
-    decision = shell(ALICE, created(pod(), CORE), how="portforward")
+@pytest.mark.parametrize("how", ["portforward", "proxy"])
+def test_a_port_into_the_platforms_run_is_the_platforms_to_open(how: str) -> None:
+    """Inside the Pod's network namespace NetworkPolicies do not apply (Ray's job API on a
+    head Pod runs what it is sent)."""
+    assert rules(shell(ALICE, created(pod(), CORE), how)) == {"ownership.debug"}
+    assert shell(ALICE, users_own_pod(), how).allowed
+
+
+def test_a_subresource_that_opens_nothing_is_not_judged() -> None:
+    decision = shell(ALICE, created(pod(), CORE), how="status")
     assert decision.allowed and not decision.violations
 
 
@@ -137,7 +145,7 @@ def test_a_pod_that_cannot_be_read_is_denied(read: Any, says: str) -> None:
 @pytest.mark.parametrize(
     "request_",
     [
-        connect_request(ALICE, "portforward"),
+        connect_request(ALICE, "status"),
         {
             **connect_request(ALICE),
             "resource": {"group": "x.io", "version": "v1", "resource": "pods"},
@@ -149,7 +157,7 @@ def test_a_pod_that_cannot_be_read_is_denied(read: Any, says: str) -> None:
         },  # fmt: skip
     ],
 )
-def test_only_exec_and_attach_of_core_pods_are_shells(request_: Any) -> None:
+def test_only_the_doors_of_core_pods_are_shells(request_: Any) -> None:
     assert shells.shell_of(request_) is None
 
 

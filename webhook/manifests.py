@@ -28,6 +28,7 @@ same ``policies/`` and a test fails when they disagree.
 from __future__ import annotations
 
 import base64
+import copy
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,6 +59,7 @@ __all__ = [
     "POD_CONTROLLERS",
     "REQUIRES",
     "RESERVED_NAMES_WEBHOOK",
+    "POD_TOKENS_WEBHOOK",
     "SHELLS_WEBHOOK",
     "SHELLS_WEBHOOK_FILE",
     "VALIDATING_REFERENCES_WEBHOOK",
@@ -129,8 +131,12 @@ VALIDATE_POLICY_PATH = "/validate-policy"
 # with that component's credentials, so its webhook ships with them.
 SHELLS_WEBHOOK_FILE = "cluster-state/shells-webhook.yaml"
 SHELLS_WEBHOOK = "validate-shells.runguard.io"
+POD_TOKENS_WEBHOOK = "validate-pod-tokens.runguard.io"
 SHELLS_CONFIGURATION_NAME = "runguard-shells"
-SHELL_SUBRESOURCES = ("pods/exec", "pods/attach")
+# Doors into a running Pod (``webhook.engine.rules.trust.SHELLS``), and the token a
+# TokenRequest binds to a Pod (which its bearer could present as that Pod's).
+SHELL_SUBRESOURCES = ("pods/exec", "pods/attach", "pods/portforward", "pods/proxy")
+TOKEN_SUBRESOURCE = "serviceaccounts/token"
 TIMEOUT_SECONDS = 5
 NAMESPACE_LABEL = "kubernetes.io/metadata.name"
 LABELS = {"app.kubernetes.io/name": "runguard", "app.kubernetes.io/part-of": "runguard"}
@@ -877,20 +883,49 @@ def shells_webhook_configuration(
     ca_bundle: bytes | None = None,
     url: str | None = None,
 ) -> dict[str, Any]:
-    """The ValidatingWebhookConfiguration of shells: ``kubectl exec`` and ``kubectl
-    attach`` into a Pod (CONNECT) in every namespace the Pod webhooks see, judged on the
-    Pod (``ownership.debug``: a Pod of the platform's is the platform's to open a shell
-    in). An objectSelector cannot see the Pod (the object is ``PodExecOptions``), so every
-    shell there reaches runguard, and waits on it: fail closed, as a debug container.
-    No webhook when no RunPolicy has a platform (``platform.identities``)."""
+    """The ValidatingWebhookConfiguration of the doors into a running Pod: ``kubectl
+    exec``, ``attach``, ``port-forward`` and ``pods/proxy`` (CONNECT), judged on the Pod
+    (``ownership.debug``: a Pod of the platform's is the platform's to open), and a token
+    bound to a Pod (CREATE of ``serviceaccounts/token`` with a Pod as ``boundObjectRef``;
+    the kubelets' own, group ``system:nodes``, never wait on runguard). An objectSelector
+    cannot see the Pod (the object is ``PodExecOptions`` or a ``TokenRequest``), so every
+    one in the namespaces some platform governs reaches runguard, and waits on it: fail
+    closed, as a debug container. No webhook when no RunPolicy has a platform
+    (``platform.identities``)."""
     target = _Target(policy, namespace, service, ca_bundle, url)
+    enabled = [p for p in policy.run_policies() if ownership_enabled(p)]
     hooks = []
-    if _any_ownership(policy):
-        hooks.append(
+    if enabled:
+        # only what every platform leaves out: one RunPolicy's exclusion is not another's
+        left_out = set.intersection(*(set(p.exclude_namespaces) for p in enabled))
+        selector = {
+            "matchExpressions": [
+                {"key": NAMESPACE_LABEL, "operator": "NotIn",
+                 "values": sorted({namespace, *left_out})}
+            ]
+        }  # fmt: skip
+        pod_bound = _condition(
+            "token-bound-to-a-pod",
+            _join(
+                "&&",
+                "!('system:nodes' in request.userInfo.groups)",
+                "object.?spec.?boundObjectRef.?kind.orValue('') == 'Pod'",
+            )
+            or "",
+        )
+        hooks = [
             target.webhook(
                 SHELLS_WEBHOOK, VALIDATE_PATH, [_rule("", SHELL_SUBRESOURCES, ["CONNECT"])]
-            )
-        )
+            ),
+            target.webhook(
+                POD_TOKENS_WEBHOOK,
+                VALIDATE_PATH,
+                [_rule("", [TOKEN_SUBRESOURCE], ["CREATE"])],
+                conditions=[pod_bound],
+            ),
+        ]
+        for hook in hooks:
+            hook["namespaceSelector"] = copy.deepcopy(selector)
     return _configuration("ValidatingWebhookConfiguration", hooks, SHELLS_CONFIGURATION_NAME)
 
 

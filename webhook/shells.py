@@ -1,20 +1,23 @@
-"""A shell opened into a Pod (``kubectl exec``, ``kubectl attach``): its review.
+"""A door opened into a running Pod: its review.
 
-A CONNECT review of ``pods/exec`` or ``pods/attach`` carries the command and the
-container (``PodExecOptions``), not the Pod; the engine judges the Pod
-(``engine.connect``: a Pod of the platform's is the platform's to open a shell in,
-``ownership.debug``). So the server reads it, one GET per shell, and only when the
-requester is not the platform: people open shells, not controllers, so this is far
-from the rate of admissions, and a read at the moment of the request sees the Pod as it
-is now (the watch cache holds no Pods). A shell the platform's own Pod opens with its token
-(the MPI launcher of mpi-operator v1 runs its workers by ``kubectl exec``) is the
-platform's: the apiserver names the Pod a bound ServiceAccount token belongs to in
-``userInfo.extra`` (which impersonation cannot set without a grant on ``userextras``),
-and runguard reads that Pod too. It reads with the credentials of the cluster
-state (``--cluster-state``: in-cluster or a kubeconfig), the component the shell
-webhook ships with; each process makes its client on first use (after gunicorn forks).
-A Pod that cannot be read is denied with the reason (fail closed): the shell would
-otherwise open unjudged.
+``kubectl exec``, ``attach``, ``port-forward`` and the ``pods/proxy`` subresource are
+CONNECT requests whose object is the command or the ports (``PodExecOptions``...), not
+the Pod; a TokenRequest binding a ServiceAccount's token to a Pod names the Pod in its
+``boundObjectRef``. The engine judges the Pod (``engine.connect``: a Pod of the
+platform's is the platform's to open, ``ownership.debug``, as a debug container). So
+the server reads it, one GET per door, and only when the requester is not the platform:
+people open shells, not controllers (the kubelets' token requests are not routed), so
+this is far from the rate of admissions, and a read at the moment of the request sees
+the Pod as it is now (the watch cache holds no Pods). A shell the platform's own Pod
+opens with its token (the MPI launcher of mpi-operator v1 runs its workers by ``kubectl
+exec``) is the platform's: the apiserver names the Pod a bound ServiceAccount token
+belongs to in ``userInfo.extra`` (which impersonation cannot set without a grant on
+``userextras``), and runguard reads that Pod too; minting such a token for a platform
+Pod is itself refused to anyone but the platform and the Pod's node. It reads with the
+credentials of the cluster state (``--cluster-state``: in-cluster or a kubeconfig), the
+component the webhook ships with; each process makes its client on first use (after
+gunicorn forks). A Pod that cannot be read is denied with the reason (fail closed): the
+door would otherwise open unjudged.
 """
 
 from __future__ import annotations
@@ -62,19 +65,32 @@ ReadPod = Callable[[str, str], PodLookup]  # (namespace, name) -> the Pod
 
 
 def shell_of(request: AdmissionRequest) -> str | None:
-    """``exec`` or ``attach`` when the request opens a shell into a Pod (CONNECT of
-    ``pods/exec`` or ``pods/attach``), else None."""
+    """The door the request opens into a Pod (``SHELLS``: ``exec``, ``attach``,
+    ``portforward``, ``proxy`` by CONNECT of the Pod's subresource; ``token`` by CREATE
+    of a ServiceAccount's token bound to a Pod), else None."""
     resource = request.get("resource")
     subresource = request.get("subResource")
-    if (
-        request["operation"] != "CONNECT"
-        or subresource not in SHELLS
-        or not isinstance(resource, dict)
-        or resource.get("resource") != "pods"
-        or resource.get("group")
-    ):
+    if subresource not in SHELLS or not isinstance(resource, dict) or resource.get("group"):
+        return None
+    if subresource == "token":
+        is_door = request["operation"] == "CREATE" and resource.get("resource") == (
+            "serviceaccounts"
+        )
+        return subresource if is_door and _bound_pod(request) is not None else None
+    if request["operation"] != "CONNECT" or resource.get("resource") != "pods":
         return None
     return subresource
+
+
+def _bound_pod(request: AdmissionRequest) -> str | None:
+    """The name of the Pod a TokenRequest binds its token to, if it binds one to a Pod."""
+    obj = request.get("object")
+    spec = obj.get("spec") if isinstance(obj, dict) else None
+    ref = spec.get("boundObjectRef") if isinstance(spec, dict) else None
+    if not isinstance(ref, dict) or ref.get("kind") != "Pod":
+        return None
+    name = ref.get("name")
+    return name if isinstance(name, str) else ""
 
 
 def review(
@@ -96,7 +112,9 @@ def _review(
     context = context_of(request, cluster)
     if not shell_judged(policy, context):
         return Outcome(review_response(uid, allowed=True), None)  # the platform's own
-    namespace, name = request.get("namespace") or "", request.get("name") or ""
+    token = shell_of(request) == "token"
+    namespace = request.get("namespace") or ""
+    name = (_bound_pod(request) if token else request.get("name")) or ""
     where = f"Pod {namespace}/{name}"
     if read is None:
         return _denied(
@@ -111,7 +129,7 @@ def _review(
         return _denied(uid, f"runguard found no {where}")
     ns = namespace or None
     decision = engine.connect(found.pod, policy, namespace=ns, context=context)
-    opener = _opener(request, read) if not decision.allowed else None
+    opener = _opener(request, read) if not decision.allowed and not token else None
     if opener is not None:
         decision = engine.connect(found.pod, policy, namespace=ns, context=context, by=opener)
     return Outcome(decision_response(uid, decision, patch=False), decision, decision.error)

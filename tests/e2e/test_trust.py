@@ -275,6 +275,10 @@ def test_a_shell_in_the_platforms_pod_is_refused_to_a_user(cluster: Cluster, spa
         done = mallory.kubectl(shell[0], "-n", space, *shell[1:], timeout=60)
         assert done.returncode != 0 and "ownership.debug" in rule_ids(done.stderr), done.stderr
         assert "validate-shells.runguard.io" in done.stderr
+    # a port into it, through the pods/proxy subresource (kubectl port-forward waits for
+    # a Running Pod: the same webhook, the same judgment)
+    done = mallory.kubectl("get", "--raw", f"/api/v1/namespaces/{space}/pods/run/proxy/")
+    assert done.returncode != 0 and "ownership.debug" in rule_ids(done.stderr), done.stderr
     # the platform gets past runguard, and so does she into a Pod of her own
     done = core.kubectl("exec", "-n", space, "run", "--", "sh", timeout=60)
     assert "does not have a host assigned" in done.stderr, done.stderr
@@ -295,10 +299,13 @@ def test_a_shell_in_the_platforms_pod_is_refused_to_a_user(cluster: Cluster, spa
     core.kubectl("apply", "-n", space, "-f", "-", input=json.dumps(launcher), check=True)
     stored = get(cluster, space, "pod/launcher")
     assert platform_made(stored)
-    token = cluster.kubectl("create", "token", "launcher", "-n", space,
-                            "--bound-object-kind=Pod", "--bound-object-name=launcher",
-                            f"--bound-object-uid={stored['metadata']['uid']}",
-                            check=True).stdout.strip()  # fmt: skip
+    bind = ("create", "token", "launcher", "-n", space, "--bound-object-kind=Pod",
+            "--bound-object-name=launcher", f"--bound-object-uid={stored['metadata']['uid']}")
+    # minting a token bound to the platform's Pod is the platform's (or its node's) too
+    done = mallory.kubectl(*bind)
+    assert done.returncode != 0 and "ownership.debug" in rule_ids(done.stderr), done.stderr
+    assert "validate-pod-tokens.runguard.io" in done.stderr
+    token = core.kubectl(*bind, check=True).stdout.strip()  # fmt: skip
     path = cluster.directory / "identities" / f"launcher-{space}.kubeconfig"
     cluster._user_kubeconfig(path, "launcher", {"token": token}, space)
     bound = Identity(cluster, unbound.username, unbound.groups, path)

@@ -74,8 +74,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument(
         "--shells",
         action="store_true",
-        help="also the webhook configuration of shells (kubectl exec and attach into a "
-        "Pod, judged on the Pod: runguard needs --cluster-state to read it)",
+        help="also the webhook configuration of the doors into a Pod (kubectl exec, "
+        "attach, port-forward, pods/proxy, a token bound to it), judged on the Pod: "
+        "runguard needs --cluster-state to read it",
     )
     parser.add_argument("-o", "--output", choices=("yaml", "json"), default="yaml")
     mode = parser.add_mutually_exclusive_group()

@@ -240,8 +240,9 @@ OWNERSHIP_DEBUG = _rule(
     mutation="",
     violation=(
         "an ephemeral container added to a Pod the platform created or that holds the "
-        "platform's objects, or a shell opened into one (kubectl exec, attach), by "
-        "someone else than a platform identity"
+        "platform's objects, or a door opened into one (kubectl exec, attach, "
+        "port-forward, pods/proxy, a token bound to it), by someone else than a "
+        "platform identity"
     ),
 )
 OWNERSHIP_SERVICE_ACCOUNT = _rule(

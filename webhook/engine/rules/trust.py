@@ -245,32 +245,63 @@ def check_debug_container(r: Review) -> list[Violation]:
     return []
 
 
-SHELLS = ("exec", "attach")  # the subresources a CONNECT opens a shell (or a tty) by
+# What opens a door into a running Pod, by subresource: a shell or a tty (exec,
+# attach), a port inside its network namespace, where NetworkPolicies do not apply
+# (portforward, proxy: Ray's job API on a head Pod runs whatever it is sent), and a
+# token of its account bound to it (serviceaccounts/token, TokenRequest), which
+# ``shell_opener`` would take for the Pod itself.
+SHELLS = {
+    "exec": "kubectl exec",
+    "attach": "kubectl attach",
+    "portforward": "kubectl port-forward",
+    "proxy": "the pods/proxy subresource",
+    "token": "a token bound to it",
+}
 
 
 def check_shell(
     pod: Any, root: Policy, namespace: str | None, context: Context, by: Any = None
 ) -> list[Violation]:
-    """``ownership.debug`` for ``kubectl exec`` and ``kubectl attach`` (CONNECT of
-    ``pods/exec``, ``pods/attach``) into ``pod``, the Pod as the cluster holds it: the
-    same shell, secrets and token as a debug container, by another door, so the same
-    judgment. ``by``: the Pod whose own token opens the shell, when the request says so
-    (``shell_opener``), in the same namespace: a platform Pod opening a shell into
-    another (an MPI launcher running its workers by ``kubectl exec``) is the platform."""
-    if context.subresource not in SHELLS:
-        return []
-    if not _platform_pod(root, pod, namespace, context):
+    """``ownership.debug`` for a door opened into ``pod``, the Pod as the cluster holds it
+    (``SHELLS``: ``kubectl exec``, ``attach``, ``port-forward``, ``pods/proxy``, a token
+    bound to it): the same shell, secrets and token as a debug container, by another
+    door, so the same judgment. ``by``: the Pod whose own token opens it, when the
+    request says so (``webhook.shells``), in the same namespace: a platform Pod opening
+    a shell into another (an MPI launcher running its workers by ``kubectl exec``) is the
+    platform. The kubelet of the Pod's node may mint its tokens."""
+    what = SHELLS.get(context.subresource)
+    if what is None or not _platform_pod(root, pod, namespace, context):
         return []
     if by is not None and _platform_pod(root, by, namespace, context):
         return []
+    if context.subresource == "token" and _its_node(pod, context):
+        return []
+    verb = "mint" if context.subresource == "token" else "open"
     return [
         Violation(
             OWNERSHIP_DEBUG,
-            f"pods/{context.subresource}",
+            context.subresource,
             "the platform created this Pod, or it holds the platform's secrets or volumes: "
-            f"only the platform may open a shell in it (kubectl {context.subresource})",
+            f"only the platform may {verb} {what} into it"
+            if context.subresource != "token"
+            else "the platform created this Pod, or it holds the platform's secrets or "
+            "volumes: only the platform or the Pod's node may mint a token bound to it",
         )
     ]
+
+
+def _its_node(pod: Any, context: Context) -> bool:
+    """The requester is the kubelet of the node the Pod runs on."""
+    requester = context.requester
+    spec = pod.get("spec") if isinstance(pod, dict) else None
+    node = spec.get("nodeName") if isinstance(spec, dict) else None
+    return (
+        requester is not None
+        and isinstance(node, str)
+        and bool(node)
+        and "system:nodes" in requester.groups
+        and requester.username == f"system:node:{node}"
+    )
 
 
 def _platform_pod(root: Policy, pod: Any, namespace: str | None, context: Context) -> bool:
@@ -295,19 +326,46 @@ def _platform_pod_for(
 ) -> bool:
     """Whether a Pod (``metadata``, ``spec``) holds what some RunPolicy's platform owns
     (created by it, naming its objects, or running as one of its accounts) while the
-    requester is not that platform."""
-    annotations = ownership.string_map(
-        metadata if isinstance(metadata, dict) else None, "annotations"
-    )
-    for p in root.run_policies():
+    requester is not that platform, nor the operator whose kind is the Pod's controller.
+    A Pod's record is read by the RunPolicy that governs it (its label), since a record
+    does not say which platform made it: the Core is not refused its own Pod for
+    MLRun's."""
+    meta = metadata if isinstance(metadata, dict) else None
+    annotations = ownership.string_map(meta, "annotations")
+    policies = root.run_policies()
+    governing = ownership.string_map(meta, "labels").get(POLICY_LABEL)
+    if governing not in {p.name for p in policies}:
+        governing = None
+    owners = meta.get("ownerReferences") if meta is not None else None
+    for p in policies:
         if not ownership.enabled(p) or ownership.is_platform_identity(p, context.requester):
             continue
+        if _operator_of(p, context, owners):
+            continue
+        recorded = governing in (None, p.name) and ownership.recorded_platform(p, annotations)
         if (
-            ownership.recorded_platform(p, annotations)
+            recorded
             or ownership.platform_references(spec, p)
             or (namespace, service_account(spec)) in ownership.service_account_identities(p)
         ):
             return True
+    return False
+
+
+def _operator_of(policy: Policy, context: Context, owners: Any) -> bool:
+    """The requester is an operator of the platform and the Pod's controller is of one of
+    its kinds (Argo's controller signalling its step Pods by exec): owners of a stamped
+    object cannot be rewritten (``ownership.owner-changed``)."""
+    if context.requester is None or not isinstance(owners, list):
+        return False
+    for operator in policy.platform.operators:
+        if not ownership.is_identity((operator.identity,), context.requester):
+            continue
+        for ref in owners:
+            if isinstance(ref, dict) and ref.get("controller") is True:
+                key = ownership.group_kind(ref)
+                if key is not None and key in operator.kinds:
+                    return True
     return False
 
 
