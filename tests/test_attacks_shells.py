@@ -250,7 +250,8 @@ def test_a_namespace_only_the_first_run_policy_excludes_is_still_judged() -> Non
     also excludes ``team-a``, where ``digitalhub`` governs the Core's runs (its own Pod
     webhook, per RunPolicy, judges and records them there). runguard-shells takes its
     namespaceSelector from the root policy only (``_Target.webhook`` ->
-    ``namespace_selector(self.policy)``, webhook/manifests.py), so CONNECT in ``team-a``
+    ``namespace_selector(self.policy)``, webhook/manifests.py, before it took what every
+    RunPolicy excludes), so CONNECT in ``team-a``
     never reaches runguard: exec into the Core's run there opens unjudged. Fix: exclude
     only the namespaces every ownership-enabled RunPolicy excludes (the same holds for
     the references and controllers webhooks)."""
@@ -272,7 +273,14 @@ def test_a_namespace_only_the_first_run_policy_excludes_is_still_judged() -> Non
     )  # fmt: skip: the Core's runs in team-a are judged and recorded
     hooks = manifests.shells_webhook_configuration(policy)["webhooks"]
     assert len(hooks) == 2  # the doors, and tokens bound to a Pod
-    for hook in hooks:
+    shared = [  # the controllers', references' and reserved names' webhooks too
+        h
+        for config in manifests.webhook_configurations(policy)
+        for h in config["webhooks"]
+        if "objectSelector" not in h
+    ]
+    assert len(shared) >= 4
+    for hook in [*hooks, *shared]:
         values = {v for e in hook["namespaceSelector"]["matchExpressions"] for v in e["values"]}
         assert "team-a" not in values and "runguard" in values
 

@@ -28,7 +28,6 @@ same ``policies/`` and a test fails when they disagree.
 from __future__ import annotations
 
 import base64
-import copy
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -608,9 +607,16 @@ def status_condition() -> dict[str, str]:
     }
 
 
-def namespace_selector(policy: Policy, namespace: str) -> dict[str, Any]:
-    """Every namespace but runguard's own (it must start without itself) and the excluded."""
-    excluded = sorted({namespace, *policy.exclude_namespaces})
+def namespace_selector(policy: Policy, namespace: str, *, shared: bool = False) -> dict[str, Any]:
+    """Every namespace but runguard's own (it must start without itself) and the excluded:
+    a RunPolicy's own, or, ``shared`` by every RunPolicy (the webhooks without an
+    objectSelector), only what all of them exclude (one's exclusion is not another's)."""
+    left_out = (
+        set.intersection(*(set(p.exclude_namespaces) for p in policy.run_policies()))
+        if shared
+        else set(policy.exclude_namespaces)
+    )
+    excluded = sorted({namespace, *left_out})
     return {"matchExpressions": [{"key": NAMESPACE_LABEL, "operator": "NotIn", "values": excluded}]}
 
 
@@ -653,7 +659,11 @@ class _Target:
             "matchPolicy": "Equivalent",
             "sideEffects": "None",
             "timeoutSeconds": TIMEOUT_SECONDS,
-            "namespaceSelector": namespace_selector(object_selector or self.policy, self.namespace),
+            "namespaceSelector": (
+                namespace_selector(object_selector, self.namespace)
+                if object_selector is not None
+                else namespace_selector(self.policy, self.namespace, shared=True)
+            ),
         }
         if object_selector is not None:
             hook["objectSelector"] = object_selector.selector.to_dict()
@@ -893,17 +903,8 @@ def shells_webhook_configuration(
     closed, as a debug container. No webhook when no RunPolicy has a platform
     (``platform.identities``)."""
     target = _Target(policy, namespace, service, ca_bundle, url)
-    enabled = [p for p in policy.run_policies() if ownership_enabled(p)]
     hooks = []
-    if enabled:
-        # only what every platform leaves out: one RunPolicy's exclusion is not another's
-        left_out = set.intersection(*(set(p.exclude_namespaces) for p in enabled))
-        selector = {
-            "matchExpressions": [
-                {"key": NAMESPACE_LABEL, "operator": "NotIn",
-                 "values": sorted({namespace, *left_out})}
-            ]
-        }  # fmt: skip
+    if _any_ownership(policy):
         pod_bound = _condition(
             "token-bound-to-a-pod",
             _join(
@@ -924,8 +925,6 @@ def shells_webhook_configuration(
                 conditions=[pod_bound],
             ),
         ]
-        for hook in hooks:
-            hook["namespaceSelector"] = copy.deepcopy(selector)
     return _configuration("ValidatingWebhookConfiguration", hooks, SHELLS_CONFIGURATION_NAME)
 
 
