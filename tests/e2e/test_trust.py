@@ -315,6 +315,73 @@ def test_a_shell_in_the_platforms_pod_is_refused_to_a_user(cluster: Cluster, spa
     assert done.returncode != 0 and "ownership.debug" in rule_ids(done.stderr), done.stderr
 
 
+def test_an_operator_from_before_runguard_is_adopted_by_a_rollout_restart(
+    cluster: Cluster, shipped: Runguard
+) -> None:
+    """KubeRay's operator Deployment created while runguard was not registered carries no
+    record: once runguard is, a Pod its old ReplicaSet makes (an eviction) is refused its
+    account (``ownership.service-account``). An admin's ``kubectl rollout restart``
+    (``platform.installers``: system:masters by default) records the Deployment as the
+    installer's, and the new ReplicaSet's Pods run as the operator again."""
+    name = f"kuberay-operator-{os.urandom(2).hex()}"
+    labels = {"app": name}
+    operator = {"apiVersion": "apps/v1", "kind": "Deployment",
+                "metadata": {"name": name, "namespace": "digitalhub"},
+                "spec": {"replicas": 1, "selector": {"matchLabels": labels},
+                         "template": {"metadata": {"labels": labels},
+                                      "spec": {"serviceAccountName": "kuberay-operator",
+                                               "containers": [{"name": "op", "image": "busybox"}],
+                                               **ON_OUR_NODE}}}}  # fmt: skip
+    account = {"apiVersion": "v1", "kind": "ServiceAccount",
+               "metadata": {"name": "kuberay-operator", "namespace": "digitalhub"}}  # fmt: skip
+    cluster.kubectl("apply", "-f", "-", input=json.dumps(account), check=True)
+    shipped.unregister(cluster)
+    try:
+        until("runguard out of the path", lambda: _unjudged(cluster), WAIT)
+        cluster.kubectl("apply", "-f", "-", input=json.dumps(operator), check=True)
+        (first,) = wait_pods(cluster, "digitalhub", f"app={name}", 1)
+    finally:
+        shipped.register(cluster)
+        cluster.kubectl("apply", "-f", "-", input=shipped.manifests_with("--shells"), check=True)
+        wait_for_policy_label(cluster, "digitalhub", "the shipped policies' runguard again")
+    try:
+        # an eviction: the old ReplicaSet's next Pod is refused its account
+        cluster.kubectl("delete", "pod", "-n", "digitalhub", first["metadata"]["name"],
+                        "--wait=false", check=True)  # fmt: skip
+
+        def refused() -> bool | None:
+            events = get(cluster, "digitalhub", "events")["items"]
+            return True if any(
+                "ownership.service-account" in rule_ids(e.get("message", ""))
+                and name in e.get("involvedObject", {}).get("name", "")
+                for e in events
+            ) else None  # fmt: skip
+
+        until("the old ReplicaSet's Pod refused", refused, WAIT)
+        done = cluster.kubectl("rollout", "restart", "-n", "digitalhub", f"deployment/{name}")
+        assert done.returncode == 0, done.stderr
+        annotations = get(cluster, "digitalhub", f"deployment/{name}")["metadata"]["annotations"]
+        assert annotations["runguard.io/platform"] == "installer"
+        assert annotations["runguard.io/requested-by"] == "runguard-e2e-admin"
+        (pod,) = wait_pods(cluster, "digitalhub", f"app={name}", 1)
+        assert pod["metadata"]["annotations"]["runguard.io/platform"] == "installer"
+        assert pod["spec"]["serviceAccountName"] == "kuberay-operator"
+    finally:
+        cluster.kubectl("delete", "deployment", "-n", "digitalhub", name, "--wait=false")
+
+
+def _unjudged(cluster: Cluster) -> bool | None:
+    """A server dry run of a run Pod comes back without runguard's label."""
+    probe = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "probe", "labels": RUN},
+             "spec": {"containers": [{"name": "c", "image": "busybox"}]}}  # fmt: skip
+    done = cluster.kubectl("create", "-n", "default", "--dry-run=server", "-o", "json",
+                           "-f", "-", input=json.dumps(probe))  # fmt: skip
+    if done.returncode != 0:
+        return None
+    return None if "runguard.io/policy" in json.loads(done.stdout)["metadata"].get(
+        "labels", {}) else True  # fmt: skip
+
+
 def test_a_users_pod_as_the_platforms_service_account_is_refused(
     cluster: Cluster, shipped: Runguard
 ) -> None:

@@ -145,11 +145,32 @@ def _stamps_owner(r: Review) -> Policy | None:
     return None
 
 
+def adopts(r: Review) -> Policy | None:
+    """The RunPolicy whose platform records an object that runguard never recorded (made
+    before runguard was installed) and that the platform or one of its installers now
+    updates (``kubectl rollout restart``, ``helm upgrade``): runguard records it then, as
+    theirs. They vouch for it, as they could create it anew; its next ReplicaSet and
+    Pods follow it. Anyone else's update records nothing."""
+    if r.old is None or r.context.requester is None:
+        return None
+    if any(ownership.records(r.old_metadata or {})[:2]):
+        return None
+    owner = _stamps_owner(r)
+    if owner is None or not ownership.is_platform_or_installer(owner, r.context.requester):
+        return None
+    return owner
+
+
 def expected_records(r: Review) -> dict[str, str | None]:
     """What runguard writes on the object: at CREATE, the stamp, the platform record and
     the governing RunPolicy (None: the key is removed); on UPDATE, what the old object has."""
     if r.old is not None:
         stamp, record, label = ownership.records(r.old_metadata or {})
+        adopter = adopts(r)
+        if adopter is not None and r.context.requester is not None:
+            creator = ownership.creator_record(r.metadata, r.namespace, adopter, r.context)
+            return {STAMP: r.context.requester.username, PLATFORM_RECORD: creator,
+                    POLICY_LABEL: label}  # fmt: skip
         return {STAMP: stamp, PLATFORM_RECORD: record, POLICY_LABEL: label}
     label = ownership.records(r.metadata)[2]
     if r.governing is not None and r.target is not None:

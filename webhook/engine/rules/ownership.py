@@ -614,7 +614,16 @@ def check_stamp(
     before = string_map(old_meta, "annotations").get(STAMP)
     after = string_map(new_meta, "annotations").get(STAMP)
     out: list[Violation] = []
-    if before != after:
+    # an object runguard never recorded, adopted by the platform or an installer
+    # (``subject.adopts``): stamped now, with their name
+    adopted = (
+        before is None
+        and PLATFORM_RECORD not in string_map(old_meta, "annotations")
+        and context.requester is not None
+        and after == context.requester.username
+        and is_platform_or_installer(policy, context.requester)
+    )
+    if before != after and not adopted:
         out.append(
             Violation(
                 OWNERSHIP_STAMP,
