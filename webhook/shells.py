@@ -46,7 +46,11 @@ from webhook.policy.model import Policy
 
 __all__ = ["READ_TIMEOUT", "PodLookup", "PodReader", "ReadPod", "review", "shell_of"]
 
-READ_TIMEOUT = 2.0  # seconds; the webhook's own timeout is 5
+# Seconds per attempt, and one retry (a kept-alive connection the apiserver closed):
+# both within the webhook's own timeout of 5 s, so a read that fails is refused with
+# its reason, not by the apiserver's timeout.
+READ_TIMEOUT = 1.5
+READ_RETRIES = 1
 # What the apiserver adds to the user of a ServiceAccount token bound to a Pod.
 POD_NAME_EXTRA = "authentication.kubernetes.io/pod-name"
 POD_UID_EXTRA = "authentication.kubernetes.io/pod-uid"
@@ -206,6 +210,7 @@ class PodReader:
                     config.load_kube_config(  # type: ignore[no-untyped-call]
                         config_file=self.source, client_configuration=configuration
                     )
+                configuration.retries = READ_RETRIES
                 self._api = client.CoreV1Api(client.ApiClient(configuration))
                 self._pid = os.getpid()
             return self._api
