@@ -67,7 +67,7 @@ class Runguard:
     cluster_state: ClusterView | None = None
     # The watch process keeping it (``webhook.clusterstate``), when this app started one.
     cluster_watch: ClusterWatch | None = None
-    # How a shell's Pod is read (``kubectl exec``: ``webhook.podreader``), with the
+    # How a shell's Pod is read (``kubectl exec``: ``webhook.shells``), with the
     # cluster state's credentials; None without them (such a shell is then denied).
     read_pod: ReadPod | None = None
 

@@ -78,24 +78,21 @@ def positive_int(value: object, name: str = "value") -> int:
     return number
 
 
-def _seconds(value: object, name: str) -> float:
+def _seconds(value: object, name: str, *, zero: bool = False, most: float = 3600) -> float:
+    """Seconds, above 0 (or from 0, with ``zero``) and at most ``most``."""
     try:
         seconds = float(str(value))
     except ValueError:
         raise SettingsError(f"{name} must be a number of seconds, got {value!r}") from None
-    if not 0 < seconds <= 3600:
-        raise SettingsError(f"{name} must be above 0 and at most 3600, got {seconds}")
+    if zero and not 0 <= seconds <= most:
+        raise SettingsError(f"{name} must be from 0 to {most:g}, got {seconds:g}")
+    if not zero and not 0 < seconds <= most:
+        raise SettingsError(f"{name} must be above 0 and at most {most:g}, got {seconds}")
     return seconds
 
 
 def _delay(value: object, name: str) -> float:
-    try:
-        seconds = float(str(value))
-    except ValueError:
-        raise SettingsError(f"{name} must be a number of seconds, got {value!r}") from None
-    if not 0 <= seconds <= MAX_SHUTDOWN_DELAY:
-        raise SettingsError(f"{name} must be from 0 to {MAX_SHUTDOWN_DELAY}, got {seconds:g}")
-    return seconds
+    return _seconds(value, name, zero=True, most=MAX_SHUTDOWN_DELAY)
 
 
 def _switch(value: object, name: str) -> bool:

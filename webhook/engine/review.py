@@ -27,6 +27,7 @@ from webhook.engine.rules.trust import check_shell, run_trust_checks
 from webhook.engine.shape import check_shape
 from webhook.engine.subject import (
     Review,
+    adopts,
     expected_records,
     in_scope,
     names_platform_objects,
@@ -466,7 +467,9 @@ def _already_present(v: Violation, known: dict[tuple[str, str], Decimal | None])
 
 def _stamp_violations(r: Review) -> list[Violation]:
     """On UPDATE: no object entering the platform's scope."""
-    return ownership.check_stamp(r.metadata, r.old_metadata or {}, in_scope(r), r.policy, r.context)
+    return ownership.check_stamp(
+        r.metadata, r.old_metadata or {}, in_scope(r), r.policy, r.context, adopts(r) is not None
+    )
 
 
 def _not_mutated(
@@ -516,10 +519,11 @@ def connect(
     context: Context = NO_CONTEXT,
     by: Any = None,
 ) -> Decision:
-    """``kubectl exec`` or ``kubectl attach`` (``context.subresource``) into ``pod``, the
-    Pod as the cluster holds it (the request itself carries only the command): a shell
-    in a Pod the platform created, or that holds its objects or runs as its account, is
-    the platform's to open (``ownership.debug``, as a debug container), or one of its own
+    """A door opened into ``pod`` (``context.subresource``: ``kubectl exec``, ``attach``,
+    ``port-forward``, ``pods/proxy``, a token bound to it), the Pod as the cluster holds
+    it (the request itself carries only the command, the ports or the TokenRequest): a
+    Pod the platform created, or that holds its objects or runs as its account, is the
+    platform's to open (``ownership.debug``, as a debug container), or one of its own
     Pods' (``by``: the Pod of the same namespace whose token asks). Nothing else of the
     Pod is judged here: it was judged when it was created."""
     found = check_shell(pod, policy, namespace, context, by)

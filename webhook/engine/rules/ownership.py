@@ -605,25 +605,25 @@ def check_ownership(pod: Any) -> list[Violation]:
 
 
 def check_stamp(
-    new_meta: JSON, old_meta: JSON, in_scope_before: bool, policy: Policy, context: Context
+    new_meta: JSON,
+    old_meta: JSON,
+    in_scope_before: bool,
+    policy: Policy,
+    context: Context,
+    adopted: bool = False,
 ) -> list[Violation]:
     """On UPDATE: the stamp never changes, and an object cannot enter the platform's scope
-    by an update (its stamp, written when runguard did not see it, is not runguard's)."""
+    by an update (its stamp, written when runguard did not see it, is not runguard's).
+    ``adopted``: runguard records the object now (``subject.adopts``), with the stamp of
+    the requester."""
     if not enabled(policy) or context.operation != "UPDATE":
         return []
     before = string_map(old_meta, "annotations").get(STAMP)
     after = string_map(new_meta, "annotations").get(STAMP)
     out: list[Violation] = []
-    # an object runguard never recorded, adopted by the platform or an installer
-    # (``subject.adopts``): stamped now, with their name
-    adopted = (
-        before is None
-        and PLATFORM_RECORD not in string_map(old_meta, "annotations")
-        and context.requester is not None
-        and after == context.requester.username
-        and is_platform_or_installer(policy, context.requester)
-    )
-    if before != after and not adopted:
+    requester = context.requester
+    stamped_now = adopted and requester is not None and after == requester.username
+    if before != after and not stamped_now:
         out.append(
             Violation(
                 OWNERSHIP_STAMP,

@@ -10,7 +10,7 @@ concern the request (CREATE, another subresource) finds nothing.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from webhook.engine.context import PLATFORM_RECORD, POLICY_LABEL, STAMP, Context
@@ -249,7 +249,7 @@ def check_debug_container(r: Review) -> list[Violation]:
 # attach), a port inside its network namespace, where NetworkPolicies do not apply
 # (portforward, proxy: Ray's job API on a head Pod runs whatever it is sent), and a
 # token of its account bound to it (serviceaccounts/token, TokenRequest), which
-# ``shell_opener`` would take for the Pod itself.
+# ``webhook.shells`` would take for the Pod itself when it opens a shell.
 SHELLS = {
     "exec": "kubectl exec",
     "attach": "kubectl attach",
@@ -276,18 +276,12 @@ def check_shell(
         return []
     if context.subresource == "token" and _its_node(pod, context):
         return []
-    verb = "mint" if context.subresource == "token" else "open"
-    return [
-        Violation(
-            OWNERSHIP_DEBUG,
-            context.subresource,
-            "the platform created this Pod, or it holds the platform's secrets or volumes: "
-            f"only the platform may {verb} {what} into it"
-            if context.subresource != "token"
-            else "the platform created this Pod, or it holds the platform's secrets or "
-            "volumes: only the platform or the Pod's node may mint a token bound to it",
-        )
-    ]
+    if context.subresource == "token":
+        who_may = "only the platform or the Pod's node may mint a token bound to it"
+    else:
+        who_may = f"only the platform may open {what} into it"
+    message = "the platform created this Pod, or it holds the platform's secrets or volumes: "
+    return [Violation(OWNERSHIP_DEBUG, context.subresource, message + who_may)]
 
 
 def _its_node(pod: Any, context: Context) -> bool:
@@ -315,10 +309,15 @@ def _platform_pod(root: Policy, pod: Any, namespace: str | None, context: Contex
 def shell_judged(root: Policy, context: Context) -> bool:
     """Whether ``check_shell`` could refuse this requester anything: some RunPolicy has a
     platform that the requester is not (so the Pod must be read to know)."""
-    return any(
-        ownership.enabled(p) and not ownership.is_platform_identity(p, context.requester)
-        for p in root.run_policies()
-    )
+    return any(True for _ in _judging(root, context))
+
+
+def _judging(root: Policy, context: Context) -> Iterator[Policy]:
+    """The RunPolicies whose platform the requester is not: those that judge a door it
+    opens, or a debug container it adds."""
+    for p in root.run_policies():
+        if ownership.enabled(p) and not ownership.is_platform_identity(p, context.requester):
+            yield p
 
 
 def _platform_pod_for(
@@ -332,14 +331,11 @@ def _platform_pod_for(
     MLRun's."""
     meta = metadata if isinstance(metadata, dict) else None
     annotations = ownership.string_map(meta, "annotations")
-    policies = root.run_policies()
     governing = ownership.string_map(meta, "labels").get(POLICY_LABEL)
-    if governing not in {p.name for p in policies}:
+    if not isinstance(governing, str) or root.named(governing) is None:
         governing = None
     owners = meta.get("ownerReferences") if meta is not None else None
-    for p in policies:
-        if not ownership.enabled(p) or ownership.is_platform_identity(p, context.requester):
-            continue
+    for p in _judging(root, context):
         if _operator_of(p, context, owners):
             continue
         recorded = governing in (None, p.name) and ownership.recorded_platform(p, annotations)
