@@ -30,7 +30,7 @@ from typing import Any
 
 import orjson
 
-from webhook import engine
+from webhook import engine, kubeconfig
 from webhook.admission import (
     INTERNAL_ERROR_MESSAGE,
     AdmissionRequest,
@@ -201,15 +201,9 @@ class PodReader:
     def _core(self) -> Any:
         with self._lock:
             if self._api is None or self._pid != os.getpid():
-                from kubernetes import client, config
+                from kubernetes import client
 
-                configuration = client.Configuration()
-                if self.source == "in-cluster":
-                    config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
-                else:
-                    config.load_kube_config(  # type: ignore[no-untyped-call]
-                        config_file=self.source, client_configuration=configuration
-                    )
+                configuration = kubeconfig.configuration(self.source)
                 configuration.retries = READ_RETRIES
                 self._api = client.CoreV1Api(client.ApiClient(configuration))
                 self._pid = os.getpid()

@@ -55,6 +55,7 @@ from urllib.parse import urlencode
 
 import orjson
 
+from webhook import kubeconfig
 from webhook.clusterstate.model import (
     CLUSTER_SCOPED,
     KINDS,
@@ -525,13 +526,9 @@ def api_client(source: str, watches: int = len(KINDS)) -> Any:
     """A ``kubernetes`` client: ``in-cluster`` (the pod's ServiceAccount) or the path
     of a kubeconfig file (its current context), with a connection for each of
     ``watches`` at once."""
-    from kubernetes import client, config
+    from kubernetes import client
 
-    configuration = client.Configuration()
-    if source == "in-cluster":
-        config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
-    else:
-        config.load_kube_config(config_file=source, client_configuration=configuration)  # type: ignore[no-untyped-call]
+    configuration = kubeconfig.configuration(source)
     configuration.connection_pool_maxsize = watches + 2  # a watch per kind, at once
     return client.ApiClient(configuration)
 
