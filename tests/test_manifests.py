@@ -875,6 +875,7 @@ def test_cli_write_then_check_catches_a_policy_edit(
         "cluster-state",
         "policy-configmap.yaml",
         "policy-objects",
+        "run-user-role.yaml",
         "webhooks.yaml",
     ]
     assert sorted(p.name for p in (out / "cluster-state").iterdir()) == [
@@ -1437,3 +1438,37 @@ def test_cluster_state_rbac_is_read_only_for_exactly_its_kinds() -> None:
         "name": "shm",
         "mountPath": "/dev/shm",
     }
+
+
+def test_run_user_role_grants_the_runs_and_no_door_admission_cannot_see() -> None:
+    """ClusterRole runguard-run-user: what a run namespace's users need (runs and their
+    controllers, the operators' kinds the policy names, logs and events), and nothing
+    ``runguard audit --rbac`` reports, even with the shells webhook off."""
+    from webhook.rbacreport import platform_of, rbac_report
+
+    policy = load_policy(REPO / "policies")
+    role = base_object("ClusterRole", manifests.RUN_USER_ROLE)
+    rights = granted([role])
+    for kind in {k for p in policy.run_policies() for k in p.platform.operator_kinds}:
+        group, _, name = kind.rpartition("/")
+        for verb in ("create", "get", "list", "watch", "delete", "update", "patch"):
+            assert (group, manifests.plural(name), verb) in rights, (kind, verb)
+    for needed in [("", "pods", "create"), ("", "pods/log", "get"), ("batch", "jobs", "create"),
+                   ("batch", "cronjobs", "delete"), ("apps", "deployments", "patch"),
+                   ("", "configmaps", "create"), ("", "persistentvolumeclaims", "create"),
+                   ("", "events", "list")]:  # fmt: skip
+        assert needed in rights, needed
+    assert not {r for r in rights if r[1] in ("secrets", "serviceaccounts/token")}
+    assert not {r for r in rights if "/" in r[1] and r[1] != "pods/log"}  # no connection
+    for rule in role["rules"]:
+        assert "*" not in rule["verbs"] + rule["resources"] + rule["apiGroups"], rule
+    binding = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": {"name": "team", "namespace": "team-a"},
+        "roleRef": {"kind": "ClusterRole", "name": manifests.RUN_USER_ROLE},
+        "subjects": [{"kind": "Group", "name": "team-a"}, {"kind": "User", "name": "bob"}],
+    }
+    namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-a"}}
+    report = rbac_report([namespace, role, binding], platform_of(policy), shells=False)
+    assert report.namespaces == ["team-a"] and report.findings == []

@@ -53,7 +53,8 @@ CA_BUNDLE = "__CA_BUNDLE__"
 REPLICAS = "__REPLICAS__"
 AUTOMOUNT = "__AUTOMOUNT__"
 SCHEDULE = "__SCHEDULE__"
-BASE_FILES = ("serviceaccount.yaml", "rbac.yaml", "service.yaml", "deployment.yaml", "pdb.yaml")
+BASE_FILES = ("serviceaccount.yaml", "rbac.yaml", "run-user-role.yaml", "service.yaml",
+              "deployment.yaml", "pdb.yaml")  # fmt: skip
 NAMESPACED = {"ServiceAccount", "Service", "Deployment", "PodDisruptionBudget", "ConfigMap",
               "Secret", "CronJob"}  # fmt: skip
 # component -> the value that turns it on

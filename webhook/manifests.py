@@ -974,6 +974,54 @@ def operators_watch_rbac(policy: Policy) -> list[dict[str, Any]]:
     ]  # fmt: skip
 
 
+RUN_USER_ROLE_FILE = "run-user-role.yaml"
+RUN_USER_ROLE = "runguard-run-user"
+# What a user of a run namespace needs, each through an admission request runguard can
+# judge: runs and their controllers written (created, changed, deleted), their logs and
+# events read. None of what `runguard audit --rbac` reports: no Secret read, no update of
+# a ConfigMap's data, no connection into a Pod, token, impersonation, Service, Ingress
+# or NetworkPolicy written. A workload's `scale` subresource is left out too: `replicas`
+# is changed by a patch of the object, which runguard judges.
+_KEEP = ["create", "delete", "get", "list", "watch"]
+_WRITE = [*_KEEP, "update", "patch"]
+_READ = ["get", "list", "watch"]
+RUN_USER_RULES: list[dict[str, Any]] = [
+    {"apiGroups": [""], "resources": ["pods"], "verbs": _KEEP},
+    {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
+    # Created (a platform name is refused at CREATE) and deleted, never updated: an
+    # update of a ConfigMap's data is judged by no admission webhook of runguard's.
+    {"apiGroups": [""], "resources": ["configmaps", "persistentvolumeclaims"], "verbs": _KEEP},
+    {"apiGroups": [""], "resources": ["events", "limitranges", "resourcequotas", "services",
+                                      "endpoints"], "verbs": _READ},
+    {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": _READ},
+    {"apiGroups": ["batch"], "resources": ["jobs", "cronjobs"], "verbs": _WRITE},
+    {"apiGroups": ["apps"], "resources": ["deployments", "statefulsets"], "verbs": _WRITE},
+    {"apiGroups": ["apps"], "resources": ["replicasets"], "verbs": _READ},
+]  # fmt: skip
+
+
+def run_user_role(policy: Policy) -> dict[str, Any]:
+    """ClusterRole ``runguard-run-user``, for a RoleBinding per run namespace: what its
+    users need (``RUN_USER_RULES``) and the operators' kinds the policy names, written
+    like the workloads (runguard judges them at admission)."""
+    by_group: dict[str, set[str]] = {}
+    for p in policy.run_policies():
+        for group_kind in p.platform.operator_kinds:
+            group, _, kind = group_kind.rpartition("/")
+            if group:  # Pod: a core kind, in the rules already
+                by_group.setdefault(group, set()).add(plural(kind))
+    operators = [
+        {"apiGroups": [group], "resources": sorted(resources), "verbs": list(_WRITE)}
+        for group, resources in sorted(by_group.items())
+    ]
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRole",
+        "metadata": {"name": RUN_USER_ROLE, "labels": dict(LABELS)},
+        "rules": [{**r, "verbs": list(r["verbs"])} for r in RUN_USER_RULES] + operators,
+    }
+
+
 def read_policy_files(directory: Path) -> dict[str, str]:
     """The text of each policy file the loader reads, by file name."""
     # The loader decides which files make a policy; the ConfigMap must hold exactly those.
@@ -1034,6 +1082,13 @@ _HEADER = (
 )
 
 
+_RUN_USER_HEADER = (
+    "#\n"
+    "# The recommended role of a run namespace's users: bind it there, e.g.\n"
+    "#   kubectl create rolebinding run-users -n NAMESPACE \\\n"
+    "#     --clusterrole=runguard-run-user --group=TEAM\n"
+    "# `runguard audit --rbac` lists none of its verbs (docs/threat-model.md).\n"
+)
 _CRD_HEADER = (
     "# Generated from the policy model (webhook/policy/model.py, the same as\n"
     "# webhook/policy/runguard.schema.json) by `runguard manifests --write manifests`.\n"
@@ -1055,6 +1110,7 @@ def generated_files(
         ),
         CONFIG_MAP_FILE: to_yaml([policy_config_map(files, namespace=namespace)], _HEADER),
         OPERATORS_RBAC_FILE: to_yaml(operators_watch_rbac(policy), _HEADER),
+        RUN_USER_ROLE_FILE: to_yaml([run_user_role(policy)], _HEADER + _RUN_USER_HEADER),
         SHELLS_WEBHOOK_FILE: to_yaml(
             [shells_webhook_configuration(policy, namespace=namespace)], _HEADER
         ),

@@ -42,7 +42,18 @@ from webhook.clusteraudit import (
     policy_report,
     report_name,
 )
+from webhook.manifests import SHELLS_CONFIGURATION_NAME
 from webhook.policy.model import Policy
+from webhook.rbacreport import (
+    RBAC_API,
+    RbacReport,
+    platform_of,
+    rbac_policy_reports,
+    rbac_report,
+    shells_webhook_installed,
+)
+from webhook.rbacreport import to_rows as rbac_rows
+from webhook.rbacreport import to_table as rbac_table
 
 LISTS = LISTINGS  # (kind, apiVersion, ...) per kind listed: the audit ClusterRole grants these
 # What --write does to policyreports (server-side apply: create or patch; get to find
@@ -108,6 +119,36 @@ def register(sub: Any) -> None:
     )
     p.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, in-cluster)")
     p.add_argument("--context", help="kubeconfig context")
+    rbac = p.add_argument_group(
+        "--rbac",
+        "Who holds, in the run namespaces, verbs that reach the platform's objects without "
+        "any admission request (reading Secrets, changing platform-named ConfigMaps and "
+        "Secrets, nodes/proxy, tokens, impersonation, exposing Services; connections into "
+        "Pods when the shells webhook is off), through Roles, ClusterRoles and their "
+        "bindings. Exit 0 none, 1 some, 2 error.",
+    )
+    rbac.add_argument(
+        "--rbac", action="store_true", help="report RBAC's doors instead of judging runs"
+    )
+    rbac.add_argument(
+        "--cluster-state",
+        action="append",
+        metavar="FILE",
+        help="read the namespaces, roles and bindings from this file (kubectl get "
+        "namespaces,roles,rolebindings,clusterroles,clusterrolebindings -A -o yaml; "
+        "repeatable) instead of the cluster",
+    )
+    rbac.add_argument(
+        "--shells",
+        choices=("on", "off"),
+        help="whether runguard's shells webhook judges connections into Pods (default: "
+        "whether its ValidatingWebhookConfiguration is in the cluster, or in the files)",
+    )
+    rbac.add_argument(
+        "--include-expected",
+        action="store_true",
+        help="also list cluster admins, Kubernetes' components and the platform's identities",
+    )
     p.set_defaults(func=run)
 
 
@@ -125,6 +166,12 @@ def run(args: argparse.Namespace) -> int:
 
     from webhook.policy.lint import lint
 
+    if args.rbac:
+        return run_rbac(args)
+    if args.cluster_state or args.shells or args.include_expected:
+        print("runguard audit: --cluster-state, --shells and --include-expected go with "
+              "--rbac", file=sys.stderr)  # fmt: skip
+        return EXIT_BAD_INPUT
     policy = None if args.policy_objects else load_policy_or_report(args.policy)
     if policy is None and not args.policy_objects:
         return EXIT_BAD_INPUT
@@ -479,3 +526,167 @@ def _config_reason(exc: BaseException) -> str:
             "NAME to pick a context); inside a Pod, runguard uses its ServiceAccount's token"
         )
     return f"{text} (check --kubeconfig, KUBECONFIG and --context)"
+
+
+# --- --rbac ----------------------------------------------------------------------------
+
+# What --rbac lists (its ClusterRole: list on each): kind, API class, list call.
+RBAC_LISTS = (
+    ("Namespace", "v1", "CoreV1Api", "list_namespace"),
+    ("Role", RBAC_API, "RbacAuthorizationV1Api", "list_role_for_all_namespaces"),
+    ("RoleBinding", RBAC_API, "RbacAuthorizationV1Api", "list_role_binding_for_all_namespaces"),
+    ("ClusterRole", RBAC_API, "RbacAuthorizationV1Api", "list_cluster_role"),
+    ("ClusterRoleBinding", RBAC_API, "RbacAuthorizationV1Api", "list_cluster_role_binding"),
+)
+
+
+def run_rbac(args: argparse.Namespace) -> int:
+    """``runguard audit --rbac``: read the objects (files or cluster), report, write."""
+    from kubernetes.client.exceptions import ApiException
+    from kubernetes.config.config_exception import ConfigException
+    from urllib3.exceptions import HTTPError
+
+    from webhook.clusterstate.model import ClusterStateError
+    from webhook.documents import InputError, read_objects
+    from webhook.inputlimits import CLUSTER_STATE_FILES
+
+    if args.output == "summary" or (args.cluster_state and (args.write or args.policy_objects)):
+        print(
+            "runguard audit: --rbac prints a table, json or policyreport; --write and "
+            "--policy-objects read the cluster, not --cluster-state",
+            file=sys.stderr,
+        )
+        return EXIT_BAD_INPUT
+    policy = None if args.policy_objects else load_policy_or_report(args.policy)
+    if policy is None and not args.policy_objects:
+        return EXIT_BAD_INPUT
+    doing = "read the roles and bindings"
+    try:
+        if args.cluster_state:
+            objects = [o for f in args.cluster_state for o in read_objects(f, CLUSTER_STATE_FILES)]
+            shells = args.shells == "on" if args.shells else shells_webhook_installed(objects)
+            assert policy is not None, "--policy-objects reads the cluster"
+            report = rbac_report(
+                objects, platform_of(policy), shells=shells, namespace=args.namespace
+            )
+            reports = _rbac_output(report, args)
+        else:
+            with _api_client(args) as api_client, tempfile.TemporaryDirectory() as scratch:
+                if args.policy_objects:
+                    doing = "read the policy objects"
+                    _mirror_policy_objects(api_client, scratch)
+                    policy = load_policy_or_report(scratch)
+                    if policy is None:
+                        return EXIT_BAD_INPUT
+                    doing = "read the roles and bindings"
+                assert policy is not None
+                objects = _rbac_objects(api_client)
+                shells = args.shells == "on" if args.shells else _shells_on(api_client)
+                report = rbac_report(
+                    objects, platform_of(policy), shells=shells, namespace=args.namespace
+                )
+                reports = _rbac_output(report, args)
+                if args.write:
+                    doing = "write PolicyReports"
+                    _write_rbac_reports(api_client, reports)
+        sys.stdout.flush()
+    except BrokenPipeError:  # stdout closed early (`| head`): nothing more to say
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_BAD_INPUT
+    except (InputError, ClusterStateError) as exc:
+        print(f"runguard audit: --cluster-state: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except ConfigException as exc:
+        print(f"runguard audit: cannot {doing}: {_config_reason(exc)}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except (ApiException, AuditError, HTTPError, OSError) as exc:
+        reason = _reason(exc, writing=doing == "write PolicyReports")
+        print(f"runguard audit: cannot {doing}: {reason}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    found, shown = len(report.unexpected()), len(report.shown(args.include_expected))
+    hidden = len(report.findings) - shown
+    _say(
+        None,
+        f"{found:,} findings in {len(report.namespaces):,} run namespaces and cluster-wide"
+        + (f" ({hidden:,} expected, not shown)" if hidden else "")
+        + f"; the shells webhook is {'on' if report.shells else 'off'}",
+    )  # fmt: skip
+    if args.write:
+        return EXIT_OK
+    return EXIT_DENIED if found else EXIT_OK
+
+
+def _rbac_output(report: RbacReport, args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Print the report as asked; the PolicyReports (for --write) in any case."""
+    reports = rbac_policy_reports(report, include_expected=args.include_expected, now=time.time())
+    shown = report.shown(args.include_expected)
+    if args.output == "json":
+        json.dump(rbac_rows(shown), sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    elif args.output == "policyreport":
+        _dump_reports(reports, sys.stdout)
+    elif not args.write or shown:
+        sys.stdout.write(rbac_table(shown) + "\n")
+    return reports
+
+
+def _rbac_objects(api_client: Any) -> list[dict[str, Any]]:
+    """Every Namespace, Role, RoleBinding, ClusterRole and ClusterRoleBinding."""
+    import orjson
+    from kubernetes import client
+
+    objects: list[dict[str, Any]] = []
+    for kind, api_version, api_class, call in RBAC_LISTS:
+        api = getattr(client, api_class)(api_client)
+        response = getattr(api, call)(_preload_content=False, _request_timeout=REQUEST_TIMEOUT)
+        try:
+            listed = orjson.loads(response.data)
+        finally:
+            response.release_conn()
+        if not isinstance(listed, dict) or not isinstance(listed.get("items") or [], list):
+            raise AuditError(f"the list of {kind}s is not a {kind}List")
+        objects += [
+            {**item, "kind": kind, "apiVersion": api_version}
+            for item in listed.get("items") or ()
+            if isinstance(item, dict)
+        ]
+    return objects
+
+
+def _shells_on(api_client: Any) -> bool:
+    """Whether runguard's shells webhook configuration is in the cluster."""
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    api: Any = client.AdmissionregistrationV1Api(api_client)
+    try:
+        api.read_validating_webhook_configuration(
+            SHELLS_CONFIGURATION_NAME, _preload_content=False, _request_timeout=REQUEST_TIMEOUT
+        ).release_conn()
+    except ApiException as exc:
+        if exc.status == 404:
+            return False
+        raise
+    return True
+
+
+def _write_rbac_reports(api_client: Any, reports: list[dict[str, Any]]) -> None:
+    """Server-side apply the ClusterPolicyReport and each run namespace's PolicyReport
+    (one each, replaced whole: an empty one says nothing is found there any more)."""
+    from kubernetes import client
+
+    api = client.CustomObjectsApi(api_client)
+    for report in reports:
+        meta = report["metadata"]
+        if report["kind"] == "ClusterPolicyReport":
+            response: Any = api.patch_cluster_custom_object(
+                REPORT_GROUP, REPORT_VERSION, CLUSTER_REPORT_PLURAL, meta["name"], report,
+                **SERVER_SIDE_APPLY,
+            )  # fmt: skip
+        else:
+            response = api.patch_namespaced_custom_object(
+                REPORT_GROUP, REPORT_VERSION, meta["namespace"], REPORT_PLURAL, meta["name"],
+                report, **SERVER_SIDE_APPLY,
+            )  # fmt: skip
+        _done(response)
+    _say(None, f"{len(reports):,} RBAC PolicyReports written (one ClusterPolicyReport)")
