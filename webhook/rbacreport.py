@@ -445,20 +445,11 @@ class Finding:
     door: Door
     grants: dict[tuple[str, frozenset[str]], set[str]] = field(default_factory=dict)
     via: dict[str, Binding] = field(default_factory=dict)
-    reasons: dict[str, str | None] = field(default_factory=dict)  # per binding: expected?
+    expected: str | None = None  # why these grants are expected; None: a finding
 
-    def add(self, grant: Grant, binding: Binding, reason: str | None) -> None:
+    def add(self, grant: Grant, binding: Binding) -> None:
         self.grants.setdefault((grant.resource, grant.names), set()).update(grant.verbs)
         self.via[str(binding)] = binding
-        self.reasons[str(binding)] = reason
-
-    @property
-    def expected(self) -> str | None:
-        """Why these grants are expected, when every binding giving them is; else None."""
-        reasons = list(self.reasons.values())
-        if not reasons or None in reasons:
-            return None
-        return ", ".join(sorted({r for r in reasons if r}))
 
     @property
     def note(self) -> str | None:
@@ -496,15 +487,20 @@ class Finding:
         return text
 
 
-def expected(subject: Subject, via: Binding, platform: Platform) -> str | None:
-    """Why a subject's grants through ``via`` are expected (the cluster's and the
-    platform's own operators), or None."""
-    if subject.kind == "Group" and subject.name == "system:masters":
-        return "cluster admin"
-    if via.kind == "ClusterRoleBinding" and (via.role_kind, via.role) == (
-        "ClusterRole",
-        "cluster-admin",
-    ):
+def cluster_admins(bindings: Iterable[Binding]) -> frozenset[Subject]:
+    """Whom a ClusterRoleBinding binds to ClusterRole ``cluster-admin``."""
+    return frozenset(
+        subject
+        for b in bindings
+        if (b.kind, b.role_kind, b.role) == ("ClusterRoleBinding", "ClusterRole", "cluster-admin")
+        for subject in b.subjects
+    )
+
+
+def expected(subject: Subject, platform: Platform, admins: frozenset[Subject]) -> str | None:
+    """Why a subject's grants are expected (the cluster's and the platform's own
+    operators), or None."""
+    if subject in admins or (subject.kind, subject.name) == ("Group", "system:masters"):
         return "cluster admin"
     if subject.identity in platform.identities:
         return "platform identity"
@@ -592,8 +588,10 @@ def rbac_report(
     }
     cluster_roles = cluster_role_rules(o for o in items if o.get("kind") == "ClusterRole")
     doors = [d for d in DOORS if not (d.needs_shells_off and shells)]
+    bindings = list(_bindings(items))
+    admins = cluster_admins(bindings)
     findings: dict[tuple[str, Subject, str], Finding] = {}
-    for binding in _bindings(items):
+    for binding in bindings:
         cluster_wide = binding.namespace == CLUSTER_WIDE
         if not cluster_wide and binding.namespace not in run_namespaces:
             continue
@@ -605,10 +603,14 @@ def rbac_report(
             grants = list(_door_grants(door, rules, platform, cluster_wide))
             for subject in binding.subjects if grants else ():
                 key = (binding.namespace, subject, door.id)
-                found = findings.setdefault(key, Finding(binding.namespace, subject, door))
-                reason = expected(subject, binding, platform)
+                found = findings.get(key)
+                if found is None:
+                    reason = expected(subject, platform, admins)
+                    found = findings[key] = Finding(
+                        binding.namespace, subject, door, expected=reason
+                    )
                 for grant in grants:
-                    found.add(grant, binding, reason)
+                    found.add(grant, binding)
     order = [d.id for d in DOORS]
     return RbacReport(
         sorted(run_namespaces),

@@ -182,8 +182,7 @@ def run(args: argparse.Namespace) -> int:
             directory = args.policy
             if args.policy_objects:
                 doing, directory = "read the policy objects", scratch
-                _mirror_policy_objects(api_client, scratch)
-                policy = load_policy_or_report(scratch)
+                policy = _policy_from_objects(api_client, scratch)
                 if policy is None:
                     return EXIT_BAD_INPUT
                 doing = "list objects"
@@ -316,6 +315,12 @@ def _mirror_policy_objects(api_client: Any, directory: str) -> None:
         )
         items += [{**item, "kind": kind} for item in listed.get("items") or ()]
     mirror(items, directory)
+
+
+def _policy_from_objects(api_client: Any, scratch: str) -> Policy | None:
+    """The policy the cluster's RunPolicy and Profile objects make (None: errors printed)."""
+    _mirror_policy_objects(api_client, scratch)
+    return load_policy_or_report(scratch)
 
 
 def _audit(api_client: Any, policy: Policy, args: argparse.Namespace, now: float) -> Outcome:
@@ -574,8 +579,7 @@ def run_rbac(args: argparse.Namespace) -> int:
             with _api_client(args) as api_client, tempfile.TemporaryDirectory() as scratch:
                 if args.policy_objects:
                     doing = "read the policy objects"
-                    _mirror_policy_objects(api_client, scratch)
-                    policy = load_policy_or_report(scratch)
+                    policy = _policy_from_objects(api_client, scratch)
                     if policy is None:
                         return EXIT_BAD_INPUT
                     doing = "read the roles and bindings"
