@@ -1,0 +1,113 @@
+"""``runguard audit --rbac`` against the real kube-apiserver: its bootstrap ClusterRoles
+(``edit``, aggregated from ``system:aggregate-to-edit`` and ``view``), RoleBindings made
+with kubectl, and the shipped ``runguard-run-user`` ClusterRole, which the apiserver's
+own authorizer confirms grants none of the doors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from .cluster import Cluster
+from .devcluster import runguard_command
+
+pytestmark = pytest.mark.e2e
+
+REPO = Path(__file__).resolve().parents[2]
+ROLE_FILE = REPO / "manifests" / "run-user-role.yaml"
+# What `edit` holds in a run namespace that no admission request is made for.
+EDIT_DOORS = {
+    "rbac.read-secrets",
+    "rbac.platform-data",
+    "rbac.connect",
+    "rbac.token",
+    "rbac.impersonate",
+    "rbac.expose",
+}
+# One (verb, resource, subresource) per door, for `kubectl auth can-i`.
+DOOR_CHECKS = [
+    ("get", "secrets", ""),
+    ("list", "secrets", ""),
+    ("update", "configmaps", ""),
+    ("patch", "secrets", ""),
+    ("create", "pods", "exec"),
+    ("create", "pods", "attach"),
+    ("create", "pods", "portforward"),
+    ("get", "pods", "proxy"),
+    ("get", "services", "proxy"),
+    ("create", "serviceaccounts", "token"),
+    ("impersonate", "serviceaccounts", ""),
+    ("create", "services", ""),
+    ("update", "services", ""),
+    ("create", "ingresses.networking.k8s.io", ""),
+    ("create", "networkpolicies.networking.k8s.io", ""),
+]
+
+
+def audit_rbac(cluster: Cluster, namespace: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [runguard_command(), "audit", "--rbac", "-p", str(REPO / "policies"),
+         "--kubeconfig", str(cluster.kubeconfig), "-n", namespace, *args],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+
+
+def can_i(cluster: Cluster, namespace: str, user: str, verb: str, resource: str, sub: str) -> bool:
+    extra = [f"--subresource={sub}"] if sub else []
+    done = cluster.kubectl("auth", "can-i", verb, resource, *extra, "-n", namespace, "--as", user)
+    assert done.stdout.strip() in ("yes", "no"), done.stderr
+    return done.stdout.strip() == "yes"
+
+
+def test_edit_shows_up_with_its_doors_and_the_shipped_role_does_not(
+    cluster: Cluster, namespace: str
+) -> None:
+    cluster.kubectl("apply", "-f", str(ROLE_FILE), check=True)
+    editor, user = f"editor@{namespace}", f"user@{namespace}"
+    cluster.kubectl("create", "rolebinding", "editors", "-n", namespace,
+                    "--clusterrole=edit", f"--user={editor}", check=True)  # fmt: skip
+    cluster.kubectl("create", "rolebinding", "users", "-n", namespace,
+                    "--clusterrole=runguard-run-user", f"--user={user}", check=True)  # fmt: skip
+
+    done = audit_rbac(cluster, namespace, "--shells", "off", "-o", "json")
+    assert done.returncode == 1, done.stderr  # 1: findings
+    rows: list[dict[str, Any]] = json.loads(done.stdout)
+    mine = [r for r in rows if r["namespace"] == namespace]
+    assert {r["subject"]["name"] for r in mine} == {editor}
+    assert {r["door"] for r in mine} == EDIT_DOORS
+    by_door = {r["door"]: r for r in mine}
+    assert by_door["rbac.read-secrets"]["grants"] == ["get,list,watch secrets"]
+    assert by_door["rbac.read-secrets"]["via"] == ["RoleBinding/editors -> ClusterRole/edit"]
+    connect = by_door["rbac.connect"]
+    assert "shells webhook is off" in connect["note"]
+    assert {"pods/exec", "pods/attach", "pods/portforward", "pods/proxy", "services/proxy"} <= {
+        resource for grant in connect["grants"] for resource in grant.split()[1].split(",")
+    }
+    assert not [r for r in rows if r["subject"]["name"] == user]
+
+    # The apiserver's authorizer agrees: the shipped role grants none of the doors' verbs
+    # and what the runs need.
+    for verb, resource, sub in DOOR_CHECKS:
+        assert not can_i(cluster, namespace, user, verb, resource, sub), (verb, resource, sub)
+    for verb, resource in [("create", "pods"), ("create", "jobs.batch"),
+                           ("patch", "deployments.apps"), ("create", "rayjobs.ray.io"),
+                           ("create", "configmaps"), ("get", "pods/log")]:  # fmt: skip
+        base, _, sub = resource.partition("/")
+        assert can_i(cluster, namespace, user, verb, base, sub), (verb, resource)
+
+    # The table and the namespace's PolicyReport say the same.
+    table = audit_rbac(cluster, namespace, "--shells", "off")
+    assert table.returncode == 1
+    lines = [line for line in table.stdout.splitlines() if line.startswith(namespace)]
+    assert {line.split()[3] for line in lines} == EDIT_DOORS  # User NAME DOOR
+    reports = list(yaml.safe_load_all(audit_rbac(cluster, namespace, "-o", "policyreport",
+                                                 "--shells", "on").stdout))  # fmt: skip
+    (report,) = [r for r in reports if r["kind"] == "PolicyReport"]
+    assert report["metadata"]["namespace"] == namespace
+    assert {r["rule"] for r in report["results"]} == EDIT_DOORS - {"rbac.connect"}
+    assert {r["properties"]["subject"] for r in report["results"]} == {f"User {editor}"}
