@@ -160,12 +160,19 @@ def test_aggregated_cluster_roles_are_resolved_to_a_fixed_point() -> None:
         ("team-a", "User alice", "rbac.read-secrets"),
         ("team-a", "User alice", "rbac.token"),  # through view, aggregated into edit
     }
-    # matchExpressions, and an empty selector (which aggregates nothing)
+    # matchExpressions; an operator the controller cannot read picks nothing
     objects[0]["aggregationRule"]["clusterRoleSelectors"] = [
-        {},
         {"matchExpressions": [{"key": "other", "operator": "In", "values": ["true"]}]},
+        {"matchExpressions": [{"key": "other", "operator": "Gt", "values": ["1"]}]},
     ]
     assert found(objects) == {("team-a", "User alice", "rbac.connect")}
+    # an empty selector picks every ClusterRole, as the aggregation controller reads it
+    objects[0]["aggregationRule"]["clusterRoleSelectors"] = [{}]
+    assert {door for _, _, door in found(objects)} == {
+        "rbac.read-secrets",
+        "rbac.token",
+        "rbac.connect",
+    }
 
 
 def test_resource_names_narrow_to_the_platforms_names() -> None:

@@ -312,24 +312,27 @@ def _meta(obj: dict[str, Any]) -> dict[str, Any]:
 
 
 def _selector_matches(selector: Any, labels: Mapping[str, Any]) -> bool:
-    """A LabelSelector as a ClusterRole's ``aggregationRule`` holds it; an empty one
-    matches nothing there (the aggregation controller's reading)."""
-    if not isinstance(selector, dict) or not (
-        selector.get("matchLabels") or selector.get("matchExpressions")
-    ):
+    """A LabelSelector as a ClusterRole's ``aggregationRule`` holds it, read as the
+    aggregation controller reads it: an empty one picks every ClusterRole, one it
+    cannot read (an unknown operator) none."""
+    if not isinstance(selector, dict):
         return False
     for key, value in (selector.get("matchLabels") or {}).items():
         if labels.get(key) != value:
             return False
     for expr in selector.get("matchExpressions") or ():
-        key, op, values = expr.get("key"), expr.get("operator"), expr.get("values") or ()
+        if not isinstance(expr, dict):
+            return False
+        key, op, values = str(expr.get("key")), expr.get("operator"), expr.get("values") or ()
         present = key in labels
-        if (
-            (op == "In" and not (present and labels[key] in values))
-            or (op == "NotIn" and present and labels[key] in values)
-            or (op == "Exists" and not present)
-            or (op == "DoesNotExist" and present)
-        ):
+        value = labels.get(key)
+        meets = {
+            "In": present and value in values,
+            "NotIn": not (present and value in values),
+            "Exists": present,
+            "DoesNotExist": not present,
+        }.get(str(op), False)
+        if not meets:
             return False
     return True
 

@@ -95,7 +95,7 @@ def test_edit_shows_up_with_its_doors_and_the_shipped_role_does_not(
     for verb, resource, sub in DOOR_CHECKS:
         assert not can_i(cluster, namespace, user, verb, resource, sub), (verb, resource, sub)
     for verb, resource in [("create", "pods"), ("create", "jobs.batch"),
-                           ("patch", "deployments.apps"), ("create", "rayjobs.ray.io"),
+                           ("patch", "deployments.apps"), ("create", "cronjobs.batch"),
                            ("create", "configmaps"), ("get", "pods/log")]:  # fmt: skip
         base, _, sub = resource.partition("/")
         assert can_i(cluster, namespace, user, verb, base, sub), (verb, resource)
@@ -111,3 +111,35 @@ def test_edit_shows_up_with_its_doors_and_the_shipped_role_does_not(
     assert report["metadata"]["namespace"] == namespace
     assert {r["rule"] for r in report["results"]} == EDIT_DOORS - {"rbac.connect"}
     assert {r["properties"]["subject"] for r in report["results"]} == {f"User {editor}"}
+
+
+def test_write_stores_the_namespace_report_and_replaces_it(
+    cluster: Cluster, namespace: str
+) -> None:
+    """``--write``: the PolicyReport runguard-rbac of each run namespace server-side
+    applied (the CRDs of manifests/policyreport-crd), then replaced whole once the
+    binding is gone."""
+    crds = REPO / "manifests" / "policyreport-crd" / "wgpolicyk8s.io_"
+    cluster.kubectl("apply", "-f", f"{crds}policyreports.yaml",
+                    "-f", f"{crds}clusterpolicyreports.yaml", check=True)  # fmt: skip
+    for crd in ("policyreports", "clusterpolicyreports"):
+        cluster.kubectl("wait", "--for=condition=Established",
+                        f"crd/{crd}.wgpolicyk8s.io", check=True)  # fmt: skip
+    cluster.kubectl("create", "rolebinding", "readers", "-n", namespace, "--clusterrole=edit",
+                    f"--user=reader@{namespace}", check=True)  # fmt: skip
+
+    def stored() -> dict[str, Any]:
+        done = cluster.kubectl("get", "policyreport", "runguard-rbac", "-n", namespace,
+                               "-o", "json", check=True)  # fmt: skip
+        report: dict[str, Any] = json.loads(done.stdout)
+        return report
+
+    done = audit_rbac(cluster, namespace, "--write", "--shells", "on")
+    assert done.returncode == 0, done.stderr  # 0: every report stored
+    report = stored()
+    assert report["metadata"]["labels"]["runguard.io/report"] == "rbac"
+    assert {r["rule"] for r in report["results"]} == EDIT_DOORS - {"rbac.connect"}
+    assert report["summary"]["fail"] == len(EDIT_DOORS) - 1
+    cluster.kubectl("delete", "rolebinding", "readers", "-n", namespace, check=True)
+    assert audit_rbac(cluster, namespace, "--write", "--shells", "on").returncode == 0
+    assert stored().get("results") in (None, []) and stored()["summary"]["fail"] == 0
