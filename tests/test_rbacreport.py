@@ -395,6 +395,14 @@ def test_policy_reports_a_cluster_report_and_one_per_run_namespace() -> None:
         "rbac.read-secrets", "rbac.platform-data", "rbac.node-proxy"
     }  # fmt: skip
     assert cluster["summary"]["fail"] == 3
+    # expected subjects, asked for: skip results saying why
+    objects = [*edit_objects(), binding("m", "r", {"kind": "Group", "name": "system:masters"})]
+    report = rbac_report(objects, PLATFORM, shells=False)
+    cluster = rbac_policy_reports(report, include_expected=True)[0]
+    skipped = [r for r in cluster["results"] if r["result"] == "skip"]
+    assert len(skipped) == 3 and cluster["summary"]["skip"] == 3
+    assert {r["properties"]["expected"] for r in skipped} == {"cluster admin"}
+    assert rbac_policy_reports(report)[0]["summary"]["skip"] == 0
 
 
 def test_the_table_and_json_rows() -> None:
