@@ -264,6 +264,20 @@ def test_relabeling_a_run_out_of_its_policy_is_refused(cluster: Cluster, space: 
     core.kubectl("label", "-n", space, name, "note=ok", check=True)
 
 
+def pending_platform_pod(
+    cluster: Cluster, namespace: str, name: str, labels: dict[str, str]
+) -> Identity:
+    """The platform's run Pod ``name``, Pending (no node matches: no IP, no kubelet, so
+    a door runguard lets through opens onto nothing); the platform's identity."""
+    nowhere = {"nodeSelector": {NODE_KEY: "nowhere"}}
+    run = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": labels},
+           "spec": {"containers": [container()], **nowhere}}  # fmt: skip
+    core = platform_identity(cluster)
+    core.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(run), check=True)
+    assert platform_made(get(cluster, namespace, f"pod/{name}"))
+    return core
+
+
 def test_a_shell_in_the_platforms_pod_is_refused_to_a_user(cluster: Cluster, space: str) -> None:
     """``kubectl exec`` and ``kubectl attach`` (CONNECT, whose object is the command, not
     the Pod): runguard reads the Pod with its cluster-state credentials and refuses a
@@ -271,11 +285,7 @@ def test_a_shell_in_the_platforms_pod_is_refused_to_a_user(cluster: Cluster, spa
     Pending (no node matches), so a shell runguard lets through stops at the apiserver
     ("does not have a host assigned") and never dials a kubelet."""
     nowhere = {"nodeSelector": {NODE_KEY: "nowhere"}}
-    run = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "run", "labels": RUN},
-           "spec": {"containers": [container()], **nowhere}}  # fmt: skip
-    core = platform_identity(cluster)
-    core.kubectl("apply", "-n", space, "-f", "-", input=json.dumps(run), check=True)
-    assert platform_made(get(cluster, space, "pod/run"))
+    core = pending_platform_pod(cluster, space, "run", RUN)
     mallory = user(cluster)
     for shell in (("exec", "run", "--", "sh"), ("attach", "run")):
         done = mallory.kubectl(shell[0], "-n", space, *shell[1:], timeout=60)
@@ -340,12 +350,7 @@ def test_a_proxy_into_the_platforms_pod_is_refused_by_any_name_or_service(
     proxy runguard lets through never dials anything. The cluster-state role as shipped
     may read what the judgment needs."""
     nowhere = {"nodeSelector": {NODE_KEY: "nowhere"}}
-    head_labels = {**RUN, "ray.io/node-type": "head"}
-    head = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "head", "labels": head_labels},
-            "spec": {"containers": [container()], **nowhere}}  # fmt: skip
-    core = platform_identity(cluster)
-    core.kubectl("apply", "-n", space, "-f", "-", input=json.dumps(head), check=True)
-    assert platform_made(get(cluster, space, "pod/head"))
+    core = pending_platform_pod(cluster, space, "head", {**RUN, "ray.io/node-type": "head"})
     mallory = user(cluster)
     plain = {"name": "main", "image": "python:3.11"}
     mine = {"apiVersion": "v1", "kind": "Pod",
