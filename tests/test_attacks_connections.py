@@ -59,9 +59,22 @@ def endpoints(name: str, *targets: tuple[str, str], ready: bool = True) -> dict[
             "subsets": [{key: addresses, "ports": ports}]}  # fmt: skip
 
 
+def endpoint_slice(service_name: str, *targets: tuple[str, str]) -> dict[str, Any]:
+    """An EndpointSlice of Service ``service_name`` pointing at Pods (namespace, name)."""
+    found = [
+        {"addresses": [f"192.0.2.{i + 1}"],
+         "targetRef": {"kind": "Pod", "namespace": ns, "name": n}}
+        for i, (ns, n) in enumerate(targets)
+    ]  # fmt: skip
+    labels = {"kubernetes.io/service-name": service_name}
+    return {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+            "metadata": {"name": f"{service_name}-x1", "labels": labels},
+            "addressType": "IPv4", "endpoints": found}  # fmt: skip
+
+
 class Namespace:
-    """The server's reads (``shells.Reads``) over namespace ml's Services, Endpoints and
-    Pods, recording what was asked of a Service."""
+    """The server's reads (``shells.Reads``) over namespace ml's Services, Endpoints,
+    EndpointSlices and Pods, recording what was asked of a Service."""
 
     def __init__(
         self,
@@ -72,7 +85,7 @@ class Namespace:
     ) -> None:
         self._pods, self.error = pods, error
         self._services = {s["metadata"]["name"]: s for s in services}
-        self._endpoints = {e["metadata"]["name"]: e for e in endpoints_}
+        self._endpoints = list(endpoints_)
         self.asked: list[tuple[str, str]] = []
 
     def __call__(self, namespace: str, name: str) -> PodLookup:
@@ -89,7 +102,19 @@ class Namespace:
 
     def endpoints(self, namespace: str, name: str) -> Listed:
         self.asked.append(("endpoints", name))
-        return self._one(self._endpoints.get(name) if namespace == "ml" else None)
+        found = [e for e in self._endpoints if e["kind"] == "Endpoints"
+                 and e["metadata"]["name"] == name and namespace == "ml"]  # fmt: skip
+        return self._one(found[0] if found else None)
+
+    def endpoint_slices(self, namespace: str, name: str) -> Listed:
+        self.asked.append(("slices", name))
+        if self.error is not None:
+            return Listed((), self.error)
+        return Listed(tuple(
+            e for e in self._endpoints
+            if e["kind"] == "EndpointSlice" and namespace == "ml"
+            and e["metadata"]["labels"]["kubernetes.io/service-name"] == name
+        ))  # fmt: skip
 
     def pods(self, namespace: str, selector: str) -> Listed:
         self.asked.append(("pods", selector))
@@ -212,7 +237,8 @@ def test_a_service_proxy_to_her_own_pods_opens() -> None:
                         [service("mine", {"app": "mine"})],
                         [endpoints("mine", ("ml", "a"), ("ml", "b"))])  # fmt: skip
     assert judged(service_proxy(ALICE, "mine:8265"), cluster)["allowed"] is True
-    assert cluster.asked == [("service", "mine"), ("pods", "app=mine"), ("endpoints", "mine")]
+    assert cluster.asked == [("service", "mine"), ("pods", "app=mine"), ("endpoints", "mine"),
+                             ("slices", "mine")]  # fmt: skip
 
 
 def test_one_platform_pod_among_hers_refuses_the_service_proxy() -> None:
@@ -226,22 +252,37 @@ def test_one_platform_pod_among_hers_refuses_the_service_proxy() -> None:
     assert "reaches Pod ml/core-ray-head" in denied["status"]["message"]
 
 
-@pytest.mark.parametrize("ready", [True, False])
-def test_a_service_without_selector_is_judged_by_the_pods_its_endpoints_name(ready: bool) -> None:
-    """Chain: a Service without a selector, whose Endpoints someone wrote with the
-    platform head's IP and ``targetRef`` (the apiserver proxies to an Endpoints address
-    only when its targetRef names a Pod of the namespace holding that IP). Judged on the
-    Pods the Endpoints name, ready or not, whatever the ref's kind."""
-    refs = endpoints("manual", ("ml", "core-ray-head"), ready=ready)
+@pytest.mark.parametrize(
+    "refs",
+    [
+        endpoints("manual", ("ml", "core-ray-head")),
+        endpoints("manual", ("ml", "core-ray-head"), ready=False),
+        endpoint_slice("manual", ("ml", "core-ray-head")),
+    ],
+)
+def test_a_service_without_selector_is_judged_by_the_pods_its_endpoints_name(
+    refs: dict[str, Any],
+) -> None:
+    """Chain: a Service without a selector, whose Endpoints (or EndpointSlice) someone
+    wrote with the platform head's IP and ``targetRef`` (the apiserver proxies to an
+    endpoint only when its targetRef names a Pod of the namespace holding that IP; it
+    reads the Endpoints up to Kubernetes 1.36, the EndpointSlices from 1.37). Judged on
+    the Pods they name, ready or not, whatever the ref's kind."""
     cluster = Namespace([her_pod(), platform_head()], [service("manual", None)], [refs])
     denied = judged(service_proxy(ALICE, "manual"), cluster)
     assert denied["allowed"] is False and "reaches Pod ml/core-ray-head" in denied[
         "status"]["message"]  # fmt: skip
-    assert cluster.asked == [("service", "manual"), ("endpoints", "manual"), ("pods", "")]
+    assert cluster.asked == [("service", "manual"), ("endpoints", "manual"),
+                             ("slices", "manual"), ("pods", "")]  # fmt: skip
     odd = copy.deepcopy(refs)
-    odd["subsets"][0]["addresses" if ready else "notReadyAddresses"][0]["targetRef"]["kind"] = (
-        "Node"
-    )
+    odd_refs = [
+        *(a for sub in odd.get("subsets", ()) for key in ("addresses", "notReadyAddresses")
+          for a in sub.get(key, ())),
+        *odd.get("endpoints", ()),
+    ]  # fmt: skip
+    assert odd_refs
+    for ref in odd_refs:
+        ref["targetRef"]["kind"] = "Node"
     cluster = Namespace([platform_head()], [service("manual", None)], [odd])
     assert judged(service_proxy(ALICE, "manual"), cluster)["allowed"] is False
 
@@ -251,7 +292,9 @@ def test_what_the_apiserver_never_proxies_to_is_not_judged() -> None:
     proxied to (``isValidAddress``); a Service that reaches no Pod opens nothing."""
     refs = endpoints("manual", ("digitalhub", "core-ray-head"))
     refs["subsets"][0]["addresses"].append({"ip": "192.0.2.9"})
-    cluster = Namespace([her_pod()], [service("manual", None)], [refs])
+    sliced = endpoint_slice("manual", ("digitalhub", "core-ray-head"))
+    sliced["endpoints"].append({"addresses": ["192.0.2.9"]})
+    cluster = Namespace([her_pod()], [service("manual", None)], [refs, sliced])
     assert judged(service_proxy(ALICE, "manual"), cluster)["allowed"] is True
     assert ("pods", "") not in cluster.asked
     empty = Namespace([platform_head()], [service("nothing", {"app": "none"})])
@@ -288,13 +331,14 @@ def test_a_platform_pods_own_token_proxies_to_the_platforms_service() -> None:
 
 def test_reached_pods_lists_the_namespace_once_for_pods_the_selector_missed() -> None:
     head, mine = platform_head(), her_pod("a", app="mine")
-    refs = endpoints("mine", ("ml", "a"), ("ml", "core-ray-head"), ("ml", "gone"))
-    cluster = Namespace([head, mine], [service("mine", {"app": "mine"})], [refs])
+    refs = endpoints("mine", ("ml", "a"), ("ml", "gone"))
+    sliced = endpoint_slice("mine", ("ml", "a"), ("ml", "core-ray-head"))
+    cluster = Namespace([head, mine], [service("mine", {"app": "mine"})], [refs, sliced])
     reached = reached_pods(cluster, "ml", "mine")
     assert reached.error is None
     assert [p["metadata"]["name"] for p in reached.items] == ["a", "core-ray-head"]
-    assert cluster.asked == [("service", "mine"), ("pods", "app=mine"),
-                             ("endpoints", "mine"), ("pods", "")]  # fmt: skip
+    assert cluster.asked == [("service", "mine"), ("pods", "app=mine"), ("endpoints", "mine"),
+                             ("slices", "mine"), ("pods", "")]  # fmt: skip
 
 
 def test_the_servers_reads_say_why_they_failed_never_raise(tmp_path: Any) -> None:
@@ -308,7 +352,7 @@ def test_the_servers_reads_say_why_they_failed_never_raise(tmp_path: Any) -> Non
     )
     reader = PodReader(str(kubeconfig), timeout=1.0)
     for found in (reader.service("ml", "svc"), reader.endpoints("ml", "svc"),
-                  reader.pods("ml", "app=x")):  # fmt: skip
+                  reader.endpoint_slices("ml", "svc"), reader.pods("ml", "app=x")):  # fmt: skip
         assert found.items == () and found.error
 
 

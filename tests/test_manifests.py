@@ -1391,8 +1391,9 @@ def test_cluster_state_rbac_is_read_only_for_exactly_its_kinds() -> None:
     """The watch cache's role grants get, list and watch on exactly the resources the
     cache watches (``webhook.clusterstate.RESOURCES``), get on Pods (the Pod a shell is
     opened into, ``webhook.shells``), and what a proxy to a Service is judged with (get
-    the Service and its Endpoints, list the Pods they reach), bound to the webhook's
-    account, whose token the component mounts, and the component turns the cache on."""
+    the Service and its Endpoints, list its EndpointSlices and the Pods they reach),
+    bound to the webhook's account, whose token the component mounts, and the component
+    turns the cache on."""
     from webhook.clusterstate.model import RESOURCES
     from webhook.settings import BY_NAME
 
@@ -1409,7 +1410,7 @@ def test_cluster_state_rbac_is_read_only_for_exactly_its_kinds() -> None:
         for group, _, resource in RESOURCES.values()
         for verb in ("get", "list", "watch")
     } | {("", "pods", "get"), ("", "pods", "list"), ("", "services", "get"),
-         ("", "endpoints", "get")}  # fmt: skip
+         ("", "endpoints", "get"), ("discovery.k8s.io", "endpointslices", "list")}  # fmt: skip
     # the operators' kinds the shipped policies name, and nothing else
     policy = load_policy(REPO / "policies")
     kinds = {k for p in policy.run_policies() for k in p.platform.operator_kinds}

@@ -6,13 +6,14 @@ A proxy's request names its target ``[scheme:]name[:port]`` (``pods/proxy`` and
 (``SplitSchemeNamePort`` in k8s.io/apimachinery/pkg/util/net).
 
 ``services/proxy``: the apiserver proxies to an address of the Service's Endpoints
-(same name) whose ``targetRef`` names a Pod of the namespace holding that IP, and
-nowhere else. runguard judges (``webhook.shells``) every Pod the Service's selector
-picks (what its Endpoints will hold) and every Pod its Endpoints name (a Service
-without a selector, whose Endpoints someone wrote): one platform Pod among them refuses
-the door to whoever may not open it. A Service that reaches no Pod opens nothing (the
-apiserver answers 503). Pure: the reads are ``ServiceReads``' (the server's are
-``webhook.shells.PodReader``).
+(same name; from Kubernetes 1.37 on, of its EndpointSlices, label
+``kubernetes.io/service-name``) whose ``targetRef`` names a Pod of the namespace holding
+that IP, and nowhere else. runguard judges (``webhook.shells``) every Pod the Service's
+selector picks (what its endpoints will hold) and every Pod its Endpoints or
+EndpointSlices name (a Service without a selector, whose endpoints someone wrote): one
+platform Pod among them refuses the door to whoever may not open it. A Service that
+reaches no Pod opens nothing (the apiserver answers 503). Pure: the reads are
+``ServiceReads``' (the server's are ``webhook.shells.PodReader``).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ __all__ = [
     "PROXY_FORM",
     "Listed",
     "ServiceReads",
-    "endpoint_pods",
+    "targeted_pods",
     "label_selector",
     "proxied_name",
     "reached_pods",
@@ -49,6 +50,10 @@ class ServiceReads(Protocol):
 
     def endpoints(self, namespace: str, name: str) -> Listed:
         """The Service's Endpoints (one item), or none."""
+        ...
+
+    def endpoint_slices(self, namespace: str, name: str) -> Listed:
+        """The Service's EndpointSlices (label ``kubernetes.io/service-name``)."""
         ...
 
     def pods(self, namespace: str, selector: str) -> Listed:
@@ -76,9 +81,9 @@ PROXY_FORM = "a proxy names its target [http:|https:]name[:port]"
 
 def reached_pods(services: ServiceReads, namespace: str, name: str) -> Listed:
     """The Pods a ``services/proxy`` to Service ``name`` may reach: those its selector
-    picks, and those its Endpoints name (``targetRef``, a Pod of the namespace; one list
-    of the namespace's Pods for those the selector did not pick); a Service not found
-    is an error (the apiserver would answer 404)."""
+    picks, and those its Endpoints and EndpointSlices name (``targetRef``, a Pod of the
+    namespace; one list of the namespace's Pods for those the selector did not pick); a
+    Service not found is an error (the apiserver would answer 404)."""
     found = services.service(namespace, name)
     if found.error is not None:
         return found
@@ -91,10 +96,12 @@ def reached_pods(services: ServiceReads, namespace: str, name: str) -> Listed:
         if picked.error is not None:
             return picked
         pods.update((_name(p), p) for p in picked.items)
-    endpoints = services.endpoints(namespace, name)
-    if endpoints.error is not None:
-        return endpoints
-    named = set().union(*(endpoint_pods(e, namespace) for e in endpoints.items)) - set(pods)
+    named: set[str] = set()
+    for listed in (services.endpoints(namespace, name), services.endpoint_slices(namespace, name)):
+        if listed.error is not None:
+            return listed
+        named.update(*(targeted_pods(e, namespace) for e in listed.items))
+    named -= set(pods)
     if named:
         every = services.pods(namespace, "")
         if every.error is not None:
@@ -113,26 +120,26 @@ def label_selector(service: dict[str, Any]) -> str:
     return ",".join(f"{k}={v}" for k, v in sorted(selector.items()) if isinstance(v, str))
 
 
-def endpoint_pods(endpoints: dict[str, Any], namespace: str) -> set[str]:
-    """The names of the Pods of ``namespace`` an Endpoints' addresses (ready or not)
-    point to by ``targetRef``: the only addresses the apiserver proxies to."""
-    out: set[str] = set()
-    subsets = endpoints.get("subsets")
-    for subset in subsets if isinstance(subsets, list) else ():
-        if not isinstance(subset, dict):
-            continue
+def targeted_pods(endpoints: dict[str, Any], namespace: str) -> set[str]:
+    """The names of the Pods of ``namespace`` an Endpoints (its addresses, ready or not)
+    or an EndpointSlice (its endpoints) point to by ``targetRef``: the only addresses the
+    apiserver proxies to (whatever the ref's kind: it reads a Pod of that name)."""
+    refs: list[Any] = []
+    for subset in _dicts(endpoints.get("subsets")):
         for key in ("addresses", "notReadyAddresses"):
-            addresses = subset.get(key)
-            for address in addresses if isinstance(addresses, list) else ():
-                ref = address.get("targetRef") if isinstance(address, dict) else None
-                if (  # the apiserver reads a Pod of that name, whatever the ref's kind
-                    isinstance(ref, dict)
-                    and ref.get("namespace", namespace) == namespace
-                    and isinstance(ref.get("name"), str)
-                    and ref["name"]
-                ):
-                    out.add(ref["name"])
-    return out
+            refs.extend(a.get("targetRef") for a in _dicts(subset.get(key)))
+    refs.extend(e.get("targetRef") for e in _dicts(endpoints.get("endpoints")))
+    return {
+        ref["name"]
+        for ref in _dicts(refs)
+        if ref.get("namespace", namespace) == namespace
+        and isinstance(ref.get("name"), str)
+        and ref["name"]
+    }
+
+
+def _dicts(items: Any) -> list[dict[str, Any]]:
+    return [i for i in items if isinstance(i, dict)] if isinstance(items, list) else []
 
 
 def _name(obj: dict[str, Any]) -> str:

@@ -72,6 +72,8 @@ READ_RETRIES = 1
 # What the apiserver adds to the user of a ServiceAccount token bound to a Pod.
 POD_NAME_EXTRA = "authentication.kubernetes.io/pod-name"
 POD_UID_EXTRA = "authentication.kubernetes.io/pod-uid"
+# The label an EndpointSlice names its Service by.
+SERVICE_NAME_LABEL = "kubernetes.io/service-name"
 
 
 @dataclass(frozen=True)
@@ -313,30 +315,39 @@ class PodReader:
         self._pid = 0
 
     def read(self, namespace: str, name: str) -> PodLookup:
-        found = self._get("Pod", "read_namespaced_pod", name, namespace)
+        found = self._get("Pod", "CoreV1Api", "read_namespaced_pod", name, namespace)
         return PodLookup(found.items[0] if found.items else None, found.error)
 
     __call__ = read
 
     def service(self, namespace: str, name: str) -> Listed:
-        return self._get("Service", "read_namespaced_service", name, namespace)
+        return self._get("Service", "CoreV1Api", "read_namespaced_service", name, namespace)
 
     def endpoints(self, namespace: str, name: str) -> Listed:
-        return self._get("Endpoints", "read_namespaced_endpoints", name, namespace)
+        return self._get("Endpoints", "CoreV1Api", "read_namespaced_endpoints", name, namespace)
+
+    def endpoint_slices(self, namespace: str, name: str) -> Listed:
+        return self._list("EndpointSlice", "DiscoveryV1Api", "list_namespaced_endpoint_slice",
+                          namespace, f"{SERVICE_NAME_LABEL}={name}")  # fmt: skip
 
     def pods(self, namespace: str, selector: str) -> Listed:
-        found = self._get("PodList", "list_namespaced_pod", namespace, label_selector=selector)
+        return self._list("Pod", "CoreV1Api", "list_namespaced_pod", namespace, selector)
+
+    def _list(self, kind: str, api: str, method: str, namespace: str, selector: str) -> Listed:
+        """The objects of ``kind`` in ``namespace`` matching a label selector."""
+        found = self._get(f"{kind}List", api, method, namespace, label_selector=selector)
         items = found.items[0].get("items") if found.items else None
         if found.error is not None or not isinstance(items, list):
             return Listed((), found.error or "the apiserver answered a list without items")
-        return Listed(tuple(p for p in items if isinstance(p, dict)))
+        return Listed(tuple(i for i in items if isinstance(i, dict)))
 
-    def _get(self, kind: str, method: str, *args: str, **options: str) -> Listed:
-        """The object of ``kind`` one call of the CoreV1Api answers (none: 404)."""
+    def _get(self, kind: str, api: str, method: str, *args: str, **options: str) -> Listed:
+        """The object of ``kind`` one call of the client's ``api`` answers (none: 404)."""
+        from kubernetes import client
         from kubernetes.client.exceptions import ApiException
 
         try:
-            call = getattr(self._core(), method)
+            call = getattr(getattr(client, api)(self._client()), method)
             response = call(*args, _preload_content=False, _request_timeout=self.timeout,
                             **options)  # fmt: skip
             obj = orjson.loads(response.data)
@@ -350,13 +361,13 @@ class PodReader:
             return Listed((), f"the apiserver answered something that is not a {kind}")
         return Listed((obj,))
 
-    def _core(self) -> Any:
+    def _client(self) -> Any:
         with self._lock:
             if self._api is None or self._pid != os.getpid():
                 from kubernetes import client
 
                 configuration = kubeconfig.configuration(self.source)
                 configuration.retries = READ_RETRIES
-                self._api = client.CoreV1Api(client.ApiClient(configuration))
+                self._api = client.ApiClient(configuration)
                 self._pid = os.getpid()
             return self._api

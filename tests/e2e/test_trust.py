@@ -344,11 +344,11 @@ def test_a_proxy_into_the_platforms_pod_is_refused_by_any_name_or_service(
 ) -> None:
     """A proxy is judged on the Pods it reaches: ``pods/proxy`` in every name form
     (``name:port``, ``scheme:name:port``), and ``services/proxy`` through the Pods the
-    Service's selector picks or its Endpoints name (a Service without a selector whose
-    Endpoints an admin wrote). The Pods stay Pending (no node matches): with no IP the
-    apiserver proxies nowhere ("address not allowed", "no endpoints available"), so a
-    proxy runguard lets through never dials anything. The cluster-state role as shipped
-    may read what the judgment needs."""
+    Service's selector picks or its Endpoints or EndpointSlices name (a Service without a
+    selector whose endpoints an admin wrote). The Pods stay Pending (no node matches):
+    with no IP the apiserver proxies nowhere ("address not allowed", "no endpoints
+    available"), so a proxy runguard lets through never dials anything. The
+    cluster-state role as shipped may read what the judgment needs."""
     nowhere = {"nodeSelector": {NODE_KEY: "nowhere"}}
     core = pending_platform_pod(cluster, space, "head", {**RUN, "ray.io/node-type": "head"})
     mallory = user(cluster)
@@ -361,22 +361,31 @@ def test_a_proxy_into_the_platforms_pod_is_refused_by_any_name_or_service(
         {"apiVersion": "v1", "kind": "Service", "metadata": {"name": name},
          "spec": {"ports": ports, **({"selector": selector} if selector else {})}}
         for name, selector in (("ray", {"ray.io/node-type": "head"}), ("mine", {"app": "mine"}),
-                               ("manual", None))
+                               ("manual", None), ("sliced", None))
     ]  # fmt: skip
     listed = {"apiVersion": "v1", "kind": "List", "items": [mine, *services]}
     mallory.kubectl("apply", "-n", space, "-f", "-", input=json.dumps(listed), check=True)
-    # Endpoints naming the platform's Pod, written by an admin (edit cannot since 1.22)
+    # Endpoints and an EndpointSlice naming the platform's Pod, written by an admin (edit
+    # cannot write either); the apiserver proxies through the first up to 1.36, the second
+    # from 1.37
+    target = {"kind": "Pod", "namespace": space, "name": "head"}
     manual = {"apiVersion": "v1", "kind": "Endpoints", "metadata": {"name": "manual"},
-              "subsets": [{"addresses": [{"ip": "192.0.2.10", "targetRef": {
-                  "kind": "Pod", "namespace": space, "name": "head"}}],
-                  "ports": [{"name": "dashboard", "port": 8265}]}]}  # fmt: skip
-    cluster.kubectl("apply", "-n", space, "-f", "-", input=json.dumps(manual), check=True)
+              "subsets": [{"addresses": [{"ip": "192.0.2.10", "targetRef": target}],
+                           "ports": [{"name": "dashboard", "port": 8265}]}]}  # fmt: skip
+    sliced = {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+              "metadata": {"name": "sliced-1",
+                           "labels": {"kubernetes.io/service-name": "sliced"}},
+              "addressType": "IPv4", "ports": [{"name": "dashboard", "port": 8265}],
+              "endpoints": [{"addresses": ["192.0.2.11"], "targetRef": target}]}  # fmt: skip
+    listed = {"apiVersion": "v1", "kind": "List", "items": [manual, sliced]}
+    cluster.kubectl("apply", "-n", space, "-f", "-", input=json.dumps(listed), check=True)
 
     def proxy(who: Identity, path: str) -> Any:
         return who.kubectl("get", "--raw", f"/api/v1/namespaces/{space}/{path}/proxy/")
 
     for path in ("services/ray", "services/ray:8265", "services/http:ray:dashboard",
-                 "services/manual", "pods/head:8265", "pods/https:head:8443"):  # fmt: skip
+                 "services/manual", "services/sliced", "pods/head:8265",
+                 "pods/https:head:8443"):  # fmt: skip
         done = proxy(mallory, path)
         assert done.returncode != 0 and "ownership.debug" in rule_ids(done.stderr), done.stderr
         assert "validate-shells.runguard.io" in done.stderr
@@ -400,12 +409,10 @@ def test_a_proxy_into_the_platforms_pod_is_refused_by_any_name_or_service(
     cluster.kubectl("apply", "-f", "-", input=json.dumps(role), check=True)
     account = cluster.service_account(f"{space}-rg", "runguard",
                                       cluster_role=role["metadata"]["name"])  # fmt: skip
-    reached = reached_pods(PodReader(str(account.kubeconfig)), space, "manual")
-    assert reached.error is None
-    assert [p["metadata"]["name"] for p in reached.items] == ["head"]
-    reached = reached_pods(PodReader(str(account.kubeconfig)), space, "mine")
-    assert reached.error is None
-    assert [p["metadata"]["name"] for p in reached.items] == ["mine"]
+    reads = PodReader(str(account.kubeconfig))
+    for name, pods in (("manual", ["head"]), ("sliced", ["head"]), ("mine", ["mine"])):
+        reached = reached_pods(reads, space, name)
+        assert reached.error is None and [p["metadata"]["name"] for p in reached.items] == pods
     cluster.kubectl("delete", "namespace", f"{space}-rg", "--wait=false")
 
 
