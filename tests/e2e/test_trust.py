@@ -416,6 +416,37 @@ def test_a_proxy_into_the_platforms_pod_is_refused_by_any_name_or_service(
     cluster.kubectl("delete", "namespace", f"{space}-rg", "--wait=false")
 
 
+# Connections the apiserver serves into what runs (CONNECT subresources of core/v1)
+# that runguard leaves to RBAC: nodes/proxy reaches every Pod of a node, and the same
+# permission opens the kubelet's port without the apiserver (docs/server.md).
+RBACS_DOORS = {"nodes/proxy"}
+
+
+def test_every_connection_the_apiserver_serves_is_routed_or_rbacs(
+    cluster: Cluster, shipped: Runguard
+) -> None:
+    """Read from the real apiserver's discovery: every ``exec``, ``attach``,
+    ``portforward`` and ``proxy`` subresource of core/v1 is routed to the shells webhook
+    as installed, or declared RBAC's; one the apiserver gains fails this test until it
+    is classified, so a new door into a Pod is never open unseen."""
+    discovery = cluster.get_json("/api/v1")
+    doors = {
+        r["name"]
+        for r in discovery["resources"]
+        if r["name"].partition("/")[2] in ("exec", "attach", "portforward", "proxy")
+    }
+    assert {"pods/exec", "services/proxy", "nodes/proxy"} <= doors
+    installed = get(cluster, "default", "validatingwebhookconfiguration runguard-shells")
+    routed = {
+        resource
+        for hook in installed["webhooks"]
+        for rule in hook["rules"]
+        if "CONNECT" in rule["operations"]
+        for resource in rule["resources"]
+    }
+    assert doors - RBACS_DOORS == routed
+
+
 def test_an_operator_from_before_runguard_is_adopted_by_a_rollout_restart(
     cluster: Cluster, shipped: Runguard
 ) -> None:
