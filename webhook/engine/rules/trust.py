@@ -247,8 +247,8 @@ def check_debug_container(r: Review) -> list[Violation]:
 
 # What opens a door into a running Pod, by subresource: a shell or a tty (exec,
 # attach), a port inside its network namespace, where NetworkPolicies do not apply
-# (portforward, proxy: Ray's job API on a head Pod runs whatever it is sent; the
-# proxy of a Pod, or of a Service to each Pod it reaches), and a
+# (portforward, proxy: Ray's job API on a head Pod runs whatever it is sent; a
+# Service's proxy is judged on each Pod it reaches), and a
 # token of its account bound to it (serviceaccounts/token, TokenRequest), which
 # ``webhook.shells`` would take for the Pod itself when it opens a shell.
 SHELLS = {
@@ -264,13 +264,12 @@ def check_shell(
     pod: Any, root: Policy, namespace: str | None, context: Context, by: Any = None
 ) -> list[Violation]:
     """``ownership.debug`` for a door opened into ``pod``, the Pod as the cluster holds it
-    (``SHELLS``: ``kubectl exec``, ``attach``, ``port-forward``, ``pods/proxy`` or
-    ``services/proxy``, a token bound to it): the same shell, secrets and token as a
-    debug container, by another door, so the same judgment. ``by``: the Pod whose own
-    token opens it, when the request says so (``webhook.shells``), in the same
-    namespace: a platform Pod opening a shell into another (an MPI launcher running its
-    workers by ``kubectl exec``) is the platform. The kubelet of the Pod's node may
-    mint its tokens."""
+    (``SHELLS``: ``kubectl exec``, ``attach``, ``port-forward``, ``pods/proxy``, a token
+    bound to it): the same shell, secrets and token as a debug container, by another
+    door, so the same judgment. ``by``: the Pod whose own token opens it, when the
+    request says so (``webhook.shells``), in the same namespace: a platform Pod opening
+    a shell into another (an MPI launcher running its workers by ``kubectl exec``) is the
+    platform. The kubelet of the Pod's node may mint its tokens."""
     what = SHELLS.get(context.subresource)
     if what is None or not _platform_pod(root, pod, namespace, context):
         return []
