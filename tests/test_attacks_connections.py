@@ -302,14 +302,14 @@ def test_what_the_apiserver_never_proxies_to_is_not_judged() -> None:
 
 
 @pytest.mark.parametrize(
-    ("cluster", "read", "says"),
+    ("cluster", "says"),
     [
-        (Namespace([], []), None, "no such Service"),
-        (Namespace([], [], error="the apiserver answered 403 Forbidden"), None, "403 Forbidden"),
-        (None, None, "has no --cluster-state"),
+        (Namespace([], []), "no such Service"),
+        (Namespace([], [], error="the apiserver answered 403 Forbidden"), "403 Forbidden"),
+        (None, "has no --cluster-state"),
     ],
 )
-def test_a_service_that_cannot_be_read_is_refused(cluster: Any, read: Any, says: str) -> None:
+def test_a_service_that_cannot_be_read_is_refused(cluster: Any, says: str) -> None:
     request = service_proxy(ALICE, "core-ray-head-svc")
     outcome = shells.review(request, SHIPPED, None, Reads(PodLookup(None)), cluster)
     denied = outcome.response["response"]
