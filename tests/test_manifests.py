@@ -135,8 +135,7 @@ CONTROLLERS_CONDITION = {
         + "\n|| (oldObject != null && [oldObject.?spec.?template.or(oldObject.?spec.?jobTemplate"
         ".?spec.?template).orValue({})].exists(o,\n"
         "  o.?metadata.?labels[?'app.kubernetes.io/managed-by'] == optional.of('dhcore')\n"
-        "  && o.?metadata.?labels[?'dhcore/run'].hasValue()))\n|| "
-        + RECORDS
+        "  && o.?metadata.?labels[?'dhcore/run'].hasValue()))\n|| " + RECORDS
     ),
 }
 OTHER_PODS_CONDITIONS = [
@@ -1391,9 +1390,11 @@ def test_kustomize_builds_the_base_with_the_components(tmp_path: Path) -> None:
 
 def test_cluster_state_rbac_is_read_only_for_exactly_its_kinds() -> None:
     """The watch cache's role grants get, list and watch on exactly the resources the
-    cache watches (``webhook.clusterstate.RESOURCES``), and get on Pods (the Pod a shell
-    is opened into, ``webhook.shells``), bound to the webhook's account, whose token the
-    component mounts, and the component turns the cache on."""
+    cache watches (``webhook.clusterstate.RESOURCES``), get on Pods (the Pod a shell is
+    opened into, ``webhook.shells``), and what a proxy to a Service is judged with (get
+    the Service and its Endpoints, list its EndpointSlices and the Pods they reach),
+    bound to the webhook's account, whose token the component mounts, and the component
+    turns the cache on."""
     from webhook.clusterstate.model import RESOURCES
     from webhook.settings import BY_NAME
 
@@ -1409,7 +1410,8 @@ def test_cluster_state_rbac_is_read_only_for_exactly_its_kinds() -> None:
         (group, resource, verb)
         for group, _, resource in RESOURCES.values()
         for verb in ("get", "list", "watch")
-    } | {("", "pods", "get")}
+    } | {("", "pods", "get"), ("", "pods", "list"), ("", "services", "get"),
+         ("", "endpoints", "get"), ("discovery.k8s.io", "endpointslices", "list")}  # fmt: skip
     # the operators' kinds the shipped policies name, and nothing else
     policy = load_policy(REPO / "policies")
     kinds = {k for p in policy.run_policies() for k in p.platform.operator_kinds}

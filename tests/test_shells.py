@@ -161,10 +161,13 @@ def test_only_the_doors_of_core_pods_are_shells(request_: Any) -> None:
     assert shells.shell_of(request_) is None
 
 
-def test_the_other_reviews_allow_a_connect() -> None:
+def test_the_other_reviews_refuse_a_connect() -> None:
+    """A CONNECT is ``webhook.shells``' to judge (the server sends it every one): the
+    object reviews never let one through unjudged."""
     for endpoint in ("mutate", "validate"):
         outcome = admission.review(endpoint, connect_request(ALICE), SHIPPED, None)
-        assert outcome.response["response"]["allowed"] is True
+        denied = outcome.response["response"]
+        assert denied["allowed"] is False and "door into a Pod" in denied["status"]["message"]
 
 
 # --- a shell the platform's own Pod opens with its token --------------------------------

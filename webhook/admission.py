@@ -283,13 +283,17 @@ def _judge(
     only to put back the running spec (``kubectl apply`` of the user's manifest again),
     never to change an immutable spec. ``/validate`` judges CREATE and UPDATE, passing
     ``oldObject`` so violations already present do not block unrelated updates. DELETE
-    and CONNECT are allowed (a shell opened into a Pod is ``webhook.shells``').
+    is allowed. A CONNECT (a door into a Pod) is ``webhook.shells``' to judge, where the
+    server sends every one: here it is refused, never let through unjudged.
     """
     uid = request["uid"]
     obj = request.get("object")
     namespace = request.get("namespace") or None
     operation = request["operation"]
-    if obj is None or operation in ("DELETE", "CONNECT"):
+    if operation == "CONNECT":
+        message = "runguard judges a CONNECT only as a door into a Pod, by its shells webhook"
+        return Outcome(review_response(uid, allowed=False, message=message), None)
+    if obj is None or operation == "DELETE":
         return Outcome(review_response(uid, allowed=True), None)
     old = request.get("oldObject") if operation == "UPDATE" else None
     context = context_of(request, cluster)

@@ -38,7 +38,7 @@ from webhook.settings import (
     SettingsError,
     read_settings,
 )
-from webhook.shells import PodReader, ReadPod
+from webhook.shells import PodReader
 from webhook.tls import peer_verified
 from webhook.worker import draining
 
@@ -67,9 +67,9 @@ class Runguard:
     cluster_state: ClusterView | None = None
     # The watch process keeping it (``webhook.clusterstate``), when this app started one.
     cluster_watch: ClusterWatch | None = None
-    # How a shell's Pod is read (``kubectl exec``: ``webhook.shells``), with the
-    # cluster state's credentials; None without them (such a shell is then denied).
-    read_pod: ReadPod | None = None
+    # How a door's Pods are read (``webhook.shells``: a Pod, a Service's), with the
+    # cluster state's credentials; None without them (such a door is then denied).
+    reads: shells.Reads | None = None
 
 
 def create_app(config: Mapping[str, Any] | None = None) -> Flask:
@@ -113,8 +113,8 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
     cluster_state, cluster_watch = _cluster_state(config, settings, store)
     cluster_metrics = (ClusterStateCollector(cluster_watch.state),) if cluster_watch else ()
     source = settings.get("cluster_state")
-    read_pod = PodReader(source).read if source is not None else None
-    state = Runguard(store, audit, cluster_state, cluster_watch, read_pod)
+    reads = PodReader(source) if source is not None else None
+    state = Runguard(store, audit, cluster_state, cluster_watch, reads)
     app.extensions["runguard"] = state
 
     if settings.get("client_ca") is not None:
@@ -143,8 +143,8 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
         if policy is None:
             m.observe_review(endpoint, "unavailable", None)
             return 503, orjson.dumps(_unavailable(store.state))
-        if endpoint == "validate" and shells.shell_of(req):
-            outcome = shells.review(req, policy, state.cluster_state, state.read_pod)
+        if shells.judges(endpoint, req):
+            outcome = shells.review(req, policy, state.cluster_state, state.reads, state.reads)
         else:
             outcome = admission.review(endpoint, req, policy, state.cluster_state)
         body = admission.encode_review(outcome.response)

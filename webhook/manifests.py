@@ -134,7 +134,14 @@ POD_TOKENS_WEBHOOK = "validate-pod-tokens.runguard.io"
 SHELLS_CONFIGURATION_NAME = "runguard-shells"
 # Doors into a running Pod (``webhook.engine.rules.trust.SHELLS``), and the token a
 # TokenRequest binds to a Pod (which its bearer could present as that Pod's).
-SHELL_SUBRESOURCES = ("pods/exec", "pods/attach", "pods/portforward", "pods/proxy")
+# A Service's proxy reaches the Pods behind it (judged on each).
+SHELL_SUBRESOURCES = (
+    "pods/exec",
+    "pods/attach",
+    "pods/portforward",
+    "pods/proxy",
+    "services/proxy",
+)
 TOKEN_SUBRESOURCE = "serviceaccounts/token"
 TIMEOUT_SECONDS = 5
 NAMESPACE_LABEL = "kubernetes.io/metadata.name"
@@ -894,8 +901,9 @@ def shells_webhook_configuration(
     url: str | None = None,
 ) -> dict[str, Any]:
     """The ValidatingWebhookConfiguration of the doors into a running Pod: ``kubectl
-    exec``, ``attach``, ``port-forward`` and ``pods/proxy`` (CONNECT), judged on the Pod
-    (``ownership.debug``: a Pod of the platform's is the platform's to open), and a token
+    exec``, ``attach``, ``port-forward``, ``pods/proxy`` and ``services/proxy`` (CONNECT),
+    judged on the Pod, each Pod the Service reaches (``ownership.debug``: a Pod of the
+    platform's is the platform's to open), and a token
     bound to a Pod (CREATE of ``serviceaccounts/token`` with a Pod as ``boundObjectRef``;
     the kubelets' own, group ``system:nodes``, never wait on runguard). An objectSelector
     cannot see the Pod (the object is ``PodExecOptions`` or a ``TokenRequest``), so every

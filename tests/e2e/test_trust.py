@@ -18,6 +18,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import yaml
+
+from webhook.reach import reached_pods
+from webhook.shells import PodReader
 
 from .cluster import Cluster, Identity, simulated_node
 from .devcluster import Runguard, prepare_cluster
@@ -96,8 +100,10 @@ def run_deployment(name: str, replicas: int = 1) -> dict[str, Any]:
         "spec": {
             "replicas": replicas,
             "selector": {"matchLabels": {"app": name}},
-            "template": {"metadata": {"labels": labels},
-                         "spec": {"containers": [container()], **ON_OUR_NODE}},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {"containers": [container()], **ON_OUR_NODE},
+            },
         },
     }
 
@@ -258,6 +264,20 @@ def test_relabeling_a_run_out_of_its_policy_is_refused(cluster: Cluster, space: 
     core.kubectl("label", "-n", space, name, "note=ok", check=True)
 
 
+def pending_platform_pod(
+    cluster: Cluster, namespace: str, name: str, labels: dict[str, str]
+) -> Identity:
+    """The platform's run Pod ``name``, Pending (no node matches: no IP, no kubelet, so
+    a door runguard lets through opens onto nothing); the platform's identity."""
+    nowhere = {"nodeSelector": {NODE_KEY: "nowhere"}}
+    run = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": labels},
+           "spec": {"containers": [container()], **nowhere}}  # fmt: skip
+    core = platform_identity(cluster)
+    core.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(run), check=True)
+    assert platform_made(get(cluster, namespace, f"pod/{name}"))
+    return core
+
+
 def test_a_shell_in_the_platforms_pod_is_refused_to_a_user(cluster: Cluster, space: str) -> None:
     """``kubectl exec`` and ``kubectl attach`` (CONNECT, whose object is the command, not
     the Pod): runguard reads the Pod with its cluster-state credentials and refuses a
@@ -265,11 +285,7 @@ def test_a_shell_in_the_platforms_pod_is_refused_to_a_user(cluster: Cluster, spa
     Pending (no node matches), so a shell runguard lets through stops at the apiserver
     ("does not have a host assigned") and never dials a kubelet."""
     nowhere = {"nodeSelector": {NODE_KEY: "nowhere"}}
-    run = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "run", "labels": RUN},
-           "spec": {"containers": [container()], **nowhere}}  # fmt: skip
-    core = platform_identity(cluster)
-    core.kubectl("apply", "-n", space, "-f", "-", input=json.dumps(run), check=True)
-    assert platform_made(get(cluster, space, "pod/run"))
+    core = pending_platform_pod(cluster, space, "run", RUN)
     mallory = user(cluster)
     for shell in (("exec", "run", "--", "sh"), ("attach", "run")):
         done = mallory.kubectl(shell[0], "-n", space, *shell[1:], timeout=60)
@@ -299,8 +315,16 @@ def test_a_shell_in_the_platforms_pod_is_refused_to_a_user(cluster: Cluster, spa
     core.kubectl("apply", "-n", space, "-f", "-", input=json.dumps(launcher), check=True)
     stored = get(cluster, space, "pod/launcher")
     assert platform_made(stored)
-    bind = ("create", "token", "launcher", "-n", space, "--bound-object-kind=Pod",
-            "--bound-object-name=launcher", f"--bound-object-uid={stored['metadata']['uid']}")
+    bind = (
+        "create",
+        "token",
+        "launcher",
+        "-n",
+        space,
+        "--bound-object-kind=Pod",
+        "--bound-object-name=launcher",
+        f"--bound-object-uid={stored['metadata']['uid']}",
+    )
     # minting a token bound to the platform's Pod is the platform's (or its node's) too
     done = mallory.kubectl(*bind)
     assert done.returncode != 0 and "ownership.debug" in rule_ids(done.stderr), done.stderr
@@ -313,6 +337,114 @@ def test_a_shell_in_the_platforms_pod_is_refused_to_a_user(cluster: Cluster, spa
     assert "does not have a host assigned" in done.stderr, done.stderr
     done = unbound.kubectl("exec", "-n", space, "run", "--", "sh", timeout=60)
     assert done.returncode != 0 and "ownership.debug" in rule_ids(done.stderr), done.stderr
+
+
+def test_a_proxy_into_the_platforms_pod_is_refused_by_any_name_or_service(
+    cluster: Cluster, space: str
+) -> None:
+    """A proxy is judged on the Pods it reaches: ``pods/proxy`` in every name form
+    (``name:port``, ``scheme:name:port``), and ``services/proxy`` through the Pods the
+    Service's selector picks or its Endpoints or EndpointSlices name (a Service without a
+    selector whose endpoints an admin wrote). The Pods stay Pending (no node matches):
+    with no IP the apiserver proxies nowhere ("address not allowed", "no endpoints
+    available"), so a proxy runguard lets through never dials anything. The
+    cluster-state role as shipped may read what the judgment needs."""
+    nowhere = {"nodeSelector": {NODE_KEY: "nowhere"}}
+    core = pending_platform_pod(cluster, space, "head", {**RUN, "ray.io/node-type": "head"})
+    mallory = user(cluster)
+    plain = {"name": "main", "image": "python:3.11"}
+    mine = {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "mine", "labels": {**RUN, "app": "mine"}},
+            "spec": {"containers": [plain], **nowhere}}  # fmt: skip
+    ports = [{"name": "dashboard", "port": 8265}]
+    services = [
+        {"apiVersion": "v1", "kind": "Service", "metadata": {"name": name},
+         "spec": {"ports": ports, **({"selector": selector} if selector else {})}}
+        for name, selector in (("ray", {"ray.io/node-type": "head"}), ("mine", {"app": "mine"}),
+                               ("manual", None), ("sliced", None))
+    ]  # fmt: skip
+    listed = {"apiVersion": "v1", "kind": "List", "items": [mine, *services]}
+    mallory.kubectl("apply", "-n", space, "-f", "-", input=json.dumps(listed), check=True)
+    # Endpoints and an EndpointSlice naming the platform's Pod, written by an admin (edit
+    # cannot write either); the apiserver proxies through the first up to 1.36, the second
+    # from 1.37
+    target = {"kind": "Pod", "namespace": space, "name": "head"}
+    manual = {"apiVersion": "v1", "kind": "Endpoints", "metadata": {"name": "manual"},
+              "subsets": [{"addresses": [{"ip": "192.0.2.10", "targetRef": target}],
+                           "ports": [{"name": "dashboard", "port": 8265}]}]}  # fmt: skip
+    sliced = {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+              "metadata": {"name": "sliced-1",
+                           "labels": {"kubernetes.io/service-name": "sliced"}},
+              "addressType": "IPv4", "ports": [{"name": "dashboard", "port": 8265}],
+              "endpoints": [{"addresses": ["192.0.2.11"], "targetRef": target}]}  # fmt: skip
+    listed = {"apiVersion": "v1", "kind": "List", "items": [manual, sliced]}
+    cluster.kubectl("apply", "-n", space, "-f", "-", input=json.dumps(listed), check=True)
+
+    def proxy(who: Identity, path: str) -> Any:
+        return who.kubectl("get", "--raw", f"/api/v1/namespaces/{space}/{path}/proxy/")
+
+    for path in ("services/ray", "services/ray:8265", "services/http:ray:dashboard",
+                 "services/manual", "services/sliced", "pods/head:8265",
+                 "pods/https:head:8443"):  # fmt: skip
+        done = proxy(mallory, path)
+        assert done.returncode != 0 and "ownership.debug" in rule_ids(done.stderr), done.stderr
+        assert "validate-shells.runguard.io" in done.stderr
+    done = proxy(mallory, "services/ray:8265")
+    assert f"Service {space}/ray reaches Pod {space}/head" in done.stderr, done.stderr
+    # the platform gets past runguard; so does she to her own Pod, by any name form (the
+    # controller may not have written the Service's empty Endpoints yet: not found)
+    for who, path in ((core, "services/ray:8265"), (mallory, "services/mine:8265")):
+        done = proxy(who, path)
+        name = path.split("/")[1].split(":")[0]
+        assert "runguard" not in done.stderr and (
+            "no endpoints available" in done.stderr
+            or f'endpoints "{name}" not found' in done.stderr
+        ), done.stderr
+    for path in ("pods/mine:8080", "pods/http:mine:8080"):
+        done = proxy(mallory, path)
+        assert "address not allowed" in done.stderr, done.stderr
+    # what a proxy to a Service reads, with the cluster-state role as shipped
+    shipped = yaml.safe_load_all((REPO / "manifests/cluster-state/rbac.yaml").read_text())
+    (role,) = [d for d in shipped if d and d["kind"] == "ClusterRole"]
+    cluster.kubectl("apply", "-f", "-", input=json.dumps(role), check=True)
+    account = cluster.service_account(f"{space}-rg", "runguard",
+                                      cluster_role=role["metadata"]["name"])  # fmt: skip
+    reads = PodReader(str(account.kubeconfig))
+    for name, pods in (("manual", ["head"]), ("sliced", ["head"]), ("mine", ["mine"])):
+        reached = reached_pods(reads, space, name)
+        assert reached.error is None and [p["metadata"]["name"] for p in reached.items] == pods
+    cluster.kubectl("delete", "namespace", f"{space}-rg", "--wait=false")
+
+
+# Connections the apiserver serves into what runs (CONNECT subresources of core/v1)
+# that runguard leaves to RBAC: nodes/proxy reaches every Pod of a node, and the same
+# permission opens the kubelet's port without the apiserver (docs/server.md).
+RBACS_DOORS = {"nodes/proxy"}
+
+
+def test_every_connection_the_apiserver_serves_is_routed_or_rbacs(
+    cluster: Cluster, shipped: Runguard
+) -> None:
+    """Read from the real apiserver's discovery: every ``exec``, ``attach``,
+    ``portforward`` and ``proxy`` subresource of core/v1 is routed to the shells webhook
+    as installed, or declared RBAC's; one the apiserver gains fails this test until it
+    is classified, so a new door into a Pod is never open unseen."""
+    discovery = cluster.get_json("/api/v1")
+    doors = {
+        r["name"]
+        for r in discovery["resources"]
+        if r["name"].partition("/")[2] in ("exec", "attach", "portforward", "proxy")
+    }
+    assert {"pods/exec", "services/proxy", "nodes/proxy"} <= doors
+    installed = get(cluster, "default", "validatingwebhookconfiguration runguard-shells")
+    routed = {
+        resource
+        for hook in installed["webhooks"]
+        for rule in hook["rules"]
+        if "CONNECT" in rule["operations"]
+        for resource in rule["resources"]
+    }
+    assert doors - RBACS_DOORS == routed
 
 
 def test_an_operator_from_before_runguard_is_adopted_by_a_rollout_restart(
@@ -393,15 +525,15 @@ def test_a_users_pod_as_the_platforms_service_account_is_refused(
     assert done.returncode != 0 and "ownership.service-account" in rule_ids(done.stderr)
 
 
-def test_a_run_cronjob_fires_suspends_and_its_run_id_is_fixed(
-    cluster: Cluster, space: str
-) -> None:
+def test_a_run_cronjob_fires_suspends_and_its_run_id_is_fixed(cluster: Cluster, space: str) -> None:
     """The platform's CronJob fires (cronjob-controller, then job-controller: the Pod is the
     platform's), is suspended and resumed; nobody moves it to another run."""
     core = platform_identity(cluster)
     running = {"pod-complete.stage.kwok.x-k8s.io/delay": "300s"}  # kwok: no completion yet
-    template = {"metadata": {"labels": {**RUN, "app": "nightly"}, "annotations": running},
-                "spec": {"restartPolicy": "Never", "containers": [container()], **ON_OUR_NODE}}
+    template = {
+        "metadata": {"labels": {**RUN, "app": "nightly"}, "annotations": running},
+        "spec": {"restartPolicy": "Never", "containers": [container()], **ON_OUR_NODE},
+    }
     cron = {"apiVersion": "batch/v1", "kind": "CronJob", "metadata": {"name": "nightly"},
             "spec": {"schedule": "* * * * *", "concurrencyPolicy": "Forbid",
                      "jobTemplate": {"spec": {"template": template}}}}  # fmt: skip
@@ -435,9 +567,14 @@ def status_writer(cluster: Cluster) -> Identity:
     """A user with edit rights who may also write the status of Pods, Jobs and Deployments
     (as a team's readiness-gate controller may): the status subresources store the labels,
     annotations and owners sent with them, since only the spec is put back."""
-    rules = [{"apiGroups": [group], "resources": [f"{resource}/status"],
-              "verbs": ["get", "patch", "update"]}
-             for group, resource in (("", "pods"), ("batch", "jobs"), ("apps", "deployments"))]
+    rules = [
+        {
+            "apiGroups": [group],
+            "resources": [f"{resource}/status"],
+            "verbs": ["get", "patch", "update"],
+        }
+        for group, resource in (("", "pods"), ("batch", "jobs"), ("apps", "deployments"))
+    ]
     role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
             "metadata": {"name": STATUS_WRITER}, "rules": rules}  # fmt: skip
     cluster.kubectl("apply", "-f", "-", input=json.dumps(role), check=True)
@@ -460,8 +597,11 @@ def patch_status(who: Identity, namespace: str, target: str, metadata: dict[str,
 def records(obj: dict[str, Any]) -> tuple[Any, ...]:
     meta = obj["metadata"]
     annotations = meta.get("annotations", {})
-    return (meta.get("labels", {}).get("runguard.io/policy"),
-            annotations.get("runguard.io/requested-by"), annotations.get("runguard.io/platform"))
+    return (
+        meta.get("labels", {}).get("runguard.io/policy"),
+        annotations.get("runguard.io/requested-by"),
+        annotations.get("runguard.io/platform"),
+    )
 
 
 def test_status_subresources_neither_relabel_nor_forge_records(

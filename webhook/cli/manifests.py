@@ -75,8 +75,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--shells",
         action="store_true",
         help="also the webhook configuration of the doors into a Pod (kubectl exec, "
-        "attach, port-forward, pods/proxy, a token bound to it), judged on the Pod: "
-        "runguard needs --cluster-state to read it",
+        "attach, port-forward, pods/proxy, services/proxy, a token bound to it), judged "
+        "on the Pods they reach: runguard needs --cluster-state to read them",
     )
     parser.add_argument("-o", "--output", choices=("yaml", "json"), default="yaml")
     mode = parser.add_mutually_exclusive_group()

@@ -520,12 +520,13 @@ def connect(
     by: Any = None,
 ) -> Decision:
     """A door opened into ``pod`` (``context.subresource``: ``kubectl exec``, ``attach``,
-    ``port-forward``, ``pods/proxy``, a token bound to it), the Pod as the cluster holds
-    it (the request itself carries only the command, the ports or the TokenRequest): a
-    Pod the platform created, or that holds its objects or runs as its account, is the
-    platform's to open (``ownership.debug``, as a debug container), or one of its own
-    Pods' (``by``: the Pod of the same namespace whose token asks). Nothing else of the
-    Pod is judged here: it was judged when it was created."""
+    ``port-forward``, ``pods/proxy`` or ``services/proxy``, a token bound to it), the
+    Pod as the cluster holds it (the request itself carries only the command, the ports
+    or the TokenRequest; a Service's proxy, each Pod it reaches): a Pod the platform
+    created, or that holds its objects or runs as its account, is the platform's to
+    open (``ownership.debug``, as a debug container), or one of its own Pods' (``by``:
+    the Pod of the same namespace whose token asks). Nothing else of the Pod is judged
+    here: it was judged when it was created."""
     found = check_shell(pod, policy, namespace, context, by)
     if not found:
         return _decision(pod, policy, namespace, applies=False, allowed=True)

@@ -241,8 +241,8 @@ OWNERSHIP_DEBUG = _rule(
     violation=(
         "an ephemeral container added to a Pod the platform created or that holds the "
         "platform's objects, or a door opened into one (kubectl exec, attach, "
-        "port-forward, pods/proxy, a token bound to it), by someone else than a "
-        "platform identity"
+        "port-forward, pods/proxy, services/proxy, a token bound to it), by someone "
+        "else than a platform identity"
     ),
 )
 OWNERSHIP_SERVICE_ACCOUNT = _rule(

@@ -247,14 +247,15 @@ def check_debug_container(r: Review) -> list[Violation]:
 
 # What opens a door into a running Pod, by subresource: a shell or a tty (exec,
 # attach), a port inside its network namespace, where NetworkPolicies do not apply
-# (portforward, proxy: Ray's job API on a head Pod runs whatever it is sent), and a
+# (portforward, proxy: Ray's job API on a head Pod runs whatever it is sent; a
+# Service's proxy is judged on each Pod it reaches), and a
 # token of its account bound to it (serviceaccounts/token, TokenRequest), which
 # ``webhook.shells`` would take for the Pod itself when it opens a shell.
 SHELLS = {
     "exec": "kubectl exec",
     "attach": "kubectl attach",
     "portforward": "kubectl port-forward",
-    "proxy": "the pods/proxy subresource",
+    "proxy": "a proxy (pods/proxy, services/proxy)",
     "token": "a token bound to it",
 }
 
