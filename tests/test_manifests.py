@@ -319,6 +319,7 @@ OWNED_POLICY: dict[str, Any] = {
             "platformConfigMaps": ["init-config-map-{labels[dhcore/run]}"],
         },
         "secrets": {"allowed": ["sec-*-{labels[dhcore/run]}", "registry.pull"]},
+        "resources": {"platformDeviceClaims": ["gpu-{labels[dhcore/run]}"]},
     },
 }
 
@@ -732,10 +733,12 @@ REFERENCES: dict[str, dict[str, Any]] = {
     **{f"ephemeral {key}": {"volumes": [{"name": "v", "ephemeral": {"volumeClaimTemplate": {
         "spec": {key: {"kind": "PersistentVolumeClaim", "name": "v-r1-a"}}}}}]}
        for key in ("dataSource", "dataSourceRef")},
+    # a platform run's claim of devices, shared by naming it
+    "resourceClaimName": {"resourceClaims": [{"name": "gpu", "resourceClaimName": "gpu-r1"}]},
 }  # fmt: skip
 # The same names, one character off: none is the platform's.
 NOT_PLATFORM = {"v-r1-a": "v-r1", "init-config-map-r1": "init-config-map", "sec-db-r1": "sec-db",
-                "registry.pull": "registryxpull"}  # fmt: skip
+                "registry.pull": "registryxpull", "gpu-r1": "gpu_r1"}  # fmt: skip
 
 
 def renamed(value: Any) -> Any:

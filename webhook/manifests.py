@@ -336,6 +336,7 @@ _LIST_VARS = {
     "env": "e",
     "envFrom": "e",
     "imagePullSecrets": "r",
+    "resourceClaims": "rc",
 }
 _DoorItem = tuple[tuple[str, ...], tuple[str, str] | None, str]  # rest of path, when, regex
 
@@ -374,7 +375,7 @@ def _name_regexes(policy: Policy) -> dict[str, str]:
     """kind -> the regex of every platform name of that kind, over every RunPolicy with
     ownership on (every RunPolicy's names are routed)."""
     out = {}
-    for kind in ("PersistentVolumeClaim", "ConfigMap", "Secret"):
+    for kind in ("PersistentVolumeClaim", "ConfigMap", "Secret", "ResourceClaim"):
         patterns = [
             pattern
             for p in policy.run_policies()
