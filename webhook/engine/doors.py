@@ -18,9 +18,9 @@ caught, as well as a field neither listed nor explained.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from webhook.engine.rule_ids import (
     OWNERSHIP_NOT_A_RUN,
@@ -148,33 +148,7 @@ NOT_DOORS: dict[str, str] = {
 Item = tuple[str | int, ...]  # keys and list indexes from the pod spec to a value
 
 
-def _walk(node: Any, path: tuple[str, ...], steps: Item) -> Iterator[tuple[Any, Item, Any]]:
-    """(value, keys and indexes to it, parent) at ``path`` below ``node``."""
-    if not path:
-        yield node, steps, None
-        return
-    head, rest = path[0], path[1:]
-    if head == CONTAINERS:
-        for name in CONTAINER_LISTS:
-            items = node.get(name) if isinstance(node, dict) else None
-            for i, item in enumerate(items if isinstance(items, list) else ()):
-                yield from _walk(item, rest[1:], (*steps, name, i))
-        return
-    if head == "*":
-        for i, item in enumerate(node if isinstance(node, list) else ()):
-            yield from _walk(item, rest, (*steps, i))
-        return
-    child = node.get(head) if isinstance(node, dict) else None
-    if child is None:
-        return
-    if not rest:
-        yield child, (*steps, head), node
-        return
-    yield from _walk(child, rest, (*steps, head))
-
-
-@dataclass(frozen=True)
-class Reference:
+class Reference(NamedTuple):
     """An object a pod spec names through ``door``; ``item`` locates what holds the
     reference: the list entry (a volume, a projected source, an env entry, an
     ``imagePullSecrets`` entry, a ``resourceClaims`` entry), else the field itself."""
@@ -184,21 +158,115 @@ class Reference:
     item: Item
 
 
-def located(spec: Any, kinds: frozenset[str] | None = None) -> Iterator[Reference]:
-    """Every object the spec names through a door, of ``kinds`` (None: all), in the
-    order of ``DOORS``; reads defensively (any input, however malformed)."""
-    for door in DOORS:
+class _Trie:
+    """The doors as a tree of their paths: a step's key (``*``: every item of a list) to
+    the tree below it, and the doors ending there."""
+
+    __slots__ = ("children", "doors")
+
+    def __init__(self) -> None:
+        self.children: dict[str, _Trie] = {}
+        self.doors: list[int] = []  # indexes in DOORS
+
+
+def _trie(kinds: frozenset[str] | None) -> _Trie:
+    """The tree of the doors of ``kinds`` (None: all); the three container lists share
+    one subtree."""
+    root = _Trie()
+    for index, door in enumerate(DOORS):
         if kinds is not None and door.kind not in kinds:
             continue
-        for value, steps, parent in _walk(spec, door.path, ()):
-            if not isinstance(value, str) or not value:
-                continue
-            if door.when is not None:
-                key, wanted = door.when
-                if not isinstance(parent, dict) or parent.get(key) != wanted:
-                    continue
-            last = max((i for i, s in enumerate(steps) if isinstance(s, int)), default=None)
-            yield Reference(door, value, steps if last is None else steps[: last + 1])
+        node, path = root, door.path
+        if path[0] == CONTAINERS:
+            node = root.children.get(CONTAINER_LISTS[0]) or _Trie()
+            for name in CONTAINER_LISTS:
+                root.children[name] = node
+            path = path[1:]
+        for key in path:
+            node = node.children.setdefault(key, _Trie())
+        node.doors.append(index)
+    return root
+
+
+_Hit = tuple[int, str, Item]  # index of the door, name, item
+_Collect = Callable[[Any, list[_Hit]], None]
+
+
+def _source(root: _Trie) -> str:
+    """Python source of ``collect(spec, out)``: nested loops over the tree, as one would
+    write them by hand for these doors (a walk interpreting the tree costs several
+    times more, on every Pod). Every step checks the type it reads: any input."""
+    lines = ["def collect(spec, out):"]
+    names = iter(range(1_000_000))
+
+    def emit(node: _Trie, var: str, steps: list[str], cut: int, parent: str, depth: int) -> None:
+        pad = "    " * depth
+        item = steps[:cut] if cut else steps
+        for index in node.doors:
+            test = f"isinstance({var}, str) and {var}"
+            when = DOORS[index].when
+            if when is not None:
+                test += f" and {parent}.get({when[0]!r}) == {when[1]!r}"
+            lines.append(f"{pad}if {test}:")
+            lines.append(f"{pad}    out.append(({index}, {var}, ({', '.join(item)},)))")
+        items = node.children.get("*")
+        if items is not None:
+            n = next(names)
+            lines.append(f"{pad}if isinstance({var}, list):")
+            lines.append(f"{pad}    for i{n}, e{n} in enumerate({var}):")
+            emit(items, f"e{n}", [*steps, f"i{n}"], len(steps) + 1, var, depth + 2)
+        keys: dict[int, tuple[_Trie, list[str]]] = {}  # subtree -> the keys leading to it
+        for key, below in node.children.items():
+            if key != "*":
+                keys.setdefault(id(below), (below, []))[1].append(key)
+        if not keys:
+            return
+        lines.append(f"{pad}if isinstance({var}, dict):")
+        for below, group in keys.values():
+            n = next(names)
+            if len(group) == 1:
+                lines.append(f"{pad}    v{n} = {var}.get({group[0]!r})")
+                step, inner = repr(group[0]), depth + 1
+            else:  # the container lists, one subtree
+                lines.append(f"{pad}    for k{n} in {tuple(group)!r}:")
+                lines.append(f"{pad}        v{n} = {var}.get(k{n})")
+                step, inner = f"k{n}", depth + 2
+            lines.append(f"{pad}{'    ' * (inner - depth)}if v{n} is not None:")
+            emit(below, f"v{n}", [*steps, step], cut, var, inner + 1)
+
+    emit(root, "spec", [], 0, "None", 1)
+    return "\n".join(lines) + "\n"
+
+
+_COLLECTORS: dict[frozenset[str] | None, _Collect] = {}
+
+
+def _collector(kinds: frozenset[str] | None) -> _Collect:
+    """``collect`` for the doors of ``kinds``, compiled once per set of kinds."""
+    made = _COLLECTORS.get(kinds)
+    if made is None:
+        namespace: dict[str, Any] = {}
+        exec(compile(_source(_trie(kinds)), f"<doors {sorted(kinds or ())}>", "exec"), namespace)
+        made = namespace["collect"]
+        if len(_COLLECTORS) < 16:  # a few constant sets of kinds
+            _COLLECTORS[kinds] = made
+    return made
+
+
+def located(spec: Any, kinds: frozenset[str] | None = None) -> list[Reference]:
+    """Every object the spec names through a door, of ``kinds`` (None: all), in the
+    order of ``DOORS`` (and of the spec within one door); one walk of the spec for all
+    the doors, reading defensively (any input, however malformed)."""
+    out: list[_Hit] = []
+    _collector(kinds)(spec, out)
+    if not out:
+        return []
+    out.sort(key=_door_index)  # stable: the spec's order within a door
+    return [Reference(DOORS[index], name, item) for index, name, item in out]
+
+
+def _door_index(hit: _Hit) -> int:
+    return hit[0]
 
 
 def item_text(item: Item, base: str = "spec") -> str:

@@ -12,8 +12,6 @@ volume with its mounts); validation denies it.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 from webhook.engine.doors import Reference, item_text, located
 from webhook.engine.pod import Pod, kept_change, remove_items
 from webhook.engine.rule_ids import SECRETS_FORBIDDEN
@@ -31,7 +29,7 @@ def secret_allowed(name: str, pod: Pod, *, undecided: bool = False) -> bool:
     return creator and matches_any(pod.policy.secrets.allowed, name, pod.labels)
 
 
-def secret_references(pod: Pod) -> Iterator[Reference]:
+def secret_references(pod: Pod) -> list[Reference]:
     """Every secret the pod spec names, through every Secret door: the one list both the
     step and the check walk."""
     return located(pod.spec, SECRET)
