@@ -164,3 +164,31 @@ def test_the_platforms_secret_through_a_volume_type_goes_like_through_env(
     }
     core = judged(pod, CORE)
     assert core.allowed and core.object["spec"]["volumes"] == pod["spec"]["volumes"]
+
+
+def test_the_platforms_device_claim_name_is_the_platforms_to_take() -> None:
+    """Chain: before the platform creates run r1's claim ``gpu-r1``, alice creates a
+    ResourceClaim of that name (her request: whatever device and configuration she
+    likes); the platform's Pods then name her claim, which she also reads and may
+    share. Fix: a ResourceClaim with a platform name is the platform's to create
+    (``ownership.reserved-name``), routed to runguard like the platform's claims,
+    secrets and configMaps."""
+    claim = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": PLATFORM_CLAIM, "namespace": NAMESPACE},
+        "spec": {"devices": {"requests": [{"name": "gpu"}]}},
+    }
+    hook = next(
+        h
+        for h in validating_webhook_configuration(STRIP)["webhooks"]
+        if h["name"] == "validate-reserved-names.runguard.io"
+    )
+    assert {"apiGroups": ["resource.k8s.io"], "apiVersions": ["v1"], "operations": ["CREATE"],
+            "resources": ["resourceclaims"], "scope": "Namespaced"} in hook["rules"]  # fmt: skip
+    assert Cel().routed(hook, claim, "resourceclaims")
+    refused = judged(claim, ALICE)
+    assert not refused.allowed and rules(refused) == {"ownership.reserved-name"}
+    assert judged(claim, CORE).allowed
+    mine = {**claim, "metadata": {"name": "my-gpu", "namespace": NAMESPACE}}
+    assert not Cel().routed(hook, mine, "resourceclaims") and judged(mine, ALICE).allowed

@@ -274,7 +274,8 @@ OWNERSHIP_RESERVED_NAME = _rule(
     "ownership.reserved-name",
     mutation="",
     violation=(
-        "a PVC, Secret or ConfigMap created with a platform name (per run, or installation-wide) "
+        "a PVC, Secret, ConfigMap or ResourceClaim created with a platform name (per run, or "
+        "installation-wide) "
         "by someone else than the platform (or, for an installation-wide name, "
         "`platform.installers`)"
     ),
