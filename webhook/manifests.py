@@ -514,8 +514,9 @@ def _pod_reference_conditions(policy: Policy) -> list[dict[str, str]] | None:
 
 
 def reserved_name_condition(policy: Policy) -> dict[str, str] | None:
-    """Ownership on: a PVC, Secret, ConfigMap or ResourceClaim created with a name a platform pattern
-    gives (placeholders as wildcards). None when the policy reserves no name."""
+    """Ownership on: a PVC, Secret, ConfigMap or ResourceClaim created with a name a
+    platform pattern gives (placeholders as wildcards). None when the policy reserves no
+    name."""
     if not _any_ownership(policy):
         return None
     alternatives = [
