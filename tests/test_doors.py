@@ -264,3 +264,32 @@ NEVER_FOR_A_RUN = frozenset(
         "volumes.*.ephemeral.volumeClaimTemplate.spec.dataSourceRef.name",
     }
 )
+
+
+def test_stripping_removes_only_what_holds_the_reference() -> None:
+    """A projected volume keeps its other sources, an env list its other entries; a
+    volume left without sources goes with its mounts."""
+    spec = {
+        "containers": [{
+            "name": "main", "image": "python:3.11",
+            "env": [{"name": "A", "value": "1"},
+                    {"name": "B",
+                     "valueFrom": {"secretKeyRef": {"name": "team-token", "key": "k"}}}],
+            "volumeMounts": [{"name": "mixed", "mountPath": "/m"},
+                             {"name": "only", "mountPath": "/o"}],
+        }],
+        "volumes": [
+            {"name": "mixed", "projected": {"sources": [
+                {"downwardAPI": {"items": []}}, {"secret": {"name": "team-token"}}]}},
+            {"name": "only", "projected": {"sources": [{"secret": {"name": "team-token"}}]}},
+        ],
+    }  # fmt: skip
+    decision = evaluate(as_object("Pod", spec), STRIP, namespace=NAMESPACE,
+                        context=Context(ALICE, State([])))  # fmt: skip
+    stored = decision.object["spec"]
+    assert stored["volumes"] == [
+        {"name": "mixed", "projected": {"sources": [{"downwardAPI": {"items": []}}]}}
+    ]
+    main = stored["containers"][0]
+    assert main["env"] == [{"name": "A", "value": "1"}]
+    assert main["volumeMounts"] == [{"name": "mixed", "mountPath": "/m"}]
