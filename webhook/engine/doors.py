@@ -1,7 +1,9 @@
 """Every field of a Pod spec that names another object: the doors.
 
 One table, read by the engine (``ownership.platform_references``: which of the
-platform's objects a pod spec uses) and by the webhook configurations' CEL
+platform's objects a pod spec uses; ``secrets.forbidden``: every Secret door, stripped
+or denied alike; ``resources.device-claim``: existing device claims) and by the webhook
+configurations' CEL
 (``webhook.manifests``: which pods reach runguard), so what the engine judges and what
 the apiserver sends cannot drift. ``tests/test_doors.py`` walks the Kubernetes API schema
 (the ``kubernetes`` client's models of the newest supported release) and fails on any
