@@ -318,6 +318,7 @@ OWNED_POLICY: dict[str, Any] = {
             "platformConfigMaps": ["init-config-map-{labels[dhcore/run]}"],
         },
         "secrets": {"allowed": ["sec-*-{labels[dhcore/run]}", "registry.pull"]},
+        "resources": {"platformDeviceClaims": ["gpu-{labels[dhcore/run]}"]},
     },
 }
 
@@ -402,6 +403,8 @@ def test_with_ownership_every_rule_and_condition(owned: Policy) -> None:
         # Objects created with a platform name (ownership.reserved-name).
         *((VALIDATING, "validate-reserved-names.runguard.io", "", r, "CREATE")
           for r in ("persistentvolumeclaims", "secrets", "configmaps")),
+        (VALIDATING, "validate-reserved-names.runguard.io", "resource.k8s.io", "resourceclaims",
+         "CREATE"),
     }  # fmt: skip
     assert narrowed == {
         "mutate.runguard.io": ("objectSelector", STATUS),
@@ -430,6 +433,8 @@ def test_with_ownership_every_rule_and_condition(owned: Policy) -> None:
         " && object.metadata.?name.orValue('').matches('^(?:sec-.*-.+|registry[.]pull)$')\n"
         "|| request.resource.resource == 'configmaps'"
         " && object.metadata.?name.orValue('').matches('^(?:init-config-map-.+)$')\n"
+        "|| request.resource.resource == 'resourceclaims'"
+        " && object.metadata.?name.orValue('').matches('^(?:gpu-.+)$')\n"
         # a new claim cloning a platform claim (ownership.not-a-run)
         "|| request.resource.resource == 'persistentvolumeclaims' && ("
         "(object.?spec.?dataSource.?kind.orValue('') == 'PersistentVolumeClaim'"
@@ -455,7 +460,7 @@ def owned_with(spec: dict[str, Any]) -> list[dict[str, Any]]:
 def test_reserved_names_only_for_the_kinds_with_patterns() -> None:
     # per-run names are reserved; "v-*" without a placeholder names installation-wide claims
     claims = {"platformClaims": ["v-{labels[dhcore/run]}-*", "shared-*"]}
-    spec = {**OWNED_POLICY["spec"], "volumes": claims, "secrets": {}}
+    spec = {**OWNED_POLICY["spec"], "volumes": claims, "secrets": {}, "resources": {}}
     rows, _ = routes(owned_with(spec))
     reserved = {r for r in rows if r[1] == "validate-reserved-names.runguard.io"}
     assert reserved == {(VALIDATING, "validate-reserved-names.runguard.io", "",
@@ -463,7 +468,7 @@ def test_reserved_names_only_for_the_kinds_with_patterns() -> None:
 
 
 def test_ownership_without_platform_names_routes_runs_and_records() -> None:
-    spec = {**OWNED_POLICY["spec"], "volumes": {}, "secrets": {}}
+    spec = {**OWNED_POLICY["spec"], "volumes": {}, "secrets": {}, "resources": {}}
     rows, narrowed = routes(owned_with(spec))
     assert rows == RUN_PODS | RUN_CONTROLLERS | OTHER_PODS
     # the platform's own ServiceAccount is still a platform name (ownership.service-account)
@@ -556,6 +561,7 @@ def hook(name: str, policy: Policy = OWNED) -> dict[str, Any]:
 names = st.sampled_from([
     "v-r1-data", "v-a-", "v-x", "v--", "init-config-map-r1", "init-config-map-", "sec-db-r1",
     "sec--r1", "sec-db-", "registry.pull", "registryxpull", "team-datasets", "digitalhub", "x",
+    "gpu-r1", "gpu-", "gpu_r1",
 ])  # fmt: skip
 named = st.fixed_dictionaries({"name": names})
 volumes = st.one_of(
@@ -731,10 +737,12 @@ REFERENCES: dict[str, dict[str, Any]] = {
     **{f"ephemeral {key}": {"volumes": [{"name": "v", "ephemeral": {"volumeClaimTemplate": {
         "spec": {key: {"kind": "PersistentVolumeClaim", "name": "v-r1-a"}}}}}]}
        for key in ("dataSource", "dataSourceRef")},
+    # a platform run's claim of devices, shared by naming it
+    "resourceClaimName": {"resourceClaims": [{"name": "gpu", "resourceClaimName": "gpu-r1"}]},
 }  # fmt: skip
 # The same names, one character off: none is the platform's.
 NOT_PLATFORM = {"v-r1-a": "v-r1", "init-config-map-r1": "init-config-map", "sec-db-r1": "sec-db",
-                "registry.pull": "registryxpull"}  # fmt: skip
+                "registry.pull": "registryxpull", "gpu-r1": "gpu_r1"}  # fmt: skip
 
 
 def renamed(value: Any) -> Any:
@@ -806,7 +814,7 @@ def test_selector_expression_is_the_label_selector(
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
-    resource=st.sampled_from(["persistentvolumeclaims", "secrets", "configmaps"]),
+    resource=st.sampled_from(sorted(manifests.PLATFORM_OBJECTS)),
     name=st.one_of(names, st.text("vsecinit-config-map.r1pull", min_size=1, max_size=20)),
 )
 def test_reserved_name_condition_is_ownership_reserved_name(

@@ -158,6 +158,7 @@ def test_key_paths_are_the_yaml_names_of_attributes() -> None:
         key_path(RunPolicySpec, "security", "no_such_key")
     patterns = [k.path for k in iter_keys(RunPolicySpec) if k.uses(NAME_PATTERN)]
     assert patterns == [
+        ("resources", "platformDeviceClaims"),
         ("volumes", "platformClaims"),
         ("volumes", "platformConfigMaps"),
         ("secrets", "allowed"),

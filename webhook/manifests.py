@@ -163,7 +163,12 @@ PLATFORM_OBJECTS = {
     "persistentvolumeclaims": "PersistentVolumeClaim",
     "secrets": "Secret",
     "configmaps": "ConfigMap",
+    "resourceclaims": "ResourceClaim",
 }
+# The API group of those outside the core group (v1: resource.k8s.io from Kubernetes 1.34,
+# where dynamic resource allocation is on by default; matchPolicy Equivalent sends a
+# v1beta2 request too, converted).
+PLATFORM_OBJECT_GROUPS = {"resourceclaims": "resource.k8s.io"}
 
 
 class ManifestError(Exception):
@@ -343,6 +348,7 @@ _LIST_VARS = {
     "env": "e",
     "envFrom": "e",
     "imagePullSecrets": "r",
+    "resourceClaims": "rc",
 }
 _DoorItem = tuple[tuple[str, ...], tuple[str, str] | None, str]  # rest of path, when, regex
 
@@ -381,7 +387,7 @@ def _name_regexes(policy: Policy) -> dict[str, str]:
     """kind -> the regex of every platform name of that kind, over every RunPolicy with
     ownership on (every RunPolicy's names are routed)."""
     out = {}
-    for kind in ("PersistentVolumeClaim", "ConfigMap", "Secret"):
+    for kind in ("PersistentVolumeClaim", "ConfigMap", "Secret", "ResourceClaim"):
         patterns = [
             pattern
             for p in policy.run_policies()
@@ -455,6 +461,14 @@ def _reserved(policy: Policy) -> dict[str, str]:
     }
 
 
+def _reserved_rules(resources: Iterable[str]) -> list[dict[str, Any]]:
+    """The CREATE rules of the reserved-names webhook: one per API group."""
+    groups: dict[str, list[str]] = {}
+    for resource in resources:
+        groups.setdefault(PLATFORM_OBJECT_GROUPS.get(resource, ""), []).append(resource)
+    return [_rule(group, names, ["CREATE"]) for group, names in groups.items()]
+
+
 def _condition(name: str, expression: _Expr) -> dict[str, str]:
     return {"name": name, "expression": _render(expression)}
 
@@ -507,8 +521,9 @@ def _pod_reference_conditions(policy: Policy) -> list[dict[str, str]] | None:
 
 
 def reserved_name_condition(policy: Policy) -> dict[str, str] | None:
-    """Ownership on: a PVC, Secret or ConfigMap created with a name a platform pattern
-    gives (placeholders as wildcards). None when the policy reserves no name."""
+    """Ownership on: a PVC, Secret, ConfigMap or ResourceClaim created with a name a
+    platform pattern gives (placeholders as wildcards). None when the policy reserves no
+    name."""
     if not _any_ownership(policy):
         return None
     alternatives = [
@@ -830,7 +845,7 @@ def validating_webhook_configuration(
             target.webhook(
                 RESERVED_NAMES_WEBHOOK,
                 VALIDATE_PATH,
-                [_rule("", _reserved(policy), ["CREATE"])],  # a name never changes
+                _reserved_rules(_reserved(policy)),  # CREATE only: a name never changes
                 conditions=[reserved],
             )
         )

@@ -773,6 +773,13 @@ class Cluster:
                 "--audit-log-format=json",
                 "--audit-log-mode=blocking",
                 "--profiling=false",
+                # Dynamic resource allocation, GA and on from 1.34, is beta and off before:
+                # on, a Pod's resourceClaims reach admission as on the releases serving it.
+                *(
+                    ["--feature-gates=DynamicResourceAllocation=true"]
+                    if (1, 32) <= kubernetes_version()[:2] < (1, 34)
+                    else []
+                ),
                 *(
                     # Webhook Services resolve to a ready endpoint's Pod IP (no kube-proxy),
                     # and the real node's kubelet is reached at its InternalIP.

@@ -1,7 +1,9 @@
 """Every field of a Pod spec that names another object: the doors.
 
 One table, read by the engine (``ownership.platform_references``: which of the
-platform's objects a pod spec uses) and by the webhook configurations' CEL
+platform's objects a pod spec uses; ``secrets.forbidden``: every Secret door, stripped
+or denied alike; ``resources.device-claim``: existing device claims) and by the webhook
+configurations' CEL
 (``webhook.manifests``: which pods reach runguard), so what the engine judges and what
 the apiserver sends cannot drift. ``tests/test_doors.py`` walks the Kubernetes API schema
 (the ``kubernetes`` client's models of the newest supported release) and fails on any
@@ -9,16 +11,38 @@ field that names a Secret, ConfigMap, PersistentVolumeClaim, ServiceAccount or d
 that is neither here nor in ``NOT_DOORS`` with the reason.
 
 A path starts at the pod spec; ``*`` is every item of a list; ``CONTAINERS`` stands for
-the three container lists (init, regular and ephemeral containers).
+the three container lists (init, regular and ephemeral containers). Each door names
+its ``judge``, the rule that strips or denies what a run may not use through it:
+``tests/test_doors.py`` feeds every door the platform's name (and a foreign one) and
+fails unless that rule strips or denies it, so a door listed but judged by nothing is
+caught, as well as a field neither listed nor explained.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
-__all__ = ["CONTAINERS", "DOORS", "NOT_DOORS", "Door", "references"]
+from webhook.engine.rule_ids import (
+    OWNERSHIP_NOT_A_RUN,
+    OWNERSHIP_SERVICE_ACCOUNT,
+    RESOURCES_DEVICE_CLAIM,
+    SECRETS_FORBIDDEN,
+    VOLUMES_PRE_EXISTING,
+)
+
+__all__ = [
+    "CONTAINERS",
+    "DOORS",
+    "NOT_DOORS",
+    "Door",
+    "Item",
+    "Reference",
+    "item_text",
+    "located",
+    "references",
+]
 
 CONTAINERS = "CONTAINERS"
 CONTAINER_LISTS = ("initContainers", "containers", "ephemeralContainers")
@@ -26,11 +50,13 @@ CONTAINER_LISTS = ("initContainers", "containers", "ephemeralContainers")
 
 @dataclass(frozen=True)
 class Door:
-    """A field naming an object of ``kind``; ``when`` a sibling key and the value it must
-    have for the field to name that kind (a typed reference: ``dataSource.kind``)."""
+    """A field naming an object of ``kind``, judged by the rule ``judge``; ``when`` a
+    sibling key and the value it must have for the field to name that kind (a typed
+    reference: ``dataSource.kind``)."""
 
     kind: str
     path: tuple[str, ...]
+    judge: str
     when: tuple[str, str] | None = None
 
     @property
@@ -38,50 +64,58 @@ class Door:
         return ".".join(self.path)
 
 
-def _door(kind: str, path: str, when: tuple[str, str] | None = None) -> Door:
-    return Door(kind, tuple(path.split(".")), when)
+def _door(kind: str, path: str, judge: str, when: tuple[str, str] | None = None) -> Door:
+    return Door(kind, tuple(path.split(".")), judge, when)
+
+
+def _secret(path: str) -> Door:
+    """A Secret door: every one is judged by ``secrets.forbidden``, which reads this table."""
+    return _door("Secret", path, SECRETS_FORBIDDEN)
 
 
 _CLAIM = ("kind", "PersistentVolumeClaim")
 DOORS: tuple[Door, ...] = (
-    # Secrets
-    _door("Secret", "volumes.*.secret.secretName"),
-    _door("Secret", "volumes.*.projected.sources.*.secret.name"),
-    _door("Secret", "volumes.*.csi.nodePublishSecretRef.name"),
-    _door("Secret", "volumes.*.flexVolume.secretRef.name"),
-    _door("Secret", "volumes.*.cephfs.secretRef.name"),
-    _door("Secret", "volumes.*.rbd.secretRef.name"),
-    _door("Secret", "volumes.*.iscsi.secretRef.name"),
-    _door("Secret", "volumes.*.cinder.secretRef.name"),
-    _door("Secret", "volumes.*.scaleIO.secretRef.name"),
-    _door("Secret", "volumes.*.storageos.secretRef.name"),
-    _door("Secret", "volumes.*.azureFile.secretName"),
-    _door("Secret", "CONTAINERS.*.env.*.valueFrom.secretKeyRef.name"),
-    _door("Secret", "CONTAINERS.*.envFrom.*.secretRef.name"),
-    _door("Secret", "imagePullSecrets.*.name"),
-    # ConfigMaps
-    _door("ConfigMap", "volumes.*.configMap.name"),
-    _door("ConfigMap", "volumes.*.projected.sources.*.configMap.name"),
-    _door("ConfigMap", "CONTAINERS.*.env.*.valueFrom.configMapKeyRef.name"),
-    _door("ConfigMap", "CONTAINERS.*.envFrom.*.configMapRef.name"),
+    # Secrets: stripped or denied alike, whatever the door (secrets.forbidden)
+    _secret("volumes.*.secret.secretName"),
+    _secret("volumes.*.projected.sources.*.secret.name"),
+    _secret("volumes.*.csi.nodePublishSecretRef.name"),
+    _secret("volumes.*.flexVolume.secretRef.name"),
+    _secret("volumes.*.cephfs.secretRef.name"),
+    _secret("volumes.*.rbd.secretRef.name"),
+    _secret("volumes.*.iscsi.secretRef.name"),
+    _secret("volumes.*.cinder.secretRef.name"),
+    _secret("volumes.*.scaleIO.secretRef.name"),
+    _secret("volumes.*.storageos.secretRef.name"),
+    _secret("volumes.*.azureFile.secretName"),
+    _secret("CONTAINERS.*.env.*.valueFrom.secretKeyRef.name"),
+    _secret("CONTAINERS.*.envFrom.*.secretRef.name"),
+    _secret("imagePullSecrets.*.name"),
+    # ConfigMaps: as volumes, pre-existing data; read into the environment, ownership's
+    _door("ConfigMap", "volumes.*.configMap.name", VOLUMES_PRE_EXISTING),
+    _door("ConfigMap", "volumes.*.projected.sources.*.configMap.name", VOLUMES_PRE_EXISTING),
+    _door("ConfigMap", "CONTAINERS.*.env.*.valueFrom.configMapKeyRef.name", OWNERSHIP_NOT_A_RUN),
+    _door("ConfigMap", "CONTAINERS.*.envFrom.*.configMapRef.name", OWNERSHIP_NOT_A_RUN),
     # Claims, and claims cloned into a new one by a generic ephemeral volume
-    _door("PersistentVolumeClaim", "volumes.*.persistentVolumeClaim.claimName"),
+    _door(
+        "PersistentVolumeClaim", "volumes.*.persistentVolumeClaim.claimName", VOLUMES_PRE_EXISTING
+    ),
     _door(
         "PersistentVolumeClaim",
         "volumes.*.ephemeral.volumeClaimTemplate.spec.dataSource.name",
+        VOLUMES_PRE_EXISTING,
         _CLAIM,
     ),
     _door(
         "PersistentVolumeClaim",
         "volumes.*.ephemeral.volumeClaimTemplate.spec.dataSourceRef.name",
+        VOLUMES_PRE_EXISTING,
         _CLAIM,
     ),
     # Who the Pod runs as
-    _door("ServiceAccount", "serviceAccountName"),
-    _door("ServiceAccount", "serviceAccount"),
-    # Devices by claim (dynamic resource allocation): devices only through requests
-    _door("ResourceClaim", "resourceClaims.*.resourceClaimName"),
-    _door("ResourceClaimTemplate", "resourceClaims.*.resourceClaimTemplateName"),
+    _door("ServiceAccount", "serviceAccountName", OWNERSHIP_SERVICE_ACCOUNT),
+    _door("ServiceAccount", "serviceAccount", OWNERSHIP_SERVICE_ACCOUNT),
+    # Devices by an existing claim (dynamic resource allocation), shared with its Pods
+    _door("ResourceClaim", "resourceClaims.*.resourceClaimName", RESOURCES_DEVICE_CLAIM),
 )
 
 # Fields that name something yet are no door, and why (the schema test reads these).
@@ -106,46 +140,147 @@ NOT_DOORS: dict[str, str] = {
     ),
     "runtimeClassName": "a RuntimeClass: the profile's and scheduling's (cluster_lacks)",
     "priorityClassName": "a PriorityClass: judged by scheduling.priority-class",
+    "resourceClaims.*.resourceClaimTemplateName": (
+        "a ResourceClaimTemplate: the claim made from it is new and owned by the Pod, the "
+        "run's own (what it may allocate is the device classes' and the quota's)"
+    ),
 }
 
 
-def _walk(node: Any, path: tuple[str, ...], where: str) -> Iterator[tuple[Any, str, Any]]:
-    """(value, dotted path with indexes, parent) at ``path`` below ``node``."""
-    if not path:
-        yield node, where, None
-        return
-    head, rest = path[0], path[1:]
-    if head == CONTAINERS:
-        for name in CONTAINER_LISTS:
-            items = node.get(name) if isinstance(node, dict) else None
-            for i, item in enumerate(items if isinstance(items, list) else ()):
-                yield from _walk(item, rest[1:], f"{where}{name}[{i}].")
-        return
-    if head == "*":
-        for i, item in enumerate(node if isinstance(node, list) else ()):
-            yield from _walk(item, rest, f"{where.rstrip('.')}[{i}].")
-        return
-    child = node.get(head) if isinstance(node, dict) else None
-    if child is None:
-        return
-    if not rest:
-        yield child, f"{where}{head}", node
-        return
-    yield from _walk(child, rest, f"{where}{head}.")
+Item = tuple[str | int, ...]  # keys and list indexes from the pod spec to a value
+
+
+class Reference(NamedTuple):
+    """An object a pod spec names through ``door``; ``item`` locates what holds the
+    reference: the list entry (a volume, a projected source, an env entry, an
+    ``imagePullSecrets`` entry, a ``resourceClaims`` entry), else the field itself."""
+
+    door: Door
+    name: str
+    item: Item
+
+
+class _Trie:
+    """The doors as a tree of their paths: a step's key (``*``: every item of a list) to
+    the tree below it, and the doors ending there."""
+
+    __slots__ = ("children", "doors")
+
+    def __init__(self) -> None:
+        self.children: dict[str, _Trie] = {}
+        self.doors: list[int] = []  # indexes in DOORS
+
+
+def _trie(kinds: frozenset[str] | None) -> _Trie:
+    """The tree of the doors of ``kinds`` (None: all); the three container lists share
+    one subtree."""
+    root = _Trie()
+    for index, door in enumerate(DOORS):
+        if kinds is not None and door.kind not in kinds:
+            continue
+        node, path = root, door.path
+        if path[0] == CONTAINERS:
+            node = root.children.get(CONTAINER_LISTS[0]) or _Trie()
+            for name in CONTAINER_LISTS:
+                root.children[name] = node
+            path = path[1:]
+        for key in path:
+            node = node.children.setdefault(key, _Trie())
+        node.doors.append(index)
+    return root
+
+
+_Hit = tuple[int, str, Item]  # index of the door, name, item
+_Collect = Callable[[Any, list[_Hit]], None]
+
+
+def _source(root: _Trie) -> str:
+    """Python source of ``collect(spec, out)``: nested loops over the tree, as one would
+    write them by hand for these doors (a walk interpreting the tree costs several
+    times more, on every Pod). Every step checks the type it reads: any input."""
+    lines = ["def collect(spec, out):"]
+    names = iter(range(1_000_000))
+
+    def emit(node: _Trie, var: str, steps: list[str], cut: int, parent: str, depth: int) -> None:
+        pad = "    " * depth
+        item = steps[:cut] if cut else steps
+        for index in node.doors:
+            test = f"isinstance({var}, str) and {var}"
+            when = DOORS[index].when
+            if when is not None:
+                test += f" and {parent}.get({when[0]!r}) == {when[1]!r}"
+            lines.append(f"{pad}if {test}:")
+            lines.append(f"{pad}    out.append(({index}, {var}, ({', '.join(item)},)))")
+        items = node.children.get("*")
+        if items is not None:
+            n = next(names)
+            lines.append(f"{pad}if isinstance({var}, list):")
+            lines.append(f"{pad}    for i{n}, e{n} in enumerate({var}):")
+            emit(items, f"e{n}", [*steps, f"i{n}"], len(steps) + 1, var, depth + 2)
+        keys: dict[int, tuple[_Trie, list[str]]] = {}  # subtree -> the keys leading to it
+        for key, below in node.children.items():
+            if key != "*":
+                keys.setdefault(id(below), (below, []))[1].append(key)
+        if not keys:
+            return
+        lines.append(f"{pad}if isinstance({var}, dict):")
+        for below, group in keys.values():
+            n = next(names)
+            if len(group) == 1:
+                lines.append(f"{pad}    v{n} = {var}.get({group[0]!r})")
+                step, inner = repr(group[0]), depth + 1
+            else:  # the container lists, one subtree
+                lines.append(f"{pad}    for k{n} in {tuple(group)!r}:")
+                lines.append(f"{pad}        v{n} = {var}.get(k{n})")
+                step, inner = f"k{n}", depth + 2
+            lines.append(f"{pad}{'    ' * (inner - depth)}if v{n} is not None:")
+            emit(below, f"v{n}", [*steps, step], cut, var, inner + 1)
+
+    emit(root, "spec", [], 0, "None", 1)
+    return "\n".join(lines) + "\n"
+
+
+_COLLECTORS: dict[frozenset[str] | None, _Collect] = {}
+
+
+def _collector(kinds: frozenset[str] | None) -> _Collect:
+    """``collect`` for the doors of ``kinds``, compiled once per set of kinds."""
+    made = _COLLECTORS.get(kinds)
+    if made is None:
+        namespace: dict[str, Any] = {}
+        exec(compile(_source(_trie(kinds)), f"<doors {sorted(kinds or ())}>", "exec"), namespace)
+        made = namespace["collect"]
+        if len(_COLLECTORS) < 16:  # a few constant sets of kinds
+            _COLLECTORS[kinds] = made
+    return made
+
+
+def located(spec: Any, kinds: frozenset[str] | None = None) -> list[Reference]:
+    """Every object the spec names through a door, of ``kinds`` (None: all), in the
+    order of ``DOORS`` (and of the spec within one door); one walk of the spec for all
+    the doors, reading defensively (any input, however malformed)."""
+    out: list[_Hit] = []
+    _collector(kinds)(spec, out)
+    if not out:
+        return []
+    out.sort(key=_door_index)  # stable: the spec's order within a door
+    return [Reference(DOORS[index], name, item) for index, name, item in out]
+
+
+def _door_index(hit: _Hit) -> int:
+    return hit[0]
+
+
+def item_text(item: Item, base: str = "spec") -> str:
+    """``spec.volumes[2]``: the dotted path of ``item`` below the pod spec at ``base``."""
+    out = base
+    for step in item:
+        out += f"[{step}]" if isinstance(step, int) else f".{step}"
+    return out
 
 
 def references(spec: Any, kinds: frozenset[str] | None = None) -> Iterator[tuple[str, str, str]]:
     """(kind, name, path relative to the pod spec) of every object the spec names through
     a door, of ``kinds`` (None: all); reads defensively (any input, however malformed)."""
-    for door in DOORS:
-        if kinds is not None and door.kind not in kinds:
-            continue
-        for value, where, parent in _walk(spec, door.path, "spec."):
-            if not isinstance(value, str) or not value:
-                continue
-            if door.when is not None:
-                key, wanted = door.when
-                if not isinstance(parent, dict) or parent.get(key) != wanted:
-                    continue
-            end = where.rfind("]")  # the item that holds the reference, if in a list
-            yield door.kind, value, where[: end + 1] if end >= 0 else where
+    for ref in located(spec, kinds):
+        yield ref.door.kind, ref.name, item_text(ref.item)

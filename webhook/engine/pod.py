@@ -258,3 +258,30 @@ def remove_volumes(spec: JSON, names: set[str]) -> None:
                 mounts = container.get(key)
                 if mounts and any(m["name"] in names for m in mounts):
                     set_list(container, key, [m for m in mounts if m["name"] not in names])
+
+
+def remove_items(spec: JSON, items: Iterable[tuple[str | int, ...]]) -> None:
+    """Remove the list entries at ``items``, each the keys and indexes from the pod spec to
+    an entry (``("volumes", 2)``, ``("containers", 0, "env", 3)``, a ``doors.Reference``'s
+    ``item``): a volume goes with its mounts (``remove_volumes``), and so does a projected
+    volume left without sources; an emptied list is removed (``set_list``)."""
+    by_list: dict[tuple[str | int, ...], set[int]] = {}
+    for item in items:
+        index = item[-1]
+        if isinstance(index, int):
+            by_list.setdefault(item[:-1], set()).add(index)
+    volumes: set[str] = set()
+    for where in sorted(by_list, key=len, reverse=True):  # inner lists before the volumes
+        parent: Any = spec
+        for step in where[:-1]:
+            parent = parent[step]
+        key, gone = where[-1], by_list[where]
+        entries = parent[key]
+        if where == ("volumes",):
+            volumes.update(entries[i]["name"] for i in gone)
+            continue
+        set_list(parent, str(key), [e for i, e in enumerate(entries) if i not in gone])
+        if where[0] == "volumes" and where[2:] == ("projected", "sources") and key not in parent:
+            volumes.add(spec["volumes"][where[1]]["name"])
+    if volumes:
+        remove_volumes(spec, volumes)

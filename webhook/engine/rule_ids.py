@@ -90,6 +90,19 @@ RESOURCES_DEVICE_ENV = _rule(
     ),
     violation="the same, with `security.onRoot: Deny`",
 )
+RESOURCES_DEVICE_CLAIM = _rule(
+    "resources.device-claim",
+    mutation=(
+        "a `resourceClaims` entry naming an existing ResourceClaim "
+        "(`resourceClaimName`) removed, with the containers' `resources.claims` of it "
+        "(`volumes.onPreExisting: Strip`)"
+    ),
+    violation=(
+        "an existing ResourceClaim named by a run: only a claim of "
+        "`resources.platformDeviceClaims` in a run the platform created (a run's own "
+        "claims come from `resourceClaimTemplateName`)"
+    ),
+)
 SECURITY_ROOT = _rule(
     "security.root",
     mutation=(
@@ -178,10 +191,15 @@ VOLUMES_PRE_EXISTING = _rule(
 )
 SECRETS_FORBIDDEN = _rule(
     "secrets.forbidden",
-    mutation="the reference removed",
+    mutation=(
+        "the reference removed: the env or envFrom entry, the projected source, the "
+        "imagePullSecrets entry, or the volume (and its mounts) that holds it"
+    ),
     violation=(
-        "a secret outside `secrets.allowed` (env, envFrom, volumes, projected, imagePullSecrets),"
-        " or a platform secret used by a run the platform did not create"
+        "a secret outside `secrets.allowed` through any door (env, envFrom, secret and "
+        "projected volumes, the secret references of csi, flexVolume, cephfs, rbd, iscsi, "
+        "cinder, scaleIO, storageos and azureFile volumes, imagePullSecrets), or a platform "
+        "secret used by a run the platform did not create"
     ),
 )
 SCHEDULING_PRIORITY_CLASS = _rule(
@@ -256,7 +274,8 @@ OWNERSHIP_RESERVED_NAME = _rule(
     "ownership.reserved-name",
     mutation="",
     violation=(
-        "a PVC, Secret or ConfigMap created with a platform name (per run, or installation-wide) "
+        "a PVC, Secret, ConfigMap or ResourceClaim created with a platform name (per run, or "
+        "installation-wide) "
         "by someone else than the platform (or, for an installation-wide name, "
         "`platform.installers`)"
     ),

@@ -138,6 +138,12 @@ class ResourcesConfig(Section):
         description="Environment variables that select devices on the node: removed where "
         "users set them (denied with security.onRoot Deny); a profile may still set them.",
     )
+    platform_device_claims: NamePatterns = Field(
+        default=(),
+        description="Name patterns of the ResourceClaims the platform creates: only its runs "
+        "may name one (resourceClaimName); any other existing claim is removed (denied with "
+        "volumes.onPreExisting Deny). A run's own claims come from its templates.",
+    )
 
     @cached_property
     def default_requests(self) -> Mapping[str, str]:

@@ -37,6 +37,7 @@ MUTATION_STEPS: tuple[Step, ...] = (
     pod_security.confine_selinux,
     pod_security.default_proc_mount,
     volumes.drop_preexisting_volumes,  # 6
+    devices.drop_device_claims,  # 6, devices only through the run's own claims
     secrets.drop_forbidden_secrets,  # 7
     scheduling.default_priority_class,  # 8a
     scheduling.apply_preemption_mode,  # 8b
@@ -51,6 +52,7 @@ CHECKS: tuple[Check, ...] = (
     pod_security.check_pod_security,
     volumes.check_volumes,
     secrets.check_secrets,
+    devices.check_device_claims,
     scheduling.check_scheduling,
 )
 

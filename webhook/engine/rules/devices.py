@@ -1,4 +1,5 @@
-"""Rule ``resources.device-env``: devices only through resource requests.
+"""Rules ``resources.device-env`` and ``resources.device-claim``: devices only through
+resource requests and the run's own claims.
 
 With the NVIDIA container runtime, ``NVIDIA_VISIBLE_DEVICES=all`` in a container exposes
 every GPU of the node, whatever the pod requested. The variables of
@@ -8,13 +9,34 @@ wrote it. So is an ``envFrom`` whose ``prefix`` begins such a name (``NVIDIA_VIS
 with a key ``DEVICES``). Out of reach: a value coming from ``envFrom`` a configMap
 without a prefix, whose keys the admission request does not show (the device plugin's
 own allocation still applies).
+
+With dynamic resource allocation a Pod gets devices through ``resourceClaims``: from a
+template (``resourceClaimTemplateName``), which makes a new claim owned by the Pod, the
+run's own; or by naming an existing ResourceClaim (``resourceClaimName``), whose devices
+it then shares with every Pod that names it, another run's GPU included. A run names an
+existing claim only when the platform created the run and the claim has one of the
+platform's names (``resources.platformDeviceClaims``), as for claims of storage
+(``volumes.platformClaims``); any other is a pre-existing reference, removed with the
+containers' ``resources.claims`` of it, or denied, as ``volumes.onPreExisting`` says.
 """
 
 from __future__ import annotations
 
-from webhook.engine.pod import ALL_CONTAINER_LISTS, Pod, main_container, set_list, warning
-from webhook.engine.rule_ids import RESOURCES_DEVICE_ENV
+from collections.abc import Iterator
+
+from webhook.engine.doors import Reference, item_text, located
+from webhook.engine.pod import (
+    ALL_CONTAINER_LISTS,
+    Pod,
+    kept_change,
+    main_container,
+    remove_items,
+    set_list,
+    warning,
+)
+from webhook.engine.rule_ids import RESOURCES_DEVICE_CLAIM, RESOURCES_DEVICE_ENV
 from webhook.engine.types import JSON, Change, Violation
+from webhook.policy.model import matches_any
 
 
 def _profile_env(pod: Pod) -> tuple[JSON | None, list[JSON]]:
@@ -134,3 +156,66 @@ def check_device_env(pod: Pod) -> list[Violation]:
                         )
                     )
     return out
+
+
+# --- claims of devices (dynamic resource allocation) ------------------------------------
+
+RESOURCE_CLAIM = frozenset({"ResourceClaim"})
+
+
+def device_claim_allowed(name: str, pod: Pod, *, undecided: bool = False) -> bool:
+    """An existing ResourceClaim the platform created (by name), named by a run the
+    platform created (``undecided``: or whose creator the cache cannot tell yet, which
+    mutation leaves for validation to deny with ``ownership.unknown``)."""
+    creator = pod.ownership.platform or (undecided and pod.ownership.unknown is not None)
+    return creator and matches_any(pod.policy.resources.platform_device_claims, name, pod.labels)
+
+
+def _named_claims(pod: Pod, undecided: bool = False) -> Iterator[Reference]:
+    """The existing ResourceClaims the pod names and may not use."""
+    for ref in located(pod.spec, RESOURCE_CLAIM):
+        if not device_claim_allowed(ref.name, pod, undecided=undecided):
+            yield ref
+
+
+def drop_device_claims(pod: Pod) -> Change | None:
+    if pod.policy.volumes.on_pre_existing != "Strip" or "resourceClaims" not in pod.spec:
+        return None
+    refs = list(_named_claims(pod, undecided=True))
+    if not refs:
+        return None
+    entries = pod.spec["resourceClaims"]
+    names = {entries[ref.item[1]].get("name") for ref in refs}
+    for list_name in ALL_CONTAINER_LISTS:
+        for container in pod.spec.get(list_name) or ():
+            resources = container.get("resources")
+            claims = resources.get("claims") if isinstance(resources, dict) else None
+            if claims:
+                set_list(resources, "claims", [c for c in claims if c.get("name") not in names])
+    remove_items(pod.spec, [ref.item for ref in refs])
+    return kept_change(
+        RESOURCES_DEVICE_CLAIM,
+        "existing device claims removed (use resourceClaimTemplateName)",
+        tuple(dict.fromkeys(ref.name for ref in refs)),
+    )
+
+
+def check_device_claims(pod: Pod) -> list[Violation]:
+    if "resourceClaims" not in pod.spec:  # the usual Pod
+        return []
+    return [
+        Violation(RESOURCES_DEVICE_CLAIM, item_text(ref.item, pod.spec_path), _claim_why(ref, pod))
+        for ref in _named_claims(pod)
+    ]
+
+
+def _claim_why(ref: Reference, pod: Pod) -> str:
+    if matches_any(pod.policy.resources.platform_device_claims, ref.name, pod.labels):
+        return (
+            f"ResourceClaim {ref.name!r} is the platform's: only runs the platform creates "
+            "may use its devices"
+        )
+    return (
+        f"ResourceClaim {ref.name!r} exists before the run: its devices are shared with "
+        "every Pod naming it; use resourceClaimTemplateName for a claim of the run's own"
+    )

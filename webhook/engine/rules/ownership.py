@@ -325,6 +325,8 @@ def reserved_patterns(policy: Policy, kind: str) -> tuple[NamePattern, ...]:
         return tuple(policy.volumes.platform_config_maps)
     if kind == "Secret":
         return tuple(policy.secrets.allowed)
+    if kind == "ResourceClaim":
+        return tuple(policy.resources.platform_device_claims)
     return ()
 
 
@@ -504,7 +506,7 @@ def check_owner_change(
 # --- references to the platform's objects ----------------------------------------------
 
 
-_NAMED_KINDS = frozenset({"PersistentVolumeClaim", "ConfigMap", "Secret"})
+_NAMED_KINDS = frozenset({"PersistentVolumeClaim", "ConfigMap", "Secret", "ResourceClaim"})
 
 
 def platform_references(spec: Any, policy: Policy) -> list[tuple[str, str, str]]:

@@ -26,6 +26,7 @@ def scope_label_keys(policy: Policy) -> list[str]:
         policy.volumes.platform_claims,
         policy.volumes.platform_config_maps,
         policy.secrets.allowed,
+        policy.resources.platform_device_claims,
     ):
         for pattern in patterns:
             keys.extend(pattern.label_keys)
