@@ -123,9 +123,10 @@ def recorder(
 
 
 def same_platform(a: Policy, b: Policy) -> bool:
-    """Two RunPolicies name the same platform (the same identities): a platform's
-    exemptions hold between its own objects only."""
-    return a is b or set(a.platform.identities) == set(b.platform.identities)
+    """Two RunPolicies name the same platform: they share an identity (MLRun's runs and
+    its Nuclio functions, both created by its API). A platform's exemptions hold between
+    its own objects only; two platforms have no identity in common."""
+    return a is b or bool(set(a.platform.identities) & set(b.platform.identities))
 
 
 def run_terms(root: Policy) -> list[tuple[frozenset[str], LabelSelector]]:
