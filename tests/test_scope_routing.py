@@ -40,6 +40,8 @@ CORE_ID = "system:serviceaccount:digitalhub:core"
 OTHER_ID = "system:serviceaccount:team:other-ctl"
 CORE = Requester(CORE_ID, ("system:serviceaccounts",))
 OTHER = Requester(OTHER_ID, ("system:serviceaccounts",))
+ARGO_ID = "system:serviceaccount:digitalhub:argo-workflow-controller"
+ARGO = Requester(ARGO_ID, ("system:serviceaccounts",))
 ALICE = Requester("alice", ("developers", "system:authenticated"))
 RUN = {"app.kubernetes.io/managed-by": "dhcore", "dhcore/run": "r1"}
 BATCH = {"app": "batch"}
@@ -49,6 +51,7 @@ RESOURCES = {
     "Job": ("batch", "jobs"),
     "CronJob": ("batch", "cronjobs"),
     "Deployment": ("apps", "deployments"),
+    "Workflow": ("argoproj.io", "workflows"),  # an operator's kind (the Core's Argo)
 }
 
 
@@ -60,7 +63,9 @@ def _run_policy(
     if requesters:
         spec["requesters"] = list(requesters)
     if platform == "core":
-        spec["platform"] = {"identities": [CORE_ID]}
+        spec["platform"] = {"identities": [CORE_ID],
+                            "operators": [{"identity": ARGO_ID,
+                                           "kinds": ["argoproj.io/Workflow"]}]}  # fmt: skip
         spec["secrets"] = {"allowed": ["sec-*-{labels[dhcore/run]}"], "onForbidden": "Strip"}
         spec["volumes"] = {"platformClaims": ["v-{labels[dhcore/run]}-*"],
                            "onPreExisting": "Strip"}  # fmt: skip
@@ -142,11 +147,12 @@ def _labels(obj: Any) -> dict[str, str]:
 
 def calls(
     cel: Cel, configuration: dict[str, Any], obj: dict[str, Any], old: dict[str, Any] | None,
-    namespace: str, operation: str, who: Requester,
+    namespace: str, operation: str, who: Requester, subresource: str = "",
 ) -> list[str]:  # fmt: skip
     """The webhooks of ``configuration`` the apiserver calls for this request."""
     group, resource = RESOURCES[obj["kind"]]
-    request = {
+    routed = f"{resource}/{subresource}" if subresource else resource
+    request: dict[str, Any] = {
         "operation": operation,
         "namespace": namespace,
         "name": obj["metadata"]["name"],
@@ -154,13 +160,15 @@ def calls(
         "resource": {"group": group, "version": "v1", "resource": resource},
         "userInfo": {"username": who.username, "groups": list(who.groups)},
     }
+    if subresource:
+        request["subResource"] = subresource
     data = {"object": obj, "oldObject": old, "request": request}
     out = []
     for hook in configuration["webhooks"]:
         if not any(
             group in rule["apiGroups"]
             and operation in rule["operations"]
-            and resource in rule["resources"]
+            and routed in rule["resources"]
             for rule in hook["rules"]
         ):
             continue
@@ -211,6 +219,11 @@ def objects(draw: st.DrawFn) -> dict[str, Any]:
     if forged is not None:
         meta["labels"][POLICY_LABEL] = forged
     kind = draw(st.sampled_from(list(RESOURCES)))
+    if kind == "Workflow":
+        return {"apiVersion": "argoproj.io/v1alpha1", "kind": kind,
+                "metadata": {"name": "w", **meta},
+                "spec": {"entrypoint": "main",
+                         "templates": [{"name": "main", "container": container}]}}  # fmt: skip
     if kind == "Pod":
         return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", **meta},
                 "spec": spec}  # fmt: skip
@@ -228,6 +241,15 @@ def objects(draw: st.DrawFn) -> dict[str, Any]:
             "spec": {"template": template}}  # fmt: skip
 
 
+def _template(obj: dict[str, Any]) -> dict[str, Any]:
+    """Where the object's Pods' labels and spec are: the Pod itself, or its template."""
+    if obj["kind"] in ("Pod", "Workflow"):
+        return obj
+    spec = obj["spec"]
+    return spec["jobTemplate"]["spec"]["template"] if obj["kind"] == "CronJob" else (
+        spec["template"])  # fmt: skip
+
+
 def relabel(
     obj: dict[str, Any], new_labels: dict[str, str], new_annotations: dict[str, str]
 ) -> Any:
@@ -235,37 +257,56 @@ def relabel(
     UPDATE may send, the spec kept (a Pod's is immutable)."""
     out = copy.deepcopy(obj)
     out["metadata"]["annotations"] = dict(new_annotations)
-    if obj["kind"] == "Pod":
-        out["metadata"]["labels"] = dict(new_labels)
+    template = _template(out)
+    template["metadata"] = {**template.get("metadata", {}), "labels": dict(new_labels)}
+    return out
+
+
+def restatus(
+    obj: dict[str, Any], new_labels: dict[str, str], new_annotations: dict[str, str]
+) -> Any:
+    """``obj`` with other labels and annotations of its own: what a status update may
+    store (the apiserver puts back the spec, a template's labels included)."""
+    out = copy.deepcopy(obj)
+    out["metadata"]["labels"] = dict(new_labels)
+    out["metadata"]["annotations"] = dict(new_annotations)
+    return out
+
+
+def reimage(obj: dict[str, Any]) -> Any:
+    """``obj`` running another image: what ``kubectl set image`` sends."""
+    out = copy.deepcopy(obj)
+    if out["kind"] == "Workflow":
+        out["spec"]["templates"][0]["container"]["image"] = "evil:latest"
     else:
-        spec = out["spec"]
-        template = spec["jobTemplate"]["spec"]["template"] if obj["kind"] == "CronJob" else (
-            spec["template"])  # fmt: skip
-        template["metadata"] = {"labels": dict(new_labels)}
+        _template(out)["spec"]["containers"][0]["image"] = "evil:latest"
     return out
 
 
 exclusions = st.tuples(*[st.frozensets(st.sampled_from(NAMESPACES)) for _ in range(3)])
-requesters = st.sampled_from([ALICE, CORE, OTHER])
+requesters = st.sampled_from([ALICE, CORE, OTHER, ARGO])
 
 
-def _judged(cel: Cel, policy: Policy, obj: Any, old: Any, namespace: str, who: Requester) -> Any:
+def _judged(
+    cel: Cel, policy: Policy, obj: Any, old: Any, namespace: str, who: Requester,
+    subresource: str = "",
+) -> Any:  # fmt: skip
     """The request as the apiserver runs it: the mutating webhooks it routes, then the
     validating ones, each asserted to be routed when the engine would act; the stored
     object."""
     operation = "CREATE" if old is None else "UPDATE"
     mutating, validating = manifests.webhook_configurations(policy)
-    context = Context(who, State([]), operation)
+    context = Context(who, State([]), operation, subresource)
     mutation = mutate(obj, policy, namespace=namespace, old=old, context=context)
     assert mutation.error is None, mutation.error
     if mutation.patch:
-        called = calls(cel, mutating, obj, old, namespace, operation, who)
+        called = calls(cel, mutating, obj, old, namespace, operation, who, subresource)
         assert called, f"/mutate would change {obj} in {namespace}, and no webhook is called"
     stored = mutation.object
     validation = validate(stored, policy, namespace=namespace, old=old, context=context)
     assert validation.error is None, validation.error
     if not validation.allowed:
-        called = calls(cel, validating, stored, old, namespace, operation, who)
+        called = calls(cel, validating, stored, old, namespace, operation, who, subresource)
         assert called, (
             f"/validate would deny {stored} in {namespace} ({validation.message()}), "
             "and no webhook is called"
@@ -303,13 +344,16 @@ def test_every_request_the_engine_judges_reaches_a_webhook(
     stored = _judged(cel, policy, obj, None, namespace, creator)
     if stored is None:
         return
-    edited = relabel(stored, new_labels, {**stored["metadata"].get("annotations", {}),
-                                          **new_annotations})  # fmt: skip
-    if edited != stored:
-        _judged(cel, policy, edited, stored, namespace, editor)
-    stripped = relabel(stored, new_labels, new_annotations)
-    if stripped != stored:
-        _judged(cel, policy, stripped, stored, namespace, editor)
+    kept = {**stored["metadata"].get("annotations", {}), **new_annotations}
+    updates = [relabel(stored, new_labels, kept), relabel(stored, new_labels, new_annotations)]
+    for edited in updates:
+        if edited != stored:
+            _judged(cel, policy, edited, stored, namespace, editor)
+    if obj["kind"] != "Workflow":  # a custom resource's status keeps its metadata
+        for edited in (restatus(stored, new_labels, kept), restatus(stored, {}, {})):
+            if edited != stored:
+                _judged(cel, policy, edited, stored, namespace, editor, "status")
+    _judged(cel, policy, reimage(stored), stored, namespace, editor)
 
 
 def test_a_pod_matching_an_excluded_run_policys_selector_is_not_a_run_there(cel: Cel) -> None:
@@ -333,3 +377,50 @@ def test_a_pod_matching_an_excluded_run_policys_selector_is_not_a_run_there(cel:
     decision = validate(copy_, policy, namespace="team", context=Context(ALICE, State([])))
     assert not decision.allowed
     assert "ownership.not-a-run" in {v.rule for v in decision.violations}
+
+
+# --- what the property found, each kept as a case ------------------------------------------
+
+
+def _plain_pod(labels: dict[str, str]) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "p", "namespace": "ml", "labels": dict(labels)},
+            "spec": {"containers": [{"name": "main", "image": "python:3.11"}]}}  # fmt: skip
+
+
+def test_an_update_keeps_a_pod_out_of_a_run_policy_whose_requesters_did_not_create_it() -> None:
+    """False refusal: Alice's Pod with the labels of a RunPolicy whose ``requesters`` are
+    the Core's is none's; any update of it was refused as "these labels make it a run"
+    (``scope.labels`` ignored the requesters). Entering is now a RunPolicy the new labels
+    select and the old ones did not."""
+    policy = policy_set((frozenset(), frozenset(), frozenset()), None, True)
+    stored = mutate(_plain_pod(BATCH), policy, namespace="ml",
+                    context=Context(ALICE, State([]))).object  # fmt: skip
+    assert POLICY_LABEL not in stored["metadata"]["labels"]
+    annotated = copy.deepcopy(stored)
+    annotated["metadata"]["annotations"] = {"note": "x"}
+    update = Context(ALICE, State([]), "UPDATE")
+    assert validate(annotated, policy, namespace="ml", old=stored, context=update).allowed
+    entering = copy.deepcopy(stored)
+    entering["metadata"]["labels"] = dict(RUN)
+    denied = validate(entering, policy, namespace="ml", old=stored, context=update)
+    assert "scope.labels" in {v.rule for v in denied.violations}
+
+
+def test_another_installations_policy_label_is_left_alone_on_update() -> None:
+    """A ``runguard.io/policy`` naming none of this installation's RunPolicies is inert
+    and never routed here: an update removing it is left alone (``/mutate`` put it back,
+    a change no webhook would make), while one writing one of ours puts the old back."""
+    policy = policy_set((frozenset(), frozenset(), frozenset()), None, False)
+    context = Context(ALICE, State([]))
+    stored = mutate(_plain_pod({POLICY_LABEL: "elsewhere"}), policy, namespace="ml",
+                    context=context).object  # fmt: skip
+    assert stored["metadata"]["labels"] == {POLICY_LABEL: "elsewhere"}
+    update = Context(ALICE, State([]), "UPDATE")
+    removed = copy.deepcopy(stored)
+    removed["metadata"]["labels"] = {}
+    assert not mutate(removed, policy, namespace="ml", old=stored, context=update).patch
+    ours = copy.deepcopy(stored)
+    ours["metadata"]["labels"] = {POLICY_LABEL: "core"}
+    put_back = mutate(ours, policy, namespace="ml", old=stored, context=update).object
+    assert put_back["metadata"]["labels"] == {POLICY_LABEL: "elsewhere"}

@@ -150,12 +150,17 @@ def expected_records(r: Review) -> dict[str, str | None]:
     the governing RunPolicy (None: the key is removed); on UPDATE, what the old object has."""
     if r.old is not None:
         stamp, record, label = ownership.records(r.old_metadata or {})
+        kept: dict[str, str | None] = {STAMP: stamp, PLATFORM_RECORD: record}
         adopter = adopts(r)
         if adopter is not None and r.context.requester is not None:
             creator = ownership.creator_record(r.metadata, r.namespace, adopter, r.context)
-            return {STAMP: r.context.requester.username, PLATFORM_RECORD: creator,
-                    POLICY_LABEL: label}  # fmt: skip
-        return {STAMP: stamp, PLATFORM_RECORD: record, POLICY_LABEL: label}
+            kept = {STAMP: r.context.requester.username, PLATFORM_RECORD: creator}
+        sent = ownership.records(r.metadata)[2]
+        if label is None or r.root.named(label) is not None or _ours(r.root, sent):
+            kept[POLICY_LABEL] = label
+        # (else another installation's name, inert: left as the update sends it, unless
+        # it sends one of ours, which no update may write)
+        return kept
     label = ownership.records(r.metadata)[2]
     if r.governing is not None and r.target is not None:
         label = r.governing.name
@@ -171,6 +176,10 @@ def expected_records(r: Review) -> dict[str, str | None]:
     elif owner is not None:
         out[PLATFORM_RECORD] = None  # nobody known asks: never the platform
     return out
+
+
+def _ours(root: Policy, label: str | None) -> bool:
+    return label is not None and root.named(label) is not None
 
 
 def in_scope(r: Review) -> bool:

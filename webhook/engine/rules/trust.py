@@ -195,7 +195,17 @@ def check_scope(r: Review) -> list[Violation]:
         return []
     labels = r.target.labels if r.target is not None else {}
     if r.governing is None:
-        entering = scope.choose(r.root, labels, r.namespace, lambda _p: True)
+        # A RunPolicy its new labels select and its old ones did not: the labels it had
+        # were judged at CREATE (a RunPolicy whose requesters did not create it, too).
+        old = r.old_target.labels
+        entering = next(
+            (
+                p
+                for p in r.root.run_policies()
+                if scope.selects(p, labels, r.namespace) and not scope.selects(p, old, r.namespace)
+            ),
+            None,
+        )
         if entering is None:
             return []
         return [
