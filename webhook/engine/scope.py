@@ -78,11 +78,15 @@ def claims(policy: Policy, spec: Any, namespace: str | None) -> bool:
         return False
     if not isinstance(spec, dict):
         return False
-    account = spec.get("serviceAccountName") or spec.get("serviceAccount")
     return bool(ownership.platform_references(spec, policy)) or (
-        (namespace, account if isinstance(account, str) else "")
-        in ownership.service_account_identities(policy)
+        (namespace, service_account(spec)) in ownership.service_account_identities(policy)
     )
+
+
+def service_account(spec: Any) -> str:
+    """The ServiceAccount a pod spec runs as ("" when it names none)."""
+    name = spec.get("serviceAccountName") or spec.get("serviceAccount")
+    return name if isinstance(name, str) else ""
 
 
 def claimed_by(root: Policy, spec: Any, namespace: str | None) -> list[Policy]:

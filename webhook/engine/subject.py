@@ -15,6 +15,7 @@ from webhook.engine import scope
 from webhook.engine.context import PLATFORM_RECORD, POLICY_LABEL, STAMP, Context
 from webhook.engine.podspec import InvalidObject, Target, locate, object_meta
 from webhook.engine.rules import ownership
+from webhook.engine.scope import service_account as service_account  # (webhook.shells')
 from webhook.engine.types import JSON, Violation
 from webhook.policy.model import Policy
 
@@ -109,11 +110,6 @@ def _governing(r: Review) -> Policy | None:
     )
 
 
-def service_account(spec: JSON) -> str:
-    name = spec.get("serviceAccountName") or spec.get("serviceAccount")
-    return name if isinstance(name, str) else ""
-
-
 def names_platform_objects(r: Review) -> bool:
     """The pod spec names the objects of a platform that looks at the namespace, or runs
     as one of its ServiceAccounts."""
@@ -156,7 +152,7 @@ def expected_records(r: Review) -> dict[str, str | None]:
             creator = ownership.creator_record(r.metadata, r.namespace, adopter, r.context)
             kept = {STAMP: r.context.requester.username, PLATFORM_RECORD: creator}
         sent = ownership.records(r.metadata)[2]
-        if label is None or r.root.named(label) is not None or _ours(r.root, sent):
+        if label is None or _ours(r.root, label) or _ours(r.root, sent):
             kept[POLICY_LABEL] = label
         # (else another installation's name, inert: left as the update sends it, unless
         # it sends one of ours, which no update may write)
@@ -164,7 +160,7 @@ def expected_records(r: Review) -> dict[str, str | None]:
     label = ownership.records(r.metadata)[2]
     if r.governing is not None and r.target is not None:
         label = r.governing.name
-    elif label is not None and r.root.named(label) is not None:
+    elif _ours(r.root, label):
         label = None  # one of ours on an object none of ours governs: forged
     # (a name none of our RunPolicies has is inert: another installation's, or a renamed
     # policy's; UPDATEs of such an object are judged by its labels, as at CREATE)

@@ -27,7 +27,8 @@ from webhook.engine.rule_ids import (
 )
 from webhook.engine.rules import ownership
 from webhook.engine.rules.scope import check_scope_labels, scope_label_keys
-from webhook.engine.subject import Review, expected_records, service_account
+from webhook.engine.scope import service_account
+from webhook.engine.subject import Review, expected_records
 from webhook.engine.types import JSON, Violation
 from webhook.policy.model import Policy
 
