@@ -33,6 +33,7 @@ from test_ownership import State
 from webhook import manifests
 from webhook.engine import mutate, validate
 from webhook.engine.context import PLATFORM_RECORD, POLICY_LABEL, STAMP, Context, Requester
+from webhook.engine.scope import in_scope
 from webhook.policy.model import Policy, build_policy, with_alternatives
 
 NAMESPACES = ("ml", "team")
@@ -305,6 +306,10 @@ def _judged(
     stored = mutation.object
     validation = validate(stored, policy, namespace=namespace, old=old, context=context)
     assert validation.error is None, validation.error
+    if mutation.patch or not validation.allowed:  # and judgment stays within the scope
+        assert any(
+            in_scope(policy, p, o, namespace) for p in policy.run_policies() for o in (obj, old)
+        ), f"{obj} in {namespace}: judged, and in no RunPolicy's scope"
     if not validation.allowed:
         called = calls(cel, validating, stored, old, namespace, operation, who, subresource)
         assert called, (

@@ -10,13 +10,16 @@ A RunPolicy declares its scope in four keys, and nothing else decides it:
   records or is one of its operators' kinds is in its sight too (``claims``,
   ``recorder``).
 
-Each RunPolicy decides for itself: one RunPolicy's exclusions or selector are never
-another's. The engine judges with these functions, and ``webhook.manifests`` renders
-the webhooks' ``namespaceSelector``, ``objectSelector`` and CEL ``matchConditions``
-from the same keys read the same way (``run_terms``): a Pod is a run for routing only
-where its RunPolicy covers the request's namespace. ``tests/test_scope_routing.py``
+``in_scope`` is that decision for one RunPolicy; the functions below are its parts,
+which the engine asks one at a time (which RunPolicy governs, which platform records
+an object, which platforms a Pod holds something of). Each RunPolicy decides for
+itself: one RunPolicy's exclusions or selector are never another's. The engine judges
+with these functions, and ``webhook.manifests`` renders the webhooks'
+``namespaceSelector``, ``objectSelector`` and CEL ``matchConditions`` from the same
+keys read the same way (``run_terms``): a Pod is a run for routing only where its
+RunPolicy covers the request's namespace. ``tests/test_scope_routing.py``
 evaluates the rendered conditions with a CEL library against the engine: every request
-the engine would deny or change reaches a webhook.
+the engine would deny or change reaches a webhook, and is in some RunPolicy's scope.
 """
 
 from __future__ import annotations
@@ -24,8 +27,53 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
+from webhook.engine.context import POLICY_LABEL
+from webhook.engine.podspec import InvalidObject, locate
 from webhook.engine.rules import ownership
 from webhook.policy.model import LabelSelector, Policy
+
+
+def in_scope(root: Policy, policy: Policy, obj: Any, namespace: str | None) -> bool:
+    """The scope decision of one RunPolicy of ``root``: whether ``obj`` is in its sight.
+    Its namespaces (``covers``), then its selector on the object's pod labels (its runs,
+    and the Pods its ``requesters`` may or may not have created: ``choose`` decides
+    which), then its platform (``claims``, its operators' kinds, runguard's records on
+    the object or its pod template). The engine changes or refuses nothing outside the
+    scope of every RunPolicy, and the webhooks route at least that scope
+    (``tests/test_scope_routing.py``)."""
+    if not covers(policy, namespace):
+        return False
+    try:
+        target = locate(obj)
+    except InvalidObject:
+        return True  # what cannot be read is judged, and refused, by whoever sees it
+    if target is not None and policy.selector.matches(target.labels):
+        return True
+    if not ownership.enabled(policy):
+        return _carries_records(root, obj, target.metadata if target else None)
+    return (
+        operator_kind_of(policy, obj)
+        or (target is not None and claims(policy, target.spec, namespace))
+        or _carries_records(root, obj, target.metadata if target else None)
+    )
+
+
+def _carries_records(root: Policy, obj: Any, template: Any) -> bool:
+    """The object carries one of runguard's records (a stamp, a platform record, the
+    label of one of ``root``'s RunPolicies), or its pod template or selector uses
+    runguard's RunPolicy label, which only runguard writes, on each Pod."""
+    meta = obj.get("metadata") if isinstance(obj, dict) else None
+    stamp, record, label = ownership.records(meta if isinstance(meta, dict) else {})
+    if stamp is not None or record is not None or (label is not None and root.named(label)):
+        return True
+    if POLICY_LABEL in ownership.string_map(template, "labels"):
+        return True
+    spec = obj.get("spec") if isinstance(obj, dict) else None
+    selector = spec.get("selector") if isinstance(spec, dict) else None
+    return POLICY_LABEL in ownership.string_map(selector, "matchLabels") or any(
+        isinstance(e, dict) and e.get("key") == POLICY_LABEL
+        for e in (selector.get("matchExpressions") or () if isinstance(selector, dict) else ())
+    )
 
 
 def covers(policy: Policy, namespace: str | None) -> bool:
