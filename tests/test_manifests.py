@@ -128,6 +128,21 @@ RECORDS = (
     " || object.?metadata.?annotations[?'runguard.io/platform'].hasValue()"
     " || object.?metadata.?labels[?'runguard.io/policy'] in [optional.of('platform')]"
 )
+# ... or the old object did (an update removing them reaches runguard, which puts them back)
+RECORDS_KEPT = (
+    RECORDS
+    + " || (oldObject != null && ("
+    + RECORDS.replace("object.?metadata", "oldObject.?metadata")
+    + "))"
+)
+# ... or it templates or selects its Pods by runguard's RunPolicy label (scope.labels)
+POLICY_LABEL_IN_TEMPLATE = (
+    "object.spec.?template.or(object.spec.?jobTemplate.?spec.?template).orValue({})"
+    ".?metadata.?labels[?'runguard.io/policy'].hasValue()"
+    " || object.spec.?selector.?matchLabels[?'runguard.io/policy'].hasValue()"
+    " || object.spec.?selector.?matchExpressions.orValue([]).exists(e,"
+    " e.?key.orValue('') == 'runguard.io/policy')"
+)
 CONTROLLERS_CONDITION = {
     "name": "run-template",
     "expression": (
@@ -135,7 +150,10 @@ CONTROLLERS_CONDITION = {
         + "\n|| (oldObject != null && [oldObject.?spec.?template.or(oldObject.?spec.?jobTemplate"
         ".?spec.?template).orValue({})].exists(o,\n"
         "  o.?metadata.?labels[?'app.kubernetes.io/managed-by'] == optional.of('dhcore')\n"
-        "  && o.?metadata.?labels[?'dhcore/run'].hasValue()))\n|| " + RECORDS
+        "  && o.?metadata.?labels[?'dhcore/run'].hasValue()))\n|| "
+        + RECORDS_KEPT
+        + "\n|| "
+        + POLICY_LABEL_IN_TEMPLATE
     ),
 }
 OTHER_PODS_CONDITIONS = [
@@ -146,7 +164,7 @@ OTHER_PODS_CONDITIONS = [
             "\n && object.metadata.?labels[?'dhcore/run'].hasValue())"
         ),
     },
-    {"name": "platform-names-or-records", "expression": RECORDS},
+    {"name": "platform-names-or-records", "expression": RECORDS_KEPT},
 ]
 
 

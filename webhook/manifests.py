@@ -40,6 +40,7 @@ from webhook.engine.context import PLATFORM_RECORD, POLICY_LABEL, STAMP
 from webhook.engine.doors import CONTAINER_LISTS, CONTAINERS, DOORS
 from webhook.engine.rules.ownership import enabled as ownership_enabled
 from webhook.engine.rules.ownership import reserved_patterns, service_account_identities
+from webhook.engine.scope import run_terms
 from webhook.policy.model import LabelSelector, NamePattern, Policy
 from webhook.policy.patterns import split
 
@@ -287,12 +288,29 @@ def _selector(selector: LabelSelector, labels: str) -> _Expr | None:
 
 
 def _runs(policy: Policy, labels: str) -> _Expr | None:
-    """The labels match one of the policy's RunPolicies' selectors (several
-    RunPolicies); None when one of them is empty (everything is a run)."""
-    terms = [_selector(p.selector, labels) for p in policy.run_policies()]
-    if any(t is None for t in terms):
-        return None
+    """The labels, in the request's namespace, are a run of one of the policy's
+    RunPolicies (``scope.selects`` of each: its namespaces, its selector); None when
+    everything is a run (a RunPolicy with an empty selector that excludes nothing). The
+    namespaces every RunPolicy excludes never reach the webhooks these conditions are
+    on (``namespace_selector(shared=True)``): only a RunPolicy's own are written."""
+    declared = run_terms(policy)
+    everyone = frozenset.intersection(*(excluded for excluded, _ in declared))
+    terms = []
+    for excluded, selector in declared:
+        own = _namespace_outside(excluded - everyone)
+        term = _join("&&", own, _selector(selector, labels))
+        if term is None:
+            return None
+        terms.append(term)
     return _join("||", *terms)
+
+
+def _namespace_outside(excluded: Iterable[str]) -> str | None:
+    """CEL: the request's namespace is none of ``excluded`` (None: nothing excluded)."""
+    names = sorted(excluded)
+    if not names:
+        return None
+    return f"!(request.namespace in [{', '.join(_cel_string(n) for n in names)}])"
 
 
 def selector_expression(selector: LabelSelector, labels: str) -> str | None:
@@ -442,6 +460,13 @@ def _records(policy: Policy, meta: str) -> str:
     )
 
 
+def _records_kept(policy: Policy) -> str:
+    """CEL: the object, or on UPDATE the old one, carries runguard's records: an update
+    removing them reaches runguard, which puts them back."""
+    was = _records(policy, "oldObject.?metadata")
+    return f"{_records(policy, 'object.?metadata')} || (oldObject != null && ({was}))"
+
+
 def references_expression(policy: Policy, spec: str) -> str | None:
     """CEL: the pod spec ``spec`` (an expression) names an object with a platform name:
     volumes (claims, configMaps, secrets, projected sources), each container's ``env``
@@ -498,10 +523,23 @@ def controller_condition(policy: Policy) -> dict[str, str] | None:
         if claims is None
         else _exists("object.spec.?volumeClaimTemplates", "ct", _clones("ct.?spec", claims)),
         f"(oldObject != null && {_render(_Exists(f'[{OLD_TEMPLATE}]', 'o', was))})",
-        _records(policy, "object.?metadata"),
+        _records_kept(policy),
+        _policy_label_in_template(),
     )
     assert routed is not None
     return _condition(name, routed)
+
+
+def _policy_label_in_template() -> str:
+    """CEL: a controller templates or selects its Pods by runguard's RunPolicy label
+    (``scope.labels``: the label is runguard's to write on each Pod)."""
+    label = _cel_string(POLICY_LABEL)
+    return (
+        f"{TEMPLATE}.?metadata.?labels[?{label}].hasValue()"
+        f" || object.spec.?selector.?matchLabels[?{label}].hasValue()"
+        f" || object.spec.?selector.?matchExpressions.orValue([]).exists(e,"
+        f" e.?key.orValue('') == {label})"
+    )
 
 
 def _pod_reference_conditions(policy: Policy) -> list[dict[str, str]] | None:
@@ -512,7 +550,7 @@ def _pod_reference_conditions(policy: Policy) -> list[dict[str, str]] | None:
     if run is None:
         return None
     references = _references(policy, "object.spec") if _any_ownership(policy) else None
-    either = _join("||", references, _records(policy, "object.?metadata"))
+    either = _join("||", references, _records_kept(policy))
     assert either is not None
     return [
         _condition("not-a-run", f"!({_render(run, ' ')})"),

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from decimal import Decimal
 from typing import Any, ParamSpec
 
+from webhook.engine import scope
 from webhook.engine.context import NO_CONTEXT, POLICY_LABEL, STAMP, Context, Ownership
 from webhook.engine.diff import make_patch
 from webhook.engine.pod import WARNING_LIMIT, Pod, copy_json, spec_prefix
@@ -32,6 +33,7 @@ from webhook.engine.subject import (
     in_scope,
     names_platform_objects,
     review,
+    stamps_owner,
 )
 from webhook.engine.types import ENGINE_ERROR, INVALID, JSON, Change, Decision, Violation
 from webhook.policy.model import Policy
@@ -243,6 +245,8 @@ def mutate(
     version = state_version(context) if receipts is not None else None
     r = review(obj, policy, namespace, old, context)
     governing = r.policy
+    if not scope.looked_at(r.root, r.namespace):
+        return _decision(obj, governing, namespace, applies=False, allowed=True)
     target, problems = _select(r)
     changes: list[Change] = []
     profile = None
@@ -363,6 +367,8 @@ def validate(
     """
     r = review(obj, policy, namespace, old, context, governing)
     governing = r.policy
+    if not scope.looked_at(r.root, r.namespace):
+        return _decision(obj, governing, namespace, applies=False, allowed=True)
     reserved = (
         ownership.check_reserved_name(obj, r.root, context)
         + ownership.check_claim_clones(obj, r.root, context)
@@ -426,7 +432,7 @@ def _outside_selector(r: Review, trust: list[Violation]) -> Decision:
     the platform's (``ownership.not-a-run``), or breaks a trust check."""
     policy = r.policy
     violations = list(trust)
-    if r.target is not None and r.namespace not in policy.exclude_namespaces:
+    if r.target is not None:
         violations.extend(_not_a_run(r))
         if r.old is not None and names_platform_objects(r):
             violations.extend(_stamp_violations(r))
@@ -438,9 +444,7 @@ def _outside_selector(r: Review, trust: list[Violation]) -> Decision:
 def _not_a_run(r: Review) -> list[Violation]:
     assert r.target is not None
     found: list[Violation] = []
-    for policy in r.root.run_policies():
-        if not ownership.enabled(policy):
-            continue
+    for policy in scope.platforms(r.root, r.namespace):  # each by its own exclusions
         who = _Who(r, policy)
         violations = ownership.check_not_a_run(
             r.target.spec, r.target.spec_path, who.ownership, policy
@@ -466,9 +470,13 @@ def _already_present(v: Violation, known: dict[tuple[str, str], Decimal | None])
 
 
 def _stamp_violations(r: Review) -> list[Violation]:
-    """On UPDATE: no object entering the platform's scope."""
+    """On UPDATE: no object entering the scope of a platform (the first whose objects
+    it names, by ``scope.recorder``)."""
+    owner = stamps_owner(r)
+    if owner is None:
+        return []
     return ownership.check_stamp(
-        r.metadata, r.old_metadata or {}, in_scope(r), r.policy, r.context, adopts(r) is not None
+        r.metadata, r.old_metadata or {}, in_scope(r), owner, r.context, adopts(r) is not None
     )
 
 

@@ -11,9 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from webhook.engine import scope
 from webhook.engine.context import PLATFORM_RECORD, POLICY_LABEL, STAMP, Context
 from webhook.engine.podspec import InvalidObject, Target, locate, object_meta
 from webhook.engine.rules import ownership
+from webhook.engine.scope import service_account as service_account  # (webhook.shells')
 from webhook.engine.types import JSON, Violation
 from webhook.policy.model import Policy
 
@@ -35,7 +37,9 @@ class Review:
 
     @property
     def policy(self) -> Policy:
-        """The governing RunPolicy, else the first (ownership of objects outside them)."""
+        """The governing RunPolicy, else the first: whose enforcement mode answers for an
+        object outside every RunPolicy. Which RunPolicies judge such an object is
+        ``webhook.engine.scope``'s, each by its own scope."""
         return self.governing or self.root
 
     @property
@@ -84,65 +88,41 @@ def _governing(r: Review) -> Policy | None:
         recorded = ownership.records(r.old_metadata or {})[2]
         named = r.root.named(recorded) if recorded else None
         if named is not None:
-            return named if r.namespace not in named.exclude_namespaces else None
+            return named if scope.covers(named, r.namespace) else None
         if r.old_target is None:
             return None
         # From before the label: its labels choose, and a RunPolicy with requesters only
         # when the stamp names one of them (a lax policy is never assumed).
         stamp = ownership.records(r.old_metadata or {})[0]
-        return r.root.choose(
+        return scope.choose(
+            r.root,
             r.old_target.labels,
             r.namespace,
             lambda p: ownership.stamped_by(p.requesters, stamp),
         )
     if r.target is None:
         return None
-    return r.root.choose(
+    return scope.choose(
+        r.root,
         r.target.labels,
         r.namespace,
         lambda p: ownership.requested_by(p, r.metadata, r.namespace, r.context),
     )
 
 
-def service_account(spec: JSON) -> str:
-    name = spec.get("serviceAccountName") or spec.get("serviceAccount")
-    return name if isinstance(name, str) else ""
-
-
 def names_platform_objects(r: Review) -> bool:
-    """The pod spec names the platform's objects or runs as one of its ServiceAccounts."""
-    if r.target is None:
-        return False
-    account = service_account(r.target.spec)
-    return any(
-        ownership.enabled(p)
-        and (
-            bool(ownership.platform_references(r.target.spec, p))
-            or (r.namespace, account) in ownership.service_account_identities(p)
-        )
-        for p in r.root.run_policies()
-    )
+    """The pod spec names the objects of a platform that looks at the namespace, or runs
+    as one of its ServiceAccounts."""
+    return r.target is not None and bool(scope.claimed_by(r.root, r.target.spec, r.namespace))
 
 
-def _stamps_owner(r: Review) -> Policy | None:
+def stamps_owner(r: Review) -> Policy | None:
     """The RunPolicy whose ``platform`` records who created the object, when runguard
-    records it: a governed object, an operator's object, or one naming the platform's
-    objects or carrying runguard's records (which only runguard may write)."""
-    policy = r.policy
-    if not ownership.enabled(policy):
-        for other in r.root.run_policies():
-            if ownership.enabled(other):
-                policy = other
-                break
-        else:
-            return None
-    if r.namespace in policy.exclude_namespaces:
-        return None  # never touched: no webhook is called there
-    if r.governing is not None or ownership.is_operator_object(r.obj, r.root):
-        return policy
-    if any(ownership.records(r.metadata)[:2]) or names_platform_objects(r):
-        return policy
-    return None
+    records it (``scope.recorder``): a governed object, an operator's object, or one
+    naming the platform's objects or carrying runguard's records (which only runguard
+    may write), each by the RunPolicies that look at its namespace."""
+    spec = r.target.spec if r.target is not None else None
+    return scope.recorder(r.root, r.obj, spec, r.namespace, r.governing)
 
 
 def adopts(r: Review) -> Policy | None:
@@ -155,7 +135,7 @@ def adopts(r: Review) -> Policy | None:
         return None
     if any(ownership.records(r.old_metadata or {})[:2]):
         return None
-    owner = _stamps_owner(r)
+    owner = stamps_owner(r)
     if owner is None or not ownership.is_platform_or_installer(owner, r.context.requester):
         return None
     return owner
@@ -166,21 +146,26 @@ def expected_records(r: Review) -> dict[str, str | None]:
     the governing RunPolicy (None: the key is removed); on UPDATE, what the old object has."""
     if r.old is not None:
         stamp, record, label = ownership.records(r.old_metadata or {})
+        kept: dict[str, str | None] = {STAMP: stamp, PLATFORM_RECORD: record}
         adopter = adopts(r)
         if adopter is not None and r.context.requester is not None:
             creator = ownership.creator_record(r.metadata, r.namespace, adopter, r.context)
-            return {STAMP: r.context.requester.username, PLATFORM_RECORD: creator,
-                    POLICY_LABEL: label}  # fmt: skip
-        return {STAMP: stamp, PLATFORM_RECORD: record, POLICY_LABEL: label}
+            kept = {STAMP: r.context.requester.username, PLATFORM_RECORD: creator}
+        sent = ownership.records(r.metadata)[2]
+        if label is None or _ours(r.root, label) or _ours(r.root, sent):
+            kept[POLICY_LABEL] = label
+        # (else another installation's name, inert: left as the update sends it, unless
+        # it sends one of ours, which no update may write)
+        return kept
     label = ownership.records(r.metadata)[2]
     if r.governing is not None and r.target is not None:
         label = r.governing.name
-    elif label is not None and r.root.named(label) is not None:
+    elif _ours(r.root, label):
         label = None  # one of ours on an object none of ours governs: forged
     # (a name none of our RunPolicies has is inert: another installation's, or a renamed
     # policy's; UPDATEs of such an object are judged by its labels, as at CREATE)
     out: dict[str, str | None] = {POLICY_LABEL: label}
-    owner = _stamps_owner(r)
+    owner = stamps_owner(r)
     if owner is not None and r.context.requester is not None:
         out[STAMP] = r.context.requester.username
         out[PLATFORM_RECORD] = ownership.creator_record(r.metadata, r.namespace, owner, r.context)
@@ -189,19 +174,15 @@ def expected_records(r: Review) -> dict[str, str | None]:
     return out
 
 
+def _ours(root: Policy, label: str | None) -> bool:
+    return label is not None and root.named(label) is not None
+
+
 def in_scope(r: Review) -> bool:
-    """Whether runguard governed the old object: a run, or one naming the platform's
-    objects or running as one of its accounts."""
+    """Whether runguard governed the old object: a run, or one naming the objects of a
+    platform that looks at the namespace or running as one of its accounts."""
     if r.old_target is None:
         return False
     if r.governing is not None:
         return True
-    account = (r.namespace, service_account(r.old_target.spec))
-    return any(
-        ownership.enabled(p)
-        and (
-            bool(ownership.platform_references(r.old_target.spec, p))
-            or account in ownership.service_account_identities(p)
-        )
-        for p in r.root.run_policies()
-    )
+    return bool(scope.claimed_by(r.root, r.old_target.spec, r.namespace))

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from webhook.engine import scope
 from webhook.engine.context import PLATFORM_RECORD, POLICY_LABEL, STAMP, Context
 from webhook.engine.pod import spec_prefix
 from webhook.engine.rule_ids import (
@@ -26,7 +27,8 @@ from webhook.engine.rule_ids import (
 )
 from webhook.engine.rules import ownership
 from webhook.engine.rules.scope import check_scope_labels, scope_label_keys
-from webhook.engine.subject import Review, expected_records, service_account
+from webhook.engine.scope import service_account
+from webhook.engine.subject import Review, expected_records
 from webhook.engine.types import JSON, Violation
 from webhook.policy.model import Policy
 
@@ -158,23 +160,25 @@ def _operator_object_change(r: Review) -> list[Violation]:
 
 
 def _platform_old(r: Review) -> Policy | None:
-    """The RunPolicy with ownership on whose record says the platform created the old
-    object, unless the request comes from a platform identity or a controller (they may
-    change what the platform's objects run); None otherwise."""
+    """The RunPolicy whose platform, by its record, created the old object (the one that
+    records it, ``scope.recorder``: its governing RunPolicy's platform, else the first
+    that looks at the namespace and that the object concerns), unless the request comes
+    from that platform, one of its installers or its controllers (they may change what
+    the platform's objects run); None otherwise. Another platform is anyone else."""
+    old_spec = r.old_target.spec if r.old_target is not None else None
+    owner = scope.recorder(r.root, r.old, old_spec, r.namespace, r.governing)
+    if owner is None:
+        return None
     annotations = ownership.string_map(r.old_metadata, "annotations")
+    installed = annotations.get(PLATFORM_RECORD) == ownership.INSTALLER
+    if not (installed or ownership.recorded_platform(owner, annotations)):
+        return None
     requester = r.context.requester
-    for p in r.root.run_policies():
-        installed = annotations.get(PLATFORM_RECORD) == ownership.INSTALLER
-        if not ownership.enabled(p) or not (
-            installed or ownership.recorded_platform(p, annotations)
-        ):
-            continue
-        if ownership.is_platform_or_installer(p, requester):
-            return None
-        if requester is not None and requester.username in p.platform.owner_kinds:
-            return None
-        return p
-    return None
+    if ownership.is_platform_or_installer(owner, requester):
+        return None
+    if requester is not None and requester.username in owner.platform.owner_kinds:
+        return None
+    return owner
 
 
 def _images(spec: Any) -> list[Any]:
@@ -192,7 +196,17 @@ def check_scope(r: Review) -> list[Violation]:
         return []
     labels = r.target.labels if r.target is not None else {}
     if r.governing is None:
-        entering = r.root.choose(labels, r.namespace, lambda _p: True)
+        # A RunPolicy its new labels select and its old ones did not: the labels it had
+        # were judged at CREATE (a RunPolicy whose requesters did not create it, too).
+        old = r.old_target.labels
+        entering = next(
+            (
+                p
+                for p in r.root.run_policies()
+                if scope.selects(p, labels, r.namespace) and not scope.selects(p, old, r.namespace)
+            ),
+            None,
+        )
         if entering is None:
             return []
         return [
@@ -233,7 +247,7 @@ def check_debug_container(r: Review) -> list[Violation]:
     after = r.target.spec.get("ephemeralContainers") or []
     if not isinstance(after, list) or len(after) <= len(before if isinstance(before, list) else []):
         return []
-    if _platform_pod_for(r.root, r.old_metadata, r.old_target.spec, r.namespace, r.context):
+    if _platform_owners(r.root, r.old_metadata, r.old_target.spec, r.namespace, r.context):
         return [
             Violation(
                 OWNERSHIP_DEBUG,
@@ -268,13 +282,19 @@ def check_shell(
     bound to it): the same shell, secrets and token as a debug container, by another
     door, so the same judgment. ``by``: the Pod whose own token opens it, when the
     request says so (``webhook.shells``), in the same namespace: a platform Pod opening
-    a shell into another (an MPI launcher running its workers by ``kubectl exec``) is the
-    platform. The kubelet of the Pod's node may mint its tokens."""
+    a shell into another of the same platform (an MPI launcher running its workers by
+    ``kubectl exec``) is that platform, and no other's. The kubelet of the Pod's node may
+    mint its tokens."""
     what = SHELLS.get(context.subresource)
-    if what is None or not _platform_pod(root, pod, namespace, context):
+    if what is None:
         return []
-    if by is not None and _platform_pod(root, by, namespace, context):
+    owners = _platform_owners(root, _meta(pod), _spec(pod), namespace, context)
+    if not owners:
         return []
+    if by is not None:
+        by_platforms = _platforms_of(root, _meta(by), _spec(by), namespace)
+        if all(any(scope.same_platform(o, b) for b in by_platforms) for o in owners):
+            return []
     if context.subresource == "token" and _its_node(pod, context):
         return []
     if context.subresource == "token":
@@ -283,6 +303,15 @@ def check_shell(
         who_may = f"only the platform may open {what} into it"
     message = "the platform created this Pod, or it holds the platform's secrets or volumes: "
     return [Violation(OWNERSHIP_DEBUG, context.subresource, message + who_may)]
+
+
+def _meta(pod: Any) -> Any:
+    return pod.get("metadata") if isinstance(pod, dict) else None
+
+
+def _spec(pod: Any) -> JSON:
+    spec = pod.get("spec") if isinstance(pod, dict) else None
+    return spec if isinstance(spec, dict) else {}
 
 
 def _its_node(pod: Any, context: Context) -> bool:
@@ -296,14 +325,6 @@ def _its_node(pod: Any, context: Context) -> bool:
         and bool(node)
         and "system:nodes" in requester.groups
         and requester.username == f"system:node:{node}"
-    )
-
-
-def _platform_pod(root: Policy, pod: Any, namespace: str | None, context: Context) -> bool:
-    metadata = pod.get("metadata") if isinstance(pod, dict) else None
-    spec = pod.get("spec") if isinstance(pod, dict) else None
-    return _platform_pod_for(
-        root, metadata, spec if isinstance(spec, dict) else {}, namespace, context
     )
 
 
@@ -321,32 +342,43 @@ def _judging(root: Policy, context: Context) -> Iterator[Policy]:
             yield p
 
 
-def _platform_pod_for(
-    root: Policy, metadata: Any, spec: JSON, namespace: str | None, context: Context
-) -> bool:
-    """Whether a Pod (``metadata``, ``spec``) holds what some RunPolicy's platform owns
-    (created by it, naming its objects, or running as one of its accounts) while the
-    requester is not that platform, nor the operator whose kind is the Pod's controller.
-    A Pod's record is read by the RunPolicy that governs it (its label), since a record
-    does not say which platform made it: the Core is not refused its own Pod for
-    MLRun's."""
-    meta = metadata if isinstance(metadata, dict) else None
+def _platforms_of(root: Policy, metadata: Any, spec: JSON, namespace: str | None) -> list[Policy]:
+    """The RunPolicies (with a platform, looking at the namespace) whose platform a Pod
+    (``metadata``, ``spec``) is: its record says so, read by the RunPolicy that records
+    it (``scope.recorder``: its governing one, by its label, since a record does not say
+    which platform made it), or it names that platform's objects or runs as one of its
+    accounts."""
+    meta = metadata if isinstance(metadata, dict) else {}
     annotations = ownership.string_map(meta, "annotations")
-    governing = ownership.string_map(meta, "labels").get(POLICY_LABEL)
-    if not isinstance(governing, str) or root.named(governing) is None:
+    label = ownership.string_map(meta, "labels").get(POLICY_LABEL)
+    governing = root.named(label) if isinstance(label, str) else None
+    if governing is not None and not scope.covers(governing, namespace):
         governing = None
+    pod = {"kind": "Pod", "metadata": meta, "spec": spec}
+    recorder = scope.recorder(root, pod, spec, namespace, governing)
+    recorded = recorder is not None and ownership.recorded_platform(recorder, annotations)
+    return [
+        p
+        for p in scope.platforms(root, namespace)
+        if (recorded and recorder is not None and scope.same_platform(p, recorder))
+        or scope.claims(p, spec, namespace)
+    ]
+
+
+def _platform_owners(
+    root: Policy, metadata: Any, spec: JSON, namespace: str | None, context: Context
+) -> list[Policy]:
+    """The RunPolicies whose platform a Pod is (``_platforms_of``) that judge this
+    requester: it is not that platform, nor the operator whose kind is the Pod's
+    controller. The Core is not refused its own Pod for MLRun's."""
+    meta = metadata if isinstance(metadata, dict) else None
     owners = meta.get("ownerReferences") if meta is not None else None
-    for p in _judging(root, context):
-        if _operator_of(p, context, owners):
-            continue
-        recorded = governing in (None, p.name) and ownership.recorded_platform(p, annotations)
-        if (
-            recorded
-            or ownership.platform_references(spec, p)
-            or (namespace, service_account(spec)) in ownership.service_account_identities(p)
-        ):
-            return True
-    return False
+    judging = list(_judging(root, context))
+    return [
+        p
+        for p in _platforms_of(root, metadata, spec, namespace)
+        if any(p is j for j in judging) and not _operator_of(p, context, owners)
+    ]
 
 
 def _operator_of(policy: Policy, context: Context, owners: Any) -> bool:
@@ -373,10 +405,8 @@ def check_service_account(r: Review) -> list[Violation]:
     name = service_account(r.target.spec)
     if not name:
         return []
-    for p in r.root.run_policies():
-        if not ownership.enabled(p) or (r.namespace, name) not in (
-            ownership.service_account_identities(p)
-        ):
+    for p in scope.platforms(r.root, r.namespace):
+        if (r.namespace, name) not in ownership.service_account_identities(p):
             continue
         # the platform, its installers (the chart), or their controllers
         if ownership.creator_record(r.metadata, r.namespace, p, r.context) is not None:
