@@ -368,7 +368,7 @@ def test_the_engine_follows_an_operators_pod_through_the_shared_state(
     records = []
     for uid, creator in (("wf-1", CORE), ("wf-2", ALICE)):
         made = evaluate(workflow(uid), policy, namespace="ml", context=Context(creator))
-        annotations = made.object["metadata"]["annotations"]
+        annotations = made.object["metadata"].get("annotations", {})
         assert (annotations.get(PLATFORM_RECORD) == "true") is (creator is CORE)
         name = "pipeline" if uid == "wf-1" else "pipeline-2"
         records.append(encode_record(Meta("Workflow", "ml", name, uid, {}, annotations)))

@@ -138,11 +138,26 @@ def _stamps_owner(r: Review) -> Policy | None:
             return None
     if r.namespace in policy.exclude_namespaces:
         return None  # never touched: no webhook is called there
-    if r.governing is not None or ownership.is_operator_object(r.obj, r.root):
+    if r.governing is not None:
+        return policy
+    if ownership.is_operator_object(r.obj, r.root) and _records_operator_object(r, policy):
         return policy
     if any(ownership.records(r.metadata)[:2]) or names_platform_objects(r):
         return policy
     return None
+
+
+def _records_operator_object(r: Review, policy: Policy) -> bool:
+    """An operator's object is recorded when the platform (or an installer) creates it,
+    or while who did cannot be told yet (its owner not in the cache: the record of an
+    operator's object then follows its owner later); never a user's own, whose updates
+    then never wait on runguard (the operators' webhooks route only what carries records).
+    On UPDATE: as before (only the platform adopts)."""
+    if r.old is not None:
+        return True
+    if ownership.creator_record(r.metadata, r.namespace, policy, r.context) is not None:
+        return True
+    return ownership.ownership_of(r.metadata, r.namespace, policy, r.context).unknown is not None
 
 
 def adopts(r: Review) -> Policy | None:
