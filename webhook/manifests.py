@@ -640,11 +640,12 @@ def operator_condition(policy: Policy) -> dict[str, str] | None:
     """The operators' matchCondition: an object of their kinds reaches runguard only when
     it matters. It is a run (a RunPolicy's selector, now or in its old form); it carries
     or claims runguard's records (now or before: only runguard writes them); the platform
-    or an installer asks, or an operator creates it (runguard records whose it is); it
-    sets a field that names or selects another object (``references``: whose that object
-    is, only the cache knows); its kind's operator keys on reserved labels (anywhere in
-    it: every one is judged); or it is scaled by someone its platform does not let scale
-    its objects (a Scale carries no labels). None when every object is a run."""
+    or an installer asks, or a controller or operator creates it (runguard records whose
+    it is); it sets a field that names or selects another object (``references``: whose
+    that object is, only the cache knows); its kind's operator keys on reserved labels
+    (anywhere in it: every one is judged); or it is scaled by someone its platform does
+    not let scale its objects (a Scale carries no labels). None when every object is a
+    run."""
     run = _runs(policy, "object.metadata.?labels")
     was = _runs(policy, "oldObject.metadata.?labels")
     if run is None or was is None:
@@ -678,7 +679,8 @@ def operator_condition(policy: Policy) -> dict[str, str] | None:
             None if everyone_exempt is None else f"!({_render(everyone_exempt, ' ')})",
         )
     )
-    creators = _requested_by(o.identity for p in owned for o in p.platform.operators)
+    # (a controller or operator creating one for an owner: runguard records whose it is)
+    creators = _requested_by(k for p in owned for k in p.platform.owner_kinds)
     routed = _join(
         "||",
         run,
