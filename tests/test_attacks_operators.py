@@ -490,3 +490,27 @@ def test_the_profile_annotation_of_a_run_pod_is_frozen() -> None:
     verdict = validate(moved, SHIPPED, namespace="ml", old=stored,
                        context=Context(ALICE, State([]), "UPDATE"))  # fmt: skip
     assert not verdict.allowed and rules(verdict) == {"scope.labels"}
+
+
+def test_a_users_spark_application_naming_the_platforms_driver_is_refused() -> None:
+    """Stopped: the spark-operator takes the Pod named by ``spec.driver.podName`` (or the
+    ``spark.kubernetes.driver.pod.name`` conf) as the application's driver: it reports its
+    state as hers and deletes it with her application. MLRun's driver Pod is the
+    platform's; only MLRun names it there."""
+    driver = {"apiVersion": "v1", "kind": "Pod",
+              "metadata": {"name": "spark-etl-4c1d8e2a-driver", "namespace": "default-tenant",
+                           "uid": "p-1", "labels": {"runguard.io/policy": "mlrun"},
+                           "annotations": {PLATFORM_RECORD: "true"}}}  # fmt: skip
+    state = StaticClusterState.from_documents([driver])
+    api = Requester("system:serviceaccount:mlrun:mlrun-api")
+    for spec in (
+        {"driver": {"podName": "spark-etl-4c1d8e2a-driver"}},
+        {"sparkConf": {"spark.kubernetes.driver.pod.name": "spark-etl-4c1d8e2a-driver"}},
+    ):
+        app = {"apiVersion": "sparkoperator.k8s.io/v1beta2", "kind": "SparkApplication",
+               "metadata": {"name": "mine", "namespace": "default-tenant"},
+               "spec": {"type": "Python", **spec}}  # fmt: skip
+        decision = evaluate(app, MLRUN, namespace="default-tenant", context=Context(ALICE, state))
+        assert not decision.allowed and rules(decision) == {"ownership.reference"}, spec
+        mine = evaluate(app, MLRUN, namespace="default-tenant", context=Context(api, state))
+        assert "ownership.reference" not in rules(mine), spec
