@@ -71,6 +71,7 @@ __all__ = [
     "generated_files",
     "mutating_webhook_configuration",
     "name_regex",
+    "operator_condition",
     "policy_config_map",
     "read_policy_files",
     "references_expression",

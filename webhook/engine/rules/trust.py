@@ -517,7 +517,7 @@ def _names_platform_object(
             path,
             f"{kind} {', '.join(named)} is the platform's: its operator would act on it for "
             f"this {reference.kind.rpartition('/')[2]}; only the platform may name it here, "
-            f"name one of your own",
+            "name one of your own",
         )
     ]
 
