@@ -303,7 +303,10 @@ class Routing(Cel):
                 "request": {k: v for k, v in request.items()
                             if k not in ("object", "oldObject")}}  # fmt: skip
         for condition in hooks[0].get("matchConditions", ()):
-            value = self.env.compile(condition["expression"]).eval(data=data)
+            expression = condition["expression"]
+            if expression not in self.programs:
+                self.programs[expression] = self.env.compile(expression)
+            value = self.programs[expression].eval(data=data)
             assert value.type() == self.cel.Type.BOOL, (condition, value)
             if not value.value():
                 return False
@@ -415,6 +418,69 @@ def test_what_runguard_judges_on_an_operators_objects_reaches_it(routing: Routin
             for name in HOOKS:
                 assert routing.sent(SHIPPED, name, request), (name, request["userInfo"], obj)
     assert checked >= 7  # the chains above are judged, not only routed
+
+
+PLATFORM_RAYJOB = {**rayjob(), "metadata": {"name": "r1", "namespace": NS, "uid": "rj-1",
+                                            "annotations": dict(PLATFORMS)}}  # fmt: skip
+ADMIN = Requester("admin", ("system:masters",))
+# metadata variants: nothing, a forged record, run labels, a forged RunPolicy label
+METADATA = ({}, {"annotations": {PLATFORM_RECORD: "true"}}, {"labels": dict(RUN)},
+            {"labels": {"runguard.io/policy": "digitalhub"}})  # fmt: skip
+OLD = (None, {}, {"annotations": {STAMP: CORE.username, PLATFORM_RECORD: "true"}})
+
+
+def variants(kind: str) -> list[dict[str, Any]]:
+    """The objects of ``kind`` judged below: its references and owners, each way."""
+    if kind == "RayJob":
+        return [rayjob(c) for c in (None, "r1-raycluster-x7k2p", "mine")]
+    if kind == "RayCluster":
+        owned = copy.deepcopy(HER_CLUSTER)
+        owned["metadata"]["ownerReferences"] = [
+            {"apiVersion": "ray.io/v1", "kind": "RayJob", "name": "r1", "uid": "rj-1",
+             "controller": True}
+        ]  # fmt: skip
+        return [copy.deepcopy(HER_CLUSTER), owned]
+    return [model({}) if kind == "Model" else workflow()]
+
+
+def dressed(obj: dict[str, Any], metadata: dict[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(obj)
+    out["metadata"]["labels"] = dict(metadata.get("labels", {}))
+    out["metadata"]["annotations"] = dict(metadata.get("annotations", {}))
+    return out
+
+
+def test_routing_covers_judgment_for_the_operators_kinds(routing: Routing) -> None:
+    """Every object of the operators' kinds, each of its references and owners, with each
+    metadata (nothing, a forged record, run labels), created or updated (from nothing,
+    from the platform's records, the spec changed) by a user, the platform, the operator
+    or an admin: when the engine would change it (mutate) or refuse it (validate), both
+    operators' webhooks are sent the request."""
+    state = StaticClusterState.from_documents([PLATFORM_CLUSTER, HER_CLUSTER, PLATFORM_RAYJOB])
+    judged_requests = 0
+    for kind in ("Workflow", "Model", "RayJob", "RayCluster"):
+        for base in variants(kind):
+            for who in (ALICE, CORE, KUBERAY, ADMIN):
+                for metadata in METADATA:
+                    for before in OLD:
+                        obj = dressed(base, metadata)
+                        old = None if before is None else dressed(base, before)
+                        if old is not None:
+                            obj["spec"]["changed"] = True
+                        request = request_of(obj, who, old)
+                        context = admission.context_of(request, state)  # type: ignore[arg-type]
+                        mutation = mutate(obj, SHIPPED, namespace=NS, old=old, context=context)
+                        validation = validate(mutation.object, SHIPPED, namespace=NS, old=old,
+                                              context=context)  # fmt: skip
+                        assert mutation.error is None and validation.error is None
+                        if not mutation.patch and validation.allowed:
+                            continue
+                        judged_requests += 1
+                        for name in HOOKS:
+                            assert routing.sent(SHIPPED, name, request), (
+                                name, who.username, obj["metadata"], old, rules(validation)
+                            )  # fmt: skip
+    assert judged_requests > 100  # most of them are judged: the check is not vacuous
 
 
 def test_a_scale_of_the_platforms_model_reaches_runguard_unless_its_platform_asks(
