@@ -218,6 +218,11 @@ def test_a_reference_must_be_in_its_operators_kind_and_name_a_recorded_kind(
         (tmp_path / "runpolicy.yaml").write_text(broken)
         with pytest.raises(PolicyError, match=message):
             load_policy(tmp_path)  # fmt: skip
+    # a path is keys, [KEY] and [*]: anything else is refused where it is written
+    broken = text.replace("spec.clusterSelector[ray.io/cluster]", "spec..clusterSelector")
+    (tmp_path / "runpolicy.yaml").write_text(broken)
+    with pytest.raises(PolicyError, match=r"runpolicy.yaml:\d+: .*references\[0\]\.path"):
+        load_policy(tmp_path)
 
 
 # --- 2. the scale subresource of an operator's kind -----------------------------------------
