@@ -222,7 +222,7 @@ def test_a_users_raycluster_naming_the_cores_rayjob_as_owner_is_hers() -> None:
                        rayjob)  # fmt: skip
     context = Context(ALICE, state(rayjob))
     created = mutate(cluster, DIGITALHUB, namespace=DH_NS, context=context).object
-    assert created["metadata"]["annotations"].get(PLATFORM_RECORD) is None
+    assert created["metadata"].get("annotations", {}).get(PLATFORM_RECORD) is None
     hers = stored(created, "rc-1", ALICE, platform=False)
     head = {
         "apiVersion": "v1",
@@ -688,17 +688,21 @@ def test_a_status_update_moving_a_run_pod_out_of_its_policy_reaches_runguard() -
 
 
 def test_the_operators_kinds_are_routed_on_every_create_and_update() -> None:
-    """Stopped: every operator kind of the shipped policies reaches both operator webhooks
-    with no condition, so no custom resource escapes being stamped. (Their ``/status``
-    is not routed, which is right: a custom resource's status strategy copies the old
-    object whole but its status, so metadata cannot change there.)"""
+    """Stopped: every operator kind of the shipped policies reaches both operator webhooks,
+    with its ``/status`` and ``/scale``, narrowed by the same conditions: what the platform
+    creates (recorded), what carries or claims a record, runs and references reach
+    runguard; a user's own object does not (tests/test_attacks_operators.py evaluates
+    them)."""
     for policy, kinds in ((DIGITALHUB, {"workflows", "models", "rayjobs", "rayclusters"}),
                           (MLRUN, {"mpijobs", "sparkapplications"})):  # fmt: skip
         for name in (manifests.MUTATING_OPERATORS_WEBHOOK, manifests.OPERATORS_WEBHOOK):
             hook = _hook(policy, name)
-            assert "matchConditions" not in hook
+            assert [c["name"] for c in hook["matchConditions"]] == [
+                "run-records-platform-or-references",
+                "status-changes-metadata",
+            ]
             routed = {r for rule in hook["rules"] for r in rule["resources"]}
-            assert kinds <= routed, (name, routed)
+            assert kinds | {f"{k}/scale" for k in kinds} <= routed, (name, routed)
             assert all(set(rule["operations"]) == {"CREATE", "UPDATE"} for rule in hook["rules"])
 
 

@@ -12,7 +12,7 @@ from typing import Any
 import orjson
 import pytest
 
-from webhook.clusterstate import KINDS, Meta, OwnerRef, controller_chain
+from webhook.clusterstate import KINDS, Meta, OwnerRef, StaticClusterState, controller_chain
 from webhook.clusterstate.model import MAX_OPERATOR_KINDS
 from webhook.clusterstate.process import WatchProcess, operator_kinds
 from webhook.clusterstate.publication import (
@@ -368,7 +368,7 @@ def test_the_engine_follows_an_operators_pod_through_the_shared_state(
     records = []
     for uid, creator in (("wf-1", CORE), ("wf-2", ALICE)):
         made = evaluate(workflow(uid), policy, namespace="ml", context=Context(creator))
-        annotations = made.object["metadata"]["annotations"]
+        annotations = made.object["metadata"].get("annotations", {})
         assert (annotations.get(PLATFORM_RECORD) == "true") is (creator is CORE)
         name = "pipeline" if uid == "wf-1" else "pipeline-2"
         records.append(encode_record(Meta("Workflow", "ml", name, uid, {}, annotations)))
@@ -435,3 +435,24 @@ def test_pods_are_watched_only_when_an_operator_names_them_and_only_runguards(
         writer.close()
     with pytest.raises(ValueError, match="GROUP/Kind names or Pod"):
         create_directory(str(tmp_path), ("Service",))
+
+
+def test_a_reader_lists_an_operators_objects_of_a_namespace(
+    shared: tuple[Publisher, SharedClusterState],
+) -> None:
+    """What a selector reference (``platform.operators[].references``, ``by: selector``)
+    is judged on: every object of the kind in the namespace, by GROUP/Kind or its Kind
+    alone, the base's and the changes since alike; offline the same from a file."""
+    writer, reader = shared
+    writer.kinds[WORKFLOW].replace([wf("a", "wf-1"), wf("b", "wf-2", "other")], "10",
+                                   relist=False)  # fmt: skip
+    writer.kinds[WORKFLOW].apply([(PUT, wf("c", "wf-3"))], "11")
+    for kind in (WORKFLOW, "Workflow"):
+        assert sorted(m.name for m in reader.in_namespace(kind, "ml")) == ["a", "c"]
+    assert reader.in_namespace(RAYJOB, "ml") == []
+    offline = StaticClusterState.from_documents(
+        [{"apiVersion": "argoproj.io/v1alpha1", "kind": "Workflow",
+          "metadata": {"name": n, "namespace": ns, "uid": n}}
+         for n, ns in (("a", "ml"), ("b", "other"))]
+    )  # fmt: skip
+    assert [m.name for m in offline.in_namespace(WORKFLOW, "ml")] == ["a"]

@@ -271,7 +271,14 @@ def context_of(request: AdmissionRequest, cluster: ClusterView | None) -> Contex
         state=cluster,
         operation=request["operation"],
         subresource=subresource if isinstance(subresource, str) else "",
+        resource=_resource(request.get("resource")),
     )
+
+
+def _resource(resource: Any) -> str:
+    """``GROUP/resource`` of the request's ``resource`` (``resource`` in the core group)."""
+    r = resource if isinstance(resource, dict) else {}
+    return "/".join(p for p in (r.get("group"), r.get("resource")) if isinstance(p, str) and p)
 
 
 def _judge(

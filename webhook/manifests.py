@@ -28,6 +28,7 @@ same ``policies/`` and a test fails when they disagree.
 from __future__ import annotations
 
 import base64
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +39,7 @@ import yaml
 
 from webhook.engine.context import PLATFORM_RECORD, POLICY_LABEL, STAMP
 from webhook.engine.doors import CONTAINER_LISTS, CONTAINERS, DOORS
+from webhook.engine.rules.operators import plural
 from webhook.engine.rules.ownership import enabled as ownership_enabled
 from webhook.engine.rules.ownership import reserved_patterns, service_account_identities
 from webhook.engine.scope import run_terms
@@ -70,6 +72,7 @@ __all__ = [
     "generated_files",
     "mutating_webhook_configuration",
     "name_regex",
+    "operator_condition",
     "policy_config_map",
     "read_policy_files",
     "references_expression",
@@ -620,17 +623,6 @@ def _rule(group: str, resources: Iterable[str], operations: list[str]) -> dict[s
     }
 
 
-def plural(kind: str) -> str:
-    """The resource name the API serves a custom kind under, by Kubernetes' own default
-    (``kubectl``'s and controller-gen's): lower case, plus ``s`` (``es``, ``ies``)."""
-    lower = kind.lower()
-    if lower.endswith(("s", "x", "z", "ch", "sh")):
-        return lower + "es"
-    if lower.endswith("y") and lower[-2:-1] not in ("a", "e", "i", "o", "u"):
-        return lower[:-1] + "ies"
-    return lower + "s"
-
-
 def _operator_rules(policy: Policy) -> list[dict[str, Any]]:
     """The operators' kinds (``platform.operators``), stamped at CREATE and kept on
     UPDATE, so that their Pods' ownership can follow them."""
@@ -641,10 +633,129 @@ def _operator_rules(policy: Policy) -> list[dict[str, Any]]:
                 group, _, kind = group_kind.rpartition("/")
                 if group:  # a core kind (Pod) is sent to runguard as a run already
                     by_group.setdefault(group, []).append(plural(kind))
+    # status: runguard's records put back (status_condition: only when the metadata
+    # changes); scale: the object it scales is judged (only the platform scales its own)
     return [
-        {**_rule(group, sorted(set(resources)), ["CREATE", "UPDATE"]), "apiVersions": ["*"]}
+        {
+            **_rule(
+                group,
+                [f"{r}{sub}" for r in sorted(set(resources)) for sub in ("", "/status", "/scale")],
+                ["CREATE", "UPDATE"],
+            ),
+            "apiVersions": ["*"],
+        }
         for group, resources in sorted(by_group.items())
     ]
+
+
+# A map key CEL cannot select as a field (`a.?in` does not parse): read as `a[?'in']`.
+_CEL_RESERVED = frozenset(
+    "as break const continue else false for function if import in let loop package "
+    "namespace null return true var void while".split()
+)
+_CEL_FIELD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _field_set(base: str, steps: Sequence[str], depth: int = 0) -> str:
+    """CEL: the optional ``base`` has a value at ``steps`` (``*``: some item of a list)."""
+    expr = base
+    for i, step in enumerate(steps):
+        if step == "*":
+            var = f"x{depth}"
+            rest = _field_set(f"optional.of({var})", steps[i + 1 :], depth + 1)
+            return f"{expr}.orValue([]).exists({var}, {rest})"
+        if _CEL_FIELD.fullmatch(step) and step not in _CEL_RESERVED:
+            expr += f".?{step}"
+        else:
+            expr += f"[?{_cel_string(step)}]"
+    return f"{expr}.hasValue()"
+
+
+def _requested_by(identities: Iterable[str]) -> _Expr | None:
+    """CEL: the request's user is one of ``identities`` (typed as the engine reads them:
+    ``group:NAME`` among the groups, ``serviceaccount:NS:NAME`` its user name)."""
+    identities = list(identities)
+    users = sorted(
+        {
+            "system:" + i if i.startswith("serviceaccount:") else i
+            for i in identities
+            if not i.startswith("group:")
+        }
+    )
+    groups = sorted({i.removeprefix("group:") for i in identities if i.startswith("group:")})
+    return _join(
+        "||",
+        None
+        if not users
+        else f"request.userInfo.username in [{', '.join(map(_cel_string, users))}]",
+        *(f"{_cel_string(g)} in request.userInfo.?groups.orValue([])" for g in groups),
+    )
+
+
+def _of_kind(group_kind: str) -> str:
+    group, _, kind = group_kind.rpartition("/")
+    return f"request.kind.group == {_cel_string(group)} && request.kind.kind == {_cel_string(kind)}"
+
+
+def operator_condition(policy: Policy) -> dict[str, str] | None:
+    """The operators' matchCondition: an object of their kinds reaches runguard only when
+    it matters. It is a run (a RunPolicy's selector, now or in its old form); it carries
+    or claims runguard's records (now or before: only runguard writes them); the platform
+    or an installer asks, or a controller or operator creates it (runguard records whose
+    it is); it sets a field that names or selects another object (``references``: whose
+    that object is, only the cache knows); its kind's operator keys on reserved labels
+    (anywhere in it: every one is judged); or it is scaled by someone its platform does
+    not let scale its objects (a Scale carries no labels). None when every object is a
+    run."""
+    run = _runs(policy, "object.metadata.?labels")
+    was = _runs(policy, "oldObject.metadata.?labels")
+    if run is None or was is None:
+        return None
+    owned = [p for p in policy.run_policies() if ownership_enabled(p)]
+    references = [
+        f"({_of_kind(kind)} && {_field_set('object', r.steps)})"
+        for p in owned
+        for kind, declared in sorted(p.platform.references.items())
+        for _, r in declared
+    ]
+    reserved = [
+        f"({_of_kind(kind)})"
+        for p in owned
+        for o in p.platform.operators
+        if o.reserved_labels
+        for kind in o.kinds
+        if "/" in kind
+    ]
+    exempt = [
+        _requested_by([*p.platform.identities, *p.platform.installers, *p.platform.owner_kinds])
+        for p in owned
+    ]
+    everyone_exempt = _join("&&", *dict.fromkeys(e if e is not None else "false" for e in exempt))
+    scaled = (
+        None
+        if not owned
+        else _join(
+            "&&",
+            "request.?subResource.orValue('') == 'scale'",
+            None if everyone_exempt is None else f"!({_render(everyone_exempt, ' ')})",
+        )
+    )
+    # (a controller or operator creating one for an owner: runguard records whose it is)
+    creators = _requested_by(k for p in owned for k in p.platform.owner_kinds)
+    routed = _join(
+        "||",
+        run,
+        f"(oldObject != null && ({_render(was, ' ')}))",
+        _records(policy, "object.?metadata"),
+        f"(oldObject != null && ({_records(policy, 'oldObject.?metadata')}))",
+        _requested_by(i for p in owned for i in (*p.platform.identities, *p.platform.installers)),
+        None if creators is None else _join("&&", "request.operation == 'CREATE'", creators),
+        *dict.fromkeys(references),
+        *dict.fromkeys(reserved),
+        scaled,
+    )
+    assert routed is not None
+    return _condition("run-records-platform-or-references", routed)
 
 
 def _controller_rules(operations: list[str]) -> list[dict[str, Any]]:
@@ -813,7 +924,13 @@ def mutating_webhook_configuration(
     operators = _operator_rules(policy)
     if operators:
         hooks.append(
-            target.webhook(MUTATING_OPERATORS_WEBHOOK, MUTATE_PATH, operators, mutating=True)
+            target.webhook(
+                MUTATING_OPERATORS_WEBHOOK,
+                MUTATE_PATH,
+                operators,
+                conditions=_conditions(operator_condition(policy)),
+                mutating=True,
+            )
         )
     references = _pod_reference_conditions(policy)
     if references is not None:
@@ -864,7 +981,14 @@ def validating_webhook_configuration(
     ]
     operators = _operator_rules(policy)
     if operators:
-        hooks.append(target.webhook(OPERATORS_WEBHOOK, VALIDATE_PATH, operators))
+        hooks.append(
+            target.webhook(
+                OPERATORS_WEBHOOK,
+                VALIDATE_PATH,
+                operators,
+                conditions=_conditions(operator_condition(policy)),
+            )
+        )
     references = _pod_reference_conditions(policy)
     if references is not None:
         # UPDATE too: the stamp must not change, and `kubectl debug` must not add a

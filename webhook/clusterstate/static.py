@@ -16,8 +16,9 @@ from webhook.clusterstate.model import (
     KindStats,
     Meta,
     meta_from_object,
+    split_group_kind,
 )
-from webhook.clusterstate.table import Table, encode_record, table_from_records
+from webhook.clusterstate.table import Table, decode_record, encode_record, table_from_records
 from webhook.documents import InputError, is_list, list_items, read_objects
 from webhook.inputlimits import CLUSTER_STATE_FILES
 
@@ -45,6 +46,19 @@ class TableState:
                 if meta is not None:
                     return meta
         return None
+
+    def in_namespace(self, kind: str, namespace: str) -> list[Meta]:
+        """Every object of ``kind`` (GROUP/Kind, or its Kind alone, as operators' kinds are
+        kept) in ``namespace``: a scan of the kind's table, for the operators' kinds (an
+        operator's selector names its objects by label, which no index holds)."""
+        name = split_group_kind(kind)[1]
+        return [
+            meta
+            for table in self.tables().values()
+            if table.kind == name and table.count
+            for meta in (decode_record(name, record) for record in table.records())
+            if meta.namespace == namespace
+        ]
 
     def has_priority_class(self, name: str) -> bool:
         return self.get("PriorityClass", "", name) is not None

@@ -249,8 +249,8 @@ OWNERSHIP_CHANGED = _rule(
     mutation="",
     violation=(
         "on UPDATE, what an object the platform created runs changed (a controller's pod "
-        "template spec, a Pod's images, an operator's custom resource's spec) by someone "
-        "else than a platform identity, a controller or an operator"
+        "template spec, a Pod's images, an operator's custom resource's spec or its scale "
+        "subresource) by someone else than a platform identity, a controller or an operator"
     ),
 )
 OWNERSHIP_DEBUG = _rule(
@@ -287,6 +287,16 @@ OWNERSHIP_RESERVED_LABEL = _rule(
         "a custom resource of an operator's kinds, created or changed by someone else than the "
         "platform or that operator, that writes a label the operator keys on to find an "
         "object's owner (`platform.operators[].reservedLabels`)"
+    ),
+)
+OWNERSHIP_REFERENCE = _rule(
+    "ownership.reference",
+    mutation="",
+    violation=(
+        "a custom resource of an operator's kinds, created or changed by someone else than the "
+        "platform or that operator, that names or selects an object the platform created "
+        "through a field the operator acts on (`platform.operators[].references`: a RayJob's "
+        "`spec.clusterSelector` naming the platform's RayCluster)"
     ),
 )
 OWNERSHIP_NOT_A_RUN = _rule(

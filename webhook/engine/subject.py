@@ -120,9 +120,31 @@ def stamps_owner(r: Review) -> Policy | None:
     """The RunPolicy whose ``platform`` records who created the object, when runguard
     records it (``scope.recorder``): a governed object, an operator's object, or one
     naming the platform's objects or carrying runguard's records (which only runguard
-    may write), each by the RunPolicies that look at its namespace."""
+    may write), each by the RunPolicies that look at its namespace. A user's own
+    operator object is not recorded (``_records_operator_object``): its updates then
+    never wait on runguard."""
     spec = r.target.spec if r.target is not None else None
-    return scope.recorder(r.root, r.obj, spec, r.namespace, r.governing)
+    policy = scope.recorder(r.root, r.obj, spec, r.namespace, r.governing)
+    if policy is None or r.governing is not None:
+        return policy
+    if not ownership.is_operator_object(r.obj, r.root) or _records_operator_object(r, policy):
+        return policy
+    if any(ownership.records(r.metadata)[:2]) or names_platform_objects(r):
+        return policy
+    return None
+
+
+def _records_operator_object(r: Review, policy: Policy) -> bool:
+    """An operator's object is recorded when the platform (or an installer) creates it,
+    or while who did cannot be told yet (its owner not in the cache: the record of an
+    operator's object then follows its owner later); never a user's own, whose updates
+    then never wait on runguard (the operators' webhooks route only what carries records).
+    On UPDATE: as before (only the platform adopts)."""
+    if r.old is not None:
+        return True
+    if ownership.creator_record(r.metadata, r.namespace, policy, r.context) is not None:
+        return True
+    return ownership.ownership_of(r.metadata, r.namespace, policy, r.context).unknown is not None
 
 
 def adopts(r: Review) -> Policy | None:

@@ -144,6 +144,7 @@ def _run_policy_issues(
             )
         )
 
+    issues.extend(_reference_issues(run_policy))
     maximums_path = run_policy_path("resources", "maximums")
     maximums = resource_values(run_policy, maximums_path, gpu)
     for doc in profiles:
@@ -159,6 +160,46 @@ def _run_policy_issues(
                             f"{describe(run_policy.get(*maximums_path, max_key))} ({where})",
                         )
                     )
+    return issues
+
+
+def _reference_issues(run_policy: SourceDocument) -> list[PolicyIssue]:
+    """An operator's reference is in one of its own kinds, and names a kind of the
+    platform's operators: runguard records who created those, and its cache keeps them."""
+    operators_path = run_policy_path("platform", "operators")
+    operators = run_policy.get(*operators_path)
+    if not isinstance(operators, list):
+        return []
+    kinds = {
+        k
+        for o in operators
+        if isinstance(o, dict)
+        for k in o.get("kinds") or ()
+        if isinstance(k, str)
+    }
+    issues = []
+    for i, operator in enumerate(operators):
+        references = operator.get("references") if isinstance(operator, dict) else None
+        own = operator.get("kinds") if isinstance(operator, dict) else None
+        for j, reference in enumerate(references if isinstance(references, list) else ()):
+            if not isinstance(reference, dict):
+                continue
+            path: Path_ = (*operators_path, i, "references", j)
+            kind, names = reference.get("kind"), reference.get("names")
+            if isinstance(kind, str) and kind not in (own if isinstance(own, list) else ()):
+                issues.append(
+                    run_policy.issue(
+                        (*path, "kind"), f'"{kind}" is not one of this operator\'s kinds'
+                    )
+                )
+            if isinstance(names, str) and names not in kinds:
+                issues.append(
+                    run_policy.issue(
+                        (*path, "names"),
+                        f'"{names}" is no kind of the platform\'s operators: runguard neither '
+                        "records who created its objects nor keeps them in its cache",
+                    )
+                )
     return issues
 
 

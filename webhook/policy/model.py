@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Callable, Mapping, Sequence
 from decimal import Decimal
 from functools import cached_property
@@ -367,6 +368,45 @@ GroupKind = Annotated[
 ]
 
 
+# Where a field is in an operator's object: keys joined by ".", ``[KEY]`` for a map key
+# that holds dots or slashes (a label key), ``[*]`` for every item of a list.
+ReferencePath = Annotated[
+    str,
+    Field(
+        pattern=r"^[A-Za-z_][A-Za-z0-9_-]*(\.[A-Za-z_][A-Za-z0-9_-]*|\[[^\[\]]+\])*$",
+        max_length=512,
+    ),
+]
+_PATH_STEP = re.compile(r"\.?([A-Za-z_][A-Za-z0-9_-]*)|\[([^\[\]]+)\]")
+
+
+class OperatorReference(Section):
+    """A field of an operator's objects that names or selects another object, which the
+    operator then acts on for the object (KubeRay submits a RayJob's entrypoint to the
+    RayCluster its ``spec.clusterSelector`` names)."""
+
+    kind: GroupKind = Field(
+        description="GROUP/Kind of the objects that hold the field: one of the operator's kinds."
+    )
+    path: ReferencePath = Field(
+        description="Where the field is: keys joined by '.', [KEY] for a map key with dots or "
+        "slashes (spec.clusterSelector[ray.io/cluster]), [*] for every item of a list.",
+    )
+    names: GroupKind = Field(
+        description="GROUP/Kind of the objects it names or selects: a kind of the platform's "
+        "operators (runguard records who created those and its cache keeps them).",
+    )
+    by: Literal["name", "selector"] = Field(
+        description="name: the field's value is the object's name; selector: a label selector "
+        "(matchLabels/matchExpressions, or a plain map of labels) over those objects.",
+    )
+
+    @cached_property
+    def steps(self) -> tuple[str, ...]:
+        """The keys of ``path`` in order, ``*`` for every item of a list."""
+        return tuple(m.group(1) or m.group(2) for m in _PATH_STEP.finditer(self.path))
+
+
 class Operator(Section):
     """A controller that creates the platform's Pods (or pod controllers) from its own
     objects: its identity, and the kinds it owns them through (by ownerReferences)."""
@@ -397,6 +437,13 @@ class Operator(Section):
         "platform and the operator may write them anywhere in a custom resource of its kinds "
         "(labels maps, and keys that end with them, e.g. a sparkConf "
         "spark.kubernetes.driver.label.KEY); anyone else's is ownership.reserved-label.",
+    )
+    references: tuple[OperatorReference, ...] = Field(
+        default=(),
+        description="Fields of its objects that name or select another object it then acts on "
+        "for them (KubeRay's RayJob spec.clusterSelector, a RayCluster by name): anyone but "
+        "the platform and the operator naming an object the platform created through one is "
+        "ownership.reference.",
     )
 
 
@@ -446,6 +493,16 @@ class PlatformConfig(Section):
     @cached_property
     def operator_kinds(self) -> frozenset[str]:
         return frozenset(k for o in self.operators for k in o.kinds)
+
+    @cached_property
+    def references(self) -> Mapping[str, tuple[tuple[Operator, OperatorReference], ...]]:
+        """GROUP/Kind -> (operator, reference) of each field of that kind's objects that
+        names or selects another object."""
+        out: dict[str, list[tuple[Operator, OperatorReference]]] = {}
+        for operator in self.operators:
+            for reference in operator.references:
+                out.setdefault(reference.kind, []).append((operator, reference))
+        return {k: tuple(v) for k, v in out.items()}
 
     @cached_property
     def operators_by_user(self) -> Mapping[str, Operator]:

@@ -58,3 +58,25 @@ def check_scope_labels(
             )
         )
     return out
+
+
+def check_scope_annotations(
+    old: Mapping[str, str], new: Mapping[str, str], keys: list[str], meta_path: str
+) -> list[Violation]:
+    """A violation per annotation of ``keys`` (the profile label's key, which a run may
+    write as an annotation instead) a governed object's update adds, removes or changes:
+    the annotation names its profile as the label would."""
+    out: list[Violation] = []
+    for key in dict.fromkeys(keys):
+        before, after = old.get(key), new.get(key)
+        if before == after:
+            continue
+        out.append(
+            Violation(
+                SCOPE_LABELS,
+                f"{meta_path}.annotations[{key}]",
+                f"changing annotation {key} ({before!r} to {after!r}) of a run is not allowed: "
+                "it names the run's profile; delete it and create a new one instead",
+            )
+        )
+    return out

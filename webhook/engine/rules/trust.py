@@ -19,6 +19,7 @@ from webhook.engine.pod import spec_prefix
 from webhook.engine.rule_ids import (
     OWNERSHIP_CHANGED,
     OWNERSHIP_DEBUG,
+    OWNERSHIP_REFERENCE,
     OWNERSHIP_RESERVED_LABEL,
     OWNERSHIP_SERVICE_ACCOUNT,
     OWNERSHIP_STAMP,
@@ -26,11 +27,16 @@ from webhook.engine.rule_ids import (
     SCOPE_LABELS,
 )
 from webhook.engine.rules import ownership
-from webhook.engine.rules.scope import check_scope_labels, scope_label_keys
+from webhook.engine.rules.operators import named_objects, plural, reference_values
+from webhook.engine.rules.scope import (
+    check_scope_annotations,
+    check_scope_labels,
+    scope_label_keys,
+)
 from webhook.engine.scope import service_account
 from webhook.engine.subject import Review, expected_records
 from webhook.engine.types import JSON, Violation
-from webhook.policy.model import Policy
+from webhook.policy.model import OperatorReference, Policy
 
 TrustCheck = Callable[[Review], list[Violation]]
 
@@ -477,6 +483,158 @@ def _reserves(reserved: str, key: str) -> bool:
     return key == reserved or key.endswith(f".{reserved}")
 
 
+def check_profile_annotation(r: Review) -> list[Violation]:
+    """``scope.labels`` when an UPDATE of a governed object changes the profile annotation
+    (``profiles.label`` written as an annotation, read when the label is absent): the
+    platform's Deployment would get another profile for its next Pods, as by the label."""
+    if r.old_target is None or r.governing is None:
+        return []
+    annotations = r.target.annotations if r.target is not None else {}
+    keys = [p.profiles_config.label for p in r.root.run_policies()]
+    return check_scope_annotations(
+        r.old_target.annotations,
+        annotations,
+        keys,
+        spec_prefix(r.old_target.spec_path) + "metadata",
+    )
+
+
+def check_operator_references(r: Review) -> list[Violation]:
+    """``ownership.reference``: an operator acts for an object on the object a field of it
+    names or selects (``platform.operators[].references``: KubeRay submits a RayJob to the
+    RayCluster its ``spec.clusterSelector`` names). Anyone but the platform and that
+    operator naming an object the platform created there would run her work in it, with
+    its secrets and volumes. The named objects are read from the cluster state (fails
+    closed without it); on UPDATE a field left as it was is not judged again."""
+    kind = ownership.group_kind(r.obj)
+    if kind is None:
+        return []
+    requester = r.context.requester
+    out: list[Violation] = []
+    for p in r.root.run_policies():
+        declared = p.platform.references.get(kind) if ownership.enabled(p) else None
+        if not declared or ownership.is_platform_or_installer(p, requester):
+            continue
+        for operator, reference in declared:
+            if ownership.is_identity((operator.identity,), requester):
+                continue
+            before = dict(reference_values(r.old, reference.steps))
+            for path, value in reference_values(r.obj, reference.steps):
+                if path in before and before[path] == value:
+                    continue
+                found = _names_platform_object(p, reference, path, value, r)
+                out.extend(v for v in found if v not in out)
+    return out
+
+
+def _names_platform_object(
+    p: Policy, reference: OperatorReference, path: str, value: Any, r: Review
+) -> list[Violation]:
+    kind = reference.names.rpartition("/")[2]
+    what = f"{kind} {value!r}" if reference.by == "name" else f"the {kind}s it selects"
+    state = r.context.state
+    if state is None or not state.synced(kind):
+        return [_unknown(state, kind, path, what)]
+    named = sorted(
+        m.name
+        for m in named_objects(reference, value, r.namespace, state)
+        if _created_by_platform(p, m.annotations)
+    )
+    if not named:
+        return []
+    return [
+        Violation(
+            OWNERSHIP_REFERENCE,
+            path,
+            f"{kind} {', '.join(named)} is the platform's: its operator would act on it for "
+            f"this {reference.kind.rpartition('/')[2]}; only the platform may name it here, "
+            "name one of your own",
+        )
+    ]
+
+
+def _unknown(state: Any, kind: str, path: str, what: str, lacking: str = "") -> Violation:
+    """``ownership.unknown``: the cluster state lacks what says whether ``what`` is the
+    platform's (fails closed; the requester retries)."""
+    if not lacking:
+        lacking = (
+            "no cluster state"
+            if state is None
+            else f"runguard's cache has not synced {kind} objects yet"
+        )
+    return Violation(
+        OWNERSHIP_UNKNOWN,
+        path,
+        f"{lacking}: runguard cannot tell whether {what} is the platform's; retry in a moment",
+    )
+
+
+def _created_by_platform(p: Policy, annotations: Any) -> bool:
+    """The record of an object says the platform (or one of its installers) created it."""
+    records = annotations if isinstance(annotations, dict) else dict(annotations)
+    return records.get(PLATFORM_RECORD) == ownership.INSTALLER or ownership.recorded_platform(
+        p, records
+    )
+
+
+def check_operator_scale(r: Review) -> list[Violation]:
+    """``ownership.changed`` through the ``scale`` subresource of an operator's kind
+    (``kubectl scale model``): the request's object is a Scale, which carries only the
+    name and the replicas, so the object it scales is read from the cluster state. One
+    the platform created is the platform's and its operator's to scale, as its spec is
+    theirs to change (a controller or operator may too, as on the object itself)."""
+    if r.context.subresource != "scale" or r.old is None or not isinstance(r.obj, dict):
+        return []
+    if _replicas(r.obj) == _replicas(r.old):
+        return []
+    group, _, resource = r.context.resource.rpartition("/")
+    requester = r.context.requester
+    for p in r.root.run_policies():
+        kind = next(
+            (
+                k
+                for k in (p.platform.operator_kinds if ownership.enabled(p) else ())
+                if k.rpartition("/")[0] == group and plural(k.rpartition("/")[2]) == resource
+            ),
+            None,
+        )
+        if kind is None:
+            continue
+        if ownership.is_platform_or_installer(p, requester) or (
+            requester is not None and requester.username in p.platform.owner_kinds
+        ):
+            return []
+        return _scales_platform_object(p, kind.rpartition("/")[2], r)
+    return []
+
+
+def _replicas(scale: Any) -> Any:
+    spec = scale.get("spec") if isinstance(scale, dict) else None
+    return spec.get("replicas") if isinstance(spec, dict) else None
+
+
+def _scales_platform_object(p: Policy, kind: str, r: Review) -> list[Violation]:
+    name = r.metadata.get("name")
+    what = f"the {kind} {name!r} this scales"
+    state = r.context.state
+    if state is None or not state.synced(kind):
+        return [_unknown(state, kind, "spec.replicas", what)]
+    found = state.get(kind, r.namespace, name) if isinstance(name, str) else None
+    if found is None and getattr(state, "may_lag", False):
+        lacking = f"runguard's cache has no {kind} {name!r} yet"
+        return [_unknown(state, kind, "spec.replicas", what, lacking)]
+    if found is None or not _created_by_platform(p, found.annotations):
+        return []
+    return [
+        Violation(
+            OWNERSHIP_CHANGED,
+            "spec.replicas",
+            f"the {kind} {name!r} was created by the platform: scaling it is the platform's "
+            "and its operator's; ask the platform, or create your own",
+        )
+    ]
+
+
 # Every trust check, whatever the object's own rules say; adding one is a line here.
 TRUST_CHECKS: tuple[TrustCheck, ...] = (
     check_records,
@@ -487,6 +645,9 @@ TRUST_CHECKS: tuple[TrustCheck, ...] = (
     check_debug_container,
     check_service_account,
     check_reserved_labels,
+    check_profile_annotation,
+    check_operator_references,
+    check_operator_scale,
 )
 
 
