@@ -260,11 +260,9 @@ def context_of(request: AdmissionRequest, cluster: ClusterView | None) -> Contex
     info = request.get("userInfo") or {}
     username = info.get("username")
     groups = info.get("groups") or []
-    requester = (
-        Requester(username, tuple(g for g in groups if isinstance(g, str)))
-        if isinstance(username, str) and username
-        else None
-    )
+    named = username if isinstance(username, str) and username else None
+    kept = tuple(g for g in groups if isinstance(g, str))
+    requester = Requester(named, kept) if named else None
     subresource = request.get("subResource")
     return Context(
         requester=requester,
@@ -275,8 +273,7 @@ def context_of(request: AdmissionRequest, cluster: ClusterView | None) -> Contex
     )
 
 
-def _resource(resource: Any) -> str:
-    """``GROUP/resource`` of the request's ``resource`` (``resource`` in the core group)."""
+def _resource(resource: Any) -> str:  # GROUP/resource; resource alone in the core group
     r = resource if isinstance(resource, dict) else {}
     return "/".join(p for p in (r.get("group"), r.get("resource")) if isinstance(p, str) and p)
 
@@ -289,17 +286,16 @@ def _judge(
     ``/mutate`` patches CREATE; on UPDATE it passes ``oldObject`` and the engine patches
     only to put back the running spec (``kubectl apply`` of the user's manifest again),
     never to change an immutable spec. ``/validate`` judges CREATE and UPDATE, passing
-    ``oldObject`` so violations already present do not block unrelated updates. DELETE
-    is allowed. A CONNECT (a door into a Pod) is ``webhook.shells``' to judge, where the
-    server sends every one: here it is refused, never let through unjudged.
+    ``oldObject`` so violations already present do not block unrelated updates. DELETE is
+    allowed; a CONNECT is ``webhook.shells``' (the server sends every one there).
     """
     uid = request["uid"]
     obj = request.get("object")
     namespace = request.get("namespace") or None
     operation = request["operation"]
-    if operation == "CONNECT":
-        message = "runguard judges a CONNECT only as a door into a Pod, by its shells webhook"
-        return Outcome(review_response(uid, allowed=False, message=message), None)
+    if operation == "CONNECT":  # never let through unjudged
+        refused = "runguard judges a CONNECT only as a door into a Pod, by its shells webhook"
+        return Outcome(review_response(uid, allowed=False, message=refused), None)
     if obj is None or operation == "DELETE":
         return Outcome(review_response(uid, allowed=True), None)
     old = request.get("oldObject") if operation == "UPDATE" else None
