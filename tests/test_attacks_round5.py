@@ -36,6 +36,7 @@ from test_attacks_connections import (
     service_proxy,
 )
 from test_attacks_scope import LAUNCHER, MLRUN, MLRUN_API, TWO, admitted, door, mlrun_run
+from test_doors import NAMESPACE, STRIP
 from test_manifests import Cel
 from test_ownership import State
 from test_scope_routing import RESOURCES, calls
@@ -347,6 +348,60 @@ def test_a_snapshot_of_the_platforms_claim_restored_into_hers() -> None:
                                     "verbs": ["create", "get"]}])  # fmt: skip
     report = rbac_report(objects, platform_of(SHIPPED), shells=True)
     assert refused or any(str(f.subject) == "User alice" for f in report.unexpected())
+
+
+@pytest.mark.xfail(strict=True, reason="a CSI driver's secret named in volumeAttributes")
+@pytest.mark.parametrize("labels", [HER_RUN, {"app": "x"}], ids=["her-run", "not-a-run"])
+def test_a_csi_driver_given_the_platforms_secret_by_its_volume_attributes(
+    labels: dict[str, str],
+) -> None:
+    """Chain (a cluster with the Azure File CSI driver, whose inline volumes take the
+    storage account's Secret as ``volumeAttributes.secretName``; blob and SMB drivers
+    read the same keys): Alice's Pod mounts ``csi: {driver: file.csi.azure.com,
+    volumeAttributes: {secretName: digitalhub-common-creds, shareName: ...}}``. The
+    driver's node plugin reads the platform's Secret with its own rights and mounts
+    the share it opens: the platform's credentials used for her, as through
+    ``nodePublishSecretRef``, which is a door. ``volumeAttributes`` is a free map the
+    schema walk cannot see; a run of hers keeps it where the policy allows ``csi``
+    (``test_doors.STRIP``), a Pod outside every selector keeps it always (not routed:
+    no platform name in a door). Gap: ``webhook/engine/doors.py`` ``DOORS`` (and the
+    CEL references condition rendered from it). Fix: a door for every string value of
+    an inline ``csi.volumeAttributes`` that names a Secret of the platform (by its
+    patterns), or a policy key listing the drivers' secret attributes."""
+    volume = {"name": "share", "csi": {"driver": "file.csi.azure.com", "volumeAttributes": {
+        "secretName": SECRET, "shareName": "platform-data"}}}  # fmt: skip
+    mine = plain("mine", labels, volumes=[volume])
+    mine["metadata"]["namespace"] = NAMESPACE
+    mine["spec"]["containers"][0]["volumeMounts"] = [{"name": "share", "mountPath": "/s"}]
+    decision = evaluate(mine, STRIP, namespace=NAMESPACE, context=Context(ALICE, State([])))
+    assert decision.error is None
+    assert not decision.allowed or "volumes" not in decision.object["spec"]
+
+
+@pytest.mark.xfail(strict=True, reason="bind and escalate are no doors of the report")
+@pytest.mark.parametrize(
+    "grant",
+    [
+        {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterroles"],
+         "verbs": ["bind"], "resourceNames": ["admin"]},
+        {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["roles"],
+         "verbs": ["escalate", "create", "update"]},
+    ],
+    ids=["bind", "escalate"],
+)  # fmt: skip
+def test_a_subject_that_may_grant_itself_a_door_is_reported(grant: dict[str, Any]) -> None:
+    """Chain: a role in the run namespace with ``create rolebindings`` and ``bind`` on the
+    ClusterRole ``admin`` (or ``escalate`` on Roles): she binds herself ``admin`` (or
+    writes a Role with ``get secrets``) and reads the platform's Secrets. Today's report
+    shows nothing until she has done it: it reads the rules a subject holds, not the
+    ones it may grant itself. Gap: ``webhook/rbacreport.py`` ``DOORS`` / ``rbac_report``.
+    Fix: a door ``rbac.grant`` (``bind`` on a role that holds a door, or ``escalate`` on
+    roles, with ``create``/``update`` of the bindings or roles), or resolve what a
+    ``bind`` names into the subject's rules (resourceNames: those roles only)."""
+    create = {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["rolebindings"],
+              "verbs": ["create"]}  # fmt: skip
+    report = rbac_report(_role_binding("ml", [create, grant]), platform_of(SHIPPED), shells=True)
+    assert [str(f.subject) for f in report.unexpected()]
 
 
 # === chains that are refused ==============================================================
