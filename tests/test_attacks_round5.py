@@ -394,7 +394,8 @@ def test_a_subject_that_may_grant_itself_a_door_is_reported(grant: dict[str, Any
     ClusterRole ``admin`` (or ``escalate`` on Roles): she binds herself ``admin`` (or
     writes a Role with ``get secrets``) and reads the platform's Secrets. Today's report
     shows nothing until she has done it: it reads the rules a subject holds, not the
-    ones it may grant itself. Gap: ``webhook/rbacreport.py`` ``DOORS`` / ``rbac_report``.
+    ones it may grant itself (``docs/threat-model.md`` assumes no such role, "the report
+    shows the result": after the fact). Gap: ``webhook/rbacreport.py`` ``DOORS``.
     Fix: a door ``rbac.grant`` (``bind`` on a role that holds a door, or ``escalate`` on
     roles, with ``create``/``update`` of the bindings or roles), or resolve what a
     ``bind`` names into the subject's rules (resourceNames: those roles only)."""
