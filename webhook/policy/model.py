@@ -562,6 +562,16 @@ class ProfileSpec(Section):
         )
 
     @cached_property
+    def unlimited_requests(self) -> tuple[tuple[str, str, Decimal], ...]:
+        """(resource, quantity, amount) of each request the profile sets without a limit:
+        a limit the run carried below it is raised to it, so the profile's request wins."""
+        return tuple(
+            (name, text, parse(text))
+            for name, text in self.requests.items()
+            if name not in self.limits
+        )
+
+    @cached_property
     def node_selector_values(self) -> tuple[tuple[str, str, str], ...]:
         """(key, value, warning label) of each node label the profile sets."""
         return tuple((k, v, f"nodeSelector {k}") for k, v in self.node_selector.items())
