@@ -372,27 +372,29 @@ def family_violations(pod: dict[str, Any]) -> dict[str, str]:
 
 
 def test_mig_slices_are_capped_by_the_nvidia_family_across_containers() -> None:
+    # counted in compute slices, 7 per GPU, at most 14 per run
     within = devices(
-        {"nvidia.com/mig-3g.40gb": "2"},  # 2 x 0.5
-        {"nvidia.com/gpu": "1"},
+        {"nvidia.com/mig-3g.40gb": "2"},  # 2 x 3
+        {"nvidia.com/gpu": "1", "nvidia.com/mig-1g.5gb": "1"},  # 7 + 1
     )
     assert family_violations(within) == {}
     over = devices(
         {"nvidia.com/mig-3g.40gb": "2"},
-        {"nvidia.com/gpu": "1", "nvidia.com/mig-1g.10gb": "1"},
+        {"nvidia.com/gpu": "1", "nvidia.com/mig-1g.10gb": "2"},
     )
     assert family_violations(over) == {
         f"spec.resources.{part}.family:nvidia": (
-            "the run's nvidia devices (1 gpu, 1 nvidia.com/mig-1g.10gb x 0.125, "
-            f"2 nvidia.com/mig-3g.40gb x 0.5) count 2.125 {part}, above the family's "
-            "maximum 2 for one run"
+            "the run's nvidia devices (1 gpu x 7, 2 nvidia.com/mig-1g.10gb, "
+            f"2 nvidia.com/mig-3g.40gb x 3) count 15 {part}, above the family's "
+            "maximum 14 for one run"
         )
         for part in ("requests", "limits")
     }
 
 
-def test_an_unlisted_mig_profile_counts_as_a_whole_gpu_and_shared_replicas_as_a_quarter() -> None:
-    assert set(family_violations(devices({"nvidia.com/mig-2g.35gb": "3"}))) == {
+def test_an_odd_mig_profile_counts_as_a_whole_gpu_and_shared_replicas_as_a_quarter() -> None:
+    assert family_violations(devices({"nvidia.com/mig-7g.80gb": "2"})) == {}
+    assert set(family_violations(devices({"nvidia.com/mig-5g.mystery": "3"}))) == {
         "spec.resources.requests.family:nvidia",
         "spec.resources.limits.family:nvidia",
     }

@@ -128,17 +128,17 @@ Weight = Annotated[Decimal, Field(ge=0, allow_inf_nan=False)]
 
 class DeviceFamily(Section):
     """Device resources one run may ask for together up to a maximum, each weighted (every
-    MIG profile of a GPU and its shared replicas, counted in whole GPUs)."""
+    MIG profile of a GPU and its shared replicas, counted in one unit: compute slices)."""
 
     name: DnsLabel = Field(description="How messages name the family, e.g. nvidia.")
     max: Weight = Field(
         description="Highest weighted total one run may ask for (all its containers, as the "
-        "scheduler counts them), e.g. 2 whole GPUs; 0: none of its members."
+        "scheduler counts them), e.g. 14 compute slices; 0: none of its members."
     )
     members: Mapping[DeviceResource, Weight] = Field(
         min_length=1,
         description="Resource name, or pattern with *, to what one of it counts for "
-        "(nvidia.com/gpu: 1, nvidia.com/mig-1g.10gb: 0.125). A resource counts with its most "
+        "(nvidia.com/gpu: 7, nvidia.com/mig-3g.40gb: 3). A resource counts with its most "
         "specific member: its exact name, else the pattern with the most characters.",
     )
 
