@@ -433,3 +433,56 @@ def test_a_profile_may_ask_for_mig_slices() -> None:
         "requests": {"cpu": "4", "nvidia.com/mig-3g.40gb": "1", "memory": "256Mi"},
         "limits": {"nvidia.com/mig-3g.40gb": "1", "memory": "282Mi"},
     }
+
+
+def linkerd_meshed(profile: str) -> dict[str, Any]:
+    """A run as Linkerd's injector leaves it without its CNI plugin: linkerd-init (NET_ADMIN,
+    NET_RAW), the proxy first among the containers (proxy-await) and kubectl's default
+    container pointing at the run's own."""
+    init = {
+        "name": "linkerd-init",
+        "image": "cr.l5d.io/linkerd/proxy-init:v2.4.0",
+        "args": ["--incoming-proxy-port", "4143", "--outgoing-proxy-port", "4140"],
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"add": ["NET_ADMIN", "NET_RAW"]},
+            "privileged": False,
+            "readOnlyRootFilesystem": True,
+            "runAsNonRoot": True,
+            "runAsUser": 65534,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+    }
+    proxy = {
+        "name": "linkerd-proxy",
+        "image": "cr.l5d.io/linkerd/proxy:edge-25.1.1",
+        "lifecycle": {"postStart": {"exec": {"command": ["/usr/lib/linkerd/linkerd-await"]}}},
+        "securityContext": {"allowPrivilegeEscalation": False, "runAsUser": 2102},
+    }
+    pod = run([proxy, {"name": "main", "image": "python:3.11"}], profile, initContainers=[init])
+    pod["metadata"]["annotations"] = {"kubectl.kubernetes.io/default-container": "main"}
+    return pod
+
+
+def test_a_linkerd_meshed_run_gets_its_profile_on_its_own_container() -> None:
+    decision = evaluate(linkerd_meshed("1xa100"), SHIPPED, context=CORE)
+    assert decision.allowed, decision.violations
+    proxy, main = decision.object["spec"]["containers"]
+    assert main["resources"] == {
+        "requests": {"cpu": "8", "memory": "32Gi", "nvidia.com/gpu": "1"},
+        "limits": {"memory": "64Gi", "nvidia.com/gpu": "1"},
+    }
+    assert proxy["resources"] == {  # runguard's defaults, as for any other container
+        "requests": {"cpu": "100m", "memory": "256Mi"},
+        "limits": {"memory": "282Mi"},
+    }
+    assert (
+        "runguard: NET_ADMIN removed, a mesh cannot redirect traffic (use its CNI mode): "
+        "linkerd-init" in decision.warnings
+    )
+    # runguard's own annotation still wins over kubectl's
+    pod = linkerd_meshed("1xa100")
+    pod["metadata"]["annotations"]["runguard.io/main-container"] = "linkerd-proxy"
+    proxy, main = evaluate(pod, SHIPPED, context=CORE).object["spec"]["containers"]
+    assert proxy["resources"]["requests"]["nvidia.com/gpu"] == "1"
+    assert "nvidia.com/gpu" not in main.get("resources", {}).get("requests", {})

@@ -19,6 +19,7 @@ from webhook.policy.model import Policy, Profile
 from webhook.quantity import parse
 
 MAIN_CONTAINER_ANNOTATION = "runguard.io/main-container"
+DEFAULT_CONTAINER_ANNOTATION = "kubectl.kubernetes.io/default-container"
 WARNING_LIMIT = 120
 
 CONTAINER_LISTS = ("initContainers", "containers")
@@ -165,12 +166,17 @@ def made_once(store: dict[int, tuple[C, V]], config: C, make: Callable[[C], V]) 
 
 
 def main_container(pod: Pod) -> JSON:
-    """The container the profile applies to: named by annotation, else the first."""
+    """The container the profile applies to: named by runguard's annotation, else by
+    kubectl's default-container one (which meshes' injectors set to the run's container
+    when they put their proxy first), else the first."""
     containers: list[JSON] = pod.spec["containers"]
-    wanted = pod.annotations.get(MAIN_CONTAINER_ANNOTATION)
-    for c in containers:
-        if c["name"] == wanted:
-            return c
+    annotations = pod.annotations
+    for key in (MAIN_CONTAINER_ANNOTATION, DEFAULT_CONTAINER_ANNOTATION):
+        wanted = annotations.get(key)
+        if wanted is not None:
+            for c in containers:
+                if c["name"] == wanted:
+                    return c
     return containers[0]
 
 
