@@ -437,8 +437,7 @@ def test_a_profile_may_ask_for_mig_slices() -> None:
 
 def linkerd_meshed(profile: str) -> dict[str, Any]:
     """A run as Linkerd's injector leaves it without its CNI plugin: linkerd-init (NET_ADMIN,
-    NET_RAW), the proxy first among the containers (proxy-await) and kubectl's default
-    container pointing at the run's own."""
+    NET_RAW) and the proxy first among the containers (proxy-await, the default)."""
     init = {
         "name": "linkerd-init",
         "image": "cr.l5d.io/linkerd/proxy-init:v2.4.0",
@@ -459,9 +458,7 @@ def linkerd_meshed(profile: str) -> dict[str, Any]:
         "lifecycle": {"postStart": {"exec": {"command": ["/usr/lib/linkerd/linkerd-await"]}}},
         "securityContext": {"allowPrivilegeEscalation": False, "runAsUser": 2102},
     }
-    pod = run([proxy, {"name": "main", "image": "python:3.11"}], profile, initContainers=[init])
-    pod["metadata"]["annotations"] = {"kubectl.kubernetes.io/default-container": "main"}
-    return pod
+    return run([proxy, {"name": "main", "image": "python:3.11"}], profile, initContainers=[init])
 
 
 def test_a_linkerd_meshed_run_gets_its_profile_on_its_own_container() -> None:
@@ -480,9 +477,22 @@ def test_a_linkerd_meshed_run_gets_its_profile_on_its_own_container() -> None:
         "runguard: NET_ADMIN removed, a mesh cannot redirect traffic (use its CNI mode): "
         "linkerd-init" in decision.warnings
     )
-    # runguard's own annotation still wins over kubectl's
+    # runguard's own annotation still names any container, kubectl's no sidecar
     pod = linkerd_meshed("1xa100")
+    pod["metadata"]["annotations"] = {"kubectl.kubernetes.io/default-container": "linkerd-proxy"}
+    proxy, main = evaluate(pod, SHIPPED, context=CORE).object["spec"]["containers"]
+    assert main["resources"]["requests"]["nvidia.com/gpu"] == "1"
     pod["metadata"]["annotations"]["runguard.io/main-container"] = "linkerd-proxy"
     proxy, main = evaluate(pod, SHIPPED, context=CORE).object["spec"]["containers"]
     assert proxy["resources"]["requests"]["nvidia.com/gpu"] == "1"
     assert "nvidia.com/gpu" not in main.get("resources", {}).get("requests", {})
+
+
+def test_istios_default_container_names_the_main_one() -> None:
+    pod = run(
+        [{"name": "sidecar-logger", "image": "x"}, {"name": "trainer", "image": "x"}], "1xa100"
+    )
+    pod["metadata"]["annotations"] = {"kubectl.kubernetes.io/default-container": "trainer"}
+    logger, trainer = evaluate(pod, SHIPPED, context=CORE).object["spec"]["containers"]
+    assert trainer["resources"]["requests"]["nvidia.com/gpu"] == "1"
+    assert "nvidia.com/gpu" not in logger["resources"]["requests"]

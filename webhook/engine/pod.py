@@ -167,17 +167,27 @@ def made_once(store: dict[int, tuple[C, V]], config: C, make: Callable[[C], V]) 
 
 def main_container(pod: Pod) -> JSON:
     """The container the profile applies to: named by runguard's annotation, else by
-    kubectl's default-container one (which meshes' injectors set to the run's container
-    when they put their proxy first), else the first."""
+    kubectl's default-container one (which Istio sets to the run's container), else the
+    first that is not an injected sidecar (``profiles.sidecarContainers``: Linkerd puts
+    its proxy first), else the first."""
     containers: list[JSON] = pod.spec["containers"]
     annotations = pod.annotations
     for key in (MAIN_CONTAINER_ANNOTATION, DEFAULT_CONTAINER_ANNOTATION):
         wanted = annotations.get(key)
         if wanted is not None:
             for c in containers:
-                if c["name"] == wanted:
+                if c["name"] == wanted and (
+                    key == MAIN_CONTAINER_ANNOTATION or not _sidecar(pod, c)
+                ):
                     return c
+    for c in containers:
+        if not _sidecar(pod, c):
+            return c
     return containers[0]
+
+
+def _sidecar(pod: Pod, container: JSON) -> bool:
+    return container["name"] in pod.policy.profiles_config.sidecar_containers
 
 
 def resources_of(container: JSON, part: str) -> dict[str, Any]:

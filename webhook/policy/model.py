@@ -116,6 +116,12 @@ class ProfilesConfig(Section):
     unknown: Literal["Deny", "Default"] = Field(
         default="Deny", description="A run naming an unknown profile: Deny it, or use the default."
     )
+    sidecar_containers: Annotated[tuple[DnsLabel, ...], UNIQUE] = Field(
+        default=("istio-proxy", "linkerd-proxy"),
+        description="Containers add-ons inject beside a run's own (a mesh's proxy, which "
+        "Linkerd puts first): never the main container the profile applies to, unless "
+        "runguard.io/main-container names one.",
+    )
 
 
 # A device resource (domain/name) or a pattern of them, ``*`` any run of characters.
