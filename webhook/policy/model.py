@@ -309,8 +309,7 @@ class VolumesConfig(Section):
         description="Public, non-secret ConfigMaps any Pod may use, as a volume, a projected "
         "source or in its environment (a mesh's CA bundle, the cluster's kube-root-ca.crt): "
         "name patterns (* only, the same for every Pod); neither platform names nor "
-        "pre-existing data, and anyone "
-        "may create one.",
+        "pre-existing data, and anyone may create one.",
     )
     allowed_host_paths: Annotated[tuple[HostPath, ...], UNIQUE] = Field(
         default=(),
