@@ -72,7 +72,7 @@ def test_shipped_policy_loads() -> None:
     assert policy.profiles_config.default is None
     assert {"1xa100", "1xt4", "cpu-large"} <= set(policy.profiles)
     assert policy.profiles["1xa100"].requests["nvidia.com/gpu"] == "1"
-    assert policy.resources.maximum_values["memory"] == Decimal(64 * 1024**3)
+    assert policy.resources.maximum_values["memory"] == Decimal(66 * 1024**3)  # a sidecar's room
     labels = {"dhcore/run": "r1"}
     assert any(p.matches("v-r1-data", labels) for p in policy.volumes.platform_claims)
 
@@ -699,3 +699,61 @@ def test_schema_command(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> N
     assert main(["schema", "-o", str(out)]) == 0
     assert json.loads(out.read_text(encoding="utf-8")) == policy_schema()
     assert main(["schema", "-o", str(tmp_path / "no" / "such" / "dir.json")]) == 2
+
+
+def test_a_shared_configmap_is_neither_the_platforms_nor_per_run(pol: Path) -> None:
+    write(
+        pol,
+        "runpolicy.yaml",
+        RUN_POLICY
+        + """\
+  volumes:
+    platformConfigMaps: ["init-{labels[dhcore/run]}", "istio-*"]
+    sharedConfigMaps: [kube-root-ca.crt, istio-ca-root-cert, "ca-{labels[dhcore/run]}"]
+  platform:
+    operators:
+      - identity: system:serviceaccount:mpi:mpi-operator
+        kinds: [kubeflow.org/MPIJob]
+        configMaps: ["*-config"]
+""",
+    )
+    write(pol, "profiles.yaml", PROFILE)
+    assert errors_of() == [
+        'pol/runpolicy.yaml:13: spec.volumes.sharedConfigMaps[1]: "istio-ca-root-cert" is '
+        'also a name of "istio-*" (line 12): a ConfigMap is either shared with every Pod or '
+        "the platform's, not both",
+        'pol/runpolicy.yaml:13: spec.volumes.sharedConfigMaps[2]: "ca-{labels[dhcore/run]}": '
+        "a shared ConfigMap is the same for every Pod; a label placeholder has no place here",
+    ]
+    write(
+        pol,
+        "runpolicy.yaml",
+        RUN_POLICY + "  volumes:\n    sharedConfigMaps: [mesh-config]\n"
+        "  platform:\n    operators:\n      - identity: mpi\n        kinds: [kubeflow.org/MPIJob]\n"
+        '        configMaps: ["*-config"]\n',
+    )
+    assert errors_of() == [
+        'pol/runpolicy.yaml:12: spec.volumes.sharedConfigMaps[0]: "mesh-config" is also a '
+        'name of "*-config" (line 17): a ConfigMap is either shared with every Pod or the '
+        "platform's, not both"
+    ]
+
+
+def test_device_families_names_differ_and_profiles_stay_within(pol: Path) -> None:
+    families = (
+        "    families:\n"
+        "      - {name: nvidia, max: 1, members: {nvidia.com/gpu: 1, 'nvidia.com/mig-*': 0.5}}\n"
+        "      - {name: nvidia, max: 2, members: {nvidia.com/gpu: 1}}\n"
+    )
+    write(pol, "runpolicy.yaml", RUN_POLICY + families)
+    write(
+        pol,
+        "profiles.yaml",
+        PROFILE + "    limits: {nvidia.com/mig-3g.40gb: '3'}\n",
+    )
+    assert errors_of() == [
+        "pol/profiles.yaml:7: spec.resources.limits: counts 1.5 of device family nvidia, above "
+        "its maximum 1 (pol/runpolicy.yaml:12)",
+        'pol/runpolicy.yaml:13: spec.resources.families[1].name: duplicate family name "nvidia" '
+        "(also at line 12)",
+    ]

@@ -60,7 +60,9 @@ def as_json(value: Any) -> Any:
     if isinstance(value, frozenset):
         return sorted(value)
     if isinstance(value, tuple):
-        return list(value)
+        return [as_json(v) for v in value]
+    if isinstance(value, NamePattern):
+        return value.text
     return value
 
 
@@ -161,6 +163,7 @@ def test_key_paths_are_the_yaml_names_of_attributes() -> None:
         ("resources", "platformDeviceClaims"),
         ("volumes", "platformClaims"),
         ("volumes", "platformConfigMaps"),
+        ("volumes", "sharedConfigMaps"),
         ("secrets", "allowed"),
     ]
 

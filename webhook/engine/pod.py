@@ -19,6 +19,7 @@ from webhook.policy.model import Policy, Profile
 from webhook.quantity import parse
 
 MAIN_CONTAINER_ANNOTATION = "runguard.io/main-container"
+DEFAULT_CONTAINER_ANNOTATION = "kubectl.kubernetes.io/default-container"
 WARNING_LIMIT = 120
 
 CONTAINER_LISTS = ("initContainers", "containers")
@@ -165,13 +166,28 @@ def made_once(store: dict[int, tuple[C, V]], config: C, make: Callable[[C], V]) 
 
 
 def main_container(pod: Pod) -> JSON:
-    """The container the profile applies to: named by annotation, else the first."""
+    """The container the profile applies to: named by runguard's annotation, else by
+    kubectl's default-container one (which Istio sets to the run's container), else the
+    first that is not an injected sidecar (``profiles.sidecarContainers``: Linkerd puts
+    its proxy first), else the first."""
     containers: list[JSON] = pod.spec["containers"]
-    wanted = pod.annotations.get(MAIN_CONTAINER_ANNOTATION)
+    annotations = pod.annotations
+    for key in (MAIN_CONTAINER_ANNOTATION, DEFAULT_CONTAINER_ANNOTATION):
+        wanted = annotations.get(key)
+        if wanted is not None:
+            for c in containers:
+                if c["name"] == wanted and (
+                    key == MAIN_CONTAINER_ANNOTATION or not _sidecar(pod, c)
+                ):
+                    return c
     for c in containers:
-        if c["name"] == wanted:
+        if not _sidecar(pod, c):
             return c
     return containers[0]
+
+
+def _sidecar(pod: Pod, container: JSON) -> bool:
+    return container["name"] in pod.policy.profiles_config.sidecar_containers
 
 
 def resources_of(container: JSON, part: str) -> dict[str, Any]:

@@ -122,7 +122,10 @@ SECURITY_PRIVILEGED = _rule(
 )
 SECURITY_CAPABILITIES = _rule(
     "security.capabilities",
-    mutation="unlisted added capabilities removed",
+    mutation=(
+        "unlisted added capabilities removed (listed under `security.root`); a `NET_ADMIN` "
+        "removed is named here, with what to do instead (a mesh's CNI mode)"
+    ),
     violation=(
         "added capabilities outside `allowedCapabilities` within the level; (restricted) drop "
         "lacks ALL"
@@ -184,9 +187,10 @@ VOLUMES_PRE_EXISTING = _rule(
     "volumes.pre-existing",
     mutation="the volume (or projected source) and its mounts removed",
     violation=(
-        "a claim or configMap the platform did not create, a projected configMap, a claim "
-        "template bringing data (`dataSource`, `dataSourceRef`, `volumeName`, `selector`), a "
-        "platform object used by a run the platform did not create"
+        "a claim or configMap the platform did not create, a projected configMap (a shared "
+        "one, `volumes.sharedConfigMaps`, aside), a claim template bringing data "
+        "(`dataSource`, `dataSourceRef`, `volumeName`, `selector`), a platform object used by "
+        "a run the platform did not create"
     ),
 )
 SECRETS_FORBIDDEN = _rule(

@@ -18,6 +18,7 @@ from webhook.policy.errors import PolicyIssue
 from webhook.policy.formats import quantity_problem
 from webhook.policy.kube import RESOURCE_LIST, resolve_resource_name
 from webhook.policy.model import KINDS, run_policy_path
+from webhook.policy.patterns import label_keys, patterns_overlap
 from webhook.policy.schema_issues import describe, show_list
 from webhook.policy.source import Path_, PolicySource, SourceDocument
 from webhook.quantity import parse
@@ -145,6 +146,9 @@ def _run_policy_issues(
         )
 
     issues.extend(_reference_issues(run_policy))
+    issues.extend(_shared_config_map_issues(run_policy))
+    issues.extend(_family_issues(run_policy, profiles, gpu))
+
     maximums_path = run_policy_path("resources", "maximums")
     maximums = resource_values(run_policy, maximums_path, gpu)
     for doc in profiles:
@@ -201,6 +205,102 @@ def _reference_issues(run_policy: SourceDocument) -> list[PolicyIssue]:
                     )
                 )
     return issues
+
+
+def _shared_config_map_issues(run_policy: SourceDocument) -> list[PolicyIssue]:
+    """A shared ConfigMap is the same for every Pod and nobody's: no label placeholder,
+    and no name that is also the platform's (or an operator's) could ever match."""
+    shared_path = run_policy_path("volumes", "shared_config_maps")
+    shared = run_policy.get(*shared_path)
+    if not shared:
+        return []
+    owned: list[tuple[str, Path_]] = []
+    platform_path = run_policy_path("volumes", "platform_config_maps")
+    for i, text in _strings(run_policy.get(*platform_path)):
+        owned.append((text, (*platform_path, i)))
+    operators_path = run_policy_path("platform", "operators")
+    operators = run_policy.get(*operators_path)
+    for i, operator in enumerate(operators if isinstance(operators, list) else ()):
+        maps = operator.get("configMaps") if isinstance(operator, dict) else None
+        for j, text in _strings(maps):
+            owned.append((text, (*operators_path, i, "configMaps", j)))
+    issues: list[PolicyIssue] = []
+    for i, text in _strings(shared):
+        if label_keys(text):
+            issues.append(
+                run_policy.issue(
+                    (*shared_path, i),
+                    f"{describe(text)}: a shared ConfigMap is the same for every Pod; "
+                    "a label placeholder has no place here",
+                )
+            )
+            continue
+        for other, where in owned:
+            if patterns_overlap(text, other):
+                issues.append(
+                    run_policy.issue(
+                        (*shared_path, i),
+                        f"{describe(text)} is also a name of {describe(other)} "
+                        f"(line {run_policy.line_of(where)}): a ConfigMap is either shared "
+                        "with every Pod or the platform's, not both",
+                    )
+                )
+    return issues
+
+
+def _family_issues(
+    run_policy: SourceDocument, profiles: list[SourceDocument], gpu: str
+) -> list[PolicyIssue]:
+    """Device families: names differ, and no profile alone is above a family's maximum."""
+    path = run_policy_path("resources", "families")
+    written = run_policy.get(*path)
+    if not isinstance(written, list):
+        return []
+    issues: list[PolicyIssue] = []
+    families: list[tuple[int, model.DeviceFamily]] = []
+    seen: dict[str, int] = {}
+    for i, raw in enumerate(written):
+        try:
+            family = model.DeviceFamily.model_validate(raw)
+        except ValueError:
+            continue  # the schema reports what is wrong with it
+        if family.name in seen:
+            issues.append(
+                run_policy.issue(
+                    (*path, i, "name"),
+                    f'duplicate family name "{family.name}" (also at line '
+                    f"{run_policy.line_of((*path, seen[family.name], 'name'))})",
+                )
+            )
+        seen.setdefault(family.name, i)
+        families.append((i, family))
+    for doc in profiles:
+        for part_path in RESOURCE_LISTS["Profile"]:
+            values = resource_values(doc, part_path, gpu)
+            for i, family in families:
+                total = sum(
+                    (v * w for n, (_, v) in values.items() if (w := family.weight(n)) is not None),
+                    Decimal(0),
+                )
+                if total > family.max:
+                    where = f"{run_policy.file}:{run_policy.line_of((*path, i, 'max'))}"
+                    issues.append(
+                        doc.issue(
+                            part_path,
+                            f"counts {total.normalize():f} of device family {family.name}, "
+                            f"above its maximum {family.max.normalize():f} ({where})",
+                        )
+                    )
+    return issues
+
+
+def _strings(value: object) -> list[tuple[int, str]]:
+    """(index, text) of the strings of a list as written (the schema reports the rest)."""
+    return (
+        [(i, v) for i, v in enumerate(value) if isinstance(v, str)]
+        if isinstance(value, list)
+        else []
+    )
 
 
 # kind -> where its resource lists are: e.g. ("spec", "resources", "maximums")

@@ -96,6 +96,9 @@ ReservedLabel = Annotated[
 ]
 EnvName = Annotated[str, Field(min_length=1, pattern=r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")]
 NamePatterns = Annotated[tuple[NamePatternText, ...], UNIQUE]
+# The apiserver puts this ConfigMap (the cluster's CA bundle) in every namespace and
+# projects it into every Pod's service account token volume.
+ROOT_CA_CONFIG_MAP = "kube-root-ca.crt"
 
 
 # --- RunPolicy -------------------------------------------------------------------------
@@ -113,6 +116,56 @@ class ProfilesConfig(Section):
     unknown: Literal["Deny", "Default"] = Field(
         default="Deny", description="A run naming an unknown profile: Deny it, or use the default."
     )
+    sidecar_containers: Annotated[tuple[DnsLabel, ...], UNIQUE] = Field(
+        default=("istio-proxy", "linkerd-proxy"),
+        description="Containers add-ons inject beside a run's own (a mesh's proxy, which "
+        "Linkerd puts first): never the main container the profile applies to, unless "
+        "runguard.io/main-container names one.",
+    )
+
+
+# A device resource (domain/name) or a pattern of them, ``*`` any run of characters.
+DeviceResource = Annotated[
+    str,
+    Field(pattern=r"^[a-z0-9*][-a-z0-9.*]*/[A-Za-z0-9*][-A-Za-z0-9_.*]*$", max_length=253),
+]
+Weight = Annotated[Decimal, Field(ge=0, allow_inf_nan=False)]
+
+
+class DeviceFamily(Section):
+    """Device resources one run may ask for together up to a maximum, each weighted (every
+    MIG profile of a GPU and its shared replicas, counted in one unit: compute slices)."""
+
+    name: DnsLabel = Field(description="How messages name the family, e.g. nvidia.")
+    max: Weight = Field(
+        description="Highest weighted total one run may ask for (all its containers, as the "
+        "scheduler counts them), e.g. 14 compute slices; 0: none of its members."
+    )
+    members: Mapping[DeviceResource, Weight] = Field(
+        min_length=1,
+        description="Resource name, or pattern with *, to what one of it counts for "
+        "(nvidia.com/gpu: 7, nvidia.com/mig-3g.40gb: 3). A resource counts with its most "
+        "specific member: its exact name, else the pattern with the most characters.",
+    )
+
+    @cached_property
+    def patterns(self) -> tuple[tuple[re.Pattern[str], Decimal], ...]:
+        """The members with ``*``, compiled, the most specific first."""
+        found = [(k, w) for k, w in self.members.items() if "*" in k]
+        found.sort(key=lambda kw: -len(kw[0].replace("*", "")))
+        return tuple(
+            (re.compile(".*".join(re.escape(part) for part in k.split("*"))), w) for k, w in found
+        )
+
+    def weight(self, resource: str) -> Decimal | None:
+        """What one of ``resource`` counts for in this family; None: not a member."""
+        exact = self.members.get(resource)
+        if exact is not None:
+            return exact
+        for regex, weight in self.patterns:
+            if regex.fullmatch(resource):
+                return weight
+        return None
 
 
 class ResourcesConfig(Section):
@@ -133,6 +186,11 @@ class ResourcesConfig(Section):
     )
     on_exceed: Literal["Clamp", "Deny"] = Field(
         default="Clamp", description="Above a maximum: clamp to it, or deny."
+    )
+    families: tuple[DeviceFamily, ...] = Field(
+        default=(),
+        description="Device families, each capped per run by its weighted total: every MIG "
+        "profile and shared replica of a GPU vendor, however the run spreads them.",
     )
     device_env: Annotated[tuple[EnvName, ...], UNIQUE] = Field(
         default=("NVIDIA_VISIBLE_DEVICES",),
@@ -251,6 +309,14 @@ class VolumesConfig(Section):
         default="Strip",
         description="A PVC/ConfigMap outside the patterns: drop it and its mounts, or deny.",
     )
+    shared_config_maps: NamePatterns = Field(
+        default=(ROOT_CA_CONFIG_MAP,),
+        validate_default=True,
+        description="Public, non-secret ConfigMaps any Pod may use, as a volume, a projected "
+        "source or in its environment (a mesh's CA bundle, the cluster's kube-root-ca.crt): "
+        "name patterns (* only, the same for every Pod); neither platform names nor "
+        "pre-existing data, and anyone may create one.",
+    )
     allowed_host_paths: Annotated[tuple[HostPath, ...], UNIQUE] = Field(
         default=(),
         description="Node paths a run the platform created may mount as hostPath volumes, "
@@ -258,6 +324,10 @@ class VolumesConfig(Section):
         "directory; an exception to allowedTypes and the Pod Security level, which forbid "
         "hostPath. Any other hostPath, and any in a run the platform did not create, is denied.",
     )
+
+    def shared_config_map(self, name: str) -> bool:
+        """Whether ConfigMap ``name`` is one of ``sharedConfigMaps``."""
+        return matches_any(self.shared_config_maps, name, {})
 
     def host_path_allowed(self, path: str, namespace: str) -> bool:
         """Whether ``path`` is one of ``allowedHostPaths`` in ``namespace`` (exactly; a
@@ -622,6 +692,16 @@ class ProfileSpec(Section):
             )
             for part, values in (("requests", self.requests), ("limits", self.limits))
             if values
+        )
+
+    @cached_property
+    def unlimited_requests(self) -> tuple[tuple[str, str, Decimal], ...]:
+        """(resource, quantity, amount) of each request the profile sets without a limit:
+        a limit the run carried below it is raised to it, so the profile's request wins."""
+        return tuple(
+            (name, text, parse(text))
+            for name, text in self.requests.items()
+            if name not in self.limits
         )
 
     @cached_property

@@ -11,9 +11,9 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cache, cached_property
 
-__all__ = ["PLACEHOLDER", "NamePattern", "label_keys", "matches_any", "split"]
+__all__ = ["PLACEHOLDER", "NamePattern", "label_keys", "matches_any", "patterns_overlap", "split"]
 
 PLACEHOLDER = re.compile(r"\{labels\[([^\]{}]*)\]\}")
 _LITERAL = re.compile(r"[a-z0-9.*-]*")  # what can stand in a Kubernetes name, plus *
@@ -141,3 +141,32 @@ def name_pattern_problem(
                 '(only lowercase letters, digits, "-", "." and "*" besides {labels[KEY]})'
             )
     return None
+
+
+def patterns_overlap(a: str, b: str) -> bool:
+    """Whether some name matches both patterns, for some label values (a placeholder
+    stands for any non-empty value, like ``*`` for any run of characters)."""
+    x, y = _glob(a), _glob(b)
+
+    @cache
+    def meet(i: int, j: int) -> bool:
+        if i == len(x) and j == len(y):
+            return True
+        if i < len(x) and x[i] is None:  # a's * takes nothing, or y's next character
+            return meet(i + 1, j) or (j < len(y) and meet(i, j + 1))
+        if j < len(y) and y[j] is None:
+            return meet(i, j + 1) or (i < len(x) and meet(i + 1, j))
+        return i < len(x) and j < len(y) and x[i] == y[j] and meet(i + 1, j + 1)
+
+    return meet(0, 0)
+
+
+def _glob(text: str) -> tuple[str | None, ...]:
+    """A pattern as characters and ``None`` for each ``*`` or placeholder."""
+    literals, _ = split(text)
+    out: list[str | None] = []
+    for n, literal in enumerate(literals):
+        if n:
+            out.append(None)
+        out.extend(None if c == "*" else c for c in literal)
+    return tuple(out)

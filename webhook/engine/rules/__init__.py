@@ -31,6 +31,7 @@ MUTATION_STEPS: tuple[Step, ...] = (
     resources.fill_defaults,  # 2
     resources.derive_memory_limits,  # 3
     resources.clamp_to_maximums,  # 4
+    security.note_network_capability,  # 5, why a mesh's init container will fail
     security.strip_root,  # 5
     devices.drop_device_env,  # 5, devices only through requests
     pod_security.confine_apparmor,  # 5, Pod Security Standards
@@ -47,6 +48,7 @@ CHECKS: tuple[Check, ...] = (
     profile.check_profile,
     resources.check_resources,
     resources.check_run_totals,
+    resources.check_device_families,
     devices.check_device_env,
     security.check_security,
     pod_security.check_pod_security,

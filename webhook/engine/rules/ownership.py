@@ -333,7 +333,10 @@ def reserved_patterns(policy: Policy, kind: str) -> tuple[NamePattern, ...]:
 def reserved_name(policy: Policy, kind: str, name: str) -> NamePattern | None:
     """The platform pattern ``name`` falls under, placeholders matching any value: a
     per-run name (a pattern naming a run's label) or an installation-wide one (the
-    common credentials, a shared claim), which a user could otherwise take first."""
+    common credentials, a shared claim), which a user could otherwise take first. A
+    shared ConfigMap (``volumes.sharedConfigMaps``) is nobody's."""
+    if kind == "ConfigMap" and policy.volumes.shared_config_map(name):
+        return None
     for pattern in reserved_patterns(policy, kind):
         if _any_labels(pattern.text).fullmatch(name):
             return pattern
@@ -351,7 +354,10 @@ def _any_labels(text: str) -> re.Pattern[str]:
 
 def platform_named(policy: Policy, kind: str, name: str) -> bool:
     """Whether ``name`` is one the platform's patterns give objects of ``kind``, for any run
-    (installation-wide names included: only runs the platform creates may use those)."""
+    (installation-wide names included: only runs the platform creates may use those).
+    A shared ConfigMap (``volumes.sharedConfigMaps``) is nobody's."""
+    if kind == "ConfigMap" and policy.volumes.shared_config_map(name):
+        return False
     return any(_any_labels(p.text).fullmatch(name) for p in reserved_patterns(policy, kind))
 
 

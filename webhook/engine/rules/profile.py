@@ -60,6 +60,10 @@ def apply_profile(pod: Pod) -> Change | None:
                 if asked is None or (asked != value and parse(asked) != amount):
                     current[resource] = value
                     changed.append(gpu_label if resource == gpu else label)
+        limits = res.get("limits")
+        if limits and profile.unlimited_requests:
+            # first: a limit the run set and lost is what its user must read
+            changed[:0] = raise_limits_to_requests(pod, limits, profile.unlimited_requests)
     if profile.node_selector_values:
         selector = spec.get("nodeSelector")
         if selector is None:
@@ -104,6 +108,21 @@ def apply_profile(pod: Pod) -> Change | None:
     if not changed:
         return None
     return kept_change(PROFILE_APPLIED, f"profile {profile.name} applied", tuple(changed))
+
+
+def raise_limits_to_requests(
+    pod: Pod, limits: JSON, requests: Iterable[tuple[str, str, Any]]
+) -> list[str]:
+    """A limit the run carried (a user's, a vertical autoscaler's) below a request the
+    profile sets is raised to that request: the clamp step would otherwise lower the
+    profile's request to it. The profile's own limits were applied just before."""
+    raised: list[str] = []
+    for resource, value, amount in requests:
+        limit = limits.get(resource)
+        if limit is not None and limit != value and parse(limit) < amount:
+            limits[resource] = value
+            raised.append(f"{pod.short(resource)} limit {limit} -> {value} (its request)")
+    return raised
 
 
 _CLUSTER_KINDS = {"priorityClassName": "PriorityClass", "runtimeClassName": "RuntimeClass"}

@@ -256,3 +256,54 @@ def _show(resource: str, amount: Decimal) -> str:
     if resource in ("memory", "ephemeral-storage") or resource.startswith("hugepages-"):
         return format_bytes_ceil_mi(amount)
     return f"{amount.normalize():f}"
+
+
+def check_device_families(pod: Pod) -> list[Violation]:
+    """``resources.exceeded`` for a run whose weighted total of a device family (every MIG
+    profile of a GPU, say) is above the family's maximum; never clamped, as run totals."""
+    families = pod.policy.resources.families
+    if not families or not _asks_for_members(pod, families):
+        return []
+    out: list[Violation] = []
+    for part in ("requests", "limits"):
+        totals = effective_totals(pod.spec, part)
+        for family in families:
+            counted = [
+                (resource, amount, weight)
+                for resource, amount in sorted(totals.items())
+                if amount and (weight := family.weight(resource))
+            ]
+            total = sum((amount * weight for _, amount, weight in counted), Decimal(0))
+            if total > family.max:
+                shown = ", ".join(
+                    f"{_show(r, a)} {pod.short(r)}" + (f" x {w.normalize():f}" if w != 1 else "")
+                    for r, a, w in counted
+                )
+                out.append(
+                    Violation(
+                        RESOURCES_EXCEEDED,
+                        f"{pod.spec_path}.resources.{part}.family:{family.name}",
+                        f"the run's {family.name} devices ({shown}) count "
+                        f"{total.normalize():f} {part}, above the family's maximum "
+                        f"{family.max.normalize():f} for one run",
+                        total,
+                    )
+                )
+    return out
+
+
+def _asks_for_members(pod: Pod, families: Any) -> bool:
+    """Whether any container (or the pod) names a resource of any family: most runs name
+    none, and are done without adding anything up."""
+    holders: list[Any] = [pod.spec]
+    for list_name in CONTAINER_LISTS:
+        holders.extend(pod.spec.get(list_name) or ())
+    for holder in holders:
+        res = holder.get("resources")
+        if not isinstance(res, dict):
+            continue
+        for part in ("requests", "limits"):
+            for resource in res.get(part) or ():
+                if "/" in resource and any(f.weight(resource) is not None for f in families):
+                    return True
+    return False

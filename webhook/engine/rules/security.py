@@ -147,6 +147,41 @@ def strip_root(pod: Pod) -> Change | None:
     return None
 
 
+# What a mesh's init container (istio-init, linkerd-init) adds to redirect the Pod's
+# traffic; without it the container fails and the Pod never starts.
+NETWORK_CAPABILITY = "NET_ADMIN"
+MESH_HINT = "a mesh's init container cannot redirect traffic without NET_ADMIN: use its CNI mode"
+
+
+def network_capability_users(pod: Pod) -> list[str]:
+    """The containers adding NET_ADMIN that the policy does not let them add."""
+    names: list[str] = []
+    for list_name in CONTAINER_LISTS:
+        for container in pod.spec.get(list_name) or ():
+            caps = (container.get("securityContext") or {}).get("capabilities") or {}
+            if NETWORK_CAPABILITY in (caps.get("add") or ()):
+                names.append(container["name"])
+    if not names or is_windows(pod.spec):
+        return []
+    allowed = allowed_capabilities(pod.policy) | operator_capabilities(pod, undecided=True)
+    return [] if NETWORK_CAPABILITY in allowed else names
+
+
+def note_network_capability(pod: Pod) -> Change | None:
+    """Say why a container that adds NET_ADMIN (a mesh's init container without the
+    mesh's CNI plugin) will fail once strip_root removes it, and what to do instead."""
+    if pod.policy.security.on_root != "Strip":
+        return None  # Deny: validation's message says it; Allow: nothing is removed
+    names = network_capability_users(pod)
+    if not names:
+        return None
+    return kept_change(
+        SECURITY_CAPABILITIES,
+        "NET_ADMIN removed, a mesh cannot redirect traffic (use its CNI mode)",
+        tuple(names),
+    )
+
+
 _POD_IDS = ("runAsUser", "runAsGroup", "fsGroup")
 _CONTAINER_IDS = ("runAsUser", "runAsGroup")
 
@@ -382,12 +417,13 @@ def check_security(pod: Pod) -> list[Violation]:
                     allowed |= operator_capabilities(pod)  # looked up only for an add
                 added = [c for c in added if c not in allowed]
             if added:  # check_capabilities_baseline.go, check_capabilities_restricted.go
+                why = f" ({MESH_HINT})" if NETWORK_CAPABILITY in added and not more else ""
                 out.append(
                     Violation(
                         SECURITY_CAPABILITIES,
                         f"{base}.{list_name}[{i}].securityContext.capabilities.add",
                         f"capabilities {', '.join(added)} are not allowed at level {level}: "
-                        f"remove them{more}",
+                        f"remove them{more}{why}",
                     )
                 )
             if restricted and linux and "ALL" not in (caps.get("drop") or ()):

@@ -3,7 +3,8 @@
 Existing data reaches a pod through a claim or configMap the platform did not create
 (by name), through a projected configMap source, or through a claim *template* (an
 ephemeral volume, a StatefulSet's ``volumeClaimTemplates``) that clones a claim,
-restores a snapshot or binds a chosen volume. All are pre-existing references.
+restores a snapshot or binds a chosen volume. All are pre-existing references, except
+the public ConfigMaps the policy shares with every Pod (``volumes.sharedConfigMaps``).
 """
 
 from __future__ import annotations
@@ -15,14 +16,12 @@ from webhook.engine.rule_ids import VOLUMES_FORBIDDEN_TYPE, VOLUMES_PRE_EXISTING
 from webhook.engine.rules.operators import operator_config_map
 from webhook.engine.rules.pod_security import RESTRICTED_VOLUME_TYPES
 from webhook.engine.types import JSON, Change, Violation
-from webhook.policy.model import Policy, matches_any
+from webhook.policy.model import ROOT_CA_CONFIG_MAP, Policy, matches_any
 
 # Keys of a Volume that name its type (everything but ``name``).
 _NOT_TYPES = frozenset({"name"})
 # Claim template fields that bring existing data instead of a new, empty volume.
 CLAIM_DATA_FIELDS = ("dataSource", "dataSourceRef", "volumeName", "selector")
-# The apiserver's own projected source in every pod (the service account's CA bundle).
-ROOT_CA_CONFIGMAP = "kube-root-ca.crt"
 
 
 def _platform_config_map(name: str, pod: Pod) -> bool:
@@ -74,7 +73,7 @@ def preexisting_reference(volume: JSON, pod: Pod, undecided: bool = False) -> st
             return f"pvc {claim}"
     if "configMap" in volume:
         name = volume["configMap"]["name"]
-        if operator_config_map(pod, name, undecided):
+        if pod.policy.volumes.shared_config_map(name) or operator_config_map(pod, name, undecided):
             return None
         if not _platform_config_map(name, pod):
             return f"configMap {name}"
@@ -97,8 +96,11 @@ def _projected_config_maps(
     for j, source in enumerate(projected.get("sources") or ()):
         if "configMap" in source:
             name = source["configMap"]["name"]
-            if name != ROOT_CA_CONFIGMAP and not (
-                (_platform_config_map(name, pod) and _creator_may(pod, undecided))
+            # the apiserver's projected source in every pod, shared even where
+            # volumes.sharedConfigMaps leaves it out
+            if name != ROOT_CA_CONFIG_MAP and not (
+                pod.policy.volumes.shared_config_map(name)
+                or (_platform_config_map(name, pod) and _creator_may(pod, undecided))
                 or operator_config_map(pod, name, undecided)
             ):
                 yield j, name
