@@ -22,6 +22,7 @@ from test_trust import ALICE, JOBS, REPO, RUN, created, rules, update
 from webhook.engine import evaluate, mutate, validate
 from webhook.engine.context import PLATFORM_RECORD, STAMP, Context, Requester
 from webhook.policy.loader import load_policy
+from webhook.policy.model import QueueController
 
 SHIPPED = load_policy(REPO / "policies")
 KUEUE = Requester(
@@ -186,6 +187,27 @@ def test_kueue_admits_part_of_a_job_and_gates_it_for_topology() -> None:
     started["spec"]["template"]["metadata"]["annotations"] = {"kueue.x-k8s.io/workload": "job-r1"}
     started["spec"]["template"]["spec"]["schedulingGates"] = [{"name": "kueue.x-k8s.io/topology"}]
     assert both(started, before, KUEUE)[1].allowed
+
+
+def test_an_admission_checks_own_keys_pass_once_their_prefix_is_the_queues() -> None:
+    """The ProvisioningRequest admission check's podSetUpdates annotate every template."""
+    before = stored("RayJob")
+    started = kueue_start(before, A100)
+    for _, template in templates(started):
+        template["metadata"]["annotations"] = {
+            "cluster-autoscaler.kubernetes.io/consume-provisioning-request": "pr-r1"
+        }
+    assert rules(both(started, before, KUEUE)[1]) == {"ownership.changed"}
+    run = SHIPPED.named("digitalhub")
+    assert run is not None
+    queue = QueueController(identity=KUEUE.username,
+                  prefixes=("kueue.x-k8s.io/", "cluster-autoscaler.kubernetes.io/"))  # fmt: skip
+    platform = run.platform.model_copy(update={"queues": (queue,)})
+    widened = run.model_copy(update={"platform": platform, "alternatives": ()})
+    context = Context(KUEUE, State([]), "UPDATE")
+    mutation = mutate(started, widened, namespace="ml", old=before, context=context)
+    verdict = validate(mutation.object, widened, namespace="ml", old=before, context=context)
+    assert mutation.patch == [] and verdict.allowed, verdict.message()
 
 
 # --- what a run runs is never the queue's ---------------------------------------------------

@@ -447,7 +447,7 @@ class Operator(Section):
     )
 
 
-class Queue(Section):
+class QueueController(Section):
     """A queue controller (Kueue) that admits the platform's runs: it starts and stops
     them and places them on the flavor it chose, and nothing else of what they run."""
 
@@ -490,7 +490,7 @@ class PlatformConfig(Section):
         description="Operators (Argo, KubeRay, ...): an identity and the kinds it owns Pods "
         "through; their objects are stamped at creation like pod controllers.",
     )
-    queues: tuple[Queue, ...] = Field(
+    queues: tuple[QueueController, ...] = Field(
         default=(),
         description="Queue controllers (Kueue) that start and stop the platform's runs: they may "
         "unsuspend and suspend them, add the flavor's node selector and tolerations to their pod "

@@ -25,14 +25,14 @@ from webhook.engine.rule_ids import QUEUE_BYPASSED, QUEUE_RESERVED_LABEL
 from webhook.engine.rules import ownership
 from webhook.engine.subject import Review
 from webhook.engine.types import Violation
-from webhook.policy.model import Policy, Queue
+from webhook.policy.model import Policy, QueueController
 
 # Keys of an object's spec that start, stop and size a run: the queue's to change.
 _RUN_KEYS = frozenset({"suspend", "parallelism"})
 _SERVICE_ACCOUNT_USER = "system:serviceaccount:"
 
 
-def queue_of(policy: Policy, requester: Requester | None) -> Queue | None:
+def queue_of(policy: Policy, requester: Requester | None) -> QueueController | None:
     """The queue controller of ``policy``'s platform the requester is, if any."""
     return next(
         (q for q in policy.platform.queues if ownership.is_identity((q.identity,), requester)),
@@ -40,7 +40,7 @@ def queue_of(policy: Policy, requester: Requester | None) -> Queue | None:
     )
 
 
-def queue_kept(queue: Queue, old: Any, new: Any) -> bool:
+def queue_kept(queue: QueueController, old: Any, new: Any) -> bool:
     """Whether ``new`` (an object's spec, or a pod template's spec) differs from ``old``
     only by what ``queue`` may change: ``suspend`` and ``parallelism`` at the top, and in
     every pod template the ``nodeSelector`` keys it adds or removes (a key both have keeps
@@ -99,7 +99,7 @@ def owned(key: Any, prefixes: tuple[str, ...]) -> bool:
     return any(key == p or (p.endswith("/") and key.startswith(p)) for p in prefixes)
 
 
-def changed_message(queue: Queue | None, requester: Requester | None) -> str:
+def changed_message(queue: QueueController | None, requester: Requester | None) -> str:
     """What ``ownership.changed`` adds for a queue's update that went beyond starting,
     stopping and placing the run, or for a controller runguard does not know."""
     if queue is not None:
