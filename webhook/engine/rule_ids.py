@@ -303,6 +303,26 @@ OWNERSHIP_REFERENCE = _rule(
         "`spec.clusterSelector` naming the platform's RayCluster)"
     ),
 )
+QUEUE_BYPASSED = _rule(
+    "queue.bypassed",
+    mutation="",
+    violation=(
+        "on UPDATE of a queued run (it carries a queue's label, `platform.queues`), by someone "
+        "else than the queue, the platform, its installers, controllers or operators: the run "
+        "unsuspended, its queue label changed or removed, or one of the queue's scheduling "
+        "gates removed (Kueue's `kueue.x-k8s.io/admission`)"
+    ),
+)
+QUEUE_RESERVED_LABEL = _rule(
+    "queue.reserved-label",
+    mutation="",
+    violation=(
+        "a queue's own label (`platform.queues[].reservedLabels`: Kueue's "
+        "`kueue.x-k8s.io/podset`, `kueue.x-k8s.io/prebuilt-workload-name`) written, changed or "
+        "removed on a run or in its pod templates by someone else than the queue, the platform, "
+        "its installers, controllers or operators"
+    ),
+)
 OWNERSHIP_NOT_A_RUN = _rule(
     "ownership.not-a-run",
     mutation="",

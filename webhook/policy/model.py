@@ -517,6 +517,30 @@ class Operator(Section):
     )
 
 
+class QueueController(Section):
+    """A queue controller (Kueue) that admits the platform's runs: it starts and stops
+    them and places them on the flavor it chose, and nothing else of what they run."""
+
+    identity: Identity = Field(description="Who the queue controller acts as.")
+    queue_label: LabelKey = Field(
+        default="kueue.x-k8s.io/queue-name",
+        description="The label naming a run's queue: once it is set, only the queue starts "
+        "the run (unsuspends it) or lifts its scheduling gates, and nobody changes the label.",
+    )
+    prefixes: Annotated[tuple[ReservedLabel, ...], UNIQUE] = Field(
+        default=("kueue.x-k8s.io/",),
+        min_length=1,
+        description="Keys of the labels, annotations and scheduling gates the queue writes on "
+        "the objects it starts (a key, or a prefix ending in '/'): it may add, change and remove "
+        "them in pod templates; removing such a gate is the queue's alone.",
+    )
+    reserved_labels: Annotated[tuple[ReservedLabel, ...], UNIQUE] = Field(
+        default=("kueue.x-k8s.io/podset", "kueue.x-k8s.io/prebuilt-workload-name"),
+        description="Labels only the queue, the platform and its controllers may write on a run "
+        "or its pod templates (Kueue finds a run's Workload by them).",
+    )
+
+
 class PlatformConfig(Section):
     """Who the platform is: ownership of its volumes and secrets."""
 
@@ -535,6 +559,13 @@ class PlatformConfig(Section):
         default=(),
         description="Operators (Argo, KubeRay, ...): an identity and the kinds it owns Pods "
         "through; their objects are stamped at creation like pod controllers.",
+    )
+    queues: tuple[QueueController, ...] = Field(
+        default=(),
+        description="Queue controllers (Kueue) that start and stop the platform's runs: they may "
+        "unsuspend and suspend them, add the flavor's node selector and tolerations to their pod "
+        "templates, and write their own labels, annotations and scheduling gates; never what "
+        "the runs run.",
     )
     installers: Annotated[tuple[Identity, ...], UNIQUE] = Field(
         default=("group:system:masters",),

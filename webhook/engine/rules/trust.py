@@ -28,6 +28,7 @@ from webhook.engine.rule_ids import (
 )
 from webhook.engine.rules import ownership
 from webhook.engine.rules.operators import named_objects, plural, reference_values
+from webhook.engine.rules.queue import QUEUE_CHECKS, changed_message, queue_kept, queue_of
 from webhook.engine.rules.scope import (
     check_scope_annotations,
     check_scope_labels,
@@ -125,8 +126,12 @@ def check_platform_change(r: Review) -> list[Violation]:
     with the platform's secrets, recorded as the platform's."""
     if r.target is None and r.old is not None and ownership.is_operator_object(r.obj, r.root):
         return _operator_object_change(r)
-    if r.old_target is None or r.target is None or _platform_old(r) is None:
+    if r.old_target is None or r.target is None:
         return []
+    owner = _platform_old(r)
+    if owner is None:
+        return []
+    queue = queue_of(owner, r.context.requester)
     if r.target.kind == "Pod":
         if _images(r.old_target.spec) == _images(r.target.spec):
             return []
@@ -134,13 +139,16 @@ def check_platform_change(r: Review) -> list[Violation]:
     else:
         if r.old_target.spec == r.target.spec:
             return []
+        if queue is not None and queue_kept(queue, r.old_target.spec, r.target.spec):
+            return []
         what, where = f"the pod template of a {r.target.kind}", r.target.spec_path
     return [
         Violation(
             OWNERSHIP_CHANGED,
             where,
             f"{what} the platform created is the platform's to change: its Pods run with the "
-            "platform's secrets and volumes; ask the platform, or create your own",
+            "platform's secrets and volumes; ask the platform, or create your own"
+            + changed_message(queue, r.context.requester),
         )
     ]
 
@@ -151,7 +159,11 @@ def _operator_object_change(r: Review) -> list[Violation]:
     once the platform created it."""
     old_spec = r.old.get("spec") if isinstance(r.old, dict) else None
     new_spec = r.obj.get("spec") if isinstance(r.obj, dict) else None
-    if old_spec == new_spec or _platform_old(r) is None:
+    owner = None if old_spec == new_spec else _platform_old(r)
+    if owner is None:
+        return []
+    queue = queue_of(owner, r.context.requester)
+    if queue is not None and queue_kept(queue, old_spec, new_spec):
         return []
     kind = r.obj.get("kind") if isinstance(r.obj, dict) else None
     return [
@@ -160,7 +172,7 @@ def _operator_object_change(r: Review) -> list[Violation]:
             "spec",
             f"the spec of a {kind} the platform created is the platform's to change: its "
             "operator runs its Pods with the platform's secrets and volumes; ask the "
-            "platform, or create your own",
+            "platform, or create your own" + changed_message(queue, r.context.requester),
         )
     ]
 
@@ -648,6 +660,7 @@ TRUST_CHECKS: tuple[TrustCheck, ...] = (
     check_profile_annotation,
     check_operator_references,
     check_operator_scale,
+    *QUEUE_CHECKS,
 )
 
 

@@ -1,0 +1,261 @@
+"""Queue controllers beside the platform (Kueue, ``platform.queues``).
+
+A queue admits a run the platform created suspended: it starts it (``spec.suspend``
+false), places it on the flavor it chose (the flavor's node labels merged into the pod
+templates' ``nodeSelector``, its tolerations appended), writes its own labels,
+annotations and scheduling gates, sets ``parallelism`` on a partial admission, and on a
+stop or a preemption suspends the run and restores the templates. ``queue_kept`` says
+whether an update of the platform's object changed nothing else (``ownership.changed``
+reads it for the queue's own updates): what the run runs (images, resources, security,
+volumes, env, accounts) is never the queue's.
+
+The same changes by anyone else are a way around the queue: ``check_queue_bypass``
+(``queue.bypassed``: unsuspending a queued run, changing its queue label, lifting the
+queue's scheduling gate) and ``check_queue_labels`` (``queue.reserved-label``: the labels
+the queue finds a run's Workload by).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from webhook.engine import scope
+from webhook.engine.context import PLATFORM_RECORD, Requester
+from webhook.engine.rule_ids import QUEUE_BYPASSED, QUEUE_RESERVED_LABEL
+from webhook.engine.rules import ownership
+from webhook.engine.subject import Review
+from webhook.engine.types import Violation
+from webhook.policy.model import Policy, QueueController
+
+# Keys of an object's spec that start, stop and size a run: the queue's to change.
+_RUN_KEYS = frozenset({"suspend", "parallelism"})
+_SERVICE_ACCOUNT_USER = "system:serviceaccount:"
+
+
+def queue_of(policy: Policy, requester: Requester | None) -> QueueController | None:
+    """The queue controller of ``policy``'s platform the requester is, if any."""
+    return next(
+        (q for q in policy.platform.queues if ownership.is_identity((q.identity,), requester)),
+        None,
+    )
+
+
+def queue_kept(queue: QueueController, old: Any, new: Any) -> bool:
+    """Whether ``new`` (an object's spec, or a pod template's spec) differs from ``old``
+    only by what ``queue`` may change: ``suspend`` and ``parallelism`` at the top, and in
+    every pod template the ``nodeSelector`` keys it adds or removes (a key both have keeps
+    its value: Kueue's merge never overwrites one), the tolerations, and its own labels,
+    annotations and scheduling gates."""
+    prefixes = queue.prefixes
+    return bool(_view(old, new, prefixes, top=True) == _view(new, old, prefixes, top=True))
+
+
+def _view(node: Any, other: Any, prefixes: tuple[str, ...], top: bool = False) -> Any:
+    """``node`` without what the queue may change, ``other`` being the same place in the
+    other version of the object."""
+    if isinstance(node, list):
+        items = other if isinstance(other, list) else []
+        return [
+            _view(v, items[i] if i < len(items) else None, prefixes) for i, v in enumerate(node)
+        ]
+    if not isinstance(node, dict):
+        return node
+    theirs: dict[str, Any] = other if isinstance(other, dict) else {}
+    pod_spec = "containers" in node
+    out: dict[str, Any] = {}
+    for key, value in node.items():
+        if top and key in _RUN_KEYS:
+            continue
+        if pod_spec and key == "tolerations":
+            continue
+        if top and key == "runPolicy" and isinstance(value, dict):  # Kubeflow's suspend
+            value = {k: v for k, v in value.items() if k != "suspend"}
+        if pod_spec and key == "nodeSelector" and isinstance(value, dict):
+            kept = theirs.get(key)
+            value = {k: v for k, v in value.items() if isinstance(kept, dict) and k in kept}
+        elif pod_spec and key == "schedulingGates" and isinstance(value, list):
+            value = [
+                g for g in value if not (isinstance(g, dict) and owned(g.get("name"), prefixes))
+            ]
+        elif key in ("labels", "annotations") and not pod_spec and isinstance(value, dict):
+            value = {k: v for k, v in value.items() if not owned(k, prefixes)}
+        else:
+            value = _view(value, theirs.get(key), prefixes)
+        if value in ({}, []) and key in (
+            "nodeSelector",
+            "schedulingGates",
+            "labels",
+            "annotations",
+        ):
+            continue
+        out[key] = value
+    return out
+
+
+def owned(key: Any, prefixes: tuple[str, ...]) -> bool:
+    """``key`` is one of ``prefixes`` or under one ending in '/'."""
+    if not isinstance(key, str):
+        return False
+    return any(key == p or (p.endswith("/") and key.startswith(p)) for p in prefixes)
+
+
+def changed_message(queue: QueueController | None, requester: Requester | None) -> str:
+    """What ``ownership.changed`` adds for a queue's update that went beyond starting,
+    stopping and placing the run, or for a controller runguard does not know."""
+    if queue is not None:
+        return (
+            f"; {queue.identity} is a queue: it may start, stop and place the run "
+            "(suspend, parallelism, nodeSelector keys, tolerations, its own labels, "
+            "annotations and scheduling gates), never change what it runs"
+        )
+    if requester is not None and requester.username.startswith(_SERVICE_ACCOUNT_USER):
+        return (
+            f"; if {requester.username} is a controller acting for the platform, declare it: "
+            "platform.queues for a queue that starts and stops runs (Kueue), "
+            "platform.operators or platform.controllers for one that creates their Pods"
+        )
+    return ""
+
+
+def _policy(r: Review) -> Policy | None:
+    """The RunPolicy whose queues judge the object: the governing one, else, on UPDATE,
+    the one whose platform's record the old object carries (a RayJob the platform created)."""
+    if r.governing is not None:
+        return r.governing
+    if r.old is None:
+        return None
+    old_spec = r.old_target.spec if r.old_target is not None else None
+    owner = scope.recorder(r.root, r.old, old_spec, r.namespace, None)
+    if owner is None:
+        return None
+    annotations = ownership.string_map(r.old_metadata, "annotations")
+    installed = annotations.get(PLATFORM_RECORD) == ownership.INSTALLER
+    if installed or ownership.recorded_platform(owner, annotations):
+        return owner
+    return None
+
+
+def _trusted(policy: Policy, requester: Requester | None) -> bool:
+    """The queue, the platform, its installers, or a controller or operator it declares."""
+    if requester is None:
+        return False
+    if ownership.is_platform_or_installer(policy, requester):
+        return True
+    if requester.username in policy.platform.owner_kinds:
+        return True
+    return queue_of(policy, requester) is not None
+
+
+def _suspended(obj: Any) -> bool:
+    spec = obj.get("spec") if isinstance(obj, dict) else None
+    if not isinstance(spec, dict):
+        return False
+    run_policy = spec.get("runPolicy")
+    return spec.get("suspend") is True or (
+        isinstance(run_policy, dict) and run_policy.get("suspend") is True
+    )
+
+
+def _gates(target: Any, prefixes: tuple[str, ...]) -> set[str]:
+    gates = target.spec.get("schedulingGates") if target is not None else None
+    return {
+        g["name"]
+        for g in gates or ()
+        if isinstance(gates, list) and isinstance(g, dict) and owned(g.get("name"), prefixes)
+    }
+
+
+def check_queue_bypass(r: Review) -> list[Violation]:
+    """``queue.bypassed``: a queued run started, moved to another queue or out of every
+    queue, or its Pod's queue gate lifted, by someone else than the queue (or the platform,
+    its installers, controllers and operators): the run would use capacity no queue
+    admitted or counted."""
+    if r.old is None or not isinstance(r.obj, dict):
+        return []
+    policy = _policy(r)
+    if policy is None or not policy.platform.queues or _trusted(policy, r.context.requester):
+        return []
+    old_labels = ownership.string_map(r.old_metadata, "labels")
+    labels = ownership.string_map(r.metadata, "labels")
+    out = []
+    for queue in policy.platform.queues:
+        key = queue.queue_label
+        name = old_labels.get(key)
+        if name is not None and labels.get(key) != name:
+            out.append(
+                Violation(
+                    QUEUE_BYPASSED,
+                    f"metadata.labels[{key}]",
+                    f"the run waits in queue {name!r}: its queue label is the queue's and the "
+                    "platform's to change, not removed or changed by an update",
+                )
+            )
+        if name is not None and _suspended(r.old) and not _suspended(r.obj):
+            out.append(
+                Violation(
+                    QUEUE_BYPASSED,
+                    "spec.suspend",
+                    f"the run waits in queue {name!r}: only the queue starts it, when it admits it",
+                )
+            )
+        for gate in sorted(_gates(r.old_target, queue.prefixes) - _gates(r.target, queue.prefixes)):
+            out.append(
+                Violation(
+                    QUEUE_BYPASSED,
+                    "spec.schedulingGates",
+                    f"{gate} is the queue's scheduling gate: only the queue lifts it, when it "
+                    "admits the Pod",
+                )
+            )
+    return out
+
+
+def check_queue_labels(r: Review) -> list[Violation]:
+    """``queue.reserved-label``: the labels a queue finds a run's Workload by (Kueue's
+    ``kueue.x-k8s.io/podset`` and ``prebuilt-workload-name``), written on a run or in its
+    pod templates by someone else than the queue (or the platform, its installers,
+    controllers and operators, who copy the templates the queue wrote)."""
+    if not isinstance(r.obj, dict):
+        return []
+    policy = _policy(r)
+    if policy is None or not policy.platform.queues or _trusted(policy, r.context.requester):
+        return []
+    reserved = tuple(label for q in policy.platform.queues for label in q.reserved_labels)
+    if not reserved:
+        return []
+    before = dict(_labels(r.old, reserved, "")) if r.old is not None else {}
+    after = dict(_labels(r.obj, reserved, ""))
+    return [
+        Violation(
+            QUEUE_RESERVED_LABEL,
+            path,
+            f"{path.rpartition('[')[2].rstrip(']')} is the queue's label: only the queue and "
+            "the platform write it",
+        )
+        for path in sorted(set(before) | set(after))
+        if before.get(path) != after.get(path)
+    ]
+
+
+def _labels(node: Any, reserved: tuple[str, ...], path: str) -> list[tuple[str, Any]]:
+    """(path, value) of every reserved label in ``metadata.labels`` of the object and of
+    every pod template in it."""
+    out: list[tuple[str, Any]] = []
+    if isinstance(node, dict):
+        meta = node.get("metadata")
+        labels = meta.get("labels") if isinstance(meta, dict) else None
+        if isinstance(labels, dict):
+            prefix = f"{path}.metadata" if path else "metadata"
+            out.extend(
+                (f"{prefix}.labels[{k}]", v) for k, v in labels.items() if owned(k, reserved)
+            )
+        for key, value in node.items():
+            if key != "metadata":
+                out.extend(_labels(value, reserved, f"{path}.{key}" if path else key))
+    elif isinstance(node, list):
+        for i, item in enumerate(node):
+            out.extend(_labels(item, reserved, f"{path}[{i}]"))
+    return out
+
+
+QUEUE_CHECKS = (check_queue_bypass, check_queue_labels)
