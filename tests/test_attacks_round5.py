@@ -230,7 +230,8 @@ def test_the_recommended_role_reads_the_platforms_config_maps() -> None:
     ``RUN_USER_RULES``. Fix: a door ``rbac.read-config-maps`` (get/list/watch of
     ``configmaps``, narrowed by resourceNames against ``volumes.platformConfigMaps``
     and the operators' ``configMaps``), and the recommended role without ``get/list/
-    watch configmaps`` (``create, delete`` stay; a user reads hers from her Pods)."""
+    watch configmaps`` (``create, delete`` stay; a user reads hers from her Pods).
+    Refused now: the role grants no read, and a role that does is reported."""
     reader = plain("copy")
     reader["spec"]["containers"][0]["envFrom"] = [{"configMapRef": {"name": "init-config-map-r1"}}]
     assert not judged_by(reader, ALICE).allowed  # what her Pods may not read

@@ -5,6 +5,7 @@ a platform claim (``ownership.not-a-run``), each judged and routed alike."""
 from __future__ import annotations
 
 import copy
+import itertools
 from typing import Any
 
 import pytest
@@ -36,12 +37,27 @@ def judged(obj: dict[str, Any], policy: Policy, who: Requester, namespace: str,
     context = Context(who, State([]), operation)
     decision = validate(obj, policy, namespace=namespace, old=old, context=context)
     refused = {v.rule for v in decision.violations} if not decision.allowed else set()
-    mutating, validating = manifests.webhook_configurations(policy)
-    cel = Cel()
-    routed = [*calls(cel, mutating, obj, old, namespace, operation, who),
-              *calls(cel, validating, obj, old, namespace, operation, who)]  # fmt: skip
-    assert not refused or routed == [manifests.RESERVED_NAMES_WEBHOOK]
+    assert not refused or routed(obj, policy, who, namespace, old) == [
+        manifests.RESERVED_NAMES_WEBHOOK
+    ]
     return refused
+
+
+_CONFIGURATIONS: dict[int, list[dict[str, Any]]] = {}
+_CEL = Cel()
+
+
+def routed(obj: dict[str, Any], policy: Policy, who: Requester, namespace: str,
+           old: dict[str, Any] | None = None) -> list[str]:  # fmt: skip
+    """The runguard webhooks the apiserver calls for the request."""
+    operation = "CREATE" if old is None else "UPDATE"
+    if id(policy) not in _CONFIGURATIONS:
+        _CONFIGURATIONS[id(policy)] = manifests.webhook_configurations(policy)
+    return [
+        name
+        for configuration in _CONFIGURATIONS[id(policy)]
+        for name in calls(_CEL, configuration, obj, old, namespace, operation, who)
+    ]
 
 
 def token_secret(account: str, namespace: str = "mlrun", **extra: Any) -> dict[str, Any]:
@@ -79,8 +95,7 @@ def test_a_token_secret_updated_to_name_the_platforms_account() -> None:
     platforms = token_secret("mlrun-api")
     filled = token_secret("mlrun-api", data={"token": "dG9rZW4="})
     assert judged(filled, MLRUN, TOKEN_CONTROLLER, "mlrun", old=platforms) == set()
-    mutating, validating = manifests.webhook_configurations(MLRUN)
-    assert not calls(Cel(), validating, filled, platforms, "mlrun", "UPDATE", TOKEN_CONTROLLER)
+    assert routed(filled, MLRUN, TOKEN_CONTROLLER, "mlrun", old=platforms) == []
 
 
 def snapshot(claim: str) -> dict[str, Any]:
@@ -100,8 +115,7 @@ def test_a_snapshot_of_a_platform_claim_is_the_platforms(claim: str) -> None:
 
 def test_a_snapshot_of_her_own_claim() -> None:
     assert judged(snapshot("mine"), SHIPPED, ALICE, "ml") == set()
-    _, validating = manifests.webhook_configurations(SHIPPED)
-    assert not calls(Cel(), validating, snapshot("mine"), None, "ml", "CREATE", ALICE)
+    assert routed(snapshot("mine"), SHIPPED, ALICE, "ml") == []
     # from a pre-provisioned content: no claim is named
     content = snapshot("mine")
     content["spec"]["source"] = {"volumeSnapshotContentName": "v-r1-data"}
@@ -119,3 +133,36 @@ def test_the_platforms_installers_make_its_token_secrets() -> None:
     helm = Requester("helm", ("system:authenticated",))
     assert judged(token_secret("core", "p"), policy, helm, "p") == set()
     assert judged(token_secret("core", "p"), policy, ALICE, "p") == {"ownership.service-account"}
+
+
+def test_routing_is_what_the_token_rule_judges() -> None:
+    """Every token Secret request the engine would refuse is routed, and a routed one is
+    one it judges: a token Secret newly naming a platform's account (whoever asks;
+    MLRun's API is an identity of both RunPolicies that name the two accounts)."""
+    accounts = ("mlrun-api", "default", "nuclio")
+    for namespace, account, kind, who, before in itertools.product(
+        ("mlrun", "ml"), accounts, ("kubernetes.io/service-account-token", "Opaque"),
+        (ALICE, MLRUN_API), (None, *accounts),
+    ):  # fmt: skip
+        obj = token_secret(account, namespace, type=kind)
+        old = None if before is None else token_secret(before, namespace, type=kind)
+        refused = judged(obj, MLRUN, who, namespace, old)
+        # MLRun's API and Nuclio's controller (an identity of the Nuclio RunPolicy)
+        named = kind.endswith("token") and namespace == "mlrun" and account != "default"
+        expected = named and before != account
+        case = (namespace, account, kind, who.username, before)
+        assert bool(routed(obj, MLRUN, who, namespace, old)) == expected, case
+        assert refused == ({"ownership.service-account"} if expected and who is ALICE
+                           else set()), case  # fmt: skip
+
+
+def test_routing_is_what_the_snapshot_rule_judges() -> None:
+    for claim, who in itertools.product(("v-r1-data", "v-data", "mine", None), (ALICE, CORE)):
+        obj = snapshot(claim or "")
+        if claim is None:
+            del obj["spec"]["source"]["persistentVolumeClaimName"]
+        platform = claim == "v-r1-data"  # v-{labels[dhcore/run]}-*
+        assert bool(routed(obj, SHIPPED, who, "ml")) == platform, (claim, who)
+        assert judged(obj, SHIPPED, who, "ml") == (
+            {"ownership.not-a-run"} if platform and who is ALICE else set()
+        ), (claim, who)
