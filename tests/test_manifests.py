@@ -423,6 +423,11 @@ def test_with_ownership_every_rule_and_condition(owned: Policy) -> None:
           for r in ("persistentvolumeclaims", "secrets", "configmaps")),
         (VALIDATING, "validate-reserved-names.runguard.io", "resource.k8s.io", "resourceclaims",
          "CREATE"),
+        # Snapshots of a platform claim (ownership.not-a-run); token Secrets for the
+        # platform's ServiceAccount, created or renamed (ownership.service-account).
+        (VALIDATING, "validate-reserved-names.runguard.io", "snapshot.storage.k8s.io",
+         "volumesnapshots", "CREATE"),
+        (VALIDATING, "validate-reserved-names.runguard.io", "", "secrets", "UPDATE"),
     }  # fmt: skip
     assert narrowed == {
         "mutate.runguard.io": ("objectSelector", STATUS),
@@ -444,21 +449,33 @@ def test_with_ownership_every_rule_and_condition(owned: Policy) -> None:
         "!(object.metadata.?labels[?'app.kubernetes.io/managed-by'] == optional.of('dhcore')\n"
         " && object.metadata.?labels[?'dhcore/run'].hasValue())"
     )
+    named = "object.metadata.?annotations[?'kubernetes.io/service-account.name'].orValue('')"
     assert conditions["validate-reserved-names.runguard.io", "platform-name"] == (
-        "request.resource.resource == 'persistentvolumeclaims'"
+        "(request.operation == 'CREATE'\n"
+        " && (request.resource.resource == 'persistentvolumeclaims'"
         " && object.metadata.?name.orValue('').matches('^(?:v-.+-.*)$')\n"
-        "|| request.resource.resource == 'secrets'"
+        "  || request.resource.resource == 'secrets'"
         " && object.metadata.?name.orValue('').matches('^(?:sec-.*-.+|registry[.]pull)$')\n"
-        "|| request.resource.resource == 'configmaps'"
+        "  || request.resource.resource == 'configmaps'"
         " && object.metadata.?name.orValue('').matches('^(?:init-config-map-.+)$')\n"
-        "|| request.resource.resource == 'resourceclaims'"
+        "  || request.resource.resource == 'resourceclaims'"
         " && object.metadata.?name.orValue('').matches('^(?:gpu-.+)$')\n"
         # a new claim cloning a platform claim (ownership.not-a-run)
-        "|| request.resource.resource == 'persistentvolumeclaims' && ("
+        "  || request.resource.resource == 'persistentvolumeclaims' && ("
         "(object.?spec.?dataSource.?kind.orValue('') == 'PersistentVolumeClaim'"
         " && object.?spec.?dataSource.?name.orValue('').matches('^(?:v-.+-.*)$'))\n"
         "|| (object.?spec.?dataSourceRef.?kind.orValue('') == 'PersistentVolumeClaim'"
-        " && object.?spec.?dataSourceRef.?name.orValue('').matches('^(?:v-.+-.*)$')))"
+        " && object.?spec.?dataSourceRef.?name.orValue('').matches('^(?:v-.+-.*)$')))\n"
+        # a snapshot of a platform claim (ownership.not-a-run)
+        "  || request.resource.resource == 'volumesnapshots'"
+        " && object.?spec.?source.?persistentVolumeClaimName.orValue('')"
+        ".matches('^(?:v-.+-.*)$')))\n"
+        # a token Secret for the platform's ServiceAccount (ownership.service-account)
+        "|| request.resource.resource == 'secrets'"
+        " && object.?type.orValue('') == 'kubernetes.io/service-account-token'"
+        f" && (request.namespace == 'digitalhub' && {named} == 'core')"
+        f" && (oldObject == null || {named.replace('object.metadata', 'oldObject.?metadata')}"
+        f" != {named})"
     )
     # Mutating and validating webhooks route the same objects.
     for mutating, validating in (("mutate-controllers", "validate-controllers"),
@@ -480,15 +497,20 @@ def test_reserved_names_only_for_the_kinds_with_patterns() -> None:
     claims = {"platformClaims": ["v-{labels[dhcore/run]}-*", "shared-*"]}
     spec = {**OWNED_POLICY["spec"], "volumes": claims, "secrets": {}, "resources": {}}
     rows, _ = routes(owned_with(spec))
-    reserved = {r for r in rows if r[1] == "validate-reserved-names.runguard.io"}
-    assert reserved == {(VALIDATING, "validate-reserved-names.runguard.io", "",
-                         "persistentvolumeclaims", "CREATE")}  # fmt: skip
+    reserved = {r[2:] for r in rows if r[1] == "validate-reserved-names.runguard.io"}
+    assert reserved == {("", "persistentvolumeclaims", "CREATE"),
+                        ("snapshot.storage.k8s.io", "volumesnapshots", "CREATE"),
+                        # the token Secrets of the platform's ServiceAccount only
+                        ("", "secrets", "CREATE"), ("", "secrets", "UPDATE")}  # fmt: skip
 
 
 def test_ownership_without_platform_names_routes_runs_and_records() -> None:
     spec = {**OWNED_POLICY["spec"], "volumes": {}, "secrets": {}, "resources": {}}
     rows, narrowed = routes(owned_with(spec))
-    assert rows == RUN_PODS | RUN_CONTROLLERS | OTHER_PODS
+    # the token Secrets of the platform's own ServiceAccount (ownership.service-account)
+    tokens = {(VALIDATING, "validate-reserved-names.runguard.io", "", "secrets", op)
+              for op in ("CREATE", "UPDATE")}  # fmt: skip
+    assert rows == RUN_PODS | RUN_CONTROLLERS | OTHER_PODS | tokens
     # the platform's own ServiceAccount is still a platform name (ownership.service-account)
     assert narrowed["validate-controllers.runguard.io"] == (
         "run-template-or-platform-names",

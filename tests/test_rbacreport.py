@@ -92,22 +92,30 @@ def grants(objects: list[Any], door: str, shells: bool = False) -> list[str]:
 def test_each_door_by_its_own_verbs_and_nothing_else() -> None:
     harmless = cluster_role(
         "harmless",
-        rule([""], ["pods", "configmaps", "persistentvolumeclaims"], ["create", "get", "list"]),
+        rule([""], ["pods", "persistentvolumeclaims"], ["create", "get", "list"]),
+        rule([""], ["configmaps"], ["create", "delete"]),  # created through admission, not read
         rule([""], ["pods/log", "services", "events"], ["get", "list", "watch"]),
         rule(["batch", "apps"], ["jobs", "deployments"], ["create", "update", "patch"]),
-        rule([""], ["secrets"], ["create", "delete"]),  # created through admission, never read
+        # created through admission, never read (no platform account lives in team-a)
+        rule([""], ["secrets"], ["create", "delete"]),
+        # bindings of roles whose rules she holds already (no bind, no escalate)
+        rule(["rbac.authorization.k8s.io"], ["rolebindings", "roles"], ["create", "update"]),
     )
     assert found([harmless, binding("b", "harmless", ALICE, ns="team-a")]) == set()
     cases = {
-        "rbac.read-secrets": rule([""], ["secrets"], ["list"]),
-        "rbac.platform-data": rule([""], ["configmaps"], ["patch"]),
-        "rbac.connect": rule([""], ["pods/exec"], ["create"]),
-        "rbac.token": rule([""], ["serviceaccounts/token"], ["create"]),
-        "rbac.impersonate": rule([""], ["serviceaccounts"], ["impersonate"]),
-        "rbac.expose": rule(["networking.k8s.io"], ["networkpolicies"], ["create"]),
-    }
+        "rbac.read-secrets": [rule([""], ["secrets"], ["list"])],
+        "rbac.read-config-maps": [rule([""], ["configmaps"], ["get"])],
+        "rbac.platform-data": [rule([""], ["configmaps"], ["patch"])],
+        "rbac.connect": [rule([""], ["pods/exec"], ["create"])],
+        "rbac.token": [rule([""], ["serviceaccounts/token"], ["create"])],
+        "rbac.snapshot": [rule(["snapshot.storage.k8s.io"], ["volumesnapshots"], ["create"])],
+        "rbac.grant": [rule(["rbac.authorization.k8s.io"], ["clusterroles"], ["bind"]),
+                       rule(["rbac.authorization.k8s.io"], ["rolebindings"], ["create"])],
+        "rbac.impersonate": [rule([""], ["serviceaccounts"], ["impersonate"])],
+        "rbac.expose": [rule(["networking.k8s.io"], ["networkpolicies"], ["create"])],
+    }  # fmt: skip
     for door, granted in cases.items():
-        objects = [cluster_role("r", granted), binding("b", "r", ALICE, ns="team-a")]
+        objects = [cluster_role("r", *granted), binding("b", "r", ALICE, ns="team-a")]
         assert found(objects) == {("team-a", "User alice", door)}, door
     assert {d.id for d in DOORS} == {*cases, "rbac.node-proxy"}
 
@@ -365,8 +373,92 @@ def test_platform_of_reads_every_run_policy() -> None:
     assert {"system:serviceaccount:p:core", "mpi"} <= platform.identities
 
 
+def test_platform_of_knows_where_the_platforms_accounts_live() -> None:
+    policy = load_policy(REPO / "policies")
+    assert "digitalhub" in platform_of(policy).account_namespaces
+    bare = build_policy({"spec": {"platform": {"identities": ["group:ops", "alice"]}}}, [])
+    assert platform_of(bare).account_namespaces == frozenset()
+
+
+def test_creating_secrets_is_a_token_where_a_platform_account_lives() -> None:
+    """A Secret of type kubernetes.io/service-account-token for an account is filled by
+    the token controller: ``create secrets`` where the platform's account lives is a
+    token for it (runguard refuses one naming the account, in namespaces it looks at)."""
+    platform = Platform(exclusions=PLATFORM.exclusions, account_namespaces=frozenset({"team-a"}))
+    create = cluster_role("r", rule([""], ["secrets"], ["create"]))
+    objects = [*NAMESPACES, create, binding("a", "r", ALICE, ns="team-a"),
+               binding("b", "r", {"kind": "User", "name": "bob"}, ns="team-b")]  # fmt: skip
+    report = rbac_report(objects, platform, shells=True)
+    assert [(f.namespace, str(f.subject), f.door.id, f.grant_text()) for f in report.findings] == [
+        ("team-a", "User alice", "rbac.token", "create secrets")
+    ]
+    # everywhere, so where the account lives too
+    everywhere = [*NAMESPACES, create, binding("c", "r", {"kind": "User", "name": "bob"})]
+    assert {(f.namespace, f.door.id) for f in rbac_report(everywhere, platform, shells=True)
+            .findings} == {("*", "rbac.token")}  # fmt: skip
+    assert not rbac_report(everywhere, PLATFORM, shells=True).findings  # no account at all
+
+
+def test_reading_the_platforms_config_maps_by_their_names() -> None:
+    def reads(*names: str) -> set[tuple[str, str, str]]:
+        narrowed = {"resourceNames": list(names)} if names else {}
+        r = cluster_role("r", rule([""], ["configmaps"], ["get", "watch"], **narrowed))
+        return found([r, binding("b", "r", ALICE, ns="team-a")])
+
+    door = {("team-a", "User alice", "rbac.read-config-maps")}
+    assert reads() == door and reads("init-config-map-r1", "mine") == door
+    assert reads("mine") == set()
+    # without platform names for ConfigMaps, reading them reads none of the platform's
+    bare = Platform(exclusions=(frozenset(),))
+    objects = [namespace("n"), cluster_role("r", rule([""], ["configmaps"], ["list"])),
+               binding("b", "r", ALICE, ns="n")]  # fmt: skip
+    assert rbac_report(objects, bare, shells=True).findings == []
+
+
+def test_snapshots_of_volumes() -> None:
+    group = "snapshot.storage.k8s.io"
+    snapshots = cluster_role("s", rule([group], ["volumesnapshots"], ["create"]))
+    contents = cluster_role("c", rule([group], ["volumesnapshotcontents"], ["create"]))
+    assert found([snapshots, binding("b", "s", ALICE, ns="team-a")]) == {
+        ("team-a", "User alice", "rbac.snapshot")
+    }
+    # a content (of any volume, by its handle) is cluster-scoped: a RoleBinding grants none
+    assert found([contents, binding("b", "c", ALICE, ns="team-a")]) == set()
+    assert found([contents, binding("b", "c", ALICE)]) == {("*", "User alice", "rbac.snapshot")}
+
+
+RBAC_GROUP = "rbac.authorization.k8s.io"
+
+
+@pytest.mark.parametrize(
+    ("rules", "door"),
+    [
+        ([rule([RBAC_GROUP], ["clusterroles"], ["bind"], resourceNames=["admin"]),
+          rule([RBAC_GROUP], ["rolebindings"], ["create"])], True),
+        ([rule([RBAC_GROUP], ["roles"], ["escalate", "update"])], True),
+        ([rule([RBAC_GROUP], ["roles"], ["*"])], True),
+        ([rule([RBAC_GROUP], ["clusterroles"], ["bind"])], False),  # no binding written
+        ([rule([RBAC_GROUP], ["roles"], ["escalate"])], False),  # no role written
+        ([rule([RBAC_GROUP], ["rolebindings", "roles"], ["create", "update", "patch"])], False),
+        # a ClusterRole written only cluster-wide: a RoleBinding's escalate writes none
+        ([rule([RBAC_GROUP], ["clusterroles"], ["escalate", "create"])], False),
+    ],
+    ids=["bind", "escalate", "roles-star", "bind-alone", "escalate-alone", "admin-like",
+         "cluster-roles-in-a-namespace"],
+)  # fmt: skip
+def test_a_subject_that_may_grant_itself_rules(rules: list[Any], door: bool) -> None:
+    """``rbac.grant``: bind with a binding written, or escalate with a role written, is
+    any door at all (the grants may come from several bindings of the namespace)."""
+    objects = [cluster_role("r", *rules), binding("b", "r", ALICE, ns="team-a")]
+    assert found(objects) == ({("team-a", "User alice", "rbac.grant")} if door else set())
+    split_ = [cluster_role(f"r{i}", r) for i, r in enumerate(rules)]
+    split_ += [binding(f"b{i}", f"r{i}", ALICE, ns="team-a") for i in range(len(rules))]
+    assert found(split_) == found(objects)
+
+
 def edit_objects() -> list[Any]:
-    r = cluster_role("r", rule([""], ["secrets", "configmaps"], ["get", "update"]),
+    r = cluster_role("r", rule([""], ["secrets"], ["get", "update"]),
+                     rule([""], ["configmaps"], ["update"]),
                      rule([""], ["nodes/proxy"], ["get"]))  # fmt: skip
     return [*NAMESPACES, r, binding("b", "r", ALICE, ns="team-a"),
             binding("crb", "r", {"kind": "User", "name": "ops"})]  # fmt: skip
@@ -504,3 +596,11 @@ def test_an_empty_report_renders() -> None:
     assert to_table(report.findings) == "NAMESPACE  SUBJECT  DOOR  GRANTS  VIA"
     (cluster,) = rbac_policy_reports(report)
     assert cluster["results"] == [] and cluster["summary"]["fail"] == 0
+
+
+def test_the_rule_ids_page_names_every_door_in_order() -> None:
+    from webhook.engine.rule_ids import rules_markdown
+
+    text = rules_markdown()
+    places = [text.find(f"`{d.id}`") for d in DOORS]
+    assert -1 not in places and places == sorted(places)

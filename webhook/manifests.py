@@ -40,8 +40,14 @@ import yaml
 from webhook.engine.context import PLATFORM_RECORD, POLICY_LABEL, STAMP
 from webhook.engine.doors import CONTAINER_LISTS, CONTAINERS, DOORS
 from webhook.engine.rules.operators import plural
+from webhook.engine.rules.ownership import (
+    SNAPSHOT_GROUP,
+    TOKEN_ACCOUNT_ANNOTATION,
+    TOKEN_SECRET_TYPE,
+    reserved_patterns,
+    service_account_identities,
+)
 from webhook.engine.rules.ownership import enabled as ownership_enabled
-from webhook.engine.rules.ownership import reserved_patterns, service_account_identities
 from webhook.engine.scope import run_terms
 from webhook.policy.model import LabelSelector, NamePattern, Policy
 from webhook.policy.patterns import split
@@ -77,6 +83,7 @@ __all__ = [
     "read_policy_files",
     "references_expression",
     "reserved_name_condition",
+    "reserved_rules",
     "selector_expression",
     "shells_webhook_configuration",
     "to_yaml",
@@ -573,14 +580,65 @@ def reserved_name_condition(policy: Policy) -> dict[str, str] | None:
         for resource, regex in _reserved(policy).items()
     ]
     claims = _name_regexes(policy).get("PersistentVolumeClaim")
-    if claims is not None:  # a new claim cloning a platform claim
+    if claims is not None:  # a new claim cloning a platform claim, or a snapshot of one
         alternatives.append(
             "request.resource.resource == 'persistentvolumeclaims' && ("
             + _render(_clones("object.?spec", claims))
             + ")"
         )
-    expr = _join("||", *alternatives)
+        alternatives.append(
+            "request.resource.resource == 'volumesnapshots'"
+            " && object.?spec.?source.?persistentVolumeClaimName.orValue('')"
+            f".matches({_cel_string(claims)})"
+        )
+    created = _join("||", *alternatives)
+    if created is not None:  # the token Secrets' rule routes UPDATEs of Secrets too
+        created = _join("&&", "request.operation == 'CREATE'", created)
+    expr = _join("||", created, _token_secret(policy))
     return None if expr is None else _condition("platform-name", expr)
+
+
+def _token_accounts(policy: Policy) -> list[tuple[str, str]]:
+    """(namespace, name) of the platforms' and operators' ServiceAccounts, over every
+    RunPolicy with ownership on."""
+    return sorted(
+        {sa for p in policy.run_policies() if ownership_enabled(p)
+         for sa in service_account_identities(p)}
+    )  # fmt: skip
+
+
+def _token_secret(policy: Policy) -> str | None:
+    """CEL: a Secret of type ``kubernetes.io/service-account-token`` for a platform's or
+    operator's ServiceAccount (``ownership.service-account``), created or, on UPDATE,
+    newly naming it (the token controller filling one in keeps its name). None when
+    the platforms name no ServiceAccount."""
+    accounts = _token_accounts(policy)
+    if not accounts:
+        return None
+    named = f"object.metadata.?annotations[?{_cel_string(TOKEN_ACCOUNT_ANNOTATION)}].orValue('')"
+    was = named.replace("object.metadata", "oldObject.?metadata")
+    which = " || ".join(
+        f"request.namespace == {_cel_string(ns)} && {named} == {_cel_string(name)}"
+        for ns, name in accounts
+    )
+    return (
+        "request.resource.resource == 'secrets'"
+        f" && object.?type.orValue('') == {_cel_string(TOKEN_SECRET_TYPE)}"
+        f" && ({which})"
+        f" && (oldObject == null || {was} != {named})"
+    )
+
+
+def reserved_rules(policy: Policy) -> list[dict[str, Any]]:
+    """The rules of the reserved-names webhook: CREATE of the objects the platform names,
+    of PVCs (clones) and VolumeSnapshots when it names claims; CREATE and UPDATE of
+    Secrets when it names ServiceAccounts (their token Secrets)."""
+    rules = _reserved_rules(_reserved(policy))
+    if "PersistentVolumeClaim" in _name_regexes(policy):
+        rules.append(_rule(SNAPSHOT_GROUP, ["volumesnapshots"], ["CREATE"]))
+    if _token_accounts(policy):
+        rules.append(_rule("", ["secrets"], ["CREATE", "UPDATE"]))
+    return rules
 
 
 def _clones(spec: str, claims: str) -> _Expr:
@@ -1007,7 +1065,7 @@ def validating_webhook_configuration(
             target.webhook(
                 RESERVED_NAMES_WEBHOOK,
                 VALIDATE_PATH,
-                _reserved_rules(_reserved(policy)),  # CREATE only: a name never changes
+                reserved_rules(policy),  # a name never changes: CREATE only, but tokens
                 conditions=[reserved],
             )
         )
@@ -1163,10 +1221,10 @@ RUN_USER_ROLE_FILE = "run-user-role.yaml"
 RUN_USER_ROLE = "runguard-run-user"
 # What a user of a run namespace needs, each through an admission request runguard can
 # judge: runs and their controllers written (created, changed, deleted), their logs and
-# events read. None of what `runguard audit --rbac` reports: no Secret read, no update of
-# a ConfigMap's data, no connection into a Pod, token, impersonation, Service, Ingress
-# or NetworkPolicy written. A workload's `scale` subresource is left out too: `replicas`
-# is changed by a patch of the object, which runguard judges.
+# events read. None of what `runguard audit --rbac` reports: no Secret or ConfigMap read,
+# no update of a ConfigMap's data, no connection into a Pod, token, impersonation,
+# Service, Ingress or NetworkPolicy written. A workload's `scale` subresource is left
+# out too: `replicas` is changed by a patch of the object, which runguard judges.
 _KEEP = ["create", "delete", "get", "list", "watch"]
 _WRITE = [*_KEEP, "update", "patch"]
 _READ = ["get", "list", "watch"]
@@ -1174,8 +1232,11 @@ RUN_USER_RULES: list[dict[str, Any]] = [
     {"apiGroups": [""], "resources": ["pods"], "verbs": _KEEP},
     {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
     # Created (a platform name is refused at CREATE) and deleted, never updated: an
-    # update of a ConfigMap's data is judged by no admission webhook of runguard's.
-    {"apiGroups": [""], "resources": ["configmaps", "persistentvolumeclaims"], "verbs": _KEEP},
+    # update of a ConfigMap's data is judged by no admission webhook of runguard's. Nor
+    # read: a read of the platform's ConfigMaps is no admission request (her Pods read
+    # hers).
+    {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create", "delete"]},
+    {"apiGroups": [""], "resources": ["persistentvolumeclaims"], "verbs": _KEEP},
     {"apiGroups": [""], "resources": ["events", "limitranges", "resourcequotas", "services",
                                       "endpoints"], "verbs": _READ},
     {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": _READ},

@@ -34,7 +34,7 @@ with the reason (``Finding.expected``) and left out of reports unless asked for.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,6 +46,7 @@ from webhook.clusteraudit import (
     timestamp,
 )
 from webhook.documents import is_list, list_items
+from webhook.engine.rules.ownership import service_account_identities
 from webhook.manifests import SHELLS_CONFIGURATION_NAME as SHELLS_CONFIGURATION
 from webhook.policy.model import Policy
 from webhook.policy.patterns import split
@@ -76,6 +77,7 @@ WRITES = frozenset({"update", "patch"})
 # `create` (and `get` over the older websocket path); a proxy is any HTTP method's verb.
 CONNECT_VERBS = frozenset({"get", "create", "update", "patch", "delete"})
 EXPOSE_VERBS = frozenset({"create", "update", "patch"})
+CREATE_OR_WRITE = frozenset({"create", *WRITES})
 
 
 @dataclass(frozen=True)
@@ -92,6 +94,9 @@ class Resource:
     platform_names: str | None = None
     # Only the platform's objects are the door: none when the policy names none.
     platform_only: bool = False
+    # A door only in a namespace holding a platform's or operator's ServiceAccount (a
+    # token Secret for it is made there).
+    account_namespaces: bool = False
 
 
 @dataclass(frozen=True)
@@ -102,6 +107,9 @@ class Door:
     title: str
     resources: tuple[Resource, ...]
     needs_shells_off: bool = False  # judged by admission when the shells webhook is on
+    # Held only when the verbs granted, by resource, open it together (``bind`` is of
+    # no use without creating a binding); None: any grant of its resources opens it.
+    held: Callable[[Mapping[str, frozenset[str]]], bool] | None = None
 
 
 def _r(group: str, resource: str, verbs: Iterable[str], **kw: Any) -> Resource:
@@ -109,11 +117,33 @@ def _r(group: str, resource: str, verbs: Iterable[str], **kw: Any) -> Resource:
 
 
 READ = ("get", "list", "watch")
+ROLES = ("roles", "clusterroles")
+BINDINGS = ("rolebindings", "clusterrolebindings")
+
+
+def _grants_itself(held: Mapping[str, frozenset[str]]) -> bool:
+    """``bind`` of a role with a binding created or updated, or ``escalate`` of a role
+    with a role created or updated: a subject writing its own rules."""
+
+    def verbs(resources: Iterable[str]) -> frozenset[str]:
+        return frozenset(v for r in resources for v in held.get(r, ()))
+
+    roles, bindings = verbs(ROLES), verbs(BINDINGS)
+    return ("bind" in roles and bool(bindings & CREATE_OR_WRITE)) or (
+        "escalate" in roles and bool(roles & CREATE_OR_WRITE)
+    )
+
+
 DOORS = (
     Door(
         "rbac.read-secrets",
         "read Secrets",
         (_r("", "secrets", READ, platform_names="secrets"),),
+    ),
+    Door(
+        "rbac.read-config-maps",
+        "read platform-named ConfigMaps",
+        (_r("", "configmaps", READ, platform_names="configmaps", platform_only=True),),
     ),
     Door(
         "rbac.platform-data",
@@ -146,7 +176,34 @@ DOORS = (
     Door(
         "rbac.token",
         "tokens for ServiceAccounts",
-        (_r("", "serviceaccounts/token", ["create"]),),
+        (
+            _r("", "serviceaccounts/token", ["create"]),
+            # a Secret of type kubernetes.io/service-account-token, which the token
+            # controller fills, where a platform's account lives
+            _r("", "secrets", ["create"], account_namespaces=True),
+        ),
+    ),
+    Door(
+        "rbac.snapshot",
+        "snapshot the platform's volumes into claims of one's own",
+        (
+            _r("snapshot.storage.k8s.io", "volumesnapshots", ["create"]),
+            _r(
+                "snapshot.storage.k8s.io", "volumesnapshotcontents", ["create"], cluster_scoped=True
+            ),
+        ),
+    ),
+    Door(
+        "rbac.grant",
+        "grant oneself any door (bind or escalate roles)",
+        (
+            _r(RBAC_GROUP, "roles", ["bind", "escalate", *CREATE_OR_WRITE]),
+            _r(RBAC_GROUP, "clusterroles", ["bind", "escalate"]),
+            _r(RBAC_GROUP, "rolebindings", CREATE_OR_WRITE),
+            _r(RBAC_GROUP, "clusterroles", CREATE_OR_WRITE, cluster_scoped=True),
+            _r(RBAC_GROUP, "clusterrolebindings", CREATE_OR_WRITE, cluster_scoped=True),
+        ),
+        held=_grants_itself,
     ),
     Door(
         "rbac.impersonate",
@@ -191,6 +248,8 @@ class Platform:
     secret_patterns: tuple[str, ...] = ()
     config_map_patterns: tuple[str, ...] = ()
     identities: frozenset[str] = frozenset()  # user names, and group:NAME for groups
+    # Where the platform's and its operators' ServiceAccounts live.
+    account_namespaces: frozenset[str] = frozenset()
 
     def governs(self, namespace: str) -> bool:
         return any(namespace not in excluded for excluded in self.exclusions)
@@ -205,7 +264,9 @@ def platform_of(policy: Policy) -> Platform:
     identities: set[str] = set()
     secrets: dict[str, None] = {}
     config_maps: dict[str, None] = {}
+    accounts: set[str] = set()
     for p in policies:
+        accounts.update(namespace for namespace, _ in service_account_identities(p))
         platform = p.platform
         named = [*platform.identities, *platform.controllers, *platform.installers]
         named += [o.identity for o in platform.operators]
@@ -219,6 +280,7 @@ def platform_of(policy: Policy) -> Platform:
         secret_patterns=tuple(secrets),
         config_map_patterns=tuple(config_maps),
         identities=frozenset(identities),
+        account_namespaces=frozenset(accounts),
     )
 
 
@@ -462,6 +524,13 @@ class Finding:
     def result(self) -> str:
         return "skip" if self.expected else "fail"
 
+    def verbs(self) -> dict[str, frozenset[str]]:
+        """The verbs granted, by resource (whatever the names)."""
+        out: dict[str, frozenset[str]] = {}
+        for (resource, _), verbs in self.grants.items():
+            out[resource] = out.get(resource, frozenset()) | verbs
+        return out
+
     def grant_list(self) -> list[Grant]:
         grants = [Grant(r, frozenset(v), names) for (r, names), v in self.grants.items()]
         return sorted(grants, key=lambda g: (g.resource, sorted(g.names)))
@@ -603,7 +672,7 @@ def rbac_report(
         else:
             rules = cluster_roles.get(binding.role, ())
         for door in doors:
-            grants = list(_door_grants(door, rules, platform, cluster_wide))
+            grants = list(_door_grants(door, rules, platform, binding.namespace))
             for subject in binding.subjects if grants else ():
                 key = (binding.namespace, subject, door.id)
                 found = findings.get(key)
@@ -618,7 +687,7 @@ def rbac_report(
     return RbacReport(
         sorted(run_namespaces),
         sorted(
-            findings.values(),
+            (f for f in findings.values() if f.door.held is None or f.door.held(f.verbs())),
             key=lambda f: (
                 f.namespace != CLUSTER_WIDE,
                 f.namespace,
@@ -631,12 +700,19 @@ def rbac_report(
 
 
 def _door_grants(
-    door: Door, rules: Iterable[Rule], platform: Platform, cluster_wide: bool
+    door: Door, rules: Iterable[Rule], platform: Platform, namespace: str
 ) -> Iterator[Grant]:
+    cluster_wide = namespace == CLUSTER_WIDE
     for rule in rules:
         for resource in door.resources:
             if resource.cluster_scoped and not cluster_wide:
                 continue  # a RoleBinding never grants a cluster-scoped resource
+            if resource.account_namespaces and not (
+                platform.account_namespaces
+                if cluster_wide
+                else namespace in platform.account_namespaces
+            ):
+                continue  # no platform account lives there
             verbs = rule.grants(resource)
             if not verbs:
                 continue

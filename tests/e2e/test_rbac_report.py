@@ -23,6 +23,7 @@ ROLE_FILE = REPO / "manifests" / "run-user-role.yaml"
 # What `edit` holds in a run namespace that no admission request is made for.
 EDIT_DOORS = {
     "rbac.read-secrets",
+    "rbac.read-config-maps",
     "rbac.platform-data",
     "rbac.connect",
     "rbac.token",
@@ -33,6 +34,9 @@ EDIT_DOORS = {
 DOOR_CHECKS = [
     ("get", "secrets", ""),
     ("list", "secrets", ""),
+    ("get", "configmaps", ""),
+    ("list", "configmaps", ""),
+    ("watch", "configmaps", ""),
     ("update", "configmaps", ""),
     ("patch", "secrets", ""),
     ("create", "pods", "exec"),
@@ -83,6 +87,7 @@ def test_edit_shows_up_with_its_doors_and_the_shipped_role_does_not(
     by_door = {r["door"]: r for r in mine}
     assert by_door["rbac.read-secrets"]["grants"] == ["get,list,watch secrets"]
     assert by_door["rbac.read-secrets"]["via"] == ["RoleBinding/editors -> ClusterRole/edit"]
+    assert by_door["rbac.read-config-maps"]["grants"] == ["get,list,watch configmaps"]
     connect = by_door["rbac.connect"]
     assert "shells webhook is off" in connect["note"]
     assert {"pods/exec", "pods/attach", "pods/portforward", "pods/proxy", "services/proxy"} <= {

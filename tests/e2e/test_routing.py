@@ -383,6 +383,27 @@ def test_unreachable_runguard_refuses_updates_that_enter_its_scope(
     assert unreachable(stopped, manifests.VALIDATING_REFERENCES_WEBHOOK) in message
 
 
+def token_secret(account: str) -> JSON:
+    annotations = {"kubernetes.io/service-account.name": account}
+    return {"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/service-account-token",
+            "metadata": {"name": f"token-{account}", "annotations": annotations}}  # fmt: skip
+
+
+def test_unreachable_runguard_refuses_a_token_secret_for_the_platforms_account(
+    stopped: Routing, cluster: Cluster, api_client: Any
+) -> None:
+    """A Secret the token controller would fill with the platform's token is judged
+    (``ownership.service-account``) where the account lives; one for another account,
+    or in another namespace, is not."""
+    namespace, account = PLATFORM_ACCOUNT
+    cluster.service_account(namespace, account, cluster_role=None)
+    error = create(api_client, namespace, token_secret(account), dry_run=True)
+    assert error is not None and unreachable(stopped, manifests.RESERVED_NAMES_WEBHOOK) in error
+    assert create(api_client, namespace, token_secret("default"), dry_run=True) is None
+    cluster.kubectl("create", "namespace", "rg-routing-tokens")  # may exist already
+    assert create(api_client, "rg-routing-tokens", token_secret(account), dry_run=True) is None
+
+
 def env_pod(references: int, length: int) -> JSON:
     """A Pod outside the selector whose one container reads ``references`` secrets with
     ordinary names of ``length`` characters, none the platform's."""

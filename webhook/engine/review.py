@@ -372,6 +372,8 @@ def validate(
     reserved = (
         ownership.check_reserved_name(obj, r.root, context)
         + ownership.check_claim_clones(obj, r.root, context)
+        + ownership.check_claim_snapshots(obj, r.root, context)
+        + ownership.check_token_secret(obj, r.root, r.namespace, r.old, context)
         if isinstance(obj, dict)
         else []
     )

@@ -272,6 +272,9 @@ OWNERSHIP_SERVICE_ACCOUNT = _rule(
     mutation="",
     violation=(
         "a Pod not created by the platform running as a ServiceAccount that is a platform identity"
+        "; a Secret of type `kubernetes.io/service-account-token` for such a ServiceAccount (or "
+        "an operator's) created, or updated to name it, by someone else than the platform or "
+        "`platform.installers`"
     ),
 )
 OWNERSHIP_RESERVED_NAME = _rule(
@@ -331,7 +334,8 @@ OWNERSHIP_NOT_A_RUN = _rule(
         "every type and their secret references, claim templates' data sources, env, envFrom, "
         "projected sources, imagePullSecrets), not created by the platform (`kubectl debug "
         "--copy-to`); a platform configMap read into the environment of a run the platform did "
-        "not create"
+        "not create; a PVC cloning, or a VolumeSnapshot of, a platform-named claim by someone "
+        "else than the platform"
     ),
 )
 OWNERSHIP_UNKNOWN = _rule(
@@ -378,6 +382,13 @@ _FOOTER = """
 `input.invalid` and `engine.error` always deny, and so do `ownership.*` and `scope.labels`
 (who may use the platform's objects and accounts, which RunPolicy governs an object):
 a warning would not take back a secret or a token.
+
+The doors no admission request is made for are no rules of the webhooks: `runguard
+audit --rbac` reports who holds them in the run namespaces, each door by an id of its
+own, the `rule` of its PolicyReport results: `rbac.read-secrets`,
+`rbac.read-config-maps`, `rbac.platform-data`, `rbac.node-proxy`, `rbac.connect`,
+`rbac.token`, `rbac.snapshot`, `rbac.grant`, `rbac.impersonate`, `rbac.expose`
+(`docs/threat-model.md` says what each grants).
 """
 
 

@@ -45,6 +45,7 @@ from webhook.engine.rule_ids import (
     OWNERSHIP_NOT_A_RUN,
     OWNERSHIP_OWNER_CHANGED,
     OWNERSHIP_RESERVED_NAME,
+    OWNERSHIP_SERVICE_ACCOUNT,
     OWNERSHIP_STAMP,
     OWNERSHIP_UNKNOWN,
 )
@@ -441,6 +442,82 @@ def check_claim_clones(obj: JSON, root: Policy, context: Context) -> list[Violat
         if out:
             break
     return out
+
+
+SNAPSHOT_GROUP = "snapshot.storage.k8s.io"
+
+
+def snapshot_source(obj: Any) -> str | None:
+    """The PVC a VolumeSnapshot (``snapshot.storage.k8s.io``) is taken of, if named."""
+    if not isinstance(obj, dict) or obj.get("kind") != "VolumeSnapshot":
+        return None
+    api_version = obj.get("apiVersion")
+    if not isinstance(api_version, str) or not api_version.startswith(SNAPSHOT_GROUP + "/"):
+        return None
+    name = _get(obj, "spec", "source", "persistentVolumeClaimName")
+    return name if isinstance(name, str) else None
+
+
+def check_claim_snapshots(obj: JSON, root: Policy, context: Context) -> list[Violation]:
+    """``ownership.not-a-run``: only the platform snapshots its claims (a VolumeSnapshot
+    of a platform-named PVC, which a claim of hers could be restored from)."""
+    name = snapshot_source(obj)
+    if context.operation != "CREATE" or name is None:
+        return []
+    for policy in root.run_policies():
+        if not enabled(policy) or is_platform_identity(policy, context.requester):
+            continue
+        if platform_named(policy, "PersistentVolumeClaim", name):
+            return [
+                Violation(
+                    OWNERSHIP_NOT_A_RUN,
+                    "spec.source.persistentVolumeClaimName",
+                    f"PersistentVolumeClaim {name!r} is the platform's: only the platform "
+                    "may snapshot it",
+                )
+            ]
+    return []
+
+
+TOKEN_SECRET_TYPE = "kubernetes.io/service-account-token"
+TOKEN_ACCOUNT_ANNOTATION = "kubernetes.io/service-account.name"
+
+
+def token_account(obj: Any) -> str | None:
+    """The ServiceAccount a Secret of type ``kubernetes.io/service-account-token`` is for
+    (the token controller writes that account's token into it), if any."""
+    if not isinstance(obj, dict) or obj.get("kind") != "Secret":
+        return None
+    if obj.get("type") != TOKEN_SECRET_TYPE:
+        return None
+    name = string_map(obj.get("metadata"), "annotations").get(TOKEN_ACCOUNT_ANNOTATION)
+    return name if isinstance(name, str) and name else None
+
+
+def check_token_secret(
+    obj: JSON, root: Policy, namespace: str, old: Any, context: Context
+) -> list[Violation]:
+    """``ownership.service-account``: only the platform (or ``platform.installers``)
+    makes a token Secret for one of its ServiceAccounts or its operators': whoever
+    mounts it is that account. An UPDATE is judged only when it newly names the
+    account, so the token controller filling in the platform's own Secret is not."""
+    name = token_account(obj)
+    if name is None or (old is not None and token_account(old) == name):
+        return []
+    for policy in root.run_policies():
+        if not enabled(policy) or (namespace, name) not in service_account_identities(policy):
+            continue
+        if is_platform_or_installer(policy, context.requester):
+            continue
+        return [
+            Violation(
+                OWNERSHIP_SERVICE_ACCOUNT,
+                f"metadata.annotations[{TOKEN_ACCOUNT_ANNOTATION}]",
+                f"ServiceAccount {name!r} is the platform's own identity: only the platform "
+                "may make a token Secret for it",
+            )
+        ]
+    return []
 
 
 def requested_by(policy: Policy, object_meta: JSON, namespace: str, context: Context) -> bool:
