@@ -44,7 +44,7 @@ from test_trust import ALICE, CORE, RUN, SHIPPED, created, pod, rules, update
 
 from webhook import manifests
 from webhook.engine import evaluate, mutate, validate
-from webhook.engine.context import PLATFORM_RECORD, STAMP, Context, Requester
+from webhook.engine.context import PLATFORM_POLICY, PLATFORM_RECORD, STAMP, Context, Requester
 from webhook.rbacreport import platform_of, rbac_report
 
 NUCLIO = Requester("system:serviceaccount:mlrun:nuclio", ("system:serviceaccounts",))
@@ -263,7 +263,6 @@ def test_the_recommended_role_reads_the_platforms_config_maps() -> None:
     assert shown(old) == ["User alice rbac.read-config-maps"]
 
 
-@pytest.mark.xfail(strict=True, reason="a record is read as the first platform's")
 def test_a_platform_record_is_read_as_another_platforms_once_its_template_names_nothing() -> None:
     """Two platforms (the Core first, then MLRun). MLRun's API creates a Deployment
     outside every selector whose template reads ``mlrun-auth-secrets.abc``:
@@ -277,7 +276,9 @@ def test_a_platform_record_is_read_as_another_platforms_once_its_template_names_
     Fix: write which RunPolicy's platform recorded the object (e.g. the record's value
     or a ``runguard.io/platform-policy`` annotation, kept like the record) and read that
     RunPolicy back; an object recorded before that is read as the platform of whoever
-    stamped it (``runguard.io/requested-by`` is a platform identity)."""
+    stamped it (``runguard.io/requested-by`` is a platform identity). Now: the record
+    names its RunPolicy in ``runguard.io/platform-policy``, read back by
+    ``scope.recorder`` (``stored``)."""
 
     def helper(secret: str | None, image: str = "mlrun/helper:1") -> dict[str, Any]:
         container: dict[str, Any] = {"name": "m", "image": image}
@@ -287,6 +288,7 @@ def test_a_platform_record_is_read_as_another_platforms_once_its_template_names_
 
     made = judged_by(helper("mlrun-auth-secrets.abc"), MLRUN_API, TWO).object
     assert made["metadata"]["annotations"][PLATFORM_RECORD] == "true"
+    assert made["metadata"]["annotations"][PLATFORM_POLICY] == "mlrun"
     dropped = _updated(helper(None), made, MLRUN_API)
     swapped = copy.deepcopy(dropped)
     swapped["spec"]["template"]["spec"]["containers"][0]["image"] = "core/other:1"
@@ -307,7 +309,18 @@ def _updated(new: dict[str, Any], old: dict[str, Any], who: Requester) -> dict[s
     return stored
 
 
-@pytest.mark.xfail(strict=True, reason="same_platform is not transitive nor the identity rule")
+def nuclio_function() -> dict[str, Any]:
+    """A Nuclio function's Pod in ml (the user's serving code), created by Nuclio's
+    controller: Nuclio's."""
+    function = {"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": "fn", "namespace": "ml",
+                             "labels": {"mlrun/class": "serving",
+                                        "nuclio.io/project-name": "p1"}},
+                "spec": {"serviceAccountName": "launcher",
+                         "containers": [{"name": "main", "image": "python:3.11"}]}}  # fmt: skip
+    return admitted(function, TWO, NUCLIO)
+
+
 def test_a_pod_token_of_a_platform_sharing_an_identity_opens_what_its_identity_may_not() -> None:
     """Two platforms sharing an identity (the MLRun example: ``mlrun`` with
     ``mlrun-api``, ``nuclio`` with ``mlrun-api`` and ``nuclio``). Directly, Nuclio's
@@ -320,14 +333,9 @@ def test_a_pod_token_of_a_platform_sharing_an_identity_opens_what_its_identity_m
     transitive, nor meant to be). Gap: ``webhook/engine/scope.py`` ``same_platform`` as
     used by ``rules/trust.py`` ``check_shell``. Fix: the opener Pod's platform must be
     one the target's owners' identities cover (its recording RunPolicy's identities a
-    subset of the target's), or the same rule as for the identity itself."""
-    function = {"apiVersion": "v1", "kind": "Pod",
-                "metadata": {"name": "fn", "namespace": "ml",
-                             "labels": {"mlrun/class": "serving",
-                                        "nuclio.io/project-name": "p1"}},
-                "spec": {"serviceAccountName": "launcher",
-                         "containers": [{"name": "main", "image": "python:3.11"}]}}  # fmt: skip
-    function = admitted(function, TWO, NUCLIO)
+    subset of the target's), or the same rule as for the identity itself. Now:
+    ``scope.may_open``, each of the opener's platform identities one of the target's."""
+    function = nuclio_function()
     run = mlrun_run()
     assert rules(door(run, TWO, NUCLIO)) == {"ownership.debug"}  # the identity: refused
     assert rules(door(run, TWO, LAUNCHER, by=function)) == {"ownership.debug"}

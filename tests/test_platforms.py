@@ -33,7 +33,14 @@ import yaml
 
 from webhook.clusterstate.static import StaticClusterState
 from webhook.engine import Decision, evaluate
-from webhook.engine.context import PLATFORM_RECORD, POLICY_LABEL, STAMP, Context, Requester
+from webhook.engine.context import (
+    PLATFORM_POLICY,
+    PLATFORM_RECORD,
+    POLICY_LABEL,
+    STAMP,
+    Context,
+    Requester,
+)
 from webhook.engine.rules import ownership
 from webhook.policy.loader import load_policy
 from webhook.policy.model import Operator, Policy
@@ -652,8 +659,9 @@ def test_an_operators_owners_are_stamped_as_runguard_stamps_them() -> None:
         return pod, made
 
     pod, (job, cluster) = chain("platform", {})
-    assert job["metadata"]["annotations"] == {STAMP: core, PLATFORM_RECORD: "true"}
-    assert cluster["metadata"]["annotations"] == {STAMP: ray, PLATFORM_RECORD: "true"}
+    records = {PLATFORM_RECORD: "true", PLATFORM_POLICY: policy.name}  # the recording one's
+    assert job["metadata"]["annotations"] == {STAMP: core, **records}
+    assert cluster["metadata"]["annotations"] == {STAMP: ray, **records}
     assert cluster["metadata"]["ownerReferences"] == [
         {"kind": "RayJob", "name": "rj", "uid": "uid-rayjob-1", "controller": True,
          "blockOwnerDeletion": True}

@@ -133,12 +133,15 @@ def wait_pods(cluster: Cluster, namespace: str, selector: str, count: int,
 
 
 def platform_made(pod: dict[str, Any]) -> bool:
-    """The Pod is the platform's (runguard's record) and kept the run's secret."""
+    """The Pod is the platform's (runguard's record, written for the RunPolicy that
+    governs it) and kept the run's secret."""
     annotations = pod["metadata"].get("annotations", {})
     env_from = pod["spec"]["containers"][0].get("envFrom", [])
-    return annotations.get("runguard.io/platform") == "true" and env_from == [
-        {"secretRef": {"name": SECRET}}
-    ]
+    return (
+        annotations.get("runguard.io/platform") == "true"
+        and annotations.get("runguard.io/platform-policy") == "digitalhub"
+        and env_from == [{"secretRef": {"name": SECRET}}]
+    )
 
 
 def test_a_run_deployment_scales_rolls_out_and_rolls_back(cluster: Cluster, space: str) -> None:
@@ -558,6 +561,7 @@ def test_a_run_cronjob_fires_suspends_and_its_run_id_is_fixed(cluster: Cluster, 
     stored = get(cluster, space, "cronjob/nightly")
     assert stored["metadata"]["labels"]["runguard.io/policy"] == "digitalhub"
     assert stored["metadata"]["annotations"]["runguard.io/platform"] == "true"
+    assert stored["metadata"]["annotations"]["runguard.io/platform-policy"] == "digitalhub"
 
 
 STATUS_WRITER = "runguard-e2e-status-writer"

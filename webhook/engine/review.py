@@ -108,7 +108,7 @@ class _Who:
         self.context = r.context
         self.metadata: JSON = r.metadata
         self.ownership: Ownership = ownership.ownership_of(
-            self.metadata, self.namespace, policy, r.context, r.old_metadata
+            self.metadata, self.namespace, policy, r.context, r.old_metadata, r.root
         )
 
 

@@ -230,7 +230,8 @@ OWNERSHIP_STAMP = _rule(
     "ownership.stamp",
     mutation=(
         "at CREATE: `runguard.io/requested-by` (the user), `runguard.io/platform` (whether the "
-        "platform created it, directly or through its controllers) and the label "
+        "platform created it, directly or through its controllers) with "
+        "`runguard.io/platform-policy` (the RunPolicy whose platform that is) and the label "
         "`runguard.io/policy` (its RunPolicy) written, anything sent overwritten; on UPDATE: put "
         "back as they were"
     ),

@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from webhook.engine.context import POLICY_LABEL
+from webhook.engine.context import PLATFORM_POLICY, PLATFORM_RECORD, POLICY_LABEL, STAMP
 from webhook.engine.podspec import InvalidObject, locate
 from webhook.engine.rules import ownership
 from webhook.policy.model import LabelSelector, Policy
@@ -154,14 +154,26 @@ def recorder(
     spec: Any,
     namespace: str | None,
     governing: Policy | None,
+    stored: bool = False,
 ) -> Policy | None:
     """The RunPolicy whose platform records who created the object (``runguard.io/
     platform``), and whose record it then is: the governing RunPolicy when it has a
     platform; else, among the RunPolicies with a platform that look at the namespace,
     the first whose platform the object concerns (its run, its objects or accounts named,
-    its operators' kind), else the first, for an object carrying runguard's records. None:
-    runguard records nothing on it."""
+    its operators' kind), else, for an object carrying runguard's records, the one they
+    name (``_carried_owner``), else the first. None: runguard records nothing on it.
+
+    ``stored``: the object as the cluster holds it, whose record is read back as the
+    RunPolicy ``runguard.io/platform-policy`` names, written with the record at CREATE
+    and kept (None when it names no RunPolicy with a platform that looks at the
+    namespace: a removed one's, or another installation's), whatever the object
+    concerns by then. A record without that name, written before it was kept, is read
+    as above."""
     candidates = list(platforms(root, namespace))
+    meta = obj.get("metadata") if isinstance(obj, dict) else None
+    annotations = ownership.string_map(meta if isinstance(meta, dict) else {}, "annotations")
+    if stored and PLATFORM_RECORD in annotations and PLATFORM_POLICY in annotations:
+        return next((p for p in candidates if p.name == annotations[PLATFORM_POLICY]), None)
     if governing is not None:
         if ownership.enabled(governing) and covers(governing, namespace):
             return governing
@@ -169,16 +181,34 @@ def recorder(
     for policy in candidates:
         if operator_kind_of(policy, obj) or claims(policy, spec, namespace):
             return policy
-    meta = obj.get("metadata") if isinstance(obj, dict) else None
-    carried = any(ownership.records(meta if isinstance(meta, dict) else {})[:2])
-    return candidates[0] if candidates and carried else None
+    if not candidates or not (annotations.get(STAMP) or annotations.get(PLATFORM_RECORD)):
+        return None
+    return _carried_owner(candidates, annotations) or candidates[0]
 
 
-def same_platform(a: Policy, b: Policy) -> bool:
-    """Two RunPolicies name the same platform: they share an identity (MLRun's runs and
-    its Nuclio functions, both created by its API). A platform's exemptions hold between
-    its own objects only; two platforms have no identity in common."""
-    return a is b or bool(set(a.platform.identities) & set(b.platform.identities))
+def _carried_owner(candidates: list[Policy], annotations: Mapping[str, Any]) -> Policy | None:
+    """The RunPolicy a carried record names (``runguard.io/platform-policy``), else, for a
+    record without that name (written before it was kept), the platform whose identity or
+    installer stamped the object (``runguard.io/requested-by``). None: neither says."""
+    name = annotations.get(PLATFORM_POLICY)
+    if PLATFORM_RECORD in annotations and name is not None:
+        return next((p for p in candidates if p.name == name), None)
+    stamp = annotations.get(STAMP)
+    for policy in candidates:
+        platform = policy.platform
+        if ownership.stamped_by((*platform.identities, *platform.installers), stamp):
+            return policy
+    return None
+
+
+def may_open(opener: Policy, target: Policy) -> bool:
+    """A Pod of ``opener``'s platform, by its own token, may do to what ``target``'s
+    platform owns only what ``opener``'s identities could themselves: each of them is
+    one of ``target``'s (as a requester, each would be ``target``'s platform). MLRun's
+    API is also Nuclio's, so MLRun's Pods may open Nuclio's; Nuclio's controller is not
+    MLRun's, so Nuclio's Pods may not open MLRun's. Not symmetric, and a chain of
+    platforms sharing one identity each gives nothing."""
+    return opener is target or ownership.within(opener, target)
 
 
 def run_terms(root: Policy) -> list[tuple[frozenset[str], LabelSelector]]:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from webhook.engine import scope
-from webhook.engine.context import PLATFORM_RECORD, POLICY_LABEL, STAMP, Context
+from webhook.engine.context import PLATFORM_POLICY, PLATFORM_RECORD, POLICY_LABEL, STAMP, Context
 from webhook.engine.podspec import InvalidObject, Target, locate, object_meta
 from webhook.engine.rules import ownership
 from webhook.engine.scope import service_account as service_account  # (webhook.shells')
@@ -122,7 +122,11 @@ def stamps_owner(r: Review) -> Policy | None:
     naming the platform's objects or carrying runguard's records (which only runguard
     may write), each by the RunPolicies that look at its namespace. A user's own
     operator object is not recorded (``_records_operator_object``): its updates then
-    never wait on runguard."""
+    never wait on runguard. On UPDATE of an object with a platform record, the RunPolicy
+    whose platform wrote it (``scope.recorder`` of the stored object)."""
+    if r.old is not None and ownership.records(r.old_metadata or {})[1] is not None:
+        old_spec = r.old_target.spec if r.old_target is not None else None
+        return scope.recorder(r.root, r.old, old_spec, r.namespace, r.governing, stored=True)
     spec = r.target.spec if r.target is not None else None
     policy = scope.recorder(r.root, r.obj, spec, r.namespace, r.governing)
     if policy is None or r.governing is not None:
@@ -142,9 +146,10 @@ def _records_operator_object(r: Review, policy: Policy) -> bool:
     On UPDATE: as before (only the platform adopts)."""
     if r.old is not None:
         return True
-    if ownership.creator_record(r.metadata, r.namespace, policy, r.context) is not None:
+    if ownership.creator_record(r.metadata, r.namespace, policy, r.context, r.root) is not None:
         return True
-    return ownership.ownership_of(r.metadata, r.namespace, policy, r.context).unknown is not None
+    found = ownership.ownership_of(r.metadata, r.namespace, policy, r.context, root=r.root)
+    return found.unknown is not None
 
 
 def adopts(r: Review) -> Policy | None:
@@ -164,15 +169,18 @@ def adopts(r: Review) -> Policy | None:
 
 
 def expected_records(r: Review) -> dict[str, str | None]:
-    """What runguard writes on the object: at CREATE, the stamp, the platform record and
-    the governing RunPolicy (None: the key is removed); on UPDATE, what the old object has."""
+    """What runguard writes on the object: at CREATE, the stamp, the platform record with
+    the RunPolicy whose platform wrote it, and the governing RunPolicy (None: the key is
+    removed); on UPDATE, what the old object has."""
     if r.old is not None:
         stamp, record, label = ownership.records(r.old_metadata or {})
+        named = ownership.string_map(r.old_metadata, "annotations").get(PLATFORM_POLICY)
         kept: dict[str, str | None] = {STAMP: stamp, PLATFORM_RECORD: record}
+        kept[PLATFORM_POLICY] = named
         adopter = adopts(r)
         if adopter is not None and r.context.requester is not None:
-            creator = ownership.creator_record(r.metadata, r.namespace, adopter, r.context)
-            kept = {STAMP: r.context.requester.username, PLATFORM_RECORD: creator}
+            creator = ownership.creator_record(r.metadata, r.namespace, adopter, r.context, r.root)
+            kept = {STAMP: r.context.requester.username, **_platform_records(adopter, creator)}
         sent = ownership.records(r.metadata)[2]
         if label is None or _ours(r.root, label) or _ours(r.root, sent):
             kept[POLICY_LABEL] = label
@@ -190,10 +198,17 @@ def expected_records(r: Review) -> dict[str, str | None]:
     owner = stamps_owner(r)
     if owner is not None and r.context.requester is not None:
         out[STAMP] = r.context.requester.username
-        out[PLATFORM_RECORD] = ownership.creator_record(r.metadata, r.namespace, owner, r.context)
+        creator = ownership.creator_record(r.metadata, r.namespace, owner, r.context, r.root)
+        out.update(_platform_records(owner, creator))
     elif owner is not None:
-        out[PLATFORM_RECORD] = None  # nobody known asks: never the platform
+        out.update(_platform_records(owner, None))  # nobody known asks: never the platform
     return out
+
+
+def _platform_records(owner: Policy, record: str | None) -> dict[str, str | None]:
+    """The platform record and, with it, the RunPolicy whose platform wrote it (read back
+    by ``scope.recorder``: with two platforms, whose record it is)."""
+    return {PLATFORM_RECORD: record, PLATFORM_POLICY: owner.name if record is not None else None}
 
 
 def _ours(root: Policy, label: str | None) -> bool:

@@ -15,8 +15,9 @@ at its CREATE:
   (``unknown``), not refused: the operator's own webhook may add the owner after
   runguard's mutation, and validation, which sees the object whole, decides.
 
-That decision is recorded by runguard at CREATE (``runguard.io/platform``, beside the
-stamp ``runguard.io/requested-by``), overwriting anything sent, and never changes: later
+That decision is recorded by runguard at CREATE (``runguard.io/platform``, with
+``runguard.io/platform-policy`` naming whose platform, beside the stamp
+``runguard.io/requested-by``), overwriting anything sent, and never changes: later
 checks read the record of the object as it was (``old``), never its new owners or a
 string comparison of the stamp. Without ``platform.identities`` the checks are off and
 names decide (``runguard lint`` warns).
@@ -32,6 +33,7 @@ from typing import Any
 from webhook.engine import doors
 from webhook.engine.context import (
     OWNERSHIP_OFF,
+    PLATFORM_POLICY,
     PLATFORM_RECORD,
     POLICY_LABEL,
     STAMP,
@@ -103,13 +105,37 @@ def service_account_identities(policy: Policy) -> frozenset[tuple[str, str]]:
     return frozenset(out)
 
 
-def recorded_platform(policy: Policy, annotations: Mapping[str, str]) -> bool:
+def recorded_platform(
+    policy: Policy, annotations: Mapping[str, str], root: Policy | None = None
+) -> bool:
     """The object's record says the platform created it. An object stamped before
-    records existed (no record key) counts when its stamp is a platform *user* name."""
+    records existed (no record key) counts when its stamp is a platform *user* name.
+    With ``root`` (every RunPolicy), a record another platform wrote does not count
+    (``recorded_for``)."""
     record = annotations.get(PLATFORM_RECORD)
     if record is not None:
-        return record == "true"
+        return record == "true" and recorded_for(policy, annotations, root)
     return stamped_by(policy.platform.identities, annotations.get(STAMP))
+
+
+def recorded_for(policy: Policy, annotations: Mapping[str, str], root: Policy | None) -> bool:
+    """The platform record was written for ``policy``'s platform: the RunPolicy it names
+    (``runguard.io/platform-policy``) is ``policy``, or one of ``root``'s whose every
+    identity is one of ``policy``'s (``within``: whoever of it created the object was
+    ``policy``'s platform too). A record without that name, written before it was kept,
+    counts, as it did; so does any name without ``root`` to read it in."""
+    name = annotations.get(PLATFORM_POLICY)
+    if name is None or name == policy.name or root is None:
+        return True
+    named = root.named(name)
+    return named is not None and within(named, policy)
+
+
+def within(a: Policy, b: Policy) -> bool:
+    """Every identity of ``a``'s platform is one of ``b``'s: what ``a``'s platform does,
+    ``b``'s could have done itself (MLRun's API is also Nuclio's: MLRun is within Nuclio,
+    not the converse)."""
+    return set(a.platform.identities) <= set(b.platform.identities)
 
 
 def stamped_by(identities: tuple[str, ...], stamp: str | None) -> bool:
@@ -147,51 +173,57 @@ def ownership_of(
     policy: Policy,
     context: Context,
     old_meta: JSON | None = None,
+    root: Policy | None = None,
 ) -> Ownership:
     """Whether the object being admitted (a Pod, a pod controller, an operator's object)
     is the platform's. After CREATE: what runguard recorded then, read from the object
-    as it was (``old_meta``), whatever the update sends."""
+    as it was (``old_meta``), whatever the update sends. ``root``: every RunPolicy, to
+    tell another platform's records (``recorded_for``)."""
     if not enabled(policy):
         return OWNERSHIP_OFF
     if context.operation != "CREATE":
         meta = old_meta if old_meta is not None else object_meta
         annotations = string_map(meta, "annotations")
-        if recorded_platform(policy, annotations):
+        if recorded_platform(policy, annotations, root):
             return Ownership(True)
         if PLATFORM_RECORD not in annotations and annotations.get(STAMP) in (
             policy.platform.owner_kinds
         ):
             # created by a controller before records existed: its owner's record then
             as_stamp = Context(Requester(annotations[STAMP]), context.state, context.operation)
-            admit = _platform_owner(policy, context)
+            admit = _platform_owner(policy, context, root)
             return _through_owner(meta, namespace, policy, as_stamp, admit)
         return Ownership(False)
     if is_platform_identity(policy, context.requester):
         return Ownership(True)
-    return _through_owner(object_meta, namespace, policy, context, _platform_owner(policy, context))
+    admit = _platform_owner(policy, context, root)
+    return _through_owner(object_meta, namespace, policy, context, admit)
 
 
 INSTALLER = "installer"  # the record of an object a platform installer created
 
 
 def creator_record(
-    object_meta: JSON, namespace: str, policy: Policy, context: Context
+    object_meta: JSON, namespace: str, policy: Policy, context: Context, root: Policy | None = None
 ) -> str | None:
     """What runguard records at CREATE in ``runguard.io/platform``: "true" when the platform
     created the object (directly, or through its controllers and operators), "installer"
     when one of ``platform.installers`` did (the chart installing the platform's own
     components, which may run as the platform's accounts but get nothing else of it),
-    None otherwise."""
+    None otherwise. ``root``: every RunPolicy, to tell an owner another platform
+    recorded (``recorded_for``)."""
     if is_platform_identity(policy, context.requester):
         return "true"
     if is_identity(policy.platform.installers, context.requester):
         return INSTALLER
     seen: list[str] = []
-    legacy = _platform_owner(policy, context)
+    legacy = _platform_owner(policy, context, root)
 
     def admit(owner: ObjectMeta, depth: int) -> bool | Ownership:
         record = owner.annotations.get(PLATFORM_RECORD)
         if record in ("true", INSTALLER):
+            if not recorded_for(policy, owner.annotations, root):
+                return False  # another platform's
             seen.append(record)
             return True
         return legacy(owner, depth)
@@ -202,13 +234,13 @@ def creator_record(
 
 
 def _platform_owner(
-    policy: Policy, context: Context
+    policy: Policy, context: Context, root: Policy | None = None
 ) -> Callable[[ObjectMeta, int], bool | Ownership]:
     """Accepts an owner that was the platform's when it was created: its record, or for
     an owner from before records existed, its stamp and then its own owner's."""
 
     def admit(owner: ObjectMeta, depth: int) -> bool | Ownership:
-        if recorded_platform(policy, owner.annotations):
+        if recorded_platform(policy, owner.annotations, root):
             return True
         stamp = owner.annotations.get(STAMP)
         if (

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from webhook.engine import scope
-from webhook.engine.context import PLATFORM_RECORD, POLICY_LABEL, STAMP, Context
+from webhook.engine.context import PLATFORM_POLICY, PLATFORM_RECORD, POLICY_LABEL, STAMP, Context
 from webhook.engine.pod import spec_prefix
 from webhook.engine.rule_ids import (
     OWNERSHIP_CHANGED,
@@ -49,7 +49,8 @@ def check_records(r: Review) -> list[Violation]:
     if r.invalid or (r.old is None and r.context.requester is None):
         return []
     stamp, record, label = ownership.records(r.metadata)
-    now = {STAMP: stamp, PLATFORM_RECORD: record, POLICY_LABEL: label}
+    named = ownership.string_map(r.metadata, "annotations").get(PLATFORM_POLICY)
+    now = {STAMP: stamp, PLATFORM_RECORD: record, PLATFORM_POLICY: named, POLICY_LABEL: label}
     out = []
     for key, expected in expected_records(r).items():
         if now[key] == expected:
@@ -85,7 +86,7 @@ def _cache_caught_up(r: Review, key: str, now: str | None, expected: str | None)
     retryable ``ownership.unknown``, as when the owner is not synced at all."""
     return (
         r.old is None
-        and key == PLATFORM_RECORD
+        and key in (PLATFORM_RECORD, PLATFORM_POLICY)
         and now is None
         and expected is not None
         and bool(r.metadata.get("ownerReferences"))
@@ -179,17 +180,17 @@ def _operator_object_change(r: Review) -> list[Violation]:
 
 def _platform_old(r: Review) -> Policy | None:
     """The RunPolicy whose platform, by its record, created the old object (the one that
-    records it, ``scope.recorder``: its governing RunPolicy's platform, else the first
-    that looks at the namespace and that the object concerns), unless the request comes
-    from that platform, one of its installers or its controllers (they may change what
-    the platform's objects run); None otherwise. Another platform is anyone else."""
+    wrote the record, ``scope.recorder`` of the stored object: the RunPolicy the record
+    names), unless the request comes from that platform, one of its installers or its
+    controllers (they may change what the platform's objects run); None otherwise.
+    Another platform is anyone else."""
     old_spec = r.old_target.spec if r.old_target is not None else None
-    owner = scope.recorder(r.root, r.old, old_spec, r.namespace, r.governing)
+    owner = scope.recorder(r.root, r.old, old_spec, r.namespace, r.governing, stored=True)
     if owner is None:
         return None
     annotations = ownership.string_map(r.old_metadata, "annotations")
     installed = annotations.get(PLATFORM_RECORD) == ownership.INSTALLER
-    if not (installed or ownership.recorded_platform(owner, annotations)):
+    if not (installed or ownership.recorded_platform(owner, annotations, r.root)):
         return None
     requester = r.context.requester
     if ownership.is_platform_or_installer(owner, requester):
@@ -301,8 +302,9 @@ def check_shell(
     door, so the same judgment. ``by``: the Pod whose own token opens it, when the
     request says so (``webhook.shells``), in the same namespace: a platform Pod opening
     a shell into another of the same platform (an MPI launcher running its workers by
-    ``kubectl exec``) is that platform, and no other's. The kubelet of the Pod's node may
-    mint its tokens."""
+    ``kubectl exec``) is that platform, and no other's; a Pod of a platform whose
+    identities are all the target's platform's may too (``scope.may_open``: no more than
+    those identities themselves). The kubelet of the Pod's node may mint its tokens."""
     what = SHELLS.get(context.subresource)
     if what is None:
         return []
@@ -311,7 +313,7 @@ def check_shell(
         return []
     if by is not None:
         by_platforms = _platforms_of(root, _meta(by), _spec(by), namespace)
-        if all(any(scope.same_platform(o, b) for b in by_platforms) for o in owners):
+        if all(any(scope.may_open(b, o) for b in by_platforms) for o in owners):
             return []
     if context.subresource == "token" and _its_node(pod, context):
         return []
@@ -362,10 +364,9 @@ def _judging(root: Policy, context: Context) -> Iterator[Policy]:
 
 def _platforms_of(root: Policy, metadata: Any, spec: JSON, namespace: str | None) -> list[Policy]:
     """The RunPolicies (with a platform, looking at the namespace) whose platform a Pod
-    (``metadata``, ``spec``) is: its record says so, read by the RunPolicy that records
-    it (``scope.recorder``: its governing one, by its label, since a record does not say
-    which platform made it), or it names that platform's objects or runs as one of its
-    accounts."""
+    (``metadata``, ``spec``) is: its record says so, read as the RunPolicy that wrote it
+    (``scope.recorder`` of the stored Pod), or it names that platform's objects or runs
+    as one of its accounts."""
     meta = metadata if isinstance(metadata, dict) else {}
     annotations = ownership.string_map(meta, "annotations")
     label = ownership.string_map(meta, "labels").get(POLICY_LABEL)
@@ -373,13 +374,12 @@ def _platforms_of(root: Policy, metadata: Any, spec: JSON, namespace: str | None
     if governing is not None and not scope.covers(governing, namespace):
         governing = None
     pod = {"kind": "Pod", "metadata": meta, "spec": spec}
-    recorder = scope.recorder(root, pod, spec, namespace, governing)
-    recorded = recorder is not None and ownership.recorded_platform(recorder, annotations)
+    recorder = scope.recorder(root, pod, spec, namespace, governing, stored=True)
+    recorded = recorder is not None and ownership.recorded_platform(recorder, annotations, root)
     return [
         p
         for p in scope.platforms(root, namespace)
-        if (recorded and recorder is not None and scope.same_platform(p, recorder))
-        or scope.claims(p, spec, namespace)
+        if (recorded and p is recorder) or scope.claims(p, spec, namespace)
     ]
 
 
@@ -427,7 +427,7 @@ def check_service_account(r: Review) -> list[Violation]:
         if (r.namespace, name) not in ownership.service_account_identities(p):
             continue
         # the platform, its installers (the chart), or their controllers
-        if ownership.creator_record(r.metadata, r.namespace, p, r.context) is not None:
+        if ownership.creator_record(r.metadata, r.namespace, p, r.context, r.root) is not None:
             return []
         return [
             Violation(
@@ -550,7 +550,7 @@ def _names_platform_object(
     named = sorted(
         m.name
         for m in named_objects(reference, value, r.namespace, state)
-        if _created_by_platform(p, m.annotations)
+        if _created_by_platform(p, m.annotations, r.root)
     )
     if not named:
         return []
@@ -581,12 +581,12 @@ def _unknown(state: Any, kind: str, path: str, what: str, lacking: str = "") -> 
     )
 
 
-def _created_by_platform(p: Policy, annotations: Any) -> bool:
+def _created_by_platform(p: Policy, annotations: Any, root: Policy) -> bool:
     """The record of an object says the platform (or one of its installers) created it."""
     records = annotations if isinstance(annotations, dict) else dict(annotations)
-    return records.get(PLATFORM_RECORD) == ownership.INSTALLER or ownership.recorded_platform(
-        p, records
-    )
+    if records.get(PLATFORM_RECORD) == ownership.INSTALLER:
+        return ownership.recorded_for(p, records, root)
+    return ownership.recorded_platform(p, records, root)
 
 
 def check_operator_scale(r: Review) -> list[Violation]:
@@ -635,7 +635,7 @@ def _scales_platform_object(p: Policy, kind: str, r: Review) -> list[Violation]:
     if found is None and getattr(state, "may_lag", False):
         lacking = f"runguard's cache has no {kind} {name!r} yet"
         return [_unknown(state, kind, "spec.replicas", what, lacking)]
-    if found is None or not _created_by_platform(p, found.annotations):
+    if found is None or not _created_by_platform(p, found.annotations, r.root):
         return []
     return [
         Violation(
