@@ -125,12 +125,12 @@ def _policy(r: Review) -> Policy | None:
     if r.old is None:
         return None
     old_spec = r.old_target.spec if r.old_target is not None else None
-    owner = scope.recorder(r.root, r.old, old_spec, r.namespace, None)
+    owner = scope.recorder(r.root, r.old, old_spec, r.namespace, None, stored=True)
     if owner is None:
         return None
     annotations = ownership.string_map(r.old_metadata, "annotations")
     installed = annotations.get(PLATFORM_RECORD) == ownership.INSTALLER
-    if installed or ownership.recorded_platform(owner, annotations):
+    if installed or ownership.recorded_platform(owner, annotations, r.root):
         return owner
     return None
 
