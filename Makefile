@@ -92,10 +92,11 @@ image:
 	@bash scripts/build-image.sh
 
 # A local cluster (built once, cached): etcd, kube-apiserver, kube-controller-manager,
-# kube-scheduler, kwok's simulated CPU/GPU/spot nodes and a real node (kubelet,
-# containerd, the image `make image` builds), all inside a network namespace with no
-# route out, with runguard serving $(POLICY) in place and registered; INSTALL=1 installs
-# runguard from manifests/ on the real node instead (webhooks by Service reference);
+# kube-scheduler, kwok's simulated CPU/GPU/spot nodes and two real nodes (kubelet,
+# containerd, the image `make image` builds; tainted runguard.io/real-node, so only what
+# tolerates it runs there), all inside a network namespace with no route out, with
+# runguard serving $(POLICY) in place and registered; INSTALL=1 installs runguard from
+# manifests/ on the real nodes instead (webhooks by Service reference);
 # REAL_NODE=0: no namespace, no real node, no root needed; POLICY_OBJECTS=1: RunPolicy
 # and Profile as objects (the policy-objects component: kubectl get profiles, live
 # edits). Prints the `export KUBECONFIG=...` line (docs/e2e.md).

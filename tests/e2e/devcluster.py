@@ -49,7 +49,15 @@ if __package__:
         _tail,
         build_binaries,
     )
-    from .realnode import Netns, RealNode, build_image, ensure_tools
+    from .realnode import (
+        REAL_NODE_TAINT,
+        REAL_NODE_TOLERATION,
+        Netns,
+        RealNode,
+        build_image,
+        ensure_tools,
+        taint_text,
+    )
 else:  # run as a script: python tests/e2e/devcluster.py
     from cluster import (  # type: ignore[no-redef]
         SIMULATED_NODES,
@@ -62,10 +70,13 @@ else:  # run as a script: python tests/e2e/devcluster.py
         build_binaries,
     )
     from realnode import (  # type: ignore[no-redef]
+        REAL_NODE_TAINT,
+        REAL_NODE_TOLERATION,
         Netns,
         RealNode,
         build_image,
         ensure_tools,
+        taint_text,
     )
 
 __all__ = ["CLUSTER_OBJECTS", "PRIORITIES", "Runguard", "prepare_cluster", "main"]
@@ -286,11 +297,18 @@ class Runguard:
 # --- the shipped manifests, installed as an admin installs them -----------------------
 
 
-def install_overlay(directory: Path, image: str, node_selector: dict[str, str]) -> Path:
+def install_overlay(
+    directory: Path,
+    image: str,
+    node_selector: dict[str, str],
+    tolerations: Sequence[dict[str, str]] = (),
+) -> Path:
     """``manifests/`` as shipped, with certificates from ``runguard certs`` (for the
     Service ``runguard.runguard.svc``), and an overlay doing what docs/operations.md
     asks of an admin: the image's name (``images``); plus ``node_selector`` keeping the
-    replicas on the real nodes, as kwok's would only pretend to run them."""
+    replicas on the real nodes, as kwok's would only pretend to run them, and
+    ``tolerations`` of those nodes' taint (``REAL_NODE_TOLERATION``). The shipped
+    manifests name neither: both are this cluster's."""
     base = directory / "manifests"
     subprocess.run(["rm", "-rf", str(base), str(directory / "overlay")], check=True)
     shutil.copytree(REPO / "manifests", base, ignore=shutil.ignore_patterns("certs"))
@@ -314,10 +332,12 @@ def install_overlay(directory: Path, image: str, node_selector: dict[str, str]) 
                 "patches": [
                     {
                         "target": {"kind": "Deployment", "name": "runguard"},
-                        "patch": json.dumps([{
-                            "op": "add", "path": "/spec/template/spec/nodeSelector",
-                            "value": node_selector,
-                        }]),
+                        "patch": json.dumps([
+                            {"op": "add", "path": "/spec/template/spec/nodeSelector",
+                             "value": node_selector},
+                            *([{"op": "add", "path": "/spec/template/spec/tolerations",
+                                "value": list(tolerations)}] if tolerations else []),
+                        ]),
                     }
                 ],
             },
@@ -497,7 +517,10 @@ def _up(args: argparse.Namespace) -> int:
             save_real_state()
         prepare_cluster(cluster)
         if args.install:
-            install(cluster, install_overlay(directory / "install", image, REAL_NODES))
+            overlay = install_overlay(
+                directory / "install", image, REAL_NODES, [REAL_NODE_TOLERATION]
+            )
+            install(cluster, overlay)
         else:
             # Fresh certificates each time: the CA is the one registered below.
             subprocess.run(["rm", "-rf", str(runguard.certs)], check=True)
@@ -524,7 +547,8 @@ def _up(args: argparse.Namespace) -> int:
         if args.admission_only
         else f"  simulated nodes: {', '.join(n['metadata']['name'] for n in SIMULATED_NODES)}\n"
         + (f"  real nodes {', '.join(n.name for n in nodes)} (kubelet, containerd) with "
-           f"{image}; logs in {directory}/node-*\n" if real_node else "")
+           f"{image}, tainted {taint_text(REAL_NODE_TAINT)} (only what tolerates it runs "
+           f"there); logs in {directory}/node-*\n" if real_node else "")
         + f"  controller-manager, scheduler, kwok logs in {directory}\n"
         + (f"  every process in network namespace {netns.name}, no route out\n"
            if netns else "")

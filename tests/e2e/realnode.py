@@ -57,10 +57,32 @@ else:  # imported by devcluster.py run as a script
         issue_client_cert,
     )
 
-__all__ = ["REAL_NODE", "Netns", "RealNode", "ensure_tools", "pod_subnet"]
+__all__ = [
+    "REAL_NODE",
+    "REAL_NODE_TAINT",
+    "REAL_NODE_TOLERATION",
+    "Netns",
+    "RealNode",
+    "ensure_tools",
+    "pod_subnet",
+    "taint_text",
+]
 
 REPO = Path(__file__).resolve().parents[2]
 REAL_NODE = "real-0"  # the first; RealNode(index=i) is real-<i>
+
+# The real nodes run only what must really run (runguard's replicas, a test's probe):
+# nothing is pulled there, so any other Pod the scheduler put on one would sit in
+# ImagePullBackOff. The kubelet registers the Node with this taint; what belongs there
+# tolerates it. The key is runguard's own domain: no taint of a real cluster, and no
+# toleration a profile or the platform gives a run, names it.
+REAL_NODE_TAINT = {"key": "runguard.io/real-node", "value": "true", "effect": "NoSchedule"}
+REAL_NODE_TOLERATION = {**REAL_NODE_TAINT, "operator": "Equal"}
+
+
+def taint_text(taint: dict[str, str]) -> str:
+    """``key=value:Effect``, as ``kubectl taint`` and ``--register-with-taints`` write it."""
+    return f"{taint['key']}={taint['value']}:{taint['effect']}"
 
 
 def pod_subnet(index: int) -> str:
@@ -411,9 +433,10 @@ def restore_kernel_tunables() -> None:
 
 class RealNode:
     """containerd + kubelet inside the cluster's network namespace, registered as Node
-    ``real-<index>`` (``REAL_NODE`` for 0); state, logs and every mount under
-    ``directory``. Several share the namespace: each its own containerd, Pod bridge and
-    subnet (``pod_subnet``), kubelet ports."""
+    ``real-<index>`` (``REAL_NODE`` for 0), labelled ``type: real`` and tainted with
+    ``REAL_NODE_TAINT``; state, logs and every mount under ``directory``. Several share
+    the namespace: each its own containerd, Pod bridge and subnet (``pod_subnet``),
+    kubelet ports."""
 
     def __init__(
         self, cluster: Cluster, directory: Path, *, index: int = 0, owned: bool = True
@@ -495,6 +518,7 @@ class RealNode:
                 f"--root-dir={self.kubelet_dir}",
                 f"--cert-dir={self.directory / 'kubelet-pki'}",
                 "--node-labels=type=real",
+                f"--register-with-taints={taint_text(REAL_NODE_TAINT)}",
                 "--v=2",
             ],
         )

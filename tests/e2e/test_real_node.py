@@ -34,6 +34,8 @@ from .realnode import (
     KERNEL_TUNABLES,
     KUBELET_FIXED_PATHS,
     REAL_NODE,
+    REAL_NODE_TAINT,
+    REAL_NODE_TOLERATION,
     TUNABLES_RECORD,
     Netns,
     RealNode,
@@ -41,7 +43,7 @@ from .realnode import (
     ensure_tools,
     pod_subnet,
 )
-from .runs import poll
+from .runs import poll, until
 from .test_install import APPLY_NOISE, applied
 
 pytestmark = pytest.mark.e2e
@@ -81,7 +83,7 @@ def real(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealCluster]:
             node.directory.mkdir()
             node.start(images=[(image, image.rpartition(":")[0])])
         prepare_cluster(cluster)
-        overlay = install_overlay(directory / "install", image, REAL_NODES)
+        overlay = install_overlay(directory / "install", image, REAL_NODES, [REAL_NODE_TOLERATION])
         install(cluster, overlay)
         yield RealCluster(cluster, nodes, netns, overlay)
     finally:
@@ -130,6 +132,82 @@ def test_the_shipped_deployment_runs_ready_on_the_real_node(real: RealCluster) -
     node = real.cluster.get_json(f"/api/v1/nodes/{REAL_NODE}")
     assert node["status"]["nodeInfo"]["containerRuntimeVersion"].startswith("containerd://")
     assert "kwok.x-k8s.io/node" not in node["metadata"].get("annotations", {})
+
+
+def test_only_what_tolerates_the_taint_lands_on_the_real_nodes(real: RealCluster) -> None:
+    """Nothing is pulled on a real node: a Pod the scheduler put there by chance would sit
+    in ImagePullBackOff. Both are registered tainted; runguard's replicas (the overlay's
+    toleration) and a test's probe tolerate it, and nothing else lands there."""
+    cluster = real.cluster
+    for node in real.nodes:
+        taints = cluster.get_json(f"/api/v1/nodes/{node.name}")["spec"].get("taints", [])
+        assert REAL_NODE_TAINT in taints, (node.name, taints)
+    for pod in wait_ready_replicas(cluster, timeout=60):
+        assert REAL_NODE_TOLERATION in pod["spec"]["tolerations"], pod["spec"]["tolerations"]
+    cluster.kubectl("create", "namespace", "plain", check=True)
+    try:
+        _lands_on_untainted_kwok_nodes_only(cluster)
+        pinned = _pause_pod("pinned", nodeSelector=REAL_NODES)
+        probe = _pause_pod("probe", nodeSelector=REAL_NODES, tolerations=[REAL_NODE_TOLERATION])
+        for pod in (pinned, probe):
+            cluster.kubectl("apply", "-n", "plain", "-f", "-", input=json.dumps(pod), check=True)
+        # Without the toleration even a Pod selecting the real nodes stays unbound.
+        condition = until("the scheduler's verdict on pinned", lambda: _unschedulable(
+            cluster.get_json("/api/v1/namespaces/plain/pods/pinned")), timeout=60)  # fmt: skip
+        assert "untolerated taint" in condition["message"], condition
+        # With it, the probe really runs there: its container started from the local image.
+        running = until("the probe running", lambda: _running(
+            cluster.get_json("/api/v1/namespaces/plain/pods/probe")), timeout=60)  # fmt: skip
+        assert running["spec"]["nodeName"] in {n.name for n in real.nodes}
+        (status,) = running["status"]["containerStatuses"]
+        assert "running" in status["state"] and status["restartCount"] == 0, status
+        assert not cluster.get_json("/api/v1/namespaces/plain/pods/pinned")["spec"].get("nodeName")
+    finally:
+        cluster.kubectl("delete", "namespace", "plain", "--wait", "--timeout=120s", timeout=150)
+
+
+def _unschedulable(pod: dict[str, Any]) -> dict[str, Any] | None:
+    """The Pod's PodScheduled condition if the scheduler found no node for it."""
+    return next(
+        (c for c in pod["status"].get("conditions", [])
+         if c["type"] == "PodScheduled" and c.get("reason") == "Unschedulable"),
+        None,
+    )  # fmt: skip
+
+
+def _running(pod: dict[str, Any]) -> dict[str, Any] | None:
+    return pod if pod["status"].get("phase") == "Running" else None
+
+
+def _pause_pod(name: str, **spec: Any) -> dict[str, Any]:
+    """A plain Pod (no run labels: runguard never sees it) of the local pause image."""
+    return {
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+        "spec": {"restartPolicy": "Never", **spec, "containers": [
+            {"name": "main", "image": "localhost/pause:3.10", "imagePullPolicy": "Never"}]},
+    }  # fmt: skip
+
+
+def _lands_on_untainted_kwok_nodes_only(cluster: Cluster) -> None:
+    """A plain Deployment's six replicas, spread by the scheduler: on the untainted kwok
+    nodes, none on a real node (untainted, the real nodes were two of the four)."""
+    template = _pause_pod("spread")
+    deployment = {
+        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "spread"},
+        "spec": {"replicas": 6, "selector": {"matchLabels": {"app": "spread"}},
+                 "template": {"metadata": {"labels": {"app": "spread"}},
+                              "spec": template["spec"] | {"restartPolicy": "Always"}}},
+    }  # fmt: skip
+    cluster.kubectl("apply", "-n", "plain", "-f", "-", input=json.dumps(deployment), check=True)
+
+    def bound() -> list[str] | None:
+        pods = cluster.get_json("/api/v1/namespaces/plain/pods?labelSelector=app%3Dspread")
+        nodes = [p["spec"].get("nodeName") for p in pods["items"]]
+        return nodes if len(nodes) == 6 and all(nodes) else None
+
+    untainted = {n["metadata"]["name"] for n in SIMULATED_NODES if not n["spec"].get("taints")}
+    assert untainted and not untainted & {"real-0", "real-1"}
+    assert set(until("the six replicas bound", bound, timeout=60)) <= untainted
 
 
 def test_a_run_pod_created_with_kubectl_is_mutated_through_the_service(
