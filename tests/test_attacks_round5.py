@@ -350,7 +350,6 @@ def test_a_snapshot_of_the_platforms_claim_restored_into_hers() -> None:
     assert refused or any(str(f.subject) == "User alice" for f in report.unexpected())
 
 
-@pytest.mark.xfail(strict=True, reason="a CSI driver's secret named in volumeAttributes")
 @pytest.mark.parametrize("labels", [HER_RUN, {"app": "x"}], ids=["her-run", "not-a-run"])
 def test_a_csi_driver_given_the_platforms_secret_by_its_volume_attributes(
     labels: dict[str, str],

@@ -751,6 +751,11 @@ REFERENCES: dict[str, dict[str, Any]] = {
                           ("cinder", "secretRef"), ("scaleIO", "secretRef"),
                           ("storageos", "secretRef"))},
     "azureFile secretName": {"volumes": [{"name": "v", "azureFile": {"secretName": "sec-db-r1"}}]},
+    # a driver given the platform's secret by name in its free map (Azure File's secretName)
+    "csi volumeAttributes": {"volumes": [{"name": "v", "csi": {"driver": "file.csi.azure.com",
+        "volumeAttributes": {"shareName": "data", "secretName": "sec-db-r1"}}}]},
+    "flexVolume options": {"volumes": [{"name": "v", "flexVolume": {"driver": "x/y",
+        "options": {"secret": "sec-db-r1"}}}]},
     # a platform claim cloned into a new one by a generic ephemeral volume
     **{f"ephemeral {key}": {"volumes": [{"name": "v", "ephemeral": {"volumeClaimTemplate": {
         "spec": {key: {"kind": "PersistentVolumeClaim", "name": "v-r1-a"}}}}}]}

@@ -38,7 +38,7 @@ from urllib.parse import urlsplit
 import yaml
 
 from webhook.engine.context import PLATFORM_RECORD, POLICY_LABEL, STAMP
-from webhook.engine.doors import CONTAINER_LISTS, CONTAINERS, DOORS
+from webhook.engine.doors import CONTAINER_LISTS, CONTAINERS, DOORS, MAP_VALUES
 from webhook.engine.rules.operators import plural
 from webhook.engine.rules.ownership import enabled as ownership_enabled
 from webhook.engine.rules.ownership import reserved_patterns, service_account_identities
@@ -231,9 +231,10 @@ def _join(op: str, *parts: _Expr | None) -> _Expr | None:
     return _Join(op, tuple(present))
 
 
-def _exists(items: str, var: str, body: _Expr | None) -> _Exists | None:
-    """``items`` is an optional list (absent: empty)."""
-    return None if body is None else _Exists(f"{items}.orValue([])", var, body)
+def _exists(items: str, var: str, body: _Expr | None, empty: str = "[]") -> _Exists | None:
+    """``items`` is an optional list (absent: empty), or a map (``empty`` "{}": ``var`` is
+    each key)."""
+    return None if body is None else _Exists(f"{items}.orValue({empty})", var, body)
 
 
 def _render(expr: _Expr, indent: str = "") -> str:
@@ -385,6 +386,10 @@ def _doors(items: list[_DoorItem], base: str) -> _Expr | None:
             containers = " + ".join(f"{base}.?{n}.orValue([])" for n in CONTAINER_LISTS)
             body = _doors([(p[1:], w, r) for p, w, r in rest], "c")
             parts.append(None if body is None else _Exists(f"({containers})", "c", body))
+        elif all(p == (MAP_VALUES,) for p, _, _ in rest):  # every value of a map
+            values = f"{base}.?{head}"
+            matched = _join("||", *(_matches(f"{values}[?k]", r) for _, _, r in rest))
+            parts.append(_exists(values, "k", matched, empty="{}"))
         elif all(p[:1] == ("*",) for p, _, _ in rest):
             var = _LIST_VARS.get(head, head[0])
             parts.append(

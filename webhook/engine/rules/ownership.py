@@ -515,9 +515,9 @@ def platform_references(spec: Any, policy: Policy) -> list[tuple[str, str, str]]
     pattern's placeholders stand for any value). Reads defensively: it also runs on pods
     outside the selector, which are not shape-checked."""
     return [
-        (kind, name, path)
-        for kind, name, path in doors.references(spec, _NAMED_KINDS)
-        if platform_named(policy, kind, name)
+        (ref.door.kind, ref.name, doors.item_text(ref.item))
+        for ref in doors.located(spec, _NAMED_KINDS)
+        if platform_named(policy, ref.door.kind, ref.name)
     ]
 
 
