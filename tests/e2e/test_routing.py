@@ -271,6 +271,10 @@ ROUTED: dict[str, tuple[JSON, str]] = {
         pod("projected", volumes=[{"name": "p", "projected": {"sources": [
             {"secret": {"name": "sec-x-r9"}}]}}]),
         manifests.MUTATING_REFERENCES_WEBHOOK),
+    # a claim of any name may be one made for another Pod: runguard reads its owner
+    "Pod with an ordinary claim": (pod("claim", {"app": "tool"},
+                                       volumes=[claim_volume("team-datasets")]),
+                                   manifests.MUTATING_REFERENCES_WEBHOOK),
     "Job, no run labels, platform claim": (
         controller("Job", "copyjob", pod("x", {"app": "tool"},
                                          volumes=[claim_volume("v-r1-data")])),
@@ -288,7 +292,7 @@ NOT_ROUTED: dict[str, JSON] = {
     "plain Pod": pod("plain", {"app": "tool"}),
     "Pod with ordinary names": pod(
         "ordinary",
-        volumes=[claim_volume("team-datasets"), {"name": "c", "configMap": {"name": "settings"}},
+        volumes=[{"name": "c", "configMap": {"name": "settings"}},
                  {"name": "s", "secret": {"secretName": "registryxpull"}}],
         imagePullSecrets=[{"name": "sec-db"}],
         **with_env([secret_key("v-r1-data")], [{"configMapRef": {"name": "init-config-map"}}]),

@@ -399,25 +399,30 @@ def cloned_claims(claim_spec: Any, policy: Policy) -> list[str]:
     return out
 
 
-def check_claim_clones(obj: JSON, root: Policy, context: Context) -> list[Violation]:
-    """``ownership.not-a-run``: only the platform clones its claims, through a PVC of its
-    own (``dataSource``/``dataSourceRef``) or a StatefulSet's ``volumeClaimTemplates``."""
+def claim_specs(obj: JSON, context: Context) -> list[tuple[str, Any]]:
+    """(path, claim spec) of what a CREATE of a PVC or a StatefulSet makes claims from."""
     if context.operation != "CREATE" or obj.get("kind") not in ("PersistentVolumeClaim",
                                                                 "StatefulSet"):  # fmt: skip
         return []
     spec = obj.get("spec")
     if not isinstance(spec, dict):
         return []
-    specs: list[tuple[str, Any]]
     if obj["kind"] == "PersistentVolumeClaim":
-        specs = [("spec", spec)]
-    else:
-        templates = spec.get("volumeClaimTemplates")
-        specs = [
-            (f"spec.volumeClaimTemplates[{i}].spec", t.get("spec"))
-            for i, t in enumerate(templates if isinstance(templates, list) else ())
-            if isinstance(t, dict)
-        ]
+        return [("spec", spec)]
+    templates = spec.get("volumeClaimTemplates")
+    return [
+        (f"spec.volumeClaimTemplates[{i}].spec", t.get("spec"))
+        for i, t in enumerate(templates if isinstance(templates, list) else ())
+        if isinstance(t, dict)
+    ]
+
+
+def check_claim_clones(obj: JSON, root: Policy, context: Context) -> list[Violation]:
+    """``ownership.not-a-run``: only the platform clones its claims, through a PVC of its
+    own (``dataSource``/``dataSourceRef``) or a StatefulSet's ``volumeClaimTemplates``."""
+    specs = claim_specs(obj, context)
+    if not specs:
+        return []
     out: list[Violation] = []
     for policy in root.run_policies():
         if not enabled(policy) or is_platform_identity(policy, context.requester):
