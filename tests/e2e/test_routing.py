@@ -163,6 +163,12 @@ def claim_volume(claim: str) -> JSON:
     return {"name": "data", "persistentVolumeClaim": {"claimName": claim}}
 
 
+def csi_volume(attributes: dict[str, str]) -> JSON:
+    """An inline csi volume whose driver reads ``attributes`` (Azure File's secretName)."""
+    return {"name": "share", "csi": {"driver": "file.csi.azure.com",
+                                     "volumeAttributes": attributes}}  # fmt: skip
+
+
 def with_env(env: list[JSON], env_from: list[JSON] | None = None) -> dict[str, Any]:
     """Pod spec keys: one container with ``env`` and ``envFrom``."""
     main: JSON = {"name": "main", "image": "python:3.11", "env": env}
@@ -275,6 +281,12 @@ ROUTED: dict[str, tuple[JSON, str]] = {
     "Pod with an ordinary claim": (pod("claim", {"app": "tool"},
                                        volumes=[claim_volume("team-datasets")]),
                                    manifests.MUTATING_REFERENCES_WEBHOOK),
+    "Pod naming an existing device claim": (
+        pod("device", {"app": "tool"}, resourceClaims=[{"name": "g", "resourceClaimName": "x"}]),
+        manifests.MUTATING_REFERENCES_WEBHOOK),
+    "Pod giving a csi driver the platform's secret": (
+        pod("csi", volumes=[csi_volume({"shareName": "data", "secretName": "sec-db-r1"})]),
+        manifests.MUTATING_REFERENCES_WEBHOOK),
     "Job, no run labels, platform claim": (
         controller("Job", "copyjob", pod("x", {"app": "tool"},
                                          volumes=[claim_volume("v-r1-data")])),
@@ -293,6 +305,7 @@ NOT_ROUTED: dict[str, JSON] = {
     "Pod with ordinary names": pod(
         "ordinary",
         volumes=[{"name": "c", "configMap": {"name": "settings"}},
+                 csi_volume({"shareName": "data", "secretName": "sec-db"}),
                  {"name": "s", "secret": {"secretName": "registryxpull"}}],
         imagePullSecrets=[{"name": "sec-db"}],
         **with_env([secret_key("v-r1-data")], [{"configMapRef": {"name": "init-config-map"}}]),
