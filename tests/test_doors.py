@@ -28,7 +28,7 @@ from test_trust import ALICE, RUN
 
 from webhook.engine import evaluate
 from webhook.engine.context import Context
-from webhook.engine.doors import CONTAINERS, DOORS, NOT_DOORS, Door, located
+from webhook.engine.doors import CONTAINERS, DOORS, MAP_VALUES, NOT_DOORS, Door, located
 from webhook.engine.rules.ownership import platform_references
 from webhook.policy.model import build_policy
 
@@ -54,6 +54,11 @@ NAMING_FIELD = re.compile(
     re.IGNORECASE,
 )
 CONTAINER_LISTS = ("containers", "initContainers", "ephemeralContainers")
+# Maps whose values are label values or quantities, never an object's name: any other map
+# of strings (a CSI driver's volumeAttributes) is walked as the door of its values.
+PLAIN_MAPS = frozenset(
+    {"matchLabels", "labels", "annotations", "limits", "requests", "nodeSelector", "overhead"}
+)
 
 
 def naming_fields(model: str = "V1PodSpec", path: tuple[str, ...] = (),
@@ -73,6 +78,8 @@ def naming_fields(model: str = "V1PodSpec", path: tuple[str, ...] = (),
             (model in REFERENCE_TYPES and key == "name") or NAMING_FIELD.search(key)
         ):
             out.add(here)
+        elif inner == "Dict[str, str]" and key not in PLAIN_MAPS:
+            out.add((*here, MAP_VALUES))  # a free map: any of its values may name something
     return out
 
 
@@ -92,6 +99,7 @@ def test_the_walk_sees_the_schema() -> None:
         "CONTAINERS.*.envFrom.*.secretRef.name",
         "serviceAccountName",
         "volumes.*.csi.nodePublishSecretRef.name",
+        "volumes.*.csi.volumeAttributes.{*}",
     } <= FOUND
     assert len(FOUND) > 25
 
@@ -173,6 +181,8 @@ def door_spec(door: Door, name: str) -> dict[str, Any]:
         if not path:
             return name
         head, rest = path[0], path[1:]
+        if head == MAP_VALUES:  # a driver's attribute, as the Azure drivers name it
+            return {"secretName": build(rest, parent)}
         if head == "*":
             item = build(rest, parent)
             if parent in NAMED_LISTS:
@@ -213,8 +223,8 @@ DOOR_CASES = [
     pytest.param(door, names[door.kind], id=f"{door.text}={names[door.kind]}")
     for door in DOORS
     for names in (PLATFORM_NAMES, FOREIGN_NAMES)
-    if door.kind in names
-]
+    if door.kind in names and not (door.by_pattern and names is FOREIGN_NAMES)
+]  # a map's value is a reference only by a platform name (any other: the driver's)
 
 
 def test_every_door_has_a_platform_name_to_be_fed() -> None:

@@ -460,12 +460,13 @@ def test_with_ownership_every_rule_and_condition(owned: Policy) -> None:
         " && object.metadata.?name.orValue('').matches('^(?:init-config-map-.+)$')\n"
         "  || request.resource.resource == 'resourceclaims'"
         " && object.metadata.?name.orValue('').matches('^(?:gpu-.+)$')\n"
-        # a new claim cloning a platform claim (ownership.not-a-run)
+        # a new claim cloning a claim of any name: a platform one, or one made for a Pod
+        # (ownership.not-a-run, its owner read from the cache)
         "  || request.resource.resource == 'persistentvolumeclaims' && ("
         "(object.?spec.?dataSource.?kind.orValue('') == 'PersistentVolumeClaim'"
-        " && object.?spec.?dataSource.?name.orValue('').matches('^(?:v-.+-.*)$'))\n"
+        " && object.?spec.?dataSource.?name.orValue('').matches('^.+$'))\n"
         "|| (object.?spec.?dataSourceRef.?kind.orValue('') == 'PersistentVolumeClaim'"
-        " && object.?spec.?dataSourceRef.?name.orValue('').matches('^(?:v-.+-.*)$')))\n"
+        " && object.?spec.?dataSourceRef.?name.orValue('').matches('^.+$')))\n"
         # a snapshot of a platform claim (ownership.not-a-run)
         "  || request.resource.resource == 'volumesnapshots'"
         " && object.?spec.?source.?persistentVolumeClaimName.orValue('')"
@@ -673,7 +674,7 @@ def test_pod_conditions_route_what_the_engine_judges(
 
     pod = {"kind": "Pod", "metadata": {"name": "p", "labels": labels}, "spec": spec}
     run = OWNED.selector.matches(labels)
-    judged = not run and bool(platform_references(spec, OWNED))
+    judged = not run and (bool(platform_references(spec, OWNED)) or names_a_claim(spec))
     for name in ("mutate-references.runguard.io", "validate-references.runguard.io"):
         assert cel.routed(hook(name), pod, "pods") == judged
 
@@ -692,7 +693,11 @@ def test_controller_condition_routes_what_the_engine_judges(
     from webhook.engine.rules.ownership import platform_references
 
     obj = wrapped(kind, labels, spec)
-    judged = OWNED.selector.matches(labels or {}) or bool(platform_references(spec, OWNED))
+    judged = (
+        OWNED.selector.matches(labels or {})
+        or bool(platform_references(spec, OWNED))
+        or names_a_claim(spec)
+    )
     for name in ("mutate-controllers.runguard.io", "validate-controllers.runguard.io"):
         assert cel.routed(hook(name), obj, "cronjobs" if kind == "CronJob" else "jobs") == judged
     # Without ownership, runs only.
@@ -773,6 +778,11 @@ REFERENCES: dict[str, dict[str, Any]] = {
                           ("cinder", "secretRef"), ("scaleIO", "secretRef"),
                           ("storageos", "secretRef"))},
     "azureFile secretName": {"volumes": [{"name": "v", "azureFile": {"secretName": "sec-db-r1"}}]},
+    # a driver given the platform's secret by name in its free map (Azure File's secretName)
+    "csi volumeAttributes": {"volumes": [{"name": "v", "csi": {"driver": "file.csi.azure.com",
+        "volumeAttributes": {"shareName": "data", "secretName": "sec-db-r1"}}}]},
+    "flexVolume options": {"volumes": [{"name": "v", "flexVolume": {"driver": "x/y",
+        "options": {"secret": "sec-db-r1"}}}]},
     # a platform claim cloned into a new one by a generic ephemeral volume
     **{f"ephemeral {key}": {"volumes": [{"name": "v", "ephemeral": {"volumeClaimTemplate": {
         "spec": {key: {"kind": "PersistentVolumeClaim", "name": "v-r1-a"}}}}}]}
@@ -793,6 +803,15 @@ def renamed(value: Any) -> Any:
     return NOT_PLATFORM.get(value, value)
 
 
+def names_a_claim(spec: Any) -> bool:
+    """The pod spec names a claim of any name: it may be one made for another Pod, whose
+    owner ``webhook.engine.rules.podclaims`` reads."""
+    from webhook.engine.doors import located
+    from webhook.engine.rules.podclaims import OWNED_KINDS
+
+    return bool(located(spec, OWNED_KINDS))
+
+
 @pytest.mark.parametrize("where", REFERENCES)
 def test_every_place_a_pod_names_the_platforms_objects(cel: Cel, where: str) -> None:
     from webhook.engine.rules.ownership import platform_references
@@ -800,17 +819,18 @@ def test_every_place_a_pod_names_the_platforms_objects(cel: Cel, where: str) -> 
     spec = REFERENCES[where]
     other = renamed(spec)
     assert platform_references(spec, OWNED) and not platform_references(other, OWNED)
+    any_name = names_a_claim(spec)  # routed whatever the claim's name
     for labels in ({}, {"app.kubernetes.io/managed-by": "dhcore"}):  # not runs
         pod = {"kind": "Pod", "metadata": {"labels": labels}, "spec": spec}
         assert cel.routed(hook("validate-references.runguard.io"), pod, "pods"), where
-        assert not cel.routed(hook("validate-references.runguard.io"), {**pod, "spec": other},
-                              "pods")  # fmt: skip
+        assert cel.routed(hook("validate-references.runguard.io"), {**pod, "spec": other},
+                          "pods") == any_name  # fmt: skip
     run = {"kind": "Pod", "metadata": {"labels": RUN_LABELS}, "spec": spec}
     assert not cel.routed(hook("validate-references.runguard.io"), run, "pods")  # objectSelector's
     for kind in ("Job", "CronJob", "StatefulSet"):
         assert cel.routed(hook("validate-controllers.runguard.io"), wrapped(kind, {}, spec), "jobs")
-        assert not cel.routed(hook("validate-controllers.runguard.io"), wrapped(kind, {}, other),
-                              "jobs")  # fmt: skip
+        assert cel.routed(hook("validate-controllers.runguard.io"), wrapped(kind, {}, other),
+                          "jobs") == any_name  # fmt: skip
 
 
 selectors = st.fixed_dictionaries(
@@ -1438,9 +1458,10 @@ def test_kustomize_builds_the_base_with_the_components(tmp_path: Path) -> None:
 
 def test_cluster_state_rbac_is_read_only_for_exactly_its_kinds() -> None:
     """The watch cache's role grants get, list and watch on exactly the resources the
-    cache watches (``webhook.clusterstate.RESOURCES``), get on Pods (the Pod a shell is
-    opened into, ``webhook.shells``), and what a proxy to a Service is judged with (get
-    the Service and its Endpoints, list its EndpointSlices and the Pods they reach),
+    cache watches (``webhook.clusterstate.RESOURCES``, and ResourceClaims), get on Pods
+    (the Pod a shell is opened into, ``webhook.shells``), and what a proxy to a Service
+    is judged with (get the Service and its Endpoints, list its EndpointSlices and the
+    Pods they reach),
     bound to the webhook's account, whose token the component mounts, and the component
     turns the cache on."""
     from webhook.clusterstate.model import RESOURCES
@@ -1459,7 +1480,9 @@ def test_cluster_state_rbac_is_read_only_for_exactly_its_kinds() -> None:
         for group, _, resource in RESOURCES.values()
         for verb in ("get", "list", "watch")
     } | {("", "pods", "get"), ("", "pods", "list"), ("", "services", "get"),
-         ("", "endpoints", "get"), ("discovery.k8s.io", "endpointslices", "list")}  # fmt: skip
+         ("", "endpoints", "get"), ("discovery.k8s.io", "endpointslices", "list")} | {
+        ("resource.k8s.io", "resourceclaims", verb) for verb in ("get", "list", "watch")
+    }  # fmt: skip
     # the operators' kinds the shipped policies name, and nothing else
     policy = load_policy(REPO / "policies")
     kinds = {k for p in policy.run_policies() for k in p.platform.operator_kinds}

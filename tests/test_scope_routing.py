@@ -28,7 +28,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_manifests import Cel
-from test_ownership import State
+from test_ownership import Meta, OwnerRef, State
 
 from webhook import manifests
 from webhook.engine import mutate, validate
@@ -200,8 +200,18 @@ annotations = st.sampled_from([
 ])  # fmt: skip
 policy_labels = st.sampled_from([None, "batch", "core", "other", "elsewhere"])
 secrets = st.sampled_from([None, "sec-api-r1", "other-creds", "mine"])
-claims = st.sampled_from([None, "v-r1-data", "mydata"])
+claims = st.sampled_from([None, "v-r1-data", "mydata", "train-scratch"])
+device_claims = st.sampled_from([None, "train-gpu-x7k2p", "mygpu"])
 accounts = st.sampled_from([None, "other-ctl", "default"])
+# The cluster: claims a controller made for the platform's run Pod train (its ephemeral
+# volume's, its device claim from a template), owned by that Pod, in every namespace.
+CLUSTER = State([
+    Meta(kind, namespace, name, f"uid-{namespace}-{name}",
+         owners=(OwnerRef("Pod", "train", f"uid-{namespace}-train", True),))
+    for namespace in NAMESPACES
+    for kind, name in (("PersistentVolumeClaim", "train-scratch"),
+                       ("ResourceClaim", "train-gpu-x7k2p"))
+])  # fmt: skip
 
 
 @st.composite
@@ -213,6 +223,9 @@ def objects(draw: st.DrawFn) -> dict[str, Any]:
         container["envFrom"] = [{"secretRef": {"name": secret}}]
     if claim is not None:
         spec["volumes"] = [{"name": "data", "persistentVolumeClaim": {"claimName": claim}}]
+    device = draw(device_claims)
+    if device is not None:
+        spec["resourceClaims"] = [{"name": "gpu", "resourceClaimName": device}]
     if account is not None:
         spec["serviceAccountName"] = account
     meta: dict[str, Any] = {"labels": dict(draw(labels)), "annotations": dict(draw(annotations))}
@@ -297,7 +310,7 @@ def _judged(
     object."""
     operation = "CREATE" if old is None else "UPDATE"
     mutating, validating = manifests.webhook_configurations(policy)
-    context = Context(who, State([]), operation, subresource)
+    context = Context(who, CLUSTER, operation, subresource)
     mutation = mutate(obj, policy, namespace=namespace, old=old, context=context)
     assert mutation.error is None, mutation.error
     if mutation.patch:

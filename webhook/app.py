@@ -26,7 +26,7 @@ from webhook.admission import AdmissionError, Endpoint
 from webhook.auditlog import AuditLog, audit_record
 from webhook.clusterstate import ClusterState
 from webhook.clusterstate.metrics import ClusterStateCollector
-from webhook.clusterstate.process import ClusterWatch, operator_kinds
+from webhook.clusterstate.process import ClusterWatch, watched_kinds
 from webhook.engine.context import ClusterView
 from webhook.policy.objects import MAX_MESSAGE, check_object
 from webhook.policystore import PolicyState, PolicyStore
@@ -336,12 +336,12 @@ def _cluster_state(
 ) -> tuple[ClusterView | None, ClusterWatch | None]:
     """The handed-in ``cluster`` view, else the state the ``cluster_state`` setting
     watches (its watch process started here: in the gunicorn master, which loads the
-    app before forking the workers), else None. The watch also keeps the operators'
-    kinds of the policy loaded now (a reload adding one needs a restart)."""
+    app before forking the workers), else None. The watch also keeps ResourceClaims and
+    the operators' kinds of the policy loaded now (a reload adding one needs a restart)."""
     given: ClusterView | None = config.get("cluster")
     if given is not None or settings.get("cluster_state") is None:
         return given, None
-    kinds = operator_kinds(store.state.policy)
+    kinds = watched_kinds(store.state.policy)
     watch = ClusterWatch(settings["cluster_state"], operator_kinds=kinds).start()
     return watch.state, watch
 

@@ -38,7 +38,7 @@ from urllib.parse import urlsplit
 import yaml
 
 from webhook.engine.context import PLATFORM_RECORD, POLICY_LABEL, STAMP
-from webhook.engine.doors import CONTAINER_LISTS, CONTAINERS, DOORS
+from webhook.engine.doors import CONTAINER_LISTS, CONTAINERS, DOORS, MAP_VALUES
 from webhook.engine.rules.operators import plural
 from webhook.engine.rules.ownership import (
     SNAPSHOT_GROUP,
@@ -238,9 +238,10 @@ def _join(op: str, *parts: _Expr | None) -> _Expr | None:
     return _Join(op, tuple(present))
 
 
-def _exists(items: str, var: str, body: _Expr | None) -> _Exists | None:
-    """``items`` is an optional list (absent: empty)."""
-    return None if body is None else _Exists(f"{items}.orValue([])", var, body)
+def _exists(items: str, var: str, body: _Expr | None, empty: str = "[]") -> _Exists | None:
+    """``items`` is an optional list (absent: empty), or a map (``empty`` "{}": ``var`` is
+    each key)."""
+    return None if body is None else _Exists(f"{items}.orValue({empty})", var, body)
 
 
 def _render(expr: _Expr, indent: str = "") -> str:
@@ -392,6 +393,10 @@ def _doors(items: list[_DoorItem], base: str) -> _Expr | None:
             containers = " + ".join(f"{base}.?{n}.orValue([])" for n in CONTAINER_LISTS)
             body = _doors([(p[1:], w, r) for p, w, r in rest], "c")
             parts.append(None if body is None else _Exists(f"({containers})", "c", body))
+        elif all(p == (MAP_VALUES,) for p, _, _ in rest):  # every value of a map
+            values = f"{base}.?{head}"
+            any_value = _join("||", *(_matches(f"{values}[?k]", r) for _, _, r in rest))
+            parts.append(_exists(values, "k", any_value, empty="{}"))
         elif all(p[:1] == ("*",) for p, _, _ in rest):
             var = _LIST_VARS.get(head, head[0])
             parts.append(
@@ -454,6 +459,21 @@ def _references(policy: Policy, spec: str) -> _Expr | None:
         ),
     )
     return _join("||", named, runs_as)
+
+
+# Claims a controller makes for one Pod, owned by it (``webhook.engine.rules.podclaims``):
+# no platform name tells them apart, so a pod spec naming any is routed.
+_POD_OWNED_KINDS = ("PersistentVolumeClaim", "ResourceClaim")
+_ANY_NAME = "^.+$"
+
+
+def _names_a_claim(spec: str) -> _Expr | None:
+    """CEL: the pod spec ``spec`` names an existing claim of any name, through the doors of
+    the kinds a controller makes for one Pod: runguard reads whose the claim is."""
+    items: list[_DoorItem] = [
+        (door.path, door.when, _ANY_NAME) for door in DOORS if door.kind in _POD_OWNED_KINDS
+    ]
+    return _doors(items, spec)
 
 
 def _records(policy: Policy, meta: str) -> str:
@@ -520,12 +540,16 @@ def controller_condition(policy: Policy) -> dict[str, str] | None:
     was = _runs(policy, "o.?metadata.?labels")
     if run is None or was is None:
         return None
-    references = _references(policy, "t.?spec") if _any_ownership(policy) else None
+    references = (
+        _join("||", _references(policy, "t.?spec"), _names_a_claim("t.?spec"))
+        if _any_ownership(policy)
+        else None
+    )
     name = "run-template" if references is None else "run-template-or-platform-names"
     either = _join("||", run, references)
     assert either is not None
     # A one-element list binds the template to `t` (this CEL has no `let`).
-    claims = _name_regexes(policy).get("PersistentVolumeClaim") if references else None
+    claims = _ANY_NAME if references else None  # a claim template cloning any claim
     routed = _join(
         "||",
         _Exists(f"[{TEMPLATE}]", "t", either),
@@ -559,7 +583,11 @@ def _pod_reference_conditions(policy: Policy) -> list[dict[str, str]] | None:
     run = _runs(policy, "object.metadata.?labels")
     if run is None:
         return None
-    references = _references(policy, "object.spec") if _any_ownership(policy) else None
+    references = (
+        _join("||", _references(policy, "object.spec"), _names_a_claim("object.spec"))
+        if _any_ownership(policy)
+        else None
+    )
     either = _join("||", references, _records_kept(policy))
     assert either is not None
     return [
@@ -580,12 +608,14 @@ def reserved_name_condition(policy: Policy) -> dict[str, str] | None:
         for resource, regex in _reserved(policy).items()
     ]
     claims = _name_regexes(policy).get("PersistentVolumeClaim")
-    if claims is not None:  # a new claim cloning a platform claim, or a snapshot of one
+    if "persistentvolumeclaims" in _reserved(policy):
+        # a new claim cloning a claim of any name (a platform one, or one made for a Pod)
         alternatives.append(
             "request.resource.resource == 'persistentvolumeclaims' && ("
-            + _render(_clones("object.?spec", claims))
+            + _render(_clones("object.?spec", _ANY_NAME))
             + ")"
         )
+    if claims is not None:  # a snapshot of a platform claim
         alternatives.append(
             "request.resource.resource == 'volumesnapshots'"
             " && object.?spec.?source.?persistentVolumeClaimName.orValue('')"

@@ -163,6 +163,12 @@ def claim_volume(claim: str) -> JSON:
     return {"name": "data", "persistentVolumeClaim": {"claimName": claim}}
 
 
+def csi_volume(attributes: dict[str, str]) -> JSON:
+    """An inline csi volume whose driver reads ``attributes`` (Azure File's secretName)."""
+    return {"name": "share", "csi": {"driver": "file.csi.azure.com",
+                                     "volumeAttributes": attributes}}  # fmt: skip
+
+
 def with_env(env: list[JSON], env_from: list[JSON] | None = None) -> dict[str, Any]:
     """Pod spec keys: one container with ``env`` and ``envFrom``."""
     main: JSON = {"name": "main", "image": "python:3.11", "env": env}
@@ -271,6 +277,16 @@ ROUTED: dict[str, tuple[JSON, str]] = {
         pod("projected", volumes=[{"name": "p", "projected": {"sources": [
             {"secret": {"name": "sec-x-r9"}}]}}]),
         manifests.MUTATING_REFERENCES_WEBHOOK),
+    # a claim of any name may be one made for another Pod: runguard reads its owner
+    "Pod with an ordinary claim": (pod("claim", {"app": "tool"},
+                                       volumes=[claim_volume("team-datasets")]),
+                                   manifests.MUTATING_REFERENCES_WEBHOOK),
+    "Pod naming an existing device claim": (
+        pod("device", {"app": "tool"}, resourceClaims=[{"name": "g", "resourceClaimName": "x"}]),
+        manifests.MUTATING_REFERENCES_WEBHOOK),
+    "Pod giving a csi driver the platform's secret": (
+        pod("csi", volumes=[csi_volume({"shareName": "data", "secretName": "sec-db-r1"})]),
+        manifests.MUTATING_REFERENCES_WEBHOOK),
     "Job, no run labels, platform claim": (
         controller("Job", "copyjob", pod("x", {"app": "tool"},
                                          volumes=[claim_volume("v-r1-data")])),
@@ -288,7 +304,8 @@ NOT_ROUTED: dict[str, JSON] = {
     "plain Pod": pod("plain", {"app": "tool"}),
     "Pod with ordinary names": pod(
         "ordinary",
-        volumes=[claim_volume("team-datasets"), {"name": "c", "configMap": {"name": "settings"}},
+        volumes=[{"name": "c", "configMap": {"name": "settings"}},
+                 csi_volume({"shareName": "data", "secretName": "sec-db"}),
                  {"name": "s", "secret": {"secretName": "registryxpull"}}],
         imagePullSecrets=[{"name": "sec-db"}],
         **with_env([secret_key("v-r1-data")], [{"configMapRef": {"name": "init-config-map"}}]),

@@ -653,3 +653,47 @@ def test_status_subresources_neither_relabel_nor_forge_records(
     done = patch_status(trudy, space, "job/gated", {"ownerReferences": owners})
     assert done.returncode != 0 and "ownership.owner-changed" in rule_ids(done.stderr), done.stderr
     assert not get(cluster, space, "job/gated")["metadata"].get("ownerReferences")
+
+
+def test_an_ephemeral_volumes_claim_is_refused_to_another_pod(cluster: Cluster, space: str) -> None:
+    """The ephemeral-volume controller makes ``owner-scratch`` for a Pod's generic
+    ephemeral volume, owned by that Pod; a Pod of the user's outside every selector
+    mounting it by name is refused (``ownership.not-a-run``: runguard's cache holds the
+    claim's owner), a claim of no Pod's is not; with the shipped cluster-state role,
+    which the watch of ResourceClaims needs too."""
+    claim = {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}
+    owner = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "owner",
+                                                             "labels": {"app": "owner"}},
+             "spec": {"containers": [{"name": "c", "image": "busybox"}],
+                      "volumes": [{"name": "scratch", "ephemeral": {
+                          "volumeClaimTemplate": {"spec": claim}}}], **ON_OUR_NODE}}  # fmt: skip
+    cluster.kubectl("apply", "-n", space, "-f", "-", input=json.dumps(owner), check=True)
+
+    def made() -> dict[str, Any] | None:
+        done = cluster.kubectl("get", "-n", space, "pvc/owner-scratch", "-o", "json")
+        return json.loads(done.stdout) if done.returncode == 0 else None
+
+    generated = until("the ephemeral volume's claim", made, WAIT)
+    assert [(o["kind"], o["name"]) for o in generated["metadata"]["ownerReferences"]] == [
+        ("Pod", "owner")
+    ]
+    mine = {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "mine"},
+            "spec": claim}  # fmt: skip
+    user(cluster).kubectl("apply", "-n", space, "-f", "-", input=json.dumps(mine), check=True)
+
+    def mounting(name: str) -> str:
+        return json.dumps({"apiVersion": "v1", "kind": "Pod",
+                           "metadata": {"name": "reader", "labels": {"app": "x"}},
+                           "spec": {"containers": [{"name": "c", "image": "busybox"}],
+                                    "volumes": [{"name": "d", "persistentVolumeClaim": {
+                                        "claimName": name}}]}})  # fmt: skip
+
+    def tried(name: str) -> Any:
+        return user(cluster).kubectl("create", "-n", space, "--dry-run=server", "-f", "-",
+                                     input=mounting(name))  # fmt: skip
+
+    refused = until("runguard's cache holding the claim's owner",
+                    lambda: (d := tried("owner-scratch")).returncode != 0 and d, WAIT)  # fmt: skip
+    assert rule_ids(refused.stderr) == {"ownership.not-a-run"}, refused.stderr
+    own = tried("mine")
+    assert own.returncode == 0, own.stderr

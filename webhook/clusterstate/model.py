@@ -21,6 +21,7 @@ from typing import Any, NamedTuple, Protocol, runtime_checkable
 __all__ = [
     "CLUSTER_SCOPED",
     "CONTROLLER_KINDS",
+    "DEVICE_CLAIMS",
     "KINDS",
     "LAST_APPLIED",
     "MAX_ANNOTATION_VALUE",
@@ -82,6 +83,12 @@ MAX_OPERATOR_KINDS = 16
 OPERATOR_CORE_KINDS: dict[str, tuple[str, str, str]] = {
     "Pod": ("v1", "pods", "runguard.io/policy"),
 }
+# ResourceClaims, watched in an operator slot (the first) whatever the policy: a claim a
+# controller made for one Pod is that Pod's (``webhook.engine.rules.podclaims``). Found
+# through discovery (resource.k8s.io/v1 from Kubernetes 1.34, v1beta1 before where
+# dynamic resource allocation is on); not served, it is marked so and Pods naming an
+# existing claim fail closed, as no such Pod is admitted by that apiserver anyway.
+DEVICE_CLAIMS = "resource.k8s.io/ResourceClaim"
 REQUESTED_BY = "runguard.io/requested-by"  # the stamp of who asked for a Pod or controller
 LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 # An annotation value longer than this is not kept (memory stays bounded whatever other

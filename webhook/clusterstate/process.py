@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
 from webhook.clusterstate.model import (
+    DEVICE_CLAIMS,
     KINDS,
     MAX_OPERATOR_KINDS,
     OPERATOR_CORE_KINDS,
@@ -42,7 +43,7 @@ from webhook.clusterstate.publication import SharedClusterState, create_director
 if TYPE_CHECKING:
     from webhook.policy.model import Policy
 
-__all__ = ["ClusterWatch", "WatchProcess", "operator_kinds"]
+__all__ = ["ClusterWatch", "WatchProcess", "operator_kinds", "watched_kinds"]
 
 log = logging.getLogger("runguard.server")
 
@@ -65,6 +66,12 @@ def operator_kinds(policy: Policy | None) -> tuple[str, ...]:
                 if group or name in OPERATOR_CORE_KINDS:  # a custom resource has a group
                     found[kind] = None
     return tuple(found)
+
+
+def watched_kinds(policy: Policy | None) -> tuple[str, ...]:
+    """The kinds the watch keeps in its operator slots: ResourceClaims first (whose
+    claims are a Pod's own, ``model.DEVICE_CLAIMS``), then ``operator_kinds``."""
+    return tuple(dict.fromkeys((DEVICE_CLAIMS, *operator_kinds(policy))))
 
 
 class WatchProcess:

@@ -58,6 +58,7 @@ import orjson
 from webhook import kubeconfig
 from webhook.clusterstate.model import (
     CLUSTER_SCOPED,
+    DEVICE_CLAIMS,
     KINDS,
     MAX_OPERATOR_KINDS,
     OPERATOR_CORE_KINDS,
@@ -341,6 +342,10 @@ class KindWatch:
             return ""
         name = self.publisher.table_kind
         fails = f"; Pods owned by {name} objects fail closed (ownership.unknown) until it is listed"
+        if self.kind == DEVICE_CLAIMS:
+            fails = "; Pods naming an existing ResourceClaim fail closed (ownership.unknown)"
+            if problem == NOT_INSTALLED:  # no Pod names one on such an apiserver
+                return f" (dynamic resource allocation off, or before 1.34){fails}"
         if problem == NOT_INSTALLED:
             return f"; is its CustomResourceDefinition installed?{fails}"
         if problem == FORBIDDEN:

@@ -10,8 +10,12 @@ the apiserver sends cannot drift. ``tests/test_doors.py`` walks the Kubernetes A
 field that names a Secret, ConfigMap, PersistentVolumeClaim, ServiceAccount or device
 that is neither here nor in ``NOT_DOORS`` with the reason.
 
-A path starts at the pod spec; ``*`` is every item of a list; ``CONTAINERS`` stands for
-the three container lists (init, regular and ephemeral containers). Each door names
+A path starts at the pod spec; ``*`` is every item of a list, ``{*}`` every value of a
+map; ``CONTAINERS`` stands for the three container lists (init, regular and ephemeral
+containers). A door through the values of a map (a CSI driver's ``volumeAttributes``,
+read by the driver, which may open a Secret named there with its own rights) names an
+object only by one of the platform's names for that kind: any other value is the
+driver's business (``Door.by_pattern``). Each door names
 its ``judge``, the rule that strips or denies what a run may not use through it:
 ``tests/test_doors.py`` feeds every door the platform's name (and a foreign one) and
 fails unless that rule strips or denies it, so a door listed but judged by nothing is
@@ -35,6 +39,7 @@ from webhook.engine.rule_ids import (
 __all__ = [
     "CONTAINERS",
     "DOORS",
+    "MAP_VALUES",
     "NOT_DOORS",
     "Door",
     "Item",
@@ -45,6 +50,7 @@ __all__ = [
 ]
 
 CONTAINERS = "CONTAINERS"
+MAP_VALUES = "{*}"  # a path step: every value of a map
 CONTAINER_LISTS = ("initContainers", "containers", "ephemeralContainers")
 
 
@@ -63,6 +69,12 @@ class Door:
     def text(self) -> str:
         return ".".join(self.path)
 
+    @property
+    def by_pattern(self) -> bool:
+        """A door through a free map's values: a value names an object of ``kind`` only
+        when it is one of the platform's names for that kind (the readers filter)."""
+        return MAP_VALUES in self.path
+
 
 def _door(kind: str, path: str, judge: str, when: tuple[str, str] | None = None) -> Door:
     return Door(kind, tuple(path.split(".")), judge, when)
@@ -79,6 +91,8 @@ DOORS: tuple[Door, ...] = (
     _secret("volumes.*.secret.secretName"),
     _secret("volumes.*.projected.sources.*.secret.name"),
     _secret("volumes.*.csi.nodePublishSecretRef.name"),
+    _secret("volumes.*.csi.volumeAttributes.{*}"),  # secretName and the like, by pattern
+    _secret("volumes.*.flexVolume.options.{*}"),
     _secret("volumes.*.flexVolume.secretRef.name"),
     _secret("volumes.*.cephfs.secretRef.name"),
     _secret("volumes.*.rbd.secretRef.name"),
@@ -137,6 +151,10 @@ NOT_DOORS: dict[str, str] = {
     ),
     "CONTAINERS.*.env.*.valueFrom.fileKeyRef.volumeName": (
         "names a volume of the Pod itself, which is judged as a volume"
+    ),
+    "volumes.*.projected.sources.*.podCertificate.userAnnotations.{*}": (
+        "what a pod certificate's signer reads with the request: the signer decides what "
+        "it issues, and opens no object for the Pod"
     ),
     "runtimeClassName": "a RuntimeClass: the profile's and scheduling's (cluster_lacks)",
     "priorityClassName": "a PriorityClass: judged by scheduling.priority-class",
@@ -211,6 +229,12 @@ def _source(root: _Trie) -> str:
                 test += f" and {parent}.get({when[0]!r}) == {when[1]!r}"
             lines.append(f"{pad}if {test}:")
             lines.append(f"{pad}    out.append(({index}, {var}, ({', '.join(item)},)))")
+        values = node.children.get(MAP_VALUES)
+        if values is not None:  # every value of a map, located by its key
+            n = next(names)
+            lines.append(f"{pad}if isinstance({var}, dict):")
+            lines.append(f"{pad}    for k{n}, e{n} in {var}.items():")
+            emit(values, f"e{n}", [*steps, f"k{n}"], cut, var, depth + 2)
         items = node.children.get("*")
         if items is not None:
             n = next(names)
@@ -219,7 +243,7 @@ def _source(root: _Trie) -> str:
             emit(items, f"e{n}", [*steps, f"i{n}"], len(steps) + 1, var, depth + 2)
         keys: dict[int, tuple[_Trie, list[str]]] = {}  # subtree -> the keys leading to it
         for key, below in node.children.items():
-            if key != "*":
+            if key not in ("*", MAP_VALUES):
                 keys.setdefault(id(below), (below, []))[1].append(key)
         if not keys:
             return

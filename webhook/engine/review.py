@@ -21,7 +21,7 @@ from webhook.engine.pod import warning as warning_text
 from webhook.engine.podspec import Target, object_meta
 from webhook.engine.receipts import LocalReceipts, Receipts, backstop_key, state_version
 from webhook.engine.rule_ids import OWNERSHIP_STAMP, UPDATE_SPEC_KEPT
-from webhook.engine.rules import ownership, run_checks, run_steps
+from webhook.engine.rules import ownership, podclaims, run_checks, run_steps
 from webhook.engine.rules.profile import PRIORITY_COMPUTED
 from webhook.engine.rules.security import harden_debug_containers
 from webhook.engine.rules.trust import check_shell, run_trust_checks
@@ -374,6 +374,7 @@ def validate(
         + ownership.check_claim_clones(obj, r.root, context)
         + ownership.check_claim_snapshots(obj, r.root, context)
         + ownership.check_token_secret(obj, r.root, r.namespace, r.old, context)
+        + podclaims.check_pod_claim_clones(obj, r.root, context, r.namespace)
         if isinstance(obj, dict)
         else []
     )
@@ -459,6 +460,7 @@ def _not_a_run(r: Review) -> list[Violation]:
             fresh = {path for k, n, path in now if (k, n) not in had}
             prefix = spec_prefix(r.target.spec_path)
             violations = [v for v in violations if v.path.removeprefix(prefix) in fresh]
+        violations += podclaims.check_pod_claims(r, policy, who.ownership)
         found.extend(v for v in violations if v not in found)
     return found
 

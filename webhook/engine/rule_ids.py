@@ -202,8 +202,10 @@ SECRETS_FORBIDDEN = _rule(
     violation=(
         "a secret outside `secrets.allowed` through any door (env, envFrom, secret and "
         "projected volumes, the secret references of csi, flexVolume, cephfs, rbd, iscsi, "
-        "cinder, scaleIO, storageos and azureFile volumes, imagePullSecrets), or a platform "
-        "secret used by a run the platform did not create"
+        "cinder, scaleIO, storageos and azureFile volumes, a value of a csi volume's "
+        "`volumeAttributes` or a flexVolume's `options` that is one of the platform's secret "
+        "names, imagePullSecrets), or a platform secret used by a run the platform did not "
+        "create"
     ),
 )
 SCHEDULING_PRIORITY_CLASS = _rule(
@@ -334,9 +336,12 @@ OWNERSHIP_NOT_A_RUN = _rule(
         "a pod outside every selector using the platform's objects through any door (volumes of "
         "every type and their secret references, claim templates' data sources, env, envFrom, "
         "projected sources, imagePullSecrets), not created by the platform (`kubectl debug "
-        "--copy-to`); a platform configMap read into the environment of a run the platform did "
-        "not create; a PVC cloning, or a VolumeSnapshot of, a platform-named claim by someone "
-        "else than the platform"
+        "--copy-to`); a pod, or a new claim, not created by the platform naming a claim whose "
+        "controller owner is a Pod (an ephemeral volume's PersistentVolumeClaim, a "
+        "ResourceClaim made from a Pod's template: that Pod's alone) by `claimName`, a data "
+        "source or `resourceClaimName`; a platform configMap read into the environment of a "
+        "run the platform did not create; a PVC cloning, or a VolumeSnapshot of, a "
+        "platform-named claim by someone else than the platform"
     ),
 )
 OWNERSHIP_UNKNOWN = _rule(

@@ -438,25 +438,30 @@ def cloned_claims(claim_spec: Any, policy: Policy) -> list[str]:
     return out
 
 
-def check_claim_clones(obj: JSON, root: Policy, context: Context) -> list[Violation]:
-    """``ownership.not-a-run``: only the platform clones its claims, through a PVC of its
-    own (``dataSource``/``dataSourceRef``) or a StatefulSet's ``volumeClaimTemplates``."""
+def claim_specs(obj: JSON, context: Context) -> list[tuple[str, Any]]:
+    """(path, claim spec) of what a CREATE of a PVC or a StatefulSet makes claims from."""
     if context.operation != "CREATE" or obj.get("kind") not in ("PersistentVolumeClaim",
                                                                 "StatefulSet"):  # fmt: skip
         return []
     spec = obj.get("spec")
     if not isinstance(spec, dict):
         return []
-    specs: list[tuple[str, Any]]
     if obj["kind"] == "PersistentVolumeClaim":
-        specs = [("spec", spec)]
-    else:
-        templates = spec.get("volumeClaimTemplates")
-        specs = [
-            (f"spec.volumeClaimTemplates[{i}].spec", t.get("spec"))
-            for i, t in enumerate(templates if isinstance(templates, list) else ())
-            if isinstance(t, dict)
-        ]
+        return [("spec", spec)]
+    templates = spec.get("volumeClaimTemplates")
+    return [
+        (f"spec.volumeClaimTemplates[{i}].spec", t.get("spec"))
+        for i, t in enumerate(templates if isinstance(templates, list) else ())
+        if isinstance(t, dict)
+    ]
+
+
+def check_claim_clones(obj: JSON, root: Policy, context: Context) -> list[Violation]:
+    """``ownership.not-a-run``: only the platform clones its claims, through a PVC of its
+    own (``dataSource``/``dataSourceRef``) or a StatefulSet's ``volumeClaimTemplates``."""
+    specs = claim_specs(obj, context)
+    if not specs:
+        return []
     out: list[Violation] = []
     for policy in root.run_policies():
         if not enabled(policy) or is_platform_identity(policy, context.requester):
@@ -630,9 +635,9 @@ def platform_references(spec: Any, policy: Policy) -> list[tuple[str, str, str]]
     pattern's placeholders stand for any value). Reads defensively: it also runs on pods
     outside the selector, which are not shape-checked."""
     return [
-        (kind, name, path)
-        for kind, name, path in doors.references(spec, _NAMED_KINDS)
-        if platform_named(policy, kind, name)
+        (ref.door.kind, ref.name, doors.item_text(ref.item))
+        for ref in doors.located(spec, _NAMED_KINDS)
+        if platform_named(policy, ref.door.kind, ref.name)
     ]
 
 

@@ -3,11 +3,14 @@
 Every door of ``webhook.engine.doors`` that names a Secret counts, and each the same way:
 env ``secretKeyRef``, ``envFrom.secretRef``, secret volumes, projected secret sources,
 the secret references of csi, flexVolume, cephfs, rbd, iscsi, cinder, scaleIO, storageos
-and azureFile volumes, and ``imagePullSecrets`` (a registry credential is a secret too;
-the ServiceAccount admission plugin adds the service account's pull secrets before
-runguard sees the pod, so admins list those as allowed). Mutation removes what holds a
-forbidden reference (the env entry, the projected source, the pull secret entry, the
-volume with its mounts); validation denies it.
+and azureFile volumes, a value of a csi volume's ``volumeAttributes`` (or a flexVolume's
+``options``) that is one of the platform's Secret names (a driver reading
+``secretName`` there opens that Secret with its own rights), and ``imagePullSecrets``
+(a registry credential is a secret too; the ServiceAccount admission plugin adds the
+service account's pull secrets before runguard sees the pod, so admins list those as
+allowed). Mutation removes what holds a forbidden reference (the env entry, the
+projected source, the pull secret entry, the volume with its mounts); validation denies
+it.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from __future__ import annotations
 from webhook.engine.doors import Reference, item_text, located
 from webhook.engine.pod import Pod, kept_change, remove_items
 from webhook.engine.rule_ids import SECRETS_FORBIDDEN
+from webhook.engine.rules.ownership import platform_named
 from webhook.engine.types import Change, Violation
 from webhook.policy.model import matches_any
 
@@ -31,8 +35,12 @@ def secret_allowed(name: str, pod: Pod, *, undecided: bool = False) -> bool:
 
 def secret_references(pod: Pod) -> list[Reference]:
     """Every secret the pod spec names, through every Secret door: the one list both the
-    step and the check walk."""
-    return located(pod.spec, SECRET)
+    step and the check walk; a value of a driver's map only when it is a platform name."""
+    return [
+        ref
+        for ref in located(pod.spec, SECRET)
+        if not ref.door.by_pattern or platform_named(pod.policy, "Secret", ref.name)
+    ]
 
 
 def drop_forbidden_secrets(pod: Pod) -> Change | None:
