@@ -49,6 +49,15 @@ PROFILE_UNKNOWN = _rule(
     mutation="an unknown profile fell back to the default (`unknown: Default`)",
     violation="the named profile does not exist (`unknown: Deny`)",
 )
+PROFILE_NOT_ALLOWED = _rule(
+    "profile.not-allowed",
+    mutation="",
+    violation=(
+        "the named profile is kept to other namespaces (its `namespaceSelector`), or the "
+        "cluster state lacks the run's Namespace to tell; the message lists the profiles "
+        "the namespace may use"
+    ),
+)
 RESOURCES_DEFAULTS = _rule(
     "resources.defaults",
     mutation=(

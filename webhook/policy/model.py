@@ -670,6 +670,12 @@ class ProfileSpec(Section):
     """A hardware profile: its values win over the run's, key by key."""
 
     description: str = Field(default="", description="Shown to users choosing a profile.")
+    namespace_selector: LabelSelector | None = Field(
+        default=None,
+        description="The namespaces whose runs may use this profile, by the Namespace's "
+        "labels (a LabelSelector; kubernetes.io/metadata.name is each one's name); absent: "
+        "every namespace. A run naming it elsewhere is denied (profile.not-allowed).",
+    )
     resources: ResourceRequirements = Field(
         default_factory=ResourceRequirements,
         description="Requests and limits of the main container.",

@@ -1,11 +1,12 @@
-"""Step 1 and rule ``profile.unknown``: the profile the run names wins over the user's values."""
+"""Step 1 and rules ``profile.unknown`` and ``profile.not-allowed``: the profile the run
+names wins over the user's values, where its namespace may use it."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from typing import Any
 
-from webhook.engine.context import cluster_lacks
+from webhook.engine.context import cluster_lacks, namespace_labels
 from webhook.engine.pod import (
     Pod,
     copy_value,
@@ -13,7 +14,7 @@ from webhook.engine.pod import (
     main_container,
     warning,
 )
-from webhook.engine.rule_ids import PROFILE_APPLIED, PROFILE_UNKNOWN
+from webhook.engine.rule_ids import PROFILE_APPLIED, PROFILE_NOT_ALLOWED, PROFILE_UNKNOWN
 from webhook.engine.types import JSON, Change, Violation
 from webhook.quantity import parse
 
@@ -152,6 +153,8 @@ def merge_tolerations(spec: JSON, wanted: Iterable[Any]) -> bool:
 
 def check_profile(pod: Pod) -> list[Violation]:
     cfg = pod.policy.profiles_config
+    if pod.profile_refused is not None:
+        return [not_allowed(pod, pod.profile_refused.name)]
     name = pod.profile_asked
     if name is None or name in pod.policy.profiles or cfg.unknown == "Default":
         return []
@@ -163,3 +166,23 @@ def check_profile(pod: Pod) -> list[Violation]:
             f"profile {name!r} does not exist (known: {known})",
         )
     ]
+
+
+def not_allowed(pod: Pod, name: str) -> Violation:
+    """``profile.not-allowed``: the run's namespace may not use profile ``name``; the
+    message names the profiles it may use (only those open to every namespace when the
+    cluster view lacks the Namespace)."""
+    labels = namespace_labels(pod.context, pod.namespace)
+    usable = ", ".join(sorted(n for n, p in pod.policy.profiles.items() if pod.may_use(p)))
+    if labels is None:
+        why = (
+            f"profile {name!r} is kept to some namespaces, and the cluster state holds no "
+            f"Namespace {pod.namespace or '(none)'!r} to tell"
+        )
+    else:
+        why = f"profile {name!r} is not for namespace {pod.namespace!r}"
+    return Violation(
+        PROFILE_NOT_ALLOWED,
+        f"{pod.meta_path}.labels[{pod.policy.profiles_config.label}]",
+        f"{why} (it may use: {usable or 'none'})",
+    )
