@@ -58,6 +58,14 @@ PROFILE_NOT_ALLOWED = _rule(
         "the namespace may use"
     ),
 )
+PROFILE_RANGE = _rule(
+    "profile.range",
+    mutation=(
+        "a request or limit outside the profile's range {min, default, max} set to the "
+        "nearest bound (`onExceed: Clamp`)"
+    ),
+    violation="a request or limit outside the profile's range (`onExceed: Deny`)",
+)
 RESOURCES_DEFAULTS = _rule(
     "resources.defaults",
     mutation=(
