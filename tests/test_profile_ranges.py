@@ -5,6 +5,7 @@ lint refuses a default outside its range and a bound above the RunPolicy's maxim
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -224,3 +225,21 @@ def test_a_profile_object_with_a_range_above_the_maximums_is_refused() -> None:
     }
     (error,) = check_object(profile, Path(__file__).parent.parent / "policies").errors
     assert error.startswith('Profile pick: spec.resources.requests.memory.max: "4Ti" is above')
+
+
+def test_on_update_a_value_outside_may_come_closer_never_go_further(tmp_path: Path) -> None:
+    strict = policy(tmp_path, "Deny")
+    old = mutate(run({"memory": "80Gi"}, {"memory": "80Gi"}), strict, namespace="ml").object
+
+    def resized(memory: str) -> Any:
+        new = json.loads(json.dumps(old))
+        new["spec"]["containers"][0]["resources"] = {
+            "requests": {**old["spec"]["containers"][0]["resources"]["requests"], "memory": memory},
+            "limits": {**old["spec"]["containers"][0]["resources"]["limits"], "memory": memory},
+        }
+        return validate(new, strict, namespace="ml", old=old)
+
+    assert resized("72Gi").allowed
+    grown = resized("90Gi")
+    assert not grown.allowed
+    assert PROFILE_RANGE in {v.rule for v in grown.violations}

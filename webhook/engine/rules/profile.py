@@ -216,8 +216,10 @@ def check_profile_ranges(pod: Pod) -> list[Violation]:
             f"{pod.spec_path}.containers[{index}].resources.{part}.{resource}",
             f"{pod.short(resource)} {part[:-1]} {asked} is outside profile "
             f"{pod.profile.name}'s range {bounds.min}..{bounds.max}",
+            # how far outside: on UPDATE (pods/resize) it may stay or come closer, not grow
+            amount=abs(parse(asked) - parse(bound)),
         )
-        for part, resource, asked, _, bounds in beyond
+        for part, resource, asked, bound, bounds in beyond
     ]
 
 
