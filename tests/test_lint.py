@@ -123,6 +123,27 @@ def test_not_in_and_does_not_exist_guarantee_nothing(pol: Path) -> None:
     assert all(w.startswith("pol/runpolicy.yaml:12: spec.secrets.allowed[0]: ") for w in warnings)
 
 
+def test_a_request_range_above_its_limit_and_a_kept_default(pol: Path) -> None:
+    default = "{label: dhcore/template, default: small}"
+    write(pol, "runpolicy.yaml", RUN_POLICY.replace("{label: dhcore/template}", default))
+    ranges = (
+        "    requests:\n"
+        "      memory: {min: 1Gi, default: 2Gi, max: 8Gi}\n"
+        '      cpu: {min: "1", default: "1", max: "2"}\n'
+        "    limits:\n"
+        "      memory: {min: 1Gi, default: 2Gi, max: 4Gi}\n"
+        '      cpu: "2"\n'
+    )
+    kept = PROFILE.replace("spec:\n", "spec:\n  namespaceSelector: {matchLabels: {team: a}}\n")
+    write(pol, "profiles.yaml", kept.replace("    requests: {cpu: 500m, memory: 1Gi}\n", ranges))
+    assert warnings_of() == [
+        "pol/profiles.yaml:5: spec.namespaceSelector: the default profile of RunPolicy "
+        "platform is kept to some namespaces: elsewhere a run naming no profile is denied",
+        "pol/profiles.yaml:8: spec.resources.requests.memory.max: request up to 8Gi is above "
+        "the most the limit allows, 4Gi: runs asking for more get the limit",
+    ]
+
+
 def test_profile_priority_class_not_allowed(pol: Path) -> None:
     write(
         pol,

@@ -136,6 +136,44 @@ def test_a_broken_profile_is_refused_naming_the_key(cluster: Cluster, served: Ru
     assert gone.returncode != 0
 
 
+def test_a_profile_with_ranges_and_a_namespace_selector_is_stored_as_written(
+    cluster: Cluster, served: Runguard
+) -> None:
+    """The CRD keeps a range (and a plain quantity beside it) as written; a range above the
+    RunPolicy's maximums is refused at ``kubectl apply`` with lint's message."""
+    ranged = {
+        "apiVersion": "runguard.io/v1",
+        "kind": "Profile",
+        "metadata": {"name": "ranged"},
+        "spec": {
+            "namespaceSelector": {"matchLabels": {"example.com/team": "team-a"}},
+            "resources": {
+                "requests": {
+                    "cpu": "4",
+                    "memory": {"min": "16Gi", "default": "32Gi", "max": "64Gi"},
+                },
+                "limits": {"nvidia.com/gpu": {"min": 1, "default": 1, "max": 2}},
+            },
+        },
+    }
+    try:
+        cluster.kubectl("apply", "-f", "-", input=json.dumps(ranged), check=True)
+        assert get(cluster, "profile.runguard.io", "ranged")["spec"] == ranged["spec"]
+        until(
+            "the ranged profile loaded",
+            lambda: loaded(get(cluster, "profile.runguard.io", "ranged")) == "True",
+        )
+        above = json.loads(json.dumps(ranged))
+        above["spec"]["resources"]["requests"]["memory"]["max"] = "96Gi"
+        done = cluster.kubectl("apply", "-f", "-", input=json.dumps(above))
+        assert done.returncode != 0
+        assert (
+            'spec.resources.requests.memory.max: "96Gi" is above the maximum "66Gi"' in done.stderr
+        )
+    finally:
+        cluster.kubectl("delete", "profile.runguard.io", "ranged", "--ignore-not-found")
+
+
 def test_a_patch_reaches_admission_within_seconds(cluster: Cluster, served: Runguard) -> None:
     before = served.readyz()[1]["policy"]["digest"]
     patch = {"spec": {"resources": {"requests": {"cpu": "6"}}}}

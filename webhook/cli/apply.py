@@ -34,7 +34,8 @@ def register(sub: Any) -> None:
         "--cluster-state",
         metavar="FILE",
         help="objects the decisions need (claims, secrets and configMaps by metadata, "
-        "pod controllers with their stamps and uids, priority and runtime classes), "
+        "pod controllers with their stamps and uids, priority and runtime classes, "
+        "Namespaces with their labels), "
         "multi-document YAML or JSON; absent: no cluster view",
     )
     p.add_argument(

@@ -52,6 +52,7 @@ KINDS: tuple[str, ...] = (
     "Deployment",
     "StatefulSet",
     "DaemonSet",
+    "Namespace",  # its labels: a profile's namespaceSelector
 )
 # Where the API serves each kind: (group, version, resource).
 RESOURCES: dict[str, tuple[str, str, str]] = {
@@ -66,8 +67,9 @@ RESOURCES: dict[str, tuple[str, str, str]] = {
     "Deployment": ("apps", "v1", "deployments"),
     "StatefulSet": ("apps", "v1", "statefulsets"),
     "DaemonSet": ("apps", "v1", "daemonsets"),
+    "Namespace": ("", "v1", "namespaces"),
 }
-CLUSTER_SCOPED = frozenset({"PriorityClass", "RuntimeClass"})
+CLUSTER_SCOPED = frozenset({"PriorityClass", "RuntimeClass", "Namespace"})
 # Kinds whose objects own Pods (directly or through another controller).
 CONTROLLER_KINDS = frozenset(
     {"Job", "CronJob", "ReplicaSet", "Deployment", "StatefulSet", "DaemonSet"}
@@ -231,7 +233,7 @@ def meta_from_object(obj: Any, kind: str | None = None) -> Meta:
     if kind in KINDS:
         namespace = "" if kind in CLUSTER_SCOPED else metadata.get("namespace") or "default"
     else:
-        # Any other kind (a Namespace, an operator's custom resource): namespaced when the
+        # Any other kind (an operator's custom resource): namespaced when the
         # export says so, as `kubectl get -o yaml` always does for namespaced objects.
         namespace = metadata.get("namespace") or ""
     uid = metadata.get("uid") or ""

@@ -101,3 +101,14 @@ def cluster_lacks(context: Context, kind: str, name: str) -> bool:
     if kind == "PriorityClass":
         return not state.has_priority_class(name)
     return not state.has_runtime_class(name)
+
+
+def namespace_labels(context: Context, namespace: str) -> Mapping[str, str] | None:
+    """The labels of Namespace ``namespace`` as the cluster view holds it; None when
+    the view does not hold it (no view, not synced yet, or no such Namespace): a
+    decision that needs them then fails closed."""
+    state = context.state
+    if state is None or not namespace or not state.synced("Namespace"):
+        return None
+    meta = state.get("Namespace", "", namespace)
+    return None if meta is None else meta.labels

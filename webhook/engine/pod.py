@@ -13,7 +13,13 @@ from typing import Any, TypeVar
 
 import orjson
 
-from webhook.engine.context import NO_CONTEXT, OWNERSHIP_OFF, Context, Ownership
+from webhook.engine.context import (
+    NO_CONTEXT,
+    OWNERSHIP_OFF,
+    Context,
+    Ownership,
+    namespace_labels,
+)
 from webhook.engine.types import JSON, Change
 from webhook.policy.model import Policy, Profile
 from webhook.quantity import parse
@@ -54,6 +60,9 @@ class Pod:
     profile_asked: str | None = field(init=False, default=None)
     profile: Profile | None = field(init=False, default=None)
     profile_fallback: bool = field(init=False, default=False)
+    # the profile the run names (or fell back to) when its namespace may not use it: not
+    # applied (``profile`` is None), denied by ``profile.not-allowed``
+    profile_refused: Profile | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
         cfg = self.policy.profiles_config
@@ -70,6 +79,17 @@ class Pod:
         ):
             self.profile = self.policy.profiles[cfg.default]
             self.profile_fallback = True
+        if self.profile is not None and not self.may_use(self.profile):
+            self.profile_refused, self.profile = self.profile, None
+
+    def may_use(self, profile: Profile) -> bool:
+        """Whether this run's namespace may use ``profile`` (its ``namespaceSelector``);
+        False when the cluster view lacks the Namespace's labels to tell."""
+        selector = profile.namespace_selector
+        if selector is None:
+            return True
+        labels = namespace_labels(self.context, self.namespace)
+        return labels is not None and selector.matches(labels)
 
     @property
     def meta_path(self) -> str:

@@ -49,6 +49,23 @@ PROFILE_UNKNOWN = _rule(
     mutation="an unknown profile fell back to the default (`unknown: Default`)",
     violation="the named profile does not exist (`unknown: Deny`)",
 )
+PROFILE_NOT_ALLOWED = _rule(
+    "profile.not-allowed",
+    mutation="",
+    violation=(
+        "the named profile is kept to other namespaces (its `namespaceSelector`), or the "
+        "cluster state lacks the run's Namespace to tell; the message lists the profiles "
+        "the namespace may use"
+    ),
+)
+PROFILE_RANGE = _rule(
+    "profile.range",
+    mutation=(
+        "a request or limit outside the profile's range {min, default, max} set to the "
+        "nearest bound (`onExceed: Clamp`)"
+    ),
+    violation="a request or limit outside the profile's range (`onExceed: Deny`)",
+)
 RESOURCES_DEFAULTS = _rule(
     "resources.defaults",
     mutation=(

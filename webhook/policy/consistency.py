@@ -11,19 +11,27 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from decimal import Decimal
+from typing import Any
 
 from webhook.policy import model
 from webhook.policy.declare import iter_keys
 from webhook.policy.errors import PolicyIssue
 from webhook.policy.formats import quantity_problem
-from webhook.policy.kube import RESOURCE_LIST, resolve_resource_name
+from webhook.policy.kube import RESOURCE_LIST, RESOURCE_RANGE_LIST, resolve_resource_name
 from webhook.policy.model import KINDS, run_policy_path
 from webhook.policy.patterns import label_keys, patterns_overlap
 from webhook.policy.schema_issues import describe, show_list
 from webhook.policy.source import Path_, PolicySource, SourceDocument
 from webhook.quantity import parse
 
-__all__ = ["RESOURCE_LISTS", "cross_document_issues", "gpu_resource_name", "resource_values"]
+__all__ = [
+    "RESOURCE_LISTS",
+    "cross_document_issues",
+    "gpu_resource_name",
+    "resource_bounds",
+    "resource_values",
+]
+RANGE_KEYS = ("min", "default", "max")
 
 
 def resource_values(doc: SourceDocument, path: Path_, gpu: str) -> dict[str, tuple[str, Decimal]]:
@@ -37,6 +45,49 @@ def resource_values(doc: SourceDocument, path: Path_, gpu: str) -> dict[str, tup
         if is_scalar and quantity_problem(value) is None:
             out[resolve_resource_name(key, gpu)] = (key, parse(value))
     return out
+
+
+def resource_bounds(
+    doc: SourceDocument, path: Path_, gpu: str
+) -> dict[str, list[tuple[Path_, Decimal]]]:
+    """Valid quantities of the resource list at ``path``, a range's bounds and default
+    among them: resolved name -> [(where below ``path``, value)]."""
+    raw = doc.get(*path)
+    out: dict[str, list[tuple[Path_, Decimal]]] = {}
+    if not isinstance(raw, dict):
+        return out
+    for key, value in raw.items():
+        found: list[tuple[Path_, Any]] = [((key,), value)]
+        if isinstance(value, dict):
+            found = [((key, bound), value.get(bound)) for bound in RANGE_KEYS]
+        for where, quantity in found:
+            is_scalar = isinstance(quantity, str | int | float) and not isinstance(quantity, bool)
+            if is_scalar and quantity_problem(quantity) is None:
+                out.setdefault(resolve_resource_name(key, gpu), []).append((where, parse(quantity)))
+    return out
+
+
+def _range_issues(doc: SourceDocument, path: Path_, gpu: str) -> list[PolicyIssue]:
+    """A range's default between its min and its max."""
+    issues = []
+    for entries in resource_bounds(doc, path, gpu).values():
+        bounds = {where[-1]: (where, value) for where, value in entries if len(where) == 2}
+        if set(bounds) != set(RANGE_KEYS):
+            continue  # a quantity, or a range the schema reports
+        (low_at, low), (at, default), (high_at, high) = (bounds[k] for k in RANGE_KEYS)
+        for ok, other_at, relation in (
+            (low <= default, low_at, "below"),
+            (default <= high, high_at, "above"),
+        ):
+            if not ok:
+                issues.append(
+                    doc.issue(
+                        (*path, *at),
+                        f"default {describe(doc.get(*path, *at))} is {relation} "
+                        f"{other_at[-1]} {describe(doc.get(*path, *other_at))}",
+                    )
+                )
+    return issues
 
 
 def gpu_resource_name(source: PolicySource) -> str:
@@ -74,6 +125,7 @@ def cross_document_issues(source: PolicySource) -> list[PolicyIssue]:
     for doc in source.documents:
         for path in RESOURCE_LISTS.get(doc.kind or "", ()):
             issues.extend(_duplicate_resources(doc, path, gpu))
+            issues.extend(_range_issues(doc, path, gpu))
 
     for run_policy in run_policies:
         issues.extend(_run_policy_issues(run_policy, source.profiles, set(by_name), gpu))
@@ -153,14 +205,16 @@ def _run_policy_issues(
     maximums = resource_values(run_policy, maximums_path, gpu)
     for doc in profiles:
         for path in RESOURCE_LISTS["Profile"]:
-            for name, (key, value) in resource_values(doc, path, gpu).items():
-                if name in maximums and value > maximums[name][1]:
+            for name, entries in resource_bounds(doc, path, gpu).items():
+                for at, value in entries:
+                    if name not in maximums or value <= maximums[name][1]:
+                        continue
                     max_key, _ = maximums[name]
                     where = f"{run_policy.file}:{run_policy.line_of((*maximums_path, max_key))}"
                     issues.append(
                         doc.issue(
-                            (*path, key),
-                            f"{describe(doc.get(*path, key))} is above the maximum "
+                            (*path, *at),
+                            f"{describe(doc.get(*path, *at))} is above the maximum "
                             f"{describe(run_policy.get(*maximums_path, max_key))} ({where})",
                         )
                     )
@@ -276,10 +330,14 @@ def _family_issues(
         families.append((i, family))
     for doc in profiles:
         for part_path in RESOURCE_LISTS["Profile"]:
-            values = resource_values(doc, part_path, gpu)
+            # the most a run may get of each resource: a range's max
+            most = {
+                n: max(v for _, v in entries)
+                for n, entries in resource_bounds(doc, part_path, gpu).items()
+            }
             for i, family in families:
                 total = sum(
-                    (v * w for n, (_, v) in values.items() if (w := family.weight(n)) is not None),
+                    (v * w for n, v in most.items() if (w := family.weight(n)) is not None),
                     Decimal(0),
                 )
                 if total > family.max:
@@ -305,7 +363,11 @@ def _strings(value: object) -> list[tuple[int, str]]:
 
 # kind -> where its resource lists are: e.g. ("spec", "resources", "maximums")
 RESOURCE_LISTS: dict[str, tuple[Path_, ...]] = {
-    kind: tuple(("spec", *key.path) for key in iter_keys(spec) if key.uses(RESOURCE_LIST))
+    kind: tuple(
+        ("spec", *key.path)
+        for key in iter_keys(spec)
+        if key.uses(RESOURCE_LIST) or key.uses(RESOURCE_RANGE_LIST)
+    )
     for kind, (spec, _) in KINDS.items()
 }
 

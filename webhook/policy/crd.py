@@ -11,7 +11,8 @@ pydantic model) rewritten into what the apiserver accepts, a *structural* schema
   ``propertyNames``, runguard's own ``format``s (their ``pattern`` stays), ``$schema``,
   ``title``, and the ``if``/``then`` conditions between keys (an operator's values), which
   runguard's webhook checks; a quantity (a string or a number in the files) is int-or-string, as in
-  Kubernetes' own types;
+  Kubernetes' own types; a quantity or a range (a profile's resource) keeps any value
+  (``x-kubernetes-preserve-unknown-fields``), checked by runguard's webhook;
 * defaults are not applied by the apiserver (they would be written into the stored
   object): each is said in the key's description instead, which ``kubectl explain``
   shows;
@@ -206,6 +207,12 @@ def _structural(node: Any, defs: Mapping[str, Any], seen: tuple[str, ...]) -> An
             out["enum"] = values
         if "type" not in out:
             out["type"] = "string" if all(isinstance(v, str) for v in values) else "number"
+    branches = out.get("anyOf")
+    if isinstance(branches, list) and any(b.get("type") == "object" for b in branches):
+        # a quantity or a range (a profile's resource): a structural schema cannot say
+        # either, the field keeps any value and runguard's webhook checks it
+        del out["anyOf"]
+        out["x-kubernetes-preserve-unknown-fields"] = True
     kinds = out.get("type")
     if isinstance(kinds, list):  # a quantity: 2, 0.5 or "500m"
         del out["type"]

@@ -9,6 +9,8 @@ as the admin wrote them, so the policy keeps those as plain dicts (``AsWritten``
 from __future__ import annotations
 
 from collections.abc import Mapping
+from decimal import Decimal
+from functools import cached_property
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -31,14 +33,19 @@ from webhook.policy.formats import (
     LabelValue,
     Quantity,
 )
+from webhook.quantity import parse
 
 __all__ = [
     "RESOURCE_LIST",
+    "RESOURCE_RANGE_LIST",
     "AffinityDict",
     "EnvVarDict",
     "LabelSelector",
     "Metadata",
+    "QuantityRange",
     "ResourceList",
+    "ResourceRangeList",
+    "ProfileResources",
     "ResourceRequirements",
     "TolerationDict",
     "resolve_resource_name",
@@ -112,11 +119,95 @@ RESOURCE_LIST = _ResourceListType()
 ResourceList = Annotated[Mapping[str, str], RESOURCE_LIST]
 
 
+class QuantityRange(Shape):
+    """What a run may ask for of one resource: kept inside ``min``..``max``, ``default``
+    when it asks for nothing."""
+
+    min: Quantity = Field(description="The least a run may ask for.")
+    default: Quantity = Field(description="What a run asking for nothing gets.")
+    max: Quantity = Field(description="The most a run may ask for.")
+
+    @cached_property
+    def amounts(self) -> tuple[Decimal, Decimal, Decimal]:
+        """min, default and max, parsed."""
+        return parse(self.min), parse(self.default), parse(self.max)
+
+    def model_post_init(self, context: Any) -> None:
+        low, default, high = self.amounts
+        if not low <= default <= high:
+            raise ValueError(
+                f"needs min <= default <= max, not {self.min}, {self.default}, {self.max}"
+            )
+
+
+class _ResourceRangeListType(_ResourceListType):
+    """A profile's resource list: resource name -> a quantity (exactly that) or a range
+    (``{min, default, max}``), ``gpu`` resolved."""
+
+    ref = "resourceRangeList"
+
+    def definition(self) -> dict[str, Any]:
+        quantity = {"$ref": DEFS + QUANTITY.ref}
+        either = {
+            "anyOf": [
+                quantity,
+                {
+                    "type": "object",
+                    "description": "A range a run picks from.",
+                    "properties": {
+                        name: {**quantity, "description": field.description}
+                        for name, field in QuantityRange.model_fields.items()
+                    },
+                    "required": ["min", "default", "max"],
+                    "additionalProperties": False,
+                },
+            ]
+        }
+        plain = super().definition()
+        return {
+            **plain,
+            "description": (
+                "Resource name to a quantity (exactly that) or a range {min, default, max} "
+                "(min <= default <= max: a run's value inside is kept, none gets the default, "
+                "one outside is clamped or denied as resources.onExceed says). `gpu` means "
+                "the cluster's gpu resource (`resources.gpuResourceName`); extended resources "
+                "are written domain/name."
+            ),
+            "properties": {
+                name: {**either, "description": value["description"]}
+                for name, value in plain["properties"].items()
+            },
+            "patternProperties": {key: either for key in plain["patternProperties"]},
+        }
+
+    def __get_pydantic_core_schema__(
+        self, source: Any, handler: GetCoreSchemaHandler
+    ) -> core_schema.CoreSchema:
+        values = core_schema.dict_schema(
+            core_schema.str_schema(),
+            core_schema.union_schema(
+                [handler.generate_schema(Quantity), handler.generate_schema(QuantityRange)]
+            ),
+        )
+        return core_schema.with_info_after_validator_function(_resolve_gpu, values)
+
+
+RESOURCE_RANGE_LIST = _ResourceRangeListType()
+ResourceRangeList = Annotated[Mapping[str, str | QuantityRange], RESOURCE_RANGE_LIST]
+
+
 class ResourceRequirements(Section):
     """Requests and limits, per resource name."""
 
     requests: ResourceList = Field(default_factory=dict, description="Requested resources.")
     limits: ResourceList = Field(default_factory=dict, description="Resource limits.")
+
+
+class ProfileResources(Section):
+    """Requests and limits, per resource name: each a quantity, or a range a run picks from."""
+
+    requests: ResourceRangeList = Field(default_factory=dict, description="Requested resources.")
+    limits: ResourceRangeList = Field(default_factory=dict, description="Resource limits.")
 
 
 class LabelSelectorRequirement(Shape):

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from webhook.policy.consistency import gpu_resource_name, resource_values
+from webhook.policy.consistency import gpu_resource_name, resource_bounds, resource_values
 from webhook.policy.declare import iter_keys
 from webhook.policy.errors import PolicyIssue
 from webhook.policy.formats import NAME_PATTERN
@@ -53,6 +53,7 @@ _NODE_SYSTEM = ("/etc", "/proc", "/sys", "/dev", "/root", "/boot", "/var/lib/kub
 _PREEMPTION = _run("scheduling", "preemption")
 _ALLOWED_CLASSES = _run("scheduling", "priority_classes", "allowed")
 _REQUESTS = _profile("resources", "requests")
+_NAMESPACE_SELECTOR = _profile("namespace_selector")
 _LIMITS = _profile("resources", "limits")
 _ENV = _profile("env")
 _PRIORITY_CLASS = _profile("priority_class_name")
@@ -150,6 +151,32 @@ def _warnings(source: PolicySource) -> Iterator[PolicyIssue]:
         yield from _run_policy_warnings(doc, gpu)
     for profile in source.profiles:
         yield from _profile_warnings(profile, run_policy, gpu)
+        yield from _range_warnings(profile, gpu)
+        if profile.get(*_NAMESPACE_SELECTOR) is not None:
+            for doc in source.run_policies:
+                if doc.get(*_PROFILES, "default") == profile.name:
+                    yield profile.issue(
+                        _NAMESPACE_SELECTOR,
+                        f"the default profile of RunPolicy {doc.name} is kept to some "
+                        "namespaces: elsewhere a run naming no profile is denied",
+                    )
+
+
+def _range_warnings(doc: SourceDocument, gpu: str) -> Iterator[PolicyIssue]:
+    """A range whose request may go above the most its limit allows."""
+    requests = resource_bounds(doc, _REQUESTS, gpu)
+    limits = resource_bounds(doc, _LIMITS, gpu)
+    for name, entries in requests.items():
+        if name not in limits or (len(entries) == 1 and len(limits[name]) == 1):
+            continue  # not a range: _profile_warnings judges exact values
+        at, most = max(entries, key=lambda e: e[1])
+        limit_at, limit = max(limits[name], key=lambda e: e[1])
+        if most > limit:
+            yield doc.issue(
+                (*_REQUESTS, *at),
+                f"request up to {_text(doc, (*_REQUESTS, *at))} is above the most the limit "
+                f"allows, {_text(doc, (*_LIMITS, *limit_at))}: runs asking for more get the limit",
+            )
 
 
 def guaranteed_labels(selector: Any) -> set[str]:

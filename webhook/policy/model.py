@@ -45,6 +45,8 @@ from webhook.policy.kube import (
     EnvVarDict,
     LabelSelector,
     Metadata,
+    ProfileResources,
+    QuantityRange,
     ResourceList,
     ResourceRequirements,
     TolerationDict,
@@ -670,9 +672,17 @@ class ProfileSpec(Section):
     """A hardware profile: its values win over the run's, key by key."""
 
     description: str = Field(default="", description="Shown to users choosing a profile.")
-    resources: ResourceRequirements = Field(
-        default_factory=ResourceRequirements,
-        description="Requests and limits of the main container.",
+    namespace_selector: LabelSelector | None = Field(
+        default=None,
+        description="The namespaces whose runs may use this profile, by the Namespace's "
+        "labels (a LabelSelector; kubernetes.io/metadata.name is each one's name); absent: "
+        "every namespace. A run naming it elsewhere is denied (profile.not-allowed).",
+    )
+    resources: ProfileResources = Field(
+        default_factory=ProfileResources,
+        description="Requests and limits of the main container: a quantity is set as is, a "
+        "range {min, default, max} keeps the run's value inside it and sets the default "
+        "where the run has none.",
     )
     node_selector: LabelMap = Field(default_factory=dict, description="Node labels, per key.")
     tolerations: tuple[TolerationDict, ...] = Field(
@@ -693,11 +703,26 @@ class ProfileSpec(Section):
 
     @cached_property
     def requests(self) -> Mapping[str, str]:  # gpu already resolved
-        return self.resources.requests
+        """The exact requests (a quantity, not a range): they win over the run's."""
+        return {k: v for k, v in self.resources.requests.items() if isinstance(v, str)}
 
     @cached_property
     def limits(self) -> Mapping[str, str]:
-        return self.resources.limits
+        """The exact limits (a quantity, not a range)."""
+        return {k: v for k, v in self.resources.limits.items() if isinstance(v, str)}
+
+    @cached_property
+    def range_values(self) -> tuple[tuple[str, tuple[tuple[str, QuantityRange], ...]], ...]:
+        """(part, ((resource, range), ...)) for the requests then the limits the profile
+        gives as ranges, those it has."""
+        found = (
+            (part, tuple((k, v) for k, v in values.items() if isinstance(v, QuantityRange)))
+            for part, values in (
+                ("requests", self.resources.requests),
+                ("limits", self.resources.limits),
+            )
+        )
+        return tuple((part, ranges) for part, ranges in found if ranges)
 
     @cached_property
     def resource_values(
@@ -732,7 +757,7 @@ class ProfileSpec(Section):
         return tuple(
             (name, text, parse(text))
             for name, text in self.requests.items()
-            if name not in self.limits
+            if name not in self.resources.limits
         )
 
     @cached_property

@@ -14,13 +14,15 @@ from typing import Any
 
 from webhook.policy.declare import Key, Section, iter_keys, section_of
 from webhook.policy.formats import DEFS, FORMATS
-from webhook.policy.kube import RESOURCE_LIST, Metadata
+from webhook.policy.kube import RESOURCE_LIST, RESOURCE_RANGE_LIST, Metadata
 from webhook.policy.model import KINDS, Document
 from webhook.policy.schema import policy_schema
 
 __all__ = ["policy_reference"]
 
-_OUR_TYPES = {definition.ref: definition for definition in (*FORMATS, RESOURCE_LIST)}
+_OUR_TYPES = {
+    definition.ref: definition for definition in (*FORMATS, RESOURCE_LIST, RESOURCE_RANGE_LIST)
+}
 _HEADER = "| key | type | default | description |\n|---|---|---|---|\n"
 
 

@@ -24,7 +24,7 @@ from pydantic_core import core_schema
 
 from webhook.policy.declare import Section
 from webhook.policy.formats import DEFS, FORMATS, REF, format_checker
-from webhook.policy.kube import RESOURCE_LIST, Metadata
+from webhook.policy.kube import RESOURCE_LIST, RESOURCE_RANGE_LIST, Metadata
 from webhook.policy.model import API_VERSION, KINDS, Document
 
 __all__ = ["API_VERSION", "KINDS", "SCHEMA_ID", "policy_schema", "validator"]
@@ -90,7 +90,7 @@ def _schema() -> dict[str, Any]:
     )
     defs: dict[str, Any] = generated["$defs"]
     envelope = defs.pop(Document.__name__)
-    for definition in (*FORMATS, RESOURCE_LIST):
+    for definition in (*FORMATS, RESOURCE_LIST, RESOURCE_RANGE_LIST):
         defs[definition.ref] = definition.definition()
     branches = []
     for kind, (spec, metadata) in KINDS.items():

@@ -85,6 +85,10 @@ def _translate(error: ValidationError, doc: SourceDocument) -> list[PolicyIssue]
             for key in error.validator_value
             if key not in instance
         ]
+    if keyword == "anyOf" and error.context:
+        chosen = _branch_of(error)
+        if chosen:  # the errors of the alternative the value's type says it meant
+            return [issue for sub in chosen for issue in _translate(sub, doc)]
     if keyword == "type":
         return [doc.issue(path, _type_message(error.validator_value, instance, doc.raw.get(path)))]
     if keyword == "enum":
@@ -115,6 +119,20 @@ def _translate(error: ValidationError, doc: SourceDocument) -> list[PolicyIssue]
     else:
         message = error.message
     return [doc.issue(path, message)]
+
+
+def _branch_of(error: ValidationError) -> list[ValidationError]:
+    """The errors of the one ``anyOf`` alternative of the value's own type (a range, a
+    mapping, rather than a quantity), none when it is not one alone."""
+    by_branch: dict[Any, list[ValidationError]] = {}
+    for sub in error.context or ():
+        by_branch.setdefault(sub.relative_schema_path[0], []).append(sub)
+    typed = [
+        subs
+        for subs in by_branch.values()
+        if not any(e.validator == "type" and not e.relative_path for e in subs)
+    ]
+    return typed[0] if len(typed) == 1 else []
 
 
 def _unknown_key(key: str, known: set[str], resource_list: bool) -> str:

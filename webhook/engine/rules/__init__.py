@@ -28,6 +28,7 @@ Check = Callable[[Pod], list[Violation]]
 MUTATION_STEPS: tuple[Step, ...] = (
     profile.note_profile_fallback,
     profile.apply_profile,  # 1
+    profile.clamp_to_profile_ranges,  # 1, a run's value outside the profile's range
     resources.fill_defaults,  # 2
     resources.derive_memory_limits,  # 3
     resources.clamp_to_maximums,  # 4
@@ -46,6 +47,7 @@ MUTATION_STEPS: tuple[Step, ...] = (
 
 CHECKS: tuple[Check, ...] = (
     profile.check_profile,
+    profile.check_profile_ranges,
     resources.check_resources,
     resources.check_run_totals,
     resources.check_device_families,

@@ -1,11 +1,12 @@
-"""Step 1 and rule ``profile.unknown``: the profile the run names wins over the user's values."""
+"""Step 1 and rules ``profile.unknown`` and ``profile.not-allowed``: the profile the run
+names wins over the user's values, where its namespace may use it."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from typing import Any
 
-from webhook.engine.context import cluster_lacks
+from webhook.engine.context import cluster_lacks, namespace_labels
 from webhook.engine.pod import (
     Pod,
     copy_value,
@@ -13,8 +14,14 @@ from webhook.engine.pod import (
     main_container,
     warning,
 )
-from webhook.engine.rule_ids import PROFILE_APPLIED, PROFILE_UNKNOWN
+from webhook.engine.rule_ids import (
+    PROFILE_APPLIED,
+    PROFILE_NOT_ALLOWED,
+    PROFILE_RANGE,
+    PROFILE_UNKNOWN,
+)
 from webhook.engine.types import JSON, Change, Violation
+from webhook.policy.kube import QuantityRange
 from webhook.quantity import parse
 
 # Set by the apiserver's Priority plugin from priorityClassName; it refuses a Pod whose
@@ -64,6 +71,8 @@ def apply_profile(pod: Pod) -> Change | None:
         if limits and profile.unlimited_requests:
             # first: a limit the run set and lost is what its user must read
             changed[:0] = raise_limits_to_requests(pod, limits, profile.unlimited_requests)
+    if profile.range_values:
+        changed.extend(fill_range_defaults(pod, main, profile.range_values))
     if profile.node_selector_values:
         selector = spec.get("nodeSelector")
         if selector is None:
@@ -110,6 +119,110 @@ def apply_profile(pod: Pod) -> Change | None:
     return kept_change(PROFILE_APPLIED, f"profile {profile.name} applied", tuple(changed))
 
 
+def fill_range_defaults(
+    pod: Pod, main: JSON, ranges: tuple[tuple[str, tuple[tuple[str, QuantityRange], ...]], ...]
+) -> list[str]:
+    """A resource the profile gives a range for and the run does not ask for gets the
+    range's default (a limit: at least the run's request); a value the run asked for is
+    judged by ``clamp_to_profile_ranges``."""
+    filled: list[str] = []
+    res = main.get("resources")
+    if res is None:
+        res = main["resources"] = {}
+    for part, values in ranges:
+        current: JSON | None = res.get(part)  # created empty when absent (pruned after)
+        if current is None:
+            current = res[part] = {}
+        for resource, bounds in values:
+            if current.get(resource) is None:
+                value = bounds.default
+                if part == "limits":  # never below the run's request: up to the range's max
+                    value = _limit_for(res.get("requests") or {}, resource, bounds)
+                current[resource] = value
+                filled.append(f"{pod.short(resource)} {part[:-1]} {value}")
+    return filled
+
+
+def _limit_for(requests: JSON, resource: str, bounds: QuantityRange) -> str:
+    """The limit a run without one gets: the default, or its request when that is above
+    the default (a default never shrinks what was asked), within the range."""
+    asked = requests.get(resource)
+    if asked is None or parse(asked) <= bounds.amounts[1]:
+        return bounds.default
+    return bounds.max if parse(asked) > bounds.amounts[2] else str(asked)
+
+
+def outside(asked: Any, bounds: QuantityRange) -> str | None:
+    """The bound a run's value ``asked`` is beyond (min or max), None when inside."""
+    amount = parse(asked)
+    low, _, high = bounds.amounts
+    if amount < low:
+        return bounds.min
+    if amount > high:
+        return bounds.max
+    return None
+
+
+def _beyond(pod: Pod) -> list[tuple[str, str, Any, str, QuantityRange]]:
+    """(part, resource, asked, bound, range) of each value of the main container outside
+    the profile's range for it."""
+    profile = pod.profile
+    if profile is None or not profile.range_values:
+        return []
+    res = main_container(pod).get("resources") or {}
+    found = []
+    for part, values in profile.range_values:
+        current = res.get(part) or {}
+        for resource, bounds in values:
+            asked = current.get(resource)
+            if asked is not None and (bound := outside(asked, bounds)) is not None:
+                found.append((part, resource, asked, bound, bounds))
+    return found
+
+
+def clamp_to_profile_ranges(pod: Pod) -> Change | None:
+    """Step 1b, ``onExceed: Clamp``: a value outside the profile's range is set to the
+    bound it is beyond (``onExceed: Deny``: ``check_profile_ranges`` denies it)."""
+    if pod.policy.resources.on_exceed != "Clamp":
+        return None
+    beyond = _beyond(pod)
+    if not beyond or pod.profile is None:
+        return None
+    res = main_container(pod)["resources"]
+    for part, resource, _, bound, _ in beyond:
+        res[part][resource] = bound
+    return Change(
+        PROFILE_RANGE,
+        warning(
+            f"outside profile {pod.profile.name}'s range",
+            [
+                f"{pod.short(r)} {part[:-1]} {asked} -> {bound}"
+                for part, r, asked, bound, _ in beyond
+            ],
+        ),
+    )
+
+
+def check_profile_ranges(pod: Pod) -> list[Violation]:
+    """``profile.range``: a value of the main container outside the profile's range."""
+    beyond = _beyond(pod)
+    if not beyond or pod.profile is None:
+        return []
+    main = main_container(pod)
+    index = next(i for i, c in enumerate(pod.spec["containers"]) if c is main)
+    return [
+        Violation(
+            PROFILE_RANGE,
+            f"{pod.spec_path}.containers[{index}].resources.{part}.{resource}",
+            f"{pod.short(resource)} {part[:-1]} {asked} is outside profile "
+            f"{pod.profile.name}'s range {bounds.min}..{bounds.max}",
+            # how far outside: on UPDATE (pods/resize) it may stay or come closer, not grow
+            amount=abs(parse(asked) - parse(bound)),
+        )
+        for part, resource, asked, bound, bounds in beyond
+    ]
+
+
 def raise_limits_to_requests(
     pod: Pod, limits: JSON, requests: Iterable[tuple[str, str, Any]]
 ) -> list[str]:
@@ -152,6 +265,8 @@ def merge_tolerations(spec: JSON, wanted: Iterable[Any]) -> bool:
 
 def check_profile(pod: Pod) -> list[Violation]:
     cfg = pod.policy.profiles_config
+    if pod.profile_refused is not None:
+        return [not_allowed(pod, pod.profile_refused.name)]
     name = pod.profile_asked
     if name is None or name in pod.policy.profiles or cfg.unknown == "Default":
         return []
@@ -163,3 +278,23 @@ def check_profile(pod: Pod) -> list[Violation]:
             f"profile {name!r} does not exist (known: {known})",
         )
     ]
+
+
+def not_allowed(pod: Pod, name: str) -> Violation:
+    """``profile.not-allowed``: the run's namespace may not use profile ``name``; the
+    message names the profiles it may use (only those open to every namespace when the
+    cluster view lacks the Namespace)."""
+    labels = namespace_labels(pod.context, pod.namespace)
+    usable = ", ".join(sorted(n for n, p in pod.policy.profiles.items() if pod.may_use(p)))
+    if labels is None:
+        why = (
+            f"profile {name!r} is kept to some namespaces, and the cluster state holds no "
+            f"Namespace {pod.namespace or '(none)'!r} to tell"
+        )
+    else:
+        why = f"profile {name!r} is not for namespace {pod.namespace!r}"
+    return Violation(
+        PROFILE_NOT_ALLOWED,
+        f"{pod.meta_path}.labels[{pod.policy.profiles_config.label}]",
+        f"{why} (it may use: {usable or 'none'})",
+    )
