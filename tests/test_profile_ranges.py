@@ -243,3 +243,22 @@ def test_on_update_a_value_outside_may_come_closer_never_go_further(tmp_path: Pa
     grown = resized("90Gi")
     assert not grown.allowed
     assert PROFILE_RANGE in {v.rule for v in grown.violations}
+
+
+def test_a_request_above_the_range_without_a_limit_is_not_hidden_by_the_filled_limit(
+    tmp_path: Path,
+) -> None:
+    # The limit filled for a run without one is its request, not the range's max: a max
+    # there would lower the request quietly (the resources clamp) before the range's
+    # own rule could deny it.
+    (tmp_path / "deny").mkdir()
+    (tmp_path / "clamp").mkdir()
+    denied = evaluate(run({"memory": "100Gi"}), policy(tmp_path / "deny", "Deny"), namespace="ml")
+    assert not denied.allowed
+    assert (PROFILE_RANGE, "spec.containers[0].resources.requests.memory") in [
+        (v.rule, v.path) for v in denied.violations
+    ]
+    clamped = evaluate(run({"memory": "100Gi"}), policy(tmp_path / "clamp"), namespace="ml")
+    assert clamped.allowed, clamped.violations
+    got = resources_of(clamped)
+    assert (got["requests"]["memory"], got["limits"]["memory"]) == ("64Gi", "64Gi")

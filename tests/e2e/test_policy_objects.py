@@ -97,7 +97,7 @@ def test_the_shipped_policy_files_apply_as_they_are(cluster: Cluster, served: Ru
 
 def test_kubectl_explain_documents_every_key(cluster: Cluster, crds: None) -> None:
     done = cluster.kubectl("explain", "profile.spec.resources", check=True)
-    assert "Requests and limits of the main container." in done.stdout
+    assert "Requests and limits of the main container:" in done.stdout
     assert "requests" in done.stdout and "limits" in done.stdout
     done = cluster.kubectl("explain", "runpolicy.spec.enforcement", check=True)
     assert "Audit" in done.stdout

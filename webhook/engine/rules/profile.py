@@ -145,11 +145,13 @@ def fill_range_defaults(
 
 def _limit_for(requests: JSON, resource: str, bounds: QuantityRange) -> str:
     """The limit a run without one gets: the default, or its request when that is above
-    the default (a default never shrinks what was asked), within the range."""
+    the default (a default never shrinks what was asked). A request above the range is
+    left to the range's rule (clamped or denied as ``onExceed`` says), not hidden by a
+    limit that would lower it quietly."""
     asked = requests.get(resource)
     if asked is None or parse(asked) <= bounds.amounts[1]:
         return bounds.default
-    return bounds.max if parse(asked) > bounds.amounts[2] else str(asked)
+    return str(asked)
 
 
 def outside(asked: Any, bounds: QuantityRange) -> str | None:

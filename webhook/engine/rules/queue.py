@@ -160,8 +160,8 @@ def _gates(target: Any, prefixes: tuple[str, ...]) -> set[str]:
     gates = target.spec.get("schedulingGates") if target is not None else None
     return {
         g["name"]
-        for g in gates or ()
-        if isinstance(gates, list) and isinstance(g, dict) and owned(g.get("name"), prefixes)
+        for g in (gates if isinstance(gates, list) else ())
+        if isinstance(g, dict) and owned(g.get("name"), prefixes)
     }
 
 

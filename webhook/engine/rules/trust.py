@@ -450,27 +450,34 @@ def check_reserved_labels(r: Review) -> list[Violation]:
         return []
     requester = r.context.requester
     kind = ownership.group_kind(r.obj)
-    for p in r.root.run_policies():
-        if not ownership.enabled(p):
-            continue
-        if ownership.is_platform_or_installer(p, requester):
-            return []
-        for operator in p.platform.operators:
-            if kind not in operator.kinds or not operator.reserved_labels:
-                continue
-            if ownership.is_identity((operator.identity,), requester):
-                return []
-            found = _reserved_label_keys(r.obj.get("spec"), operator.reserved_labels, "spec")
-            return [
-                Violation(
-                    OWNERSHIP_RESERVED_LABEL,
-                    path,
-                    f"{key!r} is a label the {kind.rpartition('/')[2]} operator finds owners "
-                    "by: only the platform and the operator may write it",
-                )
-                for path, key in found
-            ]
-    return []
+    owners = [
+        (p, operator)
+        for p in r.root.run_policies()
+        if ownership.enabled(p)
+        for operator in p.platform.operators
+        if kind in operator.kinds and operator.reserved_labels
+    ]
+    # Exempt only the platforms that run that operator, and the operator itself.
+    if (
+        kind is None
+        or not owners
+        or any(
+            ownership.is_platform_or_installer(p, requester)
+            or ownership.is_identity((operator.identity,), requester)
+            for p, operator in owners
+        )
+    ):
+        return []
+    reserved = tuple(dict.fromkeys(k for _, o in owners for k in o.reserved_labels))
+    return [
+        Violation(
+            OWNERSHIP_RESERVED_LABEL,
+            path,
+            f"{key!r} is a label the {kind.rpartition('/')[2]} operator finds owners "
+            "by: only the platform and the operator may write it",
+        )
+        for path, key in _reserved_label_keys(r.obj.get("spec"), reserved, "spec")
+    ]
 
 
 def _reserved_label_keys(node: Any, reserved: tuple[str, ...], path: str) -> list[tuple[str, str]]:
@@ -601,6 +608,9 @@ def check_operator_scale(r: Review) -> list[Violation]:
         return []
     group, _, resource = r.context.resource.rpartition("/")
     requester = r.context.requester
+    out: list[Violation] = []
+    # Every platform declaring the kind judges it: exempt only within its own platform
+    # (another platform's Model is not this platform's to scale).
     for p in r.root.run_policies():
         kind = next(
             (
@@ -615,9 +625,11 @@ def check_operator_scale(r: Review) -> list[Violation]:
         if ownership.is_platform_or_installer(p, requester) or (
             requester is not None and requester.username in p.platform.owner_kinds
         ):
-            return []
-        return _scales_platform_object(p, kind.rpartition("/")[2], r)
-    return []
+            continue
+        out.extend(
+            v for v in _scales_platform_object(p, kind.rpartition("/")[2], r) if v not in out
+        )
+    return out
 
 
 def _replicas(scale: Any) -> Any:
