@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -27,7 +28,7 @@ from test_ownership import Meta, State
 from webhook import admission, manifests
 from webhook.clusterstate import StaticClusterState
 from webhook.engine import evaluate, mutate, validate
-from webhook.engine.context import PLATFORM_RECORD, STAMP, Context, Requester
+from webhook.engine.context import PLATFORM_POLICY, PLATFORM_RECORD, STAMP, Context, Requester
 from webhook.engine.rules.operators import selects
 from webhook.policy.loader import PolicyError, load_policy
 from webhook.policy.model import Operator, OperatorReference, Policy
@@ -585,3 +586,28 @@ def test_a_users_spark_application_naming_the_platforms_driver_is_refused() -> N
         assert not decision.allowed and rules(decision) == {"ownership.reference"}, spec
         mine = evaluate(app, MLRUN, namespace="default-tenant", context=Context(api, state))
         assert "ownership.reference" not in rules(mine), spec
+
+
+def test_another_platforms_model_is_not_scaled_through_the_first_platforms_exemption(
+    tmp_path: Path,
+) -> None:
+    """Two platforms declaring KubeAI: the first RunPolicy's exemption (its own identity,
+    or none applying) once decided for both, so a user, or the Core, scaled the second
+    platform's Model. Each platform's Model is judged by its own RunPolicy."""
+    shutil.copytree(REPO / "policies", tmp_path, dirs_exist_ok=True)
+    shutil.rmtree(tmp_path / "examples")
+    other = yaml.safe_load((REPO / "policies" / "runpolicy.yaml").read_text())
+    other["metadata"]["name"] = "other"
+    other["spec"]["platform"]["identities"] = ["system:serviceaccount:other:api"]
+    (tmp_path / "other.yaml").write_text(yaml.safe_dump(other))
+    two = load_policy(tmp_path)
+    others_model = model({STAMP: "system:serviceaccount:other:api", PLATFORM_RECORD: "true",
+                          PLATFORM_POLICY: "other"})  # fmt: skip
+    state = StaticClusterState.from_documents([others_model])
+    for who in (ALICE, CORE):
+        outcome = admission.review("validate", scale_request(who), two, state)  # type: ignore[arg-type]
+        assert outcome.response["response"]["allowed"] is False, who
+        assert "[ownership.changed]" in outcome.response["response"]["status"]["message"]
+    other_api = Requester("system:serviceaccount:other:api")
+    outcome = admission.review("validate", scale_request(other_api), two, state)  # type: ignore[arg-type]
+    assert outcome.response["response"]["allowed"] is True

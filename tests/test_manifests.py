@@ -467,10 +467,10 @@ def test_with_ownership_every_rule_and_condition(owned: Policy) -> None:
         " && object.?spec.?dataSource.?name.orValue('').matches('^.+$'))\n"
         "|| (object.?spec.?dataSourceRef.?kind.orValue('') == 'PersistentVolumeClaim'"
         " && object.?spec.?dataSourceRef.?name.orValue('').matches('^.+$')))\n"
-        # a snapshot of a platform claim (ownership.not-a-run)
+        # a snapshot of a claim of any name: a platform one, or one made for a Pod
         "  || request.resource.resource == 'volumesnapshots'"
         " && object.?spec.?source.?persistentVolumeClaimName.orValue('')"
-        ".matches('^(?:v-.+-.*)$')))\n"
+        ".matches('^.+$')))\n"
         # a token Secret for the platform's ServiceAccount (ownership.service-account)
         "|| request.resource.resource == 'secrets'"
         " && object.?type.orValue('') == 'kubernetes.io/service-account-token'"
@@ -511,7 +511,12 @@ def test_ownership_without_platform_names_routes_runs_and_records() -> None:
     # the token Secrets of the platform's own ServiceAccount (ownership.service-account)
     tokens = {(VALIDATING, "validate-reserved-names.runguard.io", "", "secrets", op)
               for op in ("CREATE", "UPDATE")}  # fmt: skip
-    assert rows == RUN_PODS | RUN_CONTROLLERS | OTHER_PODS | tokens
+    # clones and snapshots of a claim made for a Pod (its own, whatever its name)
+    claims = {(VALIDATING, "validate-reserved-names.runguard.io", "", "persistentvolumeclaims",
+               "CREATE"),
+              (VALIDATING, "validate-reserved-names.runguard.io", "snapshot.storage.k8s.io",
+               "volumesnapshots", "CREATE")}  # fmt: skip
+    assert rows == RUN_PODS | RUN_CONTROLLERS | OTHER_PODS | tokens | claims
     # the platform's own ServiceAccount is still a platform name (ownership.service-account)
     assert narrowed["validate-controllers.runguard.io"] == (
         "run-template-or-platform-names",

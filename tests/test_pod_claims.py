@@ -137,3 +137,26 @@ def test_the_watch_keeps_resource_claims_first() -> None:
     no number of operators' kinds pushes them out."""
     assert watched_kinds(SHIPPED) == (DEVICE_CLAIMS, *operator_kinds(SHIPPED))
     assert watched_kinds(None) == (DEVICE_CLAIMS,)
+
+
+def test_a_snapshot_of_a_pods_own_claim_is_refused_and_routed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A claim made for a Pod, snapshotted, would be restored into hers: another clone."""
+    monkeypatch.setitem(RESOURCES, "VolumeSnapshot", ("snapshot.storage.k8s.io", "volumesnapshots"))
+    taken = {
+        "apiVersion": "snapshot.storage.k8s.io/v1",
+        "kind": "VolumeSnapshot",
+        "metadata": {"name": "snap", "namespace": "ml"},
+        "spec": {"source": {"persistentVolumeClaimName": "train-scratch"}},
+    }
+    state = cluster(owned_by("PersistentVolumeClaim", "train-scratch"))
+    refused = judged(taken, state)
+    assert [(v.rule, v.path) for v in refused.violations] == [
+        ("ownership.not-a-run", "spec.source.persistentVolumeClaimName")
+    ]
+    assert routed(taken) == ["validate-reserved-names.runguard.io"]
+    assert judged(taken, state, CORE).allowed  # the platform's to snapshot
+    mine = copy.deepcopy(taken)
+    mine["spec"]["source"]["persistentVolumeClaimName"] = "mine"
+    assert judged(mine, cluster(owned_by("PersistentVolumeClaim", "other"))).allowed

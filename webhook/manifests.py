@@ -607,20 +607,18 @@ def reserved_name_condition(policy: Policy) -> dict[str, str] | None:
         f" && object.metadata.?name.orValue('').matches({_cel_string(regex)})"
         for resource, regex in _reserved(policy).items()
     ]
-    claims = _name_regexes(policy).get("PersistentVolumeClaim")
-    if "persistentvolumeclaims" in _reserved(policy):
-        # a new claim cloning a claim of any name (a platform one, or one made for a Pod)
-        alternatives.append(
-            "request.resource.resource == 'persistentvolumeclaims' && ("
-            + _render(_clones("object.?spec", _ANY_NAME))
-            + ")"
-        )
-    if claims is not None:  # a snapshot of a platform claim
-        alternatives.append(
-            "request.resource.resource == 'volumesnapshots'"
-            " && object.?spec.?source.?persistentVolumeClaimName.orValue('')"
-            f".matches({_cel_string(claims)})"
-        )
+    # A new claim cloning, or a snapshot of, a claim of any name: a platform one, or one
+    # made for a Pod (whose owner runguard reads from its cache).
+    alternatives.append(
+        "request.resource.resource == 'persistentvolumeclaims' && ("
+        + _render(_clones("object.?spec", _ANY_NAME))
+        + ")"
+    )
+    alternatives.append(
+        "request.resource.resource == 'volumesnapshots'"
+        " && object.?spec.?source.?persistentVolumeClaimName.orValue('')"
+        f".matches({_cel_string(_ANY_NAME)})"
+    )
     created = _join("||", *alternatives)
     if created is not None:  # the token Secrets' rule routes UPDATEs of Secrets too
         created = _join("&&", "request.operation == 'CREATE'", created)
@@ -661,10 +659,14 @@ def _token_secret(policy: Policy) -> str | None:
 
 def reserved_rules(policy: Policy) -> list[dict[str, Any]]:
     """The rules of the reserved-names webhook: CREATE of the objects the platform names,
-    of PVCs (clones) and VolumeSnapshots when it names claims; CREATE and UPDATE of
-    Secrets when it names ServiceAccounts (their token Secrets)."""
-    rules = _reserved_rules(_reserved(policy))
-    if "PersistentVolumeClaim" in _name_regexes(policy):
+    of PVCs (clones) and VolumeSnapshots whenever ownership is on (a claim made for a Pod
+    is that Pod's, whatever its name); CREATE and UPDATE of Secrets when it names
+    ServiceAccounts (their token Secrets)."""
+    reserved = _reserved(policy)
+    if _any_ownership(policy) and "persistentvolumeclaims" not in reserved:
+        reserved = {**reserved, "persistentvolumeclaims": ""}  # clones of a Pod's claim
+    rules = _reserved_rules(reserved)
+    if _any_ownership(policy):
         rules.append(_rule(SNAPSHOT_GROUP, ["volumesnapshots"], ["CREATE"]))
     if _token_accounts(policy):
         rules.append(_rule("", ["secrets"], ["CREATE", "UPDATE"]))

@@ -375,6 +375,7 @@ def validate(
         + ownership.check_claim_snapshots(obj, r.root, context)
         + ownership.check_token_secret(obj, r.root, r.namespace, r.old, context)
         + podclaims.check_pod_claim_clones(obj, r.root, context, r.namespace)
+        + podclaims.check_pod_claim_snapshots(obj, r.root, context, r.namespace)
         if isinstance(obj, dict)
         else []
     )

@@ -28,14 +28,25 @@ from webhook.engine.context import Context, Ownership
 from webhook.engine.doors import Reference, item_text, located
 from webhook.engine.pod import spec_prefix
 from webhook.engine.rule_ids import OWNERSHIP_NOT_A_RUN, OWNERSHIP_UNKNOWN
-from webhook.engine.rules.ownership import claim_specs, enabled, is_platform_identity
+from webhook.engine.rules.ownership import (
+    claim_specs,
+    enabled,
+    is_platform_identity,
+    snapshot_source,
+)
 from webhook.engine.types import JSON, Violation
 from webhook.policy.model import Policy
 
 if TYPE_CHECKING:
     from webhook.engine.subject import Review
 
-__all__ = ["OWNED_KINDS", "check_pod_claim_clones", "check_pod_claims", "pod_owner"]
+__all__ = [
+    "OWNED_KINDS",
+    "check_pod_claim_clones",
+    "check_pod_claim_snapshots",
+    "check_pod_claims",
+    "pod_owner",
+]
 
 # The kinds of claims a controller makes for one Pod, owned by it.
 OWNED_KINDS = frozenset({"PersistentVolumeClaim", "ResourceClaim"})
@@ -137,3 +148,28 @@ def check_pod_claim_clones(
                     )
                 )
     return out
+
+
+def check_pod_claim_snapshots(
+    obj: JSON, root: Policy, context: Context, namespace: str
+) -> list[Violation]:
+    """``ownership.not-a-run``: a VolumeSnapshot of a claim whose controller owner is a
+    Pod, created by anyone but the platform (a claim of hers restored from it would be a
+    clone by another door)."""
+    name = snapshot_source(obj)
+    platforms = [p for p in root.run_policies() if enabled(p)]
+    if context.operation != "CREATE" or name is None or not platforms or context.state is None:
+        return []
+    if any(is_platform_identity(p, context.requester) for p in platforms):
+        return []
+    owner = pod_owner(context, "PersistentVolumeClaim", namespace, name)
+    if owner is None:
+        return []
+    return [
+        Violation(
+            OWNERSHIP_NOT_A_RUN,
+            "spec.source.persistentVolumeClaimName",
+            f"PersistentVolumeClaim {name!r} is Pod {owner}'s own (made for it, and owned "
+            "by it): only the platform may snapshot it",
+        )
+    ]
