@@ -561,3 +561,31 @@ def test_a_service_proxy_through_a_headless_or_external_name_service_is_refused(
         answer = judged(service_proxy(ALICE, name), cluster)
         assert answer["allowed"] is False, name
         assert "reaches Pod ml/core-ray-head" in answer["status"]["message"]
+
+
+@pytest.mark.parametrize("secret", ["digitalhub-common-creds", "sec-a-r1"])
+def test_a_run_of_one_platform_reads_the_others_secret_through_a_drivers_map(
+    secret: str,
+) -> None:
+    """Chain (two platforms, ``TWO``): Alice's MLRun-labelled Pod in ``ml`` gives a
+    flexVolume driver ``options: {secretName: <the Core's Secret>}``. A driver's map
+    value counted as a Secret reference only when the governing RunPolicy (MLRun's)
+    names it, so the Core's Secret passed where MLRun's own was stripped. Gap:
+    ``webhook/engine/rules/secrets.py`` ``secret_references``. Fix: a map value named by
+    any platform looking at the namespace is a Secret reference, refused since it is not
+    among the governing RunPolicy's allowed secrets; an ordinary value is kept."""
+
+    def judged(value: str) -> dict[str, Any]:
+        volume = {"name": "v", "flexVolume": {"driver": "v3io/fuse",
+                                              "options": {"secretName": value}}}  # fmt: skip
+        mine = copy.deepcopy(pod(labels={"mlrun/class": "job", "mlrun/project": "p"}))
+        mine["spec"] = {"containers": [{"name": "main", "image": "i", "volumeMounts": [
+            {"name": "v", "mountPath": "/v"}]}], "volumes": [volume]}  # fmt: skip
+        return admitted(mine, TWO, ALICE)["spec"]
+
+    assert judged("mlrun-project-secrets-p").get("volumes") is None
+    stripped = judged(secret)
+    assert stripped.get("volumes") is None
+    assert stripped["containers"][0].get("volumeMounts") in (None, [])
+    kept = judged("plain-value")
+    assert kept["volumes"][0]["flexVolume"]["options"] == {"secretName": "plain-value"}

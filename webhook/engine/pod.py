@@ -57,6 +57,9 @@ class Pod:
     ownership: Ownership = OWNERSHIP_OFF  # whether the platform created this run
     # the object's metadata.ownerReferences (a Pod's, or the pod controller's being judged)
     owner_references: tuple[Any, ...] = ()
+    # every RunPolicy (``root.run_policies()``): a driver's map value naming any platform's
+    # Secret is a Secret reference (None: the governing RunPolicy alone)
+    root: Policy | None = None
     profile_asked: str | None = field(init=False, default=None)
     profile: Profile | None = field(init=False, default=None)
     profile_fallback: bool = field(init=False, default=False)

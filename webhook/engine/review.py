@@ -92,6 +92,7 @@ def _pod(target: Target, policy: Policy, spec: JSON, who: _Who) -> Pod:
         who.context,
         who.ownership,
         _owner_references(who.metadata),
+        who.root,
     )
 
 
@@ -107,6 +108,7 @@ class _Who:
         self.namespace = r.namespace
         self.context = r.context
         self.metadata: JSON = r.metadata
+        self.root = r.root
         self.ownership: Ownership = ownership.ownership_of(
             self.metadata, self.namespace, policy, r.context, r.old_metadata, r.root
         )

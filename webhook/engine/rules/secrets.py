@@ -4,8 +4,9 @@ Every door of ``webhook.engine.doors`` that names a Secret counts, and each the 
 env ``secretKeyRef``, ``envFrom.secretRef``, secret volumes, projected secret sources,
 the secret references of csi, flexVolume, cephfs, rbd, iscsi, cinder, scaleIO, storageos
 and azureFile volumes, a value of a csi volume's ``volumeAttributes`` (or a flexVolume's
-``options``) that is one of the platform's Secret names (a driver reading
-``secretName`` there opens that Secret with its own rights), and ``imagePullSecrets``
+``options``) that is a Secret name of the platform, or of any platform looking at the
+namespace (a driver reading ``secretName`` there opens that Secret with its own
+rights), and ``imagePullSecrets``
 (a registry credential is a secret too; the ServiceAccount admission plugin adds the
 service account's pull secrets before runguard sees the pod, so admins list those as
 allowed). Mutation removes what holds a forbidden reference (the env entry, the
@@ -15,6 +16,7 @@ it.
 
 from __future__ import annotations
 
+from webhook.engine import scope
 from webhook.engine.doors import Reference, item_text, located
 from webhook.engine.pod import Pod, kept_change, remove_items
 from webhook.engine.rule_ids import SECRETS_FORBIDDEN
@@ -35,12 +37,23 @@ def secret_allowed(name: str, pod: Pod, *, undecided: bool = False) -> bool:
 
 def secret_references(pod: Pod) -> list[Reference]:
     """Every secret the pod spec names, through every Secret door: the one list both the
-    step and the check walk; a value of a driver's map only when it is a platform name."""
+    step and the check walk; a value of a driver's map only when it is a platform name
+    (of the governing RunPolicy's, or of any platform looking at the namespace: a run
+    of one platform reads another's Secret through a driver as well)."""
     return [
         ref
         for ref in located(pod.spec, SECRET)
-        if not ref.door.by_pattern or platform_named(pod.policy, "Secret", ref.name)
+        if not ref.door.by_pattern or _any_platforms(pod, ref.name)
     ]
+
+
+def _any_platforms(pod: Pod, name: str) -> bool:
+    """``name`` is a Secret name of the governing RunPolicy or of a platform looking at
+    the pod's namespace (only by-pattern values, rare, come here)."""
+    if platform_named(pod.policy, "Secret", name):
+        return True
+    others = () if pod.root is None else scope.platforms(pod.root, pod.namespace)
+    return any(platform_named(p, "Secret", name) for p in others)
 
 
 def drop_forbidden_secrets(pod: Pod) -> Change | None:
