@@ -50,7 +50,10 @@ KEY_SIZE = 32
 _PERSON = b"rg-backstop-v1"  # a new key layout takes a new personalization
 # Every input of a ``Pod`` and of its ``Context`` (a field added to either is in the key),
 # but the policy and the cluster view, which go in as their digest and version.
-_POD_FIELDS = tuple(f.name for f in fields(Pod) if f.init and f.name not in ("policy", "context"))
+# The policies enter the key by name and digest (``root``, every RunPolicy, by its digest).
+_POD_FIELDS = tuple(
+    f.name for f in fields(Pod) if f.init and f.name not in ("policy", "context", "root")
+)
 _CONTEXT_FIELDS = tuple(f.name for f in fields(Context) if f.name != "state")
 
 
@@ -149,7 +152,15 @@ def backstop_key(pod: Pod, since: str | None = None, **fields_now: Any) -> bytes
     values = list(_POD_INPUTS(pod))
     for name, value in fields_now.items():
         values[_POD_INDEX[name]] = value
-    inputs: list[Any] = [policy.name, policy.digest, version, *_CONTEXT_INPUTS(context), *values]
+    root = pod.root.digest if pod.root is not None else None
+    inputs: list[Any] = [
+        policy.name,
+        policy.digest,
+        root,
+        version,
+        *_CONTEXT_INPUTS(context),
+        *values,
+    ]
     for i, value in enumerate(inputs):  # runguard's records, here rather than through orjson
         if type(value) in _RECORDS:
             inputs[i] = _record(value)
