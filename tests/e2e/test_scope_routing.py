@@ -11,7 +11,6 @@ side dry runs). The session's runguard is unregistered meanwhile, and registered
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -22,7 +21,7 @@ from webhook.policy.model import Policy, build_policy, with_alternatives
 
 from .cluster import Cluster
 from .devcluster import prepare_cluster
-from .runs import Webhook, pod, wait_for_admission
+from .runs import Webhook, pod, until, wait_for_admission
 
 pytestmark = pytest.mark.e2e
 
@@ -85,13 +84,13 @@ def registered(cluster: Cluster, webhook: Webhook) -> Iterator[list[JSON]]:
         wait_for_admission(cluster, active=False)
         listed = {"apiVersion": "v1", "kind": "List", "items": configurations}
         cluster.kubectl("apply", "-f", "-", input=json.dumps(listed), check=True)
-        deadline = time.monotonic() + 60
         probe = copy_of_a_run("probe")
-        while failed_calling(manifests.MUTATING_REFERENCES_WEBHOOK) not in (
-            dry_run(cluster, TEAM, probe) or ""
-        ):
-            assert time.monotonic() < deadline, "the configurations were never called"
-            time.sleep(0.2)
+        called = failed_calling(manifests.MUTATING_REFERENCES_WEBHOOK)
+        until(
+            "the configurations called",
+            lambda: called in (dry_run(cluster, TEAM, probe) or "") or None,
+            timeout=60,
+        )
         yield configurations
     finally:
         cluster.kubectl(
