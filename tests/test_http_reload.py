@@ -149,6 +149,76 @@ def test_a_bad_policy_is_rejected_and_the_last_good_one_keeps_serving(
     assert served_version(server.session(), server) == version(NEW)
 
 
+def mutated_pod(session: requests.Session, server: RunguardServer) -> dict[str, Any]:
+    """A run Pod as ``/mutate`` leaves it."""
+    pod = run_pod()
+    resp = session.post(server.url + "/mutate", json=admission_review(pod), timeout=10)
+    assert resp.status_code == 200, resp.text
+    ops = json.loads(base64.b64decode(resp.json()["response"]["patch"]))
+    result: dict[str, Any] = jsonpatch.apply_patch(pod, ops)
+    return result
+
+
+def validated(session: requests.Session, server: RunguardServer, pod: Any) -> dict[str, Any]:
+    resp = session.post(server.url + "/validate", json=admission_review(pod), timeout=10)
+    assert resp.status_code == 200, resp.text
+    answer: dict[str, Any] = resp.json()["response"]
+    return answer
+
+
+def test_a_pod_mutated_just_before_an_edit_is_not_denied_by_the_new_backstop(
+    start_runguard: Any, tmp_path: Path
+) -> None:
+    """The apiserver's /mutate call lands on a worker (or replica) still serving the old
+    policy, its /validate call on one serving the new: the Pod the old policy made is
+    admitted, saying what the new one would apply; a Pod no /mutate made is not."""
+    server = start_runguard(policy=sample_policy(**OLD), atomic=True)
+    assert server.policy_volume is not None
+    session = server.session()
+    made_before = mutated_pod(session, server)
+    assert validated(session, server, made_before)["allowed"] is True
+    bare = run_pod()
+    assert validated(session, server, bare)["allowed"] is False
+
+    new = sample_policy(**NEW)
+    new_digest = digest_of(new, tmp_path / "new")
+    server.policy_volume.update(new)
+    until_every_worker_adopted(server, new_digest)
+    ready = server.get("/readyz").json()
+    assert ready["policy"]["digest"] == new_digest
+    assert ready["previous"]["digest"] == digest_of(sample_policy(**OLD), tmp_path / "old")
+
+    answer = validated(session, server, made_before)
+    assert answer["allowed"] is True, answer
+    (said,) = [w for w in answer["warnings"] if "replaced a moment ago" in w]
+    assert f"the one serving now (digest {new_digest}) would apply" in said
+    assert said.endswith("would apply: profile small applied: memory request 2Gi")
+    # What the new policy makes passes; what no /mutate made is still denied.
+    assert validated(session, server, mutated_pod(session, server))["allowed"] is True
+    denied = validated(session, server, bare)
+    assert denied["allowed"] is False and "was it bypassed?" in denied["status"]["message"]
+
+
+def test_the_replaced_policy_is_kept_for_a_while_then_forgotten(tmp_path: Path) -> None:
+    store = _store(tmp_path, sample_policy(**OLD))
+    first = store.current()
+    assert first is not None and store.state.recent() is None  # nothing replaced yet
+    write_files(tmp_path, sample_policy(**NEW))
+    second = store.current()
+    assert second is not None and second.digest != first.digest
+    assert store.state.recent() is first
+    assert store.state.recent(now=store.state.previous_until) is None
+    assert store.state.to_dict()["previous"] == {  # type: ignore[comparison-overlap]
+        "digest": first.digest,
+        "until": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(store.state.previous_until)),
+    }
+    write_files(tmp_path, {"profiles.yaml": BAD_PROFILES})
+    assert store.current() is second and store.state.recent() is first  # a rejection keeps it
+    write_files(tmp_path, sample_policy(**NEW))
+    os.utime(tmp_path / "profiles.yaml")
+    assert store.current() is not None and store.state.recent() is first  # same digest again
+
+
 def readyz_answers(server: RunguardServer, connections: int = 24) -> list[dict[str, Any]]:
     """``/readyz`` over fresh connections, each served by whichever worker accepts it."""
     answers = []

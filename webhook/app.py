@@ -21,7 +21,7 @@ import orjson
 from flask import Flask, Response, request
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
-from webhook import admission, gcpause, logs, metrics, shells
+from webhook import admission, gcpause, logs, metrics, shells, transition
 from webhook.admission import AdmissionError, Endpoint
 from webhook.auditlog import AuditLog, audit_record
 from webhook.clusterstate import ClusterState
@@ -143,10 +143,12 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
         if policy is None:
             m.observe_review(endpoint, "unavailable", None)
             return 503, orjson.dumps(_unavailable(store.state))
+        cluster = state.cluster_state
         if shells.judges(endpoint, req):
-            outcome = shells.review(req, policy, state.cluster_state, state.reads, state.reads)
+            outcome = shells.review(req, policy, cluster, state.reads, state.reads)
         else:
-            outcome = admission.review(endpoint, req, policy, state.cluster_state)
+            outcome = admission.review(endpoint, req, policy, cluster)
+            outcome, policy = transition.settle(endpoint, req, policy, outcome, store, cluster)
         body = admission.encode_review(outcome.response)
         elapsed = time.perf_counter() - start
         m.observe_review(endpoint, outcome.label, elapsed)

@@ -52,6 +52,9 @@ __all__ = ["PolicyObserver", "PolicyPublication", "PolicyState", "PolicyStore"]
 log = logging.getLogger("runguard.server")
 
 SETTLE = 1.0  # a policy file changed less than this long ago is not loaded yet
+# How long the replaced policy is kept for ``webhook.transition``: replicas reading one
+# ConfigMap see an edit up to the kubelet's sync period (about a minute) apart.
+TRANSITION = 120.0
 
 PolicyLoader = Callable[[Path], Policy]
 
@@ -70,6 +73,11 @@ class PolicyState:
     loaded_at: float = 0.0  # unix time the serving policy was loaded
     rejected: tuple[str, ...] = ()
     rejected_at: float = 0.0
+    # The good policy this one replaced, for ``TRANSITION`` seconds (unix time ``until``):
+    # a Pod its ``/mutate`` made, in a worker or replica that had not swapped yet, is
+    # not denied by the new one's backstop (``webhook.transition``).
+    previous: Policy | None = None
+    previous_until: float = 0.0
 
     def to_dict(self) -> dict[str, object]:
         """The ``/readyz`` detail."""
@@ -84,7 +92,19 @@ class PolicyState:
             }
         if self.rejected:
             out["rejected"] = {"at": iso_time(self.rejected_at), "errors": list(self.rejected)}
+        if self.previous is not None and time.time() < self.previous_until:
+            out["previous"] = {
+                "digest": self.previous.digest,
+                "until": iso_time(self.previous_until),
+            }
         return out
+
+    def recent(self, now: float | None = None) -> Policy | None:
+        """The policy this one replaced, while its ``/mutate`` may still be answering
+        somewhere (another worker, another replica); None after that."""
+        if self.previous is None or (time.time() if now is None else now) >= self.previous_until:
+            return None
+        return self.previous
 
 
 def iso_time(stamp: float) -> str:
@@ -220,6 +240,12 @@ class PolicyStore:
         )
         return self._state
 
+    def catch_up(self) -> Policy | None:
+        """The serving policy after a look at the source now, whatever the interval: a
+        request that another worker may have answered with a newer policy."""
+        self._next_check = 0.0
+        return self.current()
+
     def current(self) -> Policy | None:
         """The serving policy (None before a first good load), checking for changes."""
         if self._pid != os.getpid():
@@ -273,7 +299,16 @@ class PolicyStore:
         else:
             if directory_signature(self.directory) != signature:
                 return None  # changed while loading (a copy in progress): next check retries
-            self._state = PolicyState(policy, signature, time.time())
+            now = time.time()
+            if old.policy is not None and old.policy.digest != policy.digest:
+                self._state = PolicyState(
+                    policy, signature, now, previous=old.policy, previous_until=now + TRANSITION
+                )
+            else:  # the first, or the same digest (a touched file): keep what it replaced
+                until = old.previous_until
+                self._state = PolicyState(
+                    policy, signature, now, previous=old.previous, previous_until=until
+                )
             if old.policy is None or old.policy.digest != policy.digest:
                 log.info(
                     "policy reloaded from %s: %s (digest %s, was %s)",

@@ -519,6 +519,7 @@ def _not_mutated(
             target.spec_path,
             f"not applied: {c.warning.removeprefix('runguard: ')} "
             "(runguard's mutating webhook does this: was it bypassed?)",
+            backstop=True,
         )
         for c in changes
         if c.rule.partition(".")[0] not in reported

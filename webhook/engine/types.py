@@ -39,6 +39,9 @@ class Violation:
     # Found on an object runguard admitted before the policy changed (``runguard audit``):
     # what the current policy would change, not a bypass of the webhook.
     drift: bool = field(default=False, compare=False, repr=False)
+    # A step of ``/mutate`` the object lacks (``/validate``'s backstop): made by no
+    # ``/mutate`` at all, or by one still serving the policy of a moment ago.
+    backstop: bool = field(default=False, compare=False, repr=False)
 
     def to_dict(self) -> dict[str, str]:
         return {"rule": self.rule, "path": self.path, "message": self.message}
