@@ -58,7 +58,7 @@ import bench_opa  # noqa: E402
 import slow_clients  # noqa: E402
 
 # (name, gunicorn worker class, workers, threads); the first RunguardWorker one with the
-# default shape is what runguard serve runs (docs/server.md says why)
+# default shape is what runguard serve runs (docs/dev/server.md says why)
 CONFIGS: tuple[tuple[str, str, int, int], ...] = (
     ("gthread 2x2 (before)", "gthread", 2, 2),
     ("runguard 2x2", "webhook.worker.RunguardWorker", 2, 2),

@@ -259,7 +259,7 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
         )
 
     # The POST endpoints straight on WSGI, ahead of Flask: no request context, routing
-    # or Request / Response objects for a review (~100 us a request, docs/performance.md).
+    # or Request / Response objects for a review (~100 us a request, docs/dev/performance.md).
     # Everything else, and a review refused for want of a client certificate, is Flask's.
     endpoints: dict[str, Callable[[Mapping[str, Any]], tuple[int, bytes]]] = {
         "/mutate": partial(answer, "mutate"),

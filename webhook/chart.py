@@ -115,7 +115,7 @@ certificates:
 
 mtls:
   # PEM of the CA that signs the apiserver's client certificate: when set, runguard
-  # answers only callers with a certificate from it (docs/server.md, "mTLS").
+  # answers only callers with a certificate from it (docs/dev/server.md, "mTLS").
   clientCA: ""
 
 clusterState:

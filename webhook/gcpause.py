@@ -5,7 +5,7 @@ cycles: reference counting frees them as soon as the answer is sent. But a revie
 Pod near the apiserver's 3 MiB limit allocates millions of objects, and every 700
 allocations the collector walks its youngest generation, every tenth of those the
 older ones, over objects that are never garbage: on a 25k-container Pod a third of the
-review's CPU (docs/performance.md, "Cost against object size"). While any review at or
+review's CPU (docs/dev/performance.md, "Cost against object size"). While any review at or
 over ``LARGE`` bytes runs in the process the collector is off; it is back on when the
 last one ends, so cycles made elsewhere are still collected, and small reviews (the
 usual case, where it costs little) never touch it. A collector someone else turned off

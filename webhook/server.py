@@ -199,7 +199,7 @@ def on_exit(arbiter: Any) -> None:
 
 
 def gunicorn_options(settings: ServeSettings) -> dict[str, Any]:
-    """The gunicorn configuration of runguard (see docs/server.md for the figures).
+    """The gunicorn configuration of runguard (see docs/dev/server.md for the figures).
 
     ``gthread`` with keep-alive: the apiserver keeps its connections to a webhook open,
     and a TLS handshake costs several times a review, so a worker must serve many
@@ -221,7 +221,7 @@ def gunicorn_options(settings: ServeSettings) -> dict[str, Any]:
         "keyfile": str(settings.key_file),
         "ssl_context": ssl_context,
         # mTLS: ask for a client certificate, verify one that is sent; the app refuses
-        # every path but the probes without one (docs/server.md)
+        # every path but the probes without one (docs/dev/server.md)
         "ca_certs": str(settings.client_ca) if settings.client_ca else None,
         "cert_reqs": ssl.CERT_OPTIONAL if settings.client_ca else ssl.CERT_NONE,
         "limit_request_line": 4094,

@@ -413,7 +413,7 @@ def _write_reports(api_client: Any, book: ReportBook, per_report: int) -> None:
     """Server-side apply each report (created, or replaced whole: ``results`` is an
     atomic list), then empty the parts a namespace no longer needs. Needs ``create``,
     ``patch`` and ``get`` on policyreports, nothing else (no list: a namespace left
-    without runs keeps its last report; see the README)."""
+    without runs keeps its last report; see docs/audit.md)."""
     from kubernetes import client
     from kubernetes.client.exceptions import ApiException
 

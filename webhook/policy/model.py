@@ -2,7 +2,7 @@
 
 Each key is one field below (type, default, description, constraints); the JSON Schema,
 the defaults, lint's lists of keys and ``docs/policy-reference.md`` are generated from
-these fields (``docs/contributing.md``). The engine reads the result, ``Policy``, as
+these fields (``docs/dev/contributing.md``). The engine reads the result, ``Policy``, as
 plain attributes: snake_case names, values precomputed at load (resource lists with
 ``gpu`` resolved, maximums parsed to Decimal, name patterns compiled).
 
