@@ -100,7 +100,7 @@ from webhook.engine.rules.pod_security import (  # noqa: E402
     SAFE_SYSCTLS,
     SELINUX_TYPES,
 )
-from webhook.manifests import name_regex, selector_expression  # noqa: E402
+from webhook.install.manifests import name_regex, selector_expression  # noqa: E402
 from webhook.policy.loader import load_policy  # noqa: E402
 from webhook.policy.model import NamePattern, Policy  # noqa: E402
 from webhook.policy.patterns import split  # noqa: E402

@@ -13,7 +13,7 @@ import yaml
 
 from webhook.cli import main
 from webhook.policy.loader import load_policy
-from webhook.policystore import PolicyStore
+from webhook.serving.policystore import PolicyStore
 
 ROOT = Path(__file__).parent.parent
 POLICIES = ROOT / "policies"
@@ -133,7 +133,7 @@ def test_readme_mutate_example_is_what_the_server_answers() -> None:
     import base64
     import json
 
-    from webhook.app import create_app
+    from webhook.serving.app import create_app
 
     text = (ROOT / "README.md").read_text()
     review = text.split("$ cat > review.json <<'JSON'\n", 1)[1].split("\nJSON\n", 1)[0]

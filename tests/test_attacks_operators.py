@@ -25,13 +25,14 @@ from test_attacks_round2 import ALICE, ARGO, CORE, KUBERAY, MLRUN, REPO
 from test_manifests import Cel
 from test_ownership import Meta, State
 
-from webhook import admission, manifests
 from webhook.clusterstate import StaticClusterState
 from webhook.engine import evaluate, mutate, validate
 from webhook.engine.context import PLATFORM_POLICY, PLATFORM_RECORD, STAMP, Context, Requester
 from webhook.engine.rules.operators import selects
+from webhook.install import manifests
 from webhook.policy.loader import PolicyError, load_policy
 from webhook.policy.model import Operator, OperatorReference, Policy
+from webhook.serving import admission
 
 SHIPPED = load_policy(REPO / "policies")
 KUBEAI = Requester("system:serviceaccount:digitalhub:digitalhub-kubeai")

@@ -23,10 +23,11 @@ import pytest
 import yaml
 from test_manifests import Cel
 
-from webhook import engine, manifests
+from webhook import engine
 from webhook.clusterstate.static import StaticClusterState
 from webhook.engine import evaluate, mutate, validate
 from webhook.engine.context import PLATFORM_RECORD, POLICY_LABEL, STAMP, Context, Requester
+from webhook.install import manifests
 from webhook.policy.loader import load_policy
 from webhook.policy.model import Policy
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from webhook.clusteraudit import (
+from webhook.audit.clusteraudit import (
     LISTINGS,
     AuditError,
     ContinueExpired,
@@ -484,7 +484,7 @@ def test_every_result_has_what_policy_reporter_sorts_by() -> None:
 
 
 def test_the_cluster_policy_report_lists_the_policy_objects() -> None:
-    from webhook.clusteraudit import cluster_policy_report
+    from webhook.audit.clusteraudit import cluster_policy_report
     from webhook.policy.errors import PolicyIssue
 
     policy = load_policy(SHIPPED)

@@ -457,7 +457,7 @@ def test_a_pod_created_as_sparkapp_for_no_driver_gets_nothing() -> None:
 
 def test_the_watch_keeps_governed_pods_for_the_sparkapp_account_and_rbac_grants_pods() -> None:
     from webhook.clusterstate.process import operator_kinds
-    from webhook.manifests import operators_watch_rbac
+    from webhook.install.manifests import operators_watch_rbac
 
     assert "Pod" in operator_kinds(EXAMPLE)
     role, _ = operators_watch_rbac(EXAMPLE)

@@ -30,10 +30,10 @@ from hypothesis import strategies as st
 from test_manifests import Cel
 from test_ownership import Meta, OwnerRef, State
 
-from webhook import manifests
 from webhook.engine import mutate, validate
 from webhook.engine.context import PLATFORM_RECORD, POLICY_LABEL, STAMP, Context, Requester
 from webhook.engine.scope import in_scope
+from webhook.install import manifests
 from webhook.policy.model import Policy, build_policy, with_alternatives
 
 NAMESPACES = ("ml", "team")

@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 import yaml
 
-from webhook.reach import reached_pods
-from webhook.shells import PodReader
+from webhook.serving.reach import reached_pods
+from webhook.serving.shells import PodReader
 
 from .cluster import Cluster, Identity, simulated_node
 from .devcluster import Runguard, prepare_cluster

@@ -1,6 +1,6 @@
 """``runguard audit``: judge the Pods and pod controllers already in the cluster.
 
-The shell around ``webhook.clusteraudit``: the ``kubernetes`` client's connection, one
+The shell around ``webhook.audit.clusteraudit``: the ``kubernetes`` client's connection, one
 list request per page (raw JSON, ``_preload_content=False``: no typed-model round
 trip), progress on stderr when it is a terminal, and ``--write``: the PolicyReports
 server-side applied, one per namespace and RunPolicy (and part), and the
@@ -19,8 +19,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import Any, TextIO
 
-from webhook.cli import EXIT_BAD_INPUT, EXIT_DENIED, EXIT_OK, load_policy_or_report
-from webhook.clusteraudit import (
+from webhook.audit.clusteraudit import (
     CLUSTER_REPORT_PLURAL,
     LISTINGS,
     PAGE_SIZE,
@@ -42,9 +41,7 @@ from webhook.clusteraudit import (
     policy_report,
     report_name,
 )
-from webhook.manifests import SHELLS_CONFIGURATION_NAME
-from webhook.policy.model import Policy
-from webhook.rbacreport import (
+from webhook.audit.rbacreport import (
     RBAC_API,
     RbacReport,
     platform_of,
@@ -52,8 +49,11 @@ from webhook.rbacreport import (
     rbac_report,
     shells_webhook_installed,
 )
-from webhook.rbacreport import to_rows as rbac_rows
-from webhook.rbacreport import to_table as rbac_table
+from webhook.audit.rbacreport import to_rows as rbac_rows
+from webhook.audit.rbacreport import to_table as rbac_table
+from webhook.cli import EXIT_BAD_INPUT, EXIT_DENIED, EXIT_OK, load_policy_or_report
+from webhook.install.manifests import SHELLS_CONFIGURATION_NAME
+from webhook.policy.model import Policy
 
 LISTS = LISTINGS  # (kind, apiVersion, ...) per kind listed: the audit ClusterRole grants these
 # What --write does to policyreports (server-side apply: create or patch; get to find
@@ -552,8 +552,8 @@ def run_rbac(args: argparse.Namespace) -> int:
     from urllib3.exceptions import HTTPError
 
     from webhook.clusterstate.model import ClusterStateError
-    from webhook.documents import InputError, read_objects
-    from webhook.inputlimits import CLUSTER_STATE_FILES
+    from webhook.inputs.documents import InputError, read_objects
+    from webhook.serving.inputlimits import CLUSTER_STATE_FILES
 
     if args.output == "summary" or (args.cluster_state and (args.write or args.policy_objects)):
         print(

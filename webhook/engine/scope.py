@@ -14,7 +14,7 @@ A RunPolicy declares its scope in four keys, and nothing else decides it:
 which the engine asks one at a time (which RunPolicy governs, which platform records
 an object, which platforms a Pod holds something of). Each RunPolicy decides for
 itself: one RunPolicy's exclusions or selector are never another's. The engine judges
-with these functions, and ``webhook.manifests`` renders the webhooks'
+with these functions, and ``webhook.install.manifests`` renders the webhooks'
 ``namespaceSelector``, ``objectSelector`` and CEL ``matchConditions`` from the same
 keys read the same way (``run_terms``): a Pod is a run for routing only where its
 RunPolicy covers the request's namespace. ``tests/test_scope_routing.py``
@@ -213,7 +213,7 @@ def may_open(opener: Policy, target: Policy) -> bool:
 
 def run_terms(root: Policy) -> list[tuple[frozenset[str], LabelSelector]]:
     """What makes a run for routing, per RunPolicy: (the namespaces it leaves out, its
-    selector). ``webhook.manifests`` renders "a run" as the disjunction of
+    selector). ``webhook.install.manifests`` renders "a run" as the disjunction of
     ``request.namespace`` outside the first and the labels matching the second, which
     is ``selects`` of each RunPolicy."""
     return [(p.exclude_namespaces, p.selector) for p in root.run_policies()]

@@ -15,7 +15,7 @@ from webhook.engine import scope
 from webhook.engine.context import PLATFORM_POLICY, PLATFORM_RECORD, POLICY_LABEL, STAMP, Context
 from webhook.engine.podspec import InvalidObject, Target, locate, object_meta
 from webhook.engine.rules import ownership
-from webhook.engine.scope import service_account as service_account  # (webhook.shells')
+from webhook.engine.scope import service_account as service_account  # (webhook.serving.shells')
 from webhook.engine.types import JSON, Violation
 from webhook.policy.model import Policy
 

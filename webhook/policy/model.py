@@ -28,6 +28,7 @@ from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BeforeValidator, ConfigDict, Field
 
+from webhook.inputs.quantity import parse
 from webhook.policy.declare import UNIQUE, Section, key_path
 from webhook.policy.formats import (
     HOST_PATH_PLACEHOLDER,
@@ -53,7 +54,6 @@ from webhook.policy.kube import (
     resolve_resource_name,
 )
 from webhook.policy.patterns import NamePattern, matches_any
-from webhook.quantity import parse
 
 __all__ = [
     "API_VERSION",

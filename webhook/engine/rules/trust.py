@@ -283,7 +283,7 @@ def check_debug_container(r: Review) -> list[Violation]:
 # (portforward, proxy: Ray's job API on a head Pod runs whatever it is sent; a
 # Service's proxy is judged on each Pod it reaches), and a
 # token of its account bound to it (serviceaccounts/token, TokenRequest), which
-# ``webhook.shells`` would take for the Pod itself when it opens a shell.
+# ``webhook.serving.shells`` would take for the Pod itself when it opens a shell.
 SHELLS = {
     "exec": "kubectl exec",
     "attach": "kubectl attach",
@@ -300,7 +300,7 @@ def check_shell(
     (``SHELLS``: ``kubectl exec``, ``attach``, ``port-forward``, ``pods/proxy``, a token
     bound to it): the same shell, secrets and token as a debug container, by another
     door, so the same judgment. ``by``: the Pod whose own token opens it, when the
-    request says so (``webhook.shells``), in the same namespace: a platform Pod opening
+    request says so (``webhook.serving.shells``), in the same namespace: a platform Pod opening
     a shell into another of the same platform (an MPI launcher running its workers by
     ``kubectl exec``) is that platform, and no other's; a Pod of a platform whose
     identities are all the target's platform's may too (``scope.may_open``: no more than

@@ -3,7 +3,7 @@
 Nothing in the chart is written by hand but its ``Chart.yaml`` text and the comments of
 ``values.yaml`` (both here): every object comes from the kustomize base as committed
 (its hand-written files, read from the manifests directory) or from the same functions
-that generate the base's other files (``webhook.manifests``: webhook configurations,
+that generate the base's other files (``webhook.install.manifests``: webhook configurations,
 the policy ConfigMap, the policy-object CRDs and their webhook), and the optional
 components become values:
 
@@ -41,7 +41,8 @@ from typing import Any
 
 import yaml
 
-from webhook import __version__, manifests
+from webhook import __version__
+from webhook.install import manifests
 from webhook.policy.model import Policy
 
 __all__ = ["chart_files"]

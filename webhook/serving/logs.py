@@ -19,8 +19,8 @@ from typing import IO, Any
 
 from gunicorn import glogging
 
-from webhook.linewriter import LineWriter
-from webhook.settings import DEFAULT_LOG_QUEUE
+from webhook.serving.linewriter import LineWriter
+from webhook.serving.settings import DEFAULT_LOG_QUEUE
 
 __all__ = [
     "GunicornLogger",

@@ -1,5 +1,5 @@
 """What the serving policy is, and the gunicorn master's decision about it in one file
-its workers read (``webhook.policystore`` decides and follows; the process model is
+its workers read (``webhook.serving.policystore`` decides and follows; the process model is
 described there)."""
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from webhook.policy.model import Policy
-from webhook.watch import Signature, file_signature, stat_signature
+from webhook.serving.watch import Signature, file_signature, stat_signature
 
 __all__ = ["TRANSITION", "PolicyPublication", "PolicyState", "iso_time"]
 
-# How long the replaced policy is kept for ``webhook.transition``: replicas reading one
+# How long the replaced policy is kept for ``webhook.serving.transition``: replicas reading one
 # ConfigMap see an edit up to the kubelet's sync period (about a minute) apart.
 TRANSITION = 120.0
 
@@ -38,7 +38,7 @@ class PolicyState:
     rejected_at: float = 0.0
     # The good policy this one replaced, for ``TRANSITION`` seconds (unix time ``until``):
     # a Pod its ``/mutate`` made, in a worker or replica that had not swapped yet, is
-    # not denied by the new one's backstop (``webhook.transition``).
+    # not denied by the new one's backstop (``webhook.serving.transition``).
     previous: Policy | None = None
     previous_until: float = 0.0
 

@@ -33,12 +33,12 @@ from typing import Any
 
 from gunicorn.app.base import BaseApplication
 
-from webhook.linewriter import all_writers, flush_all
-from webhook.logs import GunicornLogger, configure_logging
-from webhook.policystore import PolicyPublication, PolicyStore
-from webhook.settings import ServeSettings
-from webhook.tls import CertificateStore, ContextFactory
-from webhook.worker import RunguardWorker
+from webhook.serving.linewriter import all_writers, flush_all
+from webhook.serving.logs import GunicornLogger, configure_logging
+from webhook.serving.policystore import PolicyPublication, PolicyStore
+from webhook.serving.settings import ServeSettings
+from webhook.serving.tls import CertificateStore, ContextFactory
+from webhook.serving.worker import RunguardWorker
 
 __all__ = [
     "RunguardApplication",
@@ -84,13 +84,13 @@ def remove_multiprocess_metrics() -> None:
 
 def _certificate_served(not_after: float) -> None:
     if os.getpid() != _MASTER_PID[0]:
-        from webhook import metrics
+        from webhook.serving import metrics
 
         metrics.get().certificate_expiry.set(not_after)
 
 
 def _count_dropped(log: str, lines: int) -> None:
-    from webhook import metrics
+    from webhook.serving import metrics
 
     metrics.get().log_lines_dropped.labels(log).inc(lines)
 
@@ -180,7 +180,7 @@ def worker_exit(arbiter: Any, worker: Any) -> None:
 
 def child_exit(arbiter: Any, worker: Any) -> None:
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
-        from webhook import metrics
+        from webhook.serving import metrics
 
         metrics.mark_process_dead(worker.pid)
 
@@ -257,6 +257,6 @@ class RunguardApplication(BaseApplication):  # type: ignore[misc]  # gunicorn is
             self.cfg.set(key, value)
 
     def load(self) -> Any:
-        from webhook.app import create_app
+        from webhook.serving.app import create_app
 
         return create_app({**asdict(self.settings), "policy_store": self.store})

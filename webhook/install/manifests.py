@@ -1333,7 +1333,7 @@ def _str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
 
 
 _Dumper.add_representer(str, _str)
-YamlDumper = _Dumper  # for other renderings of the same objects (webhook/chart.py)
+YamlDumper = _Dumper  # for other renderings of the same objects (webhook/install/chart.py)
 
 
 def to_yaml(objects: Iterable[Mapping[str, Any]], header: str = "") -> str:

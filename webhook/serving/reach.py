@@ -8,12 +8,12 @@ A proxy's request names its target ``[scheme:]name[:port]`` (``pods/proxy`` and
 ``services/proxy``: the apiserver proxies to an address of the Service's Endpoints
 (same name; from Kubernetes 1.37 on, of its EndpointSlices, label
 ``kubernetes.io/service-name``) whose ``targetRef`` names a Pod of the namespace holding
-that IP, and nowhere else. runguard judges (``webhook.shells``) every Pod the Service's
+that IP, and nowhere else. runguard judges (``webhook.serving.shells``) every Pod the Service's
 selector picks (what its endpoints will hold) and every Pod its Endpoints or
 EndpointSlices name (a Service without a selector, whose endpoints someone wrote): one
 platform Pod among them refuses the door to whoever may not open it. A Service that
 reaches no Pod opens nothing (the apiserver answers 503). Pure: the reads are
-``ServiceReads``' (the server's are ``webhook.shells.PodReader``).
+``ServiceReads``' (the server's are ``webhook.serving.shells.PodReader``).
 """
 
 from __future__ import annotations

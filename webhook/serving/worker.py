@@ -38,7 +38,7 @@ from gunicorn import sock as gsock
 from gunicorn.http import errors
 from gunicorn.workers.gthread import STOP_KEEPALIVE_LINGER, TConn, ThreadWorker
 
-from webhook.framing import Pending, request_ready
+from webhook.serving.framing import Pending, request_ready
 
 __all__ = [
     "REQUEST_TIMEOUT",
@@ -113,7 +113,7 @@ class RunguardWorker(ThreadWorker):  # type: ignore[misc]  # gunicorn is untyped
 
     own_listener = True
     alive: bool  # gunicorn's: the worker's loop runs while it is True
-    shutdown_delay = 0.0  # set per server by the post_fork hook (``webhook.server``)
+    shutdown_delay = 0.0  # set per server by the post_fork hook (``webhook.serving.server``)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

@@ -2,14 +2,14 @@
 
 ``in-cluster`` (the Pod's ServiceAccount) or the path of a kubeconfig file (its current
 context): the two sources ``--cluster-state`` takes, for the watch process
-(``webhook.clusterstate.watch``) and for the Pod a shell opens into (``webhook.shells``).
+(``webhook.clusterstate.watch``) and for the Pod a shell opens into (``webhook.serving.shells``).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from webhook.settings import IN_CLUSTER
+from webhook.serving.settings import IN_CLUSTER
 
 __all__ = ["configuration"]
 

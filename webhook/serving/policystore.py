@@ -34,9 +34,9 @@ from dataclasses import replace
 from pathlib import Path
 
 from webhook.policy.model import Policy
-from webhook.policystate import TRANSITION, PolicyPublication, PolicyState
-from webhook.settings import RELOAD_INTERVAL
-from webhook.watch import Signature, directory_signature, every, newest_mtime
+from webhook.serving.policystate import TRANSITION, PolicyPublication, PolicyState
+from webhook.serving.settings import RELOAD_INTERVAL
+from webhook.serving.watch import Signature, directory_signature, every, newest_mtime
 
 __all__ = ["PolicyObserver", "PolicyPublication", "PolicyState", "PolicyStore"]
 

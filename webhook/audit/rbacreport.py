@@ -38,16 +38,16 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from webhook.clusteraudit import (
+from webhook.audit.clusteraudit import (
     REPORT_API,
     REPORT_LABELS,
     RESULTS,
     SOURCE,
     timestamp,
 )
-from webhook.documents import is_list, list_items
 from webhook.engine.rules.ownership import service_account_identities
-from webhook.manifests import SHELLS_CONFIGURATION_NAME as SHELLS_CONFIGURATION
+from webhook.inputs.documents import is_list, list_items
+from webhook.install.manifests import SHELLS_CONFIGURATION_NAME as SHELLS_CONFIGURATION
 from webhook.policy.model import Policy
 from webhook.policy.patterns import split
 

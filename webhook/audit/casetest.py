@@ -30,10 +30,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from webhook.documents import InputError, load_documents, read_objects, read_text
 from webhook.engine import Decision, evaluate, mutate, validate
-from webhook.inputlimits import CASE_FILES
+from webhook.inputs.documents import InputError, load_documents, read_objects, read_text
 from webhook.policy.model import Policy
+from webhook.serving.inputlimits import CASE_FILES
 
 CASE_FILE = "case.yaml"
 EXPECT_KEYS = frozenset(

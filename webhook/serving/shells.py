@@ -22,7 +22,7 @@ gunicorn forks). A Pod that cannot be read is denied with the reason (fail close
 door would otherwise open unjudged; so is a CONNECT that is no door runguard knows
 (``nodes/proxy``, RBAC's to grant to admins only, is not routed to runguard).
 
-What a proxy names, and the Pods a ``services/proxy`` reaches: ``webhook.reach``.
+What a proxy names, and the Pods a ``services/proxy`` reaches: ``webhook.serving.reach``.
 """
 
 from __future__ import annotations
@@ -35,8 +35,14 @@ from typing import Any, Protocol
 
 import orjson
 
-from webhook import engine, kubeconfig
-from webhook.admission import (
+from webhook import engine
+from webhook.engine.context import ClusterView, Context
+from webhook.engine.rules.trust import SHELLS, shell_judged
+from webhook.engine.subject import service_account
+from webhook.engine.types import Decision
+from webhook.inputs import kubeconfig
+from webhook.policy.model import Policy
+from webhook.serving.admission import (
     INTERNAL_ERROR_MESSAGE,
     AdmissionRequest,
     Outcome,
@@ -44,12 +50,7 @@ from webhook.admission import (
     decision_response,
     review_response,
 )
-from webhook.engine.context import ClusterView, Context
-from webhook.engine.rules.trust import SHELLS, shell_judged
-from webhook.engine.subject import service_account
-from webhook.engine.types import Decision
-from webhook.policy.model import Policy
-from webhook.reach import PROXY_FORM, Listed, ServiceReads, proxied_name, reached_pods
+from webhook.serving.reach import PROXY_FORM, Listed, ServiceReads, proxied_name, reached_pods
 
 __all__ = [
     "READ_TIMEOUT",

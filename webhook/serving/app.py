@@ -1,7 +1,7 @@
 """The Flask application: admission endpoints, probes and metrics; routes only.
 
 ``create_app(config)`` reads its configuration when called, never at import time:
-``config`` first, then the environment, both through ``webhook.settings``. The
+``config`` first, then the environment, both through ``webhook.serving.settings``. The
 AdmissionReview rules live in ``admission.py``, the policy reload in ``policystore.py``,
 the gunicorn side in ``server.py``.
 """
@@ -21,16 +21,16 @@ import orjson
 from flask import Flask, Response, request
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
-from webhook import admission, gcpause, logs, metrics, shells, transition
-from webhook.admission import AdmissionError, Endpoint
-from webhook.auditlog import AuditLog, audit_record
 from webhook.clusterstate import ClusterState
 from webhook.clusterstate.metrics import ClusterStateCollector
 from webhook.clusterstate.process import ClusterWatch, watched_kinds
 from webhook.engine.context import ClusterView
 from webhook.policy.objects import MAX_MESSAGE, check_object
-from webhook.policystore import PolicyState, PolicyStore
-from webhook.settings import (
+from webhook.serving import admission, gcpause, logs, metrics, shells, transition
+from webhook.serving.admission import AdmissionError, Endpoint
+from webhook.serving.auditlog import AuditLog, audit_record
+from webhook.serving.policystore import PolicyState, PolicyStore
+from webhook.serving.settings import (
     BY_NAME,
     DEFAULT_LOG_QUEUE,
     DEFAULT_MAX_BODY,
@@ -38,9 +38,9 @@ from webhook.settings import (
     SettingsError,
     read_settings,
 )
-from webhook.shells import PodReader
-from webhook.tls import peer_verified
-from webhook.worker import draining
+from webhook.serving.shells import PodReader
+from webhook.serving.tls import peer_verified
+from webhook.serving.worker import draining
 
 __all__ = ["create_app"]
 
@@ -67,7 +67,7 @@ class Runguard:
     cluster_state: ClusterView | None = None
     # The watch process keeping it (``webhook.clusterstate``), when this app started one.
     cluster_watch: ClusterWatch | None = None
-    # How a door's Pods are read (``webhook.shells``: a Pod, a Service's), with the
+    # How a door's Pods are read (``webhook.serving.shells``: a Pod, a Service's), with the
     # cluster state's credentials; None without them (such a door is then denied).
     reads: shells.Reads | None = None
 
@@ -75,7 +75,7 @@ class Runguard:
 def create_app(config: Mapping[str, Any] | None = None) -> Flask:
     """The runguard WSGI application.
 
-    ``config``: settings by name (``webhook.settings.SETTINGS``: ``policy_dir``,
+    ``config``: settings by name (``webhook.serving.settings.SETTINGS``: ``policy_dir``,
     ``max_body``, ``client_ca``, ``log_queue``, ``reload_interval``, ``bench_endpoint``
     adding ``POST /bench/allowed``, a fixed answer for ``bench/bench_http.py``), each
     one not given read from its environment variable; and ``policy_store`` /

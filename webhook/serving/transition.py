@@ -22,11 +22,11 @@ edit that tightens a maximum or forbids an image holds from the moment it serves
 
 from __future__ import annotations
 
-from webhook import admission
-from webhook.admission import AdmissionRequest, Endpoint, Outcome
 from webhook.engine.context import ClusterView
 from webhook.policy.model import Policy
-from webhook.policystore import PolicyStore
+from webhook.serving import admission
+from webhook.serving.admission import AdmissionRequest, Endpoint, Outcome
+from webhook.serving.policystore import PolicyStore
 
 __all__ = ["backstop_only", "settle"]
 

@@ -23,9 +23,9 @@ from typing import IO
 
 import orjson
 
-from webhook.admission import AdmissionRequest, Endpoint, Outcome
-from webhook.linewriter import LineWriter
-from webhook.settings import DEFAULT_LOG_QUEUE
+from webhook.serving.admission import AdmissionRequest, Endpoint, Outcome
+from webhook.serving.linewriter import LineWriter
+from webhook.serving.settings import DEFAULT_LOG_QUEUE
 
 __all__ = ["AuditLog", "audit_record"]
 

@@ -287,7 +287,7 @@ def _judge(
     only to put back the running spec (``kubectl apply`` of the user's manifest again),
     never to change an immutable spec. ``/validate`` judges CREATE and UPDATE, passing
     ``oldObject`` so violations already present do not block unrelated updates. DELETE is
-    allowed; a CONNECT is ``webhook.shells``' (the server sends every one there).
+    allowed; a CONNECT is ``webhook.serving.shells``' (the server sends every one there).
     """
     uid = request["uid"]
     obj = request.get("object")

@@ -31,8 +31,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from webhook.settings import RELOAD_INTERVAL
-from webhook.watch import every, file_signature
+from webhook.serving.settings import RELOAD_INTERVAL
+from webhook.serving.watch import every, file_signature
 
 __all__ = ["CertificateObserver", "CertificateStore", "ContextFactory", "peer_verified"]
 

@@ -1,0 +1,3 @@
+"""Offline judgment: the runs already in a cluster (`runguard audit`), the doors only
+RBAC can close (`audit --rbac`), declarative cases (`runguard test`).
+"""
