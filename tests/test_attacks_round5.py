@@ -44,8 +44,9 @@ from test_trust import ALICE, CORE, RUN, SHIPPED, created, pod, rules, update
 
 from webhook.audit.rbacreport import platform_of, rbac_report
 from webhook.engine import evaluate, mutate, validate
-from webhook.engine.context import PLATFORM_POLICY, PLATFORM_RECORD, STAMP, Context, Requester
+from webhook.engine.context import Context, Requester
 from webhook.install import manifests
+from webhook.keys import PLATFORM_POLICY, PLATFORM_RECORD, REQUESTED_BY
 
 NUCLIO = Requester("system:serviceaccount:mlrun:nuclio", ("system:serviceaccounts",))
 SECRET = "digitalhub-common-creds"  # the Core's credentials, given to its runs only
@@ -466,7 +467,7 @@ def test_a_debug_container_reading_the_platforms_secret_is_refused(
 @pytest.mark.parametrize("kind", ["ReplicaSet", "StatefulSet", "DaemonSet",
                                   "ReplicationController"])  # fmt: skip
 @pytest.mark.parametrize("forged", [{PLATFORM_RECORD: "true"},
-                                    {STAMP: "system:serviceaccount:digitalhub:core"}],
+                                    {REQUESTED_BY: "system:serviceaccount:digitalhub:core"}],
                          ids=["record", "legacy-stamp"])  # fmt: skip
 def test_a_record_forged_on_a_controller_by_update_is_removed(
     kind: str, forged: dict[str, str]

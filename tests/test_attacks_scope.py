@@ -18,8 +18,9 @@ from test_scope_routing import calls
 from test_trust import ALICE, ARGO, CORE, SHIPPED, pod, rules
 
 from webhook.engine import connect, evaluate, mutate, validate
-from webhook.engine.context import PLATFORM_RECORD, POLICY_LABEL, STAMP, Context, Requester
+from webhook.engine.context import Context, Requester
 from webhook.install import manifests
+from webhook.keys import PLATFORM_RECORD, POLICY_LABEL, REQUESTED_BY
 from webhook.policy.loader import load_policy
 from webhook.policy.model import LabelSelector, Policy, with_alternatives
 
@@ -117,7 +118,7 @@ def test_forged_records_on_a_pod_of_an_excluded_run_policy_are_overwritten() -> 
         manifests.VALIDATING_REFERENCES_WEBHOOK
     ]
     stored = admitted(forged, EXCLUDING, ALICE)
-    assert stored["metadata"]["annotations"] == {STAMP: "alice"}
+    assert stored["metadata"]["annotations"] == {REQUESTED_BY: "alice"}
     bypassed = validate(forged, EXCLUDING, namespace="ml", context=Context(ALICE, State([])))
     assert "ownership.stamp" in rules(bypassed) and not bypassed.allowed
     run = admitted(pod(), EXCLUDING, CORE)

@@ -30,8 +30,9 @@ from test_shells import (
 from test_trust import ALICE, ARGO, CORE, SHIPPED, created, pod, rules, update, workflow
 
 from webhook.engine import connect, evaluate, validate
-from webhook.engine.context import PLATFORM_RECORD, STAMP, Context, Requester
+from webhook.engine.context import Context, Requester
 from webhook.install import manifests
+from webhook.keys import PLATFORM_RECORD, REQUESTED_BY
 from webhook.policy.loader import load_policy
 from webhook.policy.model import with_alternatives
 from webhook.serving import admission, shells
@@ -131,7 +132,7 @@ def test_stripping_a_platform_pods_record_first_is_refused() -> None:
     run = platform_run()
     stripped = copy.deepcopy(run)
     del stripped["metadata"]["annotations"][PLATFORM_RECORD]
-    stripped["metadata"]["annotations"][STAMP] = "alice"
+    stripped["metadata"]["annotations"][REQUESTED_BY] = "alice"
     mutation, _ = update(stripped, run, ALICE)
     assert mutation.object["metadata"]["annotations"][PLATFORM_RECORD] == "true"
     context = Context(ALICE, State([]), "UPDATE")

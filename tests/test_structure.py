@@ -175,3 +175,31 @@ def test_the_top_of_webhook_shows_the_architecture() -> None:
     assert len(top) <= 10, top
     packages = {p.name for p in (REPO / "webhook").iterdir() if (p / "__init__.py").exists()}
     assert {"serving", "install", "audit", "inputs", "engine", "policy", "cli"} <= packages
+
+
+def test_every_runguard_key_is_declared_once() -> None:
+    """A ``runguard.io/`` label or annotation key is spelled in ``webhook/keys.py`` only;
+    everything else names it by its constant."""
+    key = re.compile(r"runguard\.io/(?!v[0-9]+$)[a-z0-9.-]+")  # not the API version
+    spelled = []
+    for path in sorted((REPO / "webhook").rglob("*.py")):
+        if path.name == "keys.py" and path.parent.name == "webhook":
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        docstrings = {
+            id(node.body[0].value)
+            for node in ast.walk(tree)
+            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+            and node.body
+            and isinstance(node.body[0], ast.Expr)
+            and isinstance(node.body[0].value, ast.Constant)
+        }
+        for node in ast.walk(tree):
+            if (
+                isinstance(node, ast.Constant)
+                and isinstance(node.value, str)
+                and id(node) not in docstrings
+                and key.fullmatch(node.value)
+            ):
+                spelled.append(f"{path.relative_to(REPO)}:{node.lineno}: {node.value}")
+    assert not spelled, spelled

@@ -35,6 +35,7 @@ from typing import Any, NamedTuple, TextIO
 import orjson
 
 from webhook.engine import Decision, Violation, validate
+from webhook.keys import POLICY_LABEL
 from webhook.policy.kube import LabelSelector
 from webhook.policy.model import API_VERSION as POLICY_API
 from webhook.policy.model import Policy
@@ -45,7 +46,6 @@ CLUSTER_REPORT_PLURAL = "clusterpolicyreports"
 CLUSTER_REPORT_NAME = "runguard-policy"  # the ClusterPolicyReport about the policy objects
 SOURCE = "runguard"  # every result's ``source``
 REPORT_LABELS = {"app.kubernetes.io/managed-by": "runguard"}
-POLICY_LABEL = "runguard.io/policy"  # on each PolicyReport: the RunPolicy whose runs it lists
 RESULTS_PER_REPORT = 1000  # ~0.25 MB of JSON (more with long messages): under etcd's 1.5 MiB
 PAGE_SIZE = 500  # kubectl's default --chunk-size
 MAX_RESTARTS = 3  # expired continue tokens in a row before a listing gives up

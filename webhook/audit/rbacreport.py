@@ -48,6 +48,7 @@ from webhook.audit.clusteraudit import (
 from webhook.engine.rules.ownership import service_account_identities
 from webhook.inputs.documents import is_list, list_items
 from webhook.install.manifests import SHELLS_CONFIGURATION_NAME as SHELLS_CONFIGURATION
+from webhook.keys import REPORT_LABEL
 from webhook.policy.model import Policy
 from webhook.policy.patterns import split
 
@@ -69,7 +70,6 @@ __all__ = [
 
 CLUSTER_WIDE = "*"  # a ClusterRoleBinding's rows: every namespace, and cluster-scoped grants
 REPORT_NAME = "runguard-rbac"  # each run namespace's PolicyReport, and the ClusterPolicyReport
-REPORT_KIND_LABEL = "runguard.io/report"
 RBAC_GROUP = "rbac.authorization.k8s.io"
 RBAC_API = f"{RBAC_GROUP}/v1"
 WRITES = frozenset({"update", "patch"})
@@ -815,7 +815,7 @@ def _report(kind: str, namespace: str | None, results: list[dict[str, Any]]) -> 
     metadata: dict[str, Any] = {"name": REPORT_NAME}
     if namespace is not None:
         metadata["namespace"] = namespace
-    metadata["labels"] = {**REPORT_LABELS, REPORT_KIND_LABEL: "rbac"}
+    metadata["labels"] = {**REPORT_LABELS, REPORT_LABEL: "rbac"}
     report: dict[str, Any] = {"apiVersion": REPORT_API, "kind": kind, "metadata": metadata}
     if namespace is not None:
         report["scope"] = {"apiVersion": "v1", "kind": "Namespace", "name": namespace}

@@ -23,7 +23,6 @@ from webhook.audit.clusteraudit import (
     CLUSTER_REPORT_PLURAL,
     LISTINGS,
     PAGE_SIZE,
-    POLICY_LABEL,
     REPORT_GROUP,
     REPORT_PLURAL,
     REPORT_VERSION,
@@ -53,6 +52,7 @@ from webhook.audit.rbacreport import to_rows as rbac_rows
 from webhook.audit.rbacreport import to_table as rbac_table
 from webhook.cli import EXIT_BAD_INPUT, EXIT_DENIED, EXIT_OK, load_policy_or_report
 from webhook.install.manifests import SHELLS_CONFIGURATION_NAME
+from webhook.keys import POLICY_LABEL
 from webhook.policy.model import Policy
 
 LISTS = LISTINGS  # (kind, apiVersion, ...) per kind listed: the audit ClusterRole grants these

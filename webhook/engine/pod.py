@@ -22,9 +22,9 @@ from webhook.engine.context import (
 )
 from webhook.engine.types import JSON, Change
 from webhook.inputs.quantity import parse
+from webhook.keys import MAIN_CONTAINER_ANNOTATION
 from webhook.policy.model import Policy, Profile
 
-MAIN_CONTAINER_ANNOTATION = "runguard.io/main-container"
 DEFAULT_CONTAINER_ANNOTATION = "kubectl.kubernetes.io/default-container"
 WARNING_LIMIT = 120
 

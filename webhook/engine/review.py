@@ -14,7 +14,7 @@ from decimal import Decimal
 from typing import Any, ParamSpec
 
 from webhook.engine import scope
-from webhook.engine.context import NO_CONTEXT, POLICY_LABEL, STAMP, Context, Ownership
+from webhook.engine.context import NO_CONTEXT, Context, Ownership
 from webhook.engine.diff import make_patch
 from webhook.engine.pod import WARNING_LIMIT, Pod, copy_json, spec_prefix
 from webhook.engine.pod import warning as warning_text
@@ -36,6 +36,7 @@ from webhook.engine.subject import (
     stamps_owner,
 )
 from webhook.engine.types import ENGINE_ERROR, INVALID, JSON, Change, Decision, Violation
+from webhook.keys import POLICY_LABEL, REQUESTED_BY
 from webhook.policy.model import Policy
 
 P = ParamSpec("P")
@@ -45,7 +46,7 @@ UPDATE_KEPT = "a running pod's spec cannot change: kept the values runguard set 
 TEMPLATE_KEPT = (
     "runguard: the pod template is kept as written; each Pod created from it is changed so:"
 )
-STAMPED = Change(OWNERSHIP_STAMP, warning_text(f"stamped {STAMP}"))
+STAMPED = Change(OWNERSHIP_STAMP, warning_text(f"stamped {REQUESTED_BY}"))
 RECORDS_KEPT = Change(
     OWNERSHIP_STAMP,
     warning_text("runguard's records (who created it, its RunPolicy) cannot change: kept"),
@@ -150,7 +151,7 @@ def _record_changes(r: Review, result: JSON) -> tuple[JSON, list[Change]]:
         return result, []
     if r.old is not None:
         return recorded, [RECORDS_KEPT]
-    return recorded, [STAMPED] if expected.get(STAMP) else []
+    return recorded, [STAMPED] if expected.get(REQUESTED_BY) else []
 
 
 def _with_spec(obj: JSON, target: Target, spec: JSON) -> JSON:

@@ -27,9 +27,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from webhook.engine.context import PLATFORM_POLICY, PLATFORM_RECORD, POLICY_LABEL, STAMP
 from webhook.engine.podspec import InvalidObject, locate
 from webhook.engine.rules import ownership
+from webhook.keys import PLATFORM_POLICY, PLATFORM_RECORD, POLICY_LABEL, REQUESTED_BY
 from webhook.policy.model import LabelSelector, Policy
 
 
@@ -181,7 +181,7 @@ def recorder(
     for policy in candidates:
         if operator_kind_of(policy, obj) or claims(policy, spec, namespace):
             return policy
-    if not candidates or not (annotations.get(STAMP) or annotations.get(PLATFORM_RECORD)):
+    if not candidates or not (annotations.get(REQUESTED_BY) or annotations.get(PLATFORM_RECORD)):
         return None
     return _carried_owner(candidates, annotations) or candidates[0]
 
@@ -193,7 +193,7 @@ def _carried_owner(candidates: list[Policy], annotations: Mapping[str, Any]) -> 
     name = annotations.get(PLATFORM_POLICY)
     if PLATFORM_RECORD in annotations and name is not None:
         return next((p for p in candidates if p.name == name), None)
-    stamp = annotations.get(STAMP)
+    stamp = annotations.get(REQUESTED_BY)
     for policy in candidates:
         platform = policy.platform
         if ownership.stamped_by((*platform.identities, *platform.installers), stamp):

@@ -37,7 +37,6 @@ from urllib.parse import urlsplit
 
 import yaml
 
-from webhook.engine.context import PLATFORM_RECORD, POLICY_LABEL, STAMP
 from webhook.engine.doors import CONTAINER_LISTS, CONTAINERS, DOORS, MAP_VALUES
 from webhook.engine.rules.operators import plural
 from webhook.engine.rules.ownership import (
@@ -49,6 +48,7 @@ from webhook.engine.rules.ownership import (
 )
 from webhook.engine.rules.ownership import enabled as ownership_enabled
 from webhook.engine.scope import run_terms
+from webhook.keys import PLATFORM_RECORD, POLICY_LABEL, REQUESTED_BY
 from webhook.policy.model import LabelSelector, NamePattern, Policy
 from webhook.policy.patterns import split
 
@@ -483,7 +483,7 @@ def _records(policy: Policy, meta: str) -> str:
     names = ", ".join(f"optional.of({_cel_string(p.name)})" for p in policy.run_policies())
     return " || ".join(
         [
-            f"{meta}.?annotations[?{_cel_string(STAMP)}].hasValue()",
+            f"{meta}.?annotations[?{_cel_string(REQUESTED_BY)}].hasValue()",
             f"{meta}.?annotations[?{_cel_string(PLATFORM_RECORD)}].hasValue()",
             f"{meta}.?labels[?{_cel_string(POLICY_LABEL)}] in [{names}]",
         ]

@@ -20,11 +20,12 @@ from __future__ import annotations
 from typing import Any
 
 from webhook.engine import scope
-from webhook.engine.context import PLATFORM_RECORD, Requester
+from webhook.engine.context import Requester
 from webhook.engine.rule_ids import QUEUE_BYPASSED, QUEUE_RESERVED_LABEL
 from webhook.engine.rules import ownership
 from webhook.engine.subject import Review
 from webhook.engine.types import Violation
+from webhook.keys import PLATFORM_RECORD
 from webhook.policy.model import Policy, QueueController
 
 # Keys of an object's spec that start, stop and size a run: the queue's to change.

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from webhook.engine import scope
-from webhook.engine.context import PLATFORM_POLICY, PLATFORM_RECORD, POLICY_LABEL, STAMP, Context
+from webhook.engine.context import Context
 from webhook.engine.pod import spec_prefix
 from webhook.engine.rule_ids import (
     OWNERSHIP_CHANGED,
@@ -37,6 +37,7 @@ from webhook.engine.rules.scope import (
 from webhook.engine.scope import service_account
 from webhook.engine.subject import Review, expected_records
 from webhook.engine.types import JSON, Violation
+from webhook.keys import PLATFORM_POLICY, PLATFORM_RECORD, POLICY_LABEL, REQUESTED_BY
 from webhook.policy.model import OperatorReference, Policy
 
 TrustCheck = Callable[[Review], list[Violation]]
@@ -50,7 +51,12 @@ def check_records(r: Review) -> list[Violation]:
         return []
     stamp, record, label = ownership.records(r.metadata)
     named = ownership.string_map(r.metadata, "annotations").get(PLATFORM_POLICY)
-    now = {STAMP: stamp, PLATFORM_RECORD: record, PLATFORM_POLICY: named, POLICY_LABEL: label}
+    now = {
+        REQUESTED_BY: stamp,
+        PLATFORM_RECORD: record,
+        PLATFORM_POLICY: named,
+        POLICY_LABEL: label,
+    }
     out = []
     for key, expected in expected_records(r).items():
         if now[key] == expected:
