@@ -35,6 +35,7 @@ from typing import Any, NamedTuple, TextIO
 import orjson
 
 from webhook.engine import Decision, Violation, validate
+from webhook.engine.rule_ids import CONCERNS, POLICY_LINT, POLICY_LOADED
 from webhook.keys import POLICY_LABEL
 from webhook.policy.kube import LabelSelector
 from webhook.policy.model import API_VERSION as POLICY_API
@@ -432,37 +433,9 @@ def to_table(findings: Iterable[Finding]) -> str:
 
 RESULTS = ("pass", "fail", "warn", "error", "skip")  # a PolicyReport summary's keys
 
-# A result's severity and category, by its rule's concern (the part before the dot).
-# Severities are the three every version of the WG's schema accepts.
-SEVERITY = {
-    "security": "high",
-    "ownership": "high",
-    "secrets": "high",
-    "volumes": "high",
-    "scope": "high",
-    "input": "medium",
-    "engine": "medium",
-    "update": "medium",
-    "resources": "medium",
-    "scheduling": "medium",
-    "profile": "medium",
-}
-CATEGORY = {
-    "security": "Pod security",
-    "ownership": "Ownership",
-    "secrets": "Secrets",
-    "volumes": "Volumes",
-    "scope": "Scope",
-    "input": "Input",
-    "engine": "Engine",
-    "update": "Updates",
-    "resources": "Resources",
-    "scheduling": "Scheduling",
-    "profile": "Profiles",
-}
 DRIFT_CATEGORY, DRIFT_SEVERITY = "Policy drift", "low"
 PASS_CATEGORY, PASS_SEVERITY = "Runs", "low"
-POLICY_CATEGORY = "Policy"  # the ClusterPolicyReport's results, about the policy objects
+POLICY_CATEGORY = CONCERNS["policy"].category  # the ClusterPolicyReport's results
 
 
 def timestamp(now: float) -> dict[str, int]:
@@ -472,11 +445,14 @@ def timestamp(now: float) -> dict[str, int]:
 
 
 def rule_severity(rule: str) -> str:
-    return SEVERITY.get(rule.partition(".")[0], "medium")
+    """A failure's severity: its concern's (``webhook.engine.rule_ids.CONCERNS``)."""
+    concern = CONCERNS.get(rule.partition(".")[0])
+    return concern.severity if concern else "medium"
 
 
 def rule_category(rule: str) -> str:
-    return CATEGORY.get(rule.partition(".")[0], "Runs")
+    concern = CONCERNS.get(rule.partition(".")[0])
+    return concern.category if concern else PASS_CATEGORY
 
 
 def report_name(policy: str, part: int) -> str:
@@ -556,7 +532,7 @@ def cluster_policy_report(
         results.append(
             {
                 "policy": name if kind == "RunPolicy" else policy.name,
-                "rule": "policy.loaded" if outcome == "pass" else "policy.lint",
+                "rule": POLICY_LOADED if outcome == "pass" else POLICY_LINT,
                 "result": outcome,
                 "category": POLICY_CATEGORY,
                 "severity": "low" if outcome == "pass" else "medium",

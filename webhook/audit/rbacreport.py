@@ -45,6 +45,20 @@ from webhook.audit.clusteraudit import (
     SOURCE,
     timestamp,
 )
+from webhook.engine.rule_ids import (
+    CONCERNS,
+    RBAC_CONNECT,
+    RBAC_EXPOSE,
+    RBAC_GRANT,
+    RBAC_IMPERSONATE,
+    RBAC_NODE_PROXY,
+    RBAC_PLATFORM_DATA,
+    RBAC_READ_CONFIG_MAPS,
+    RBAC_READ_SECRETS,
+    RBAC_SNAPSHOT,
+    RBAC_TOKEN,
+    REPORT_RULES,
+)
 from webhook.engine.rules.ownership import service_account_identities
 from webhook.inputs.documents import is_list, list_items
 from webhook.install.manifests import SHELLS_CONFIGURATION_NAME as SHELLS_CONFIGURATION
@@ -103,13 +117,16 @@ class Resource:
 class Door:
     """A way to the platform's objects that no admission request is made for."""
 
-    id: str
-    title: str
+    id: str  # declared in ``webhook.engine.rule_ids``, with its title
     resources: tuple[Resource, ...]
     needs_shells_off: bool = False  # judged by admission when the shells webhook is on
     # Held only when the verbs granted, by resource, open it together (``bind`` is of
     # no use without creating a binding); None: any grant of its resources opens it.
     held: Callable[[Mapping[str, frozenset[str]]], bool] | None = None
+
+    @property
+    def title(self) -> str:
+        return REPORT_RULES[self.id].description
 
 
 def _r(group: str, resource: str, verbs: Iterable[str], **kw: Any) -> Resource:
@@ -136,31 +153,26 @@ def _grants_itself(held: Mapping[str, frozenset[str]]) -> bool:
 
 DOORS = (
     Door(
-        "rbac.read-secrets",
-        "read Secrets",
+        RBAC_READ_SECRETS,
         (_r("", "secrets", READ, platform_names="secrets"),),
     ),
     Door(
-        "rbac.read-config-maps",
-        "read platform-named ConfigMaps",
+        RBAC_READ_CONFIG_MAPS,
         (_r("", "configmaps", READ, platform_names="configmaps", platform_only=True),),
     ),
     Door(
-        "rbac.platform-data",
-        "change the data of platform-named ConfigMaps and Secrets",
+        RBAC_PLATFORM_DATA,
         (
             _r("", "configmaps", WRITES, platform_names="configmaps", platform_only=True),
             _r("", "secrets", WRITES, platform_names="secrets", platform_only=True),
         ),
     ),
     Door(
-        "rbac.node-proxy",
-        "the kubelet's API of every Pod on a node",
+        RBAC_NODE_PROXY,
         (_r("", "nodes/proxy", CONNECT_VERBS, cluster_scoped=True),),
     ),
     Door(
-        "rbac.connect",
-        "connect into Pods (exec, attach, port-forward, proxy)",
+        RBAC_CONNECT,
         tuple(
             _r("", resource, CONNECT_VERBS)
             for resource in (
@@ -174,8 +186,7 @@ DOORS = (
         needs_shells_off=True,
     ),
     Door(
-        "rbac.token",
-        "tokens for ServiceAccounts",
+        RBAC_TOKEN,
         (
             _r("", "serviceaccounts/token", ["create"]),
             # a Secret of type kubernetes.io/service-account-token, which the token
@@ -184,8 +195,7 @@ DOORS = (
         ),
     ),
     Door(
-        "rbac.snapshot",
-        "snapshot the platform's volumes into claims of one's own",
+        RBAC_SNAPSHOT,
         (
             _r("snapshot.storage.k8s.io", "volumesnapshots", ["create"]),
             _r(
@@ -194,8 +204,7 @@ DOORS = (
         ),
     ),
     Door(
-        "rbac.grant",
-        "grant oneself any door (bind or escalate roles)",
+        RBAC_GRANT,
         (
             _r(RBAC_GROUP, "roles", ["bind", "escalate", *CREATE_OR_WRITE]),
             _r(RBAC_GROUP, "clusterroles", ["bind", "escalate"]),
@@ -206,8 +215,7 @@ DOORS = (
         held=_grants_itself,
     ),
     Door(
-        "rbac.impersonate",
-        "impersonate users, groups or ServiceAccounts",
+        RBAC_IMPERSONATE,
         (
             _r("", "users", ["impersonate"], cluster_scoped=True),
             _r("", "groups", ["impersonate"], cluster_scoped=True),
@@ -217,8 +225,7 @@ DOORS = (
         ),
     ),
     Door(
-        "rbac.expose",
-        "Services, Ingresses, routes and NetworkPolicies that can expose the platform's Pods",
+        RBAC_EXPOSE,
         (
             _r("", "services", EXPOSE_VERBS),
             _r("", "endpoints", EXPOSE_VERBS),
@@ -777,7 +784,7 @@ def to_table(findings: Iterable[Finding]) -> str:
     return "\n".join(lines)
 
 
-RBAC_CATEGORY, RBAC_SEVERITY = "RBAC", "high"
+RBAC_CATEGORY, RBAC_SEVERITY = CONCERNS["rbac"].category, CONCERNS["rbac"].severity
 
 
 def _result(f: Finding, when: dict[str, int]) -> dict[str, Any]:
