@@ -24,7 +24,7 @@ from webhook.engine.rule_ids import OWNERSHIP_STAMP, UPDATE_SPEC_KEPT
 from webhook.engine.rules import ownership, podclaims, run_checks, run_steps
 from webhook.engine.rules.profile import PRIORITY_COMPUTED
 from webhook.engine.rules.security import harden_debug_containers
-from webhook.engine.rules.trust import check_shell, run_trust_checks
+from webhook.engine.rules.trust import check_shell, run_object_checks, run_trust_checks
 from webhook.engine.shape import check_shape
 from webhook.engine.subject import (
     Review,
@@ -372,16 +372,7 @@ def validate(
     governing = r.policy
     if not scope.looked_at(r.root, r.namespace):
         return _decision(obj, governing, namespace, applies=False, allowed=True)
-    reserved = (
-        ownership.check_reserved_name(obj, r.root, context)
-        + ownership.check_claim_clones(obj, r.root, context)
-        + ownership.check_claim_snapshots(obj, r.root, context)
-        + ownership.check_token_secret(obj, r.root, r.namespace, r.old, context)
-        + podclaims.check_pod_claim_clones(obj, r.root, context, r.namespace)
-        + podclaims.check_pod_claim_snapshots(obj, r.root, context, r.namespace)
-        if isinstance(obj, dict)
-        else []
-    )
+    reserved = run_object_checks(r)
     if reserved:
         return _deny(obj, governing, namespace, reserved)
     trust = run_trust_checks(r)

@@ -26,7 +26,7 @@ from webhook.engine.rule_ids import (
     OWNERSHIP_UNKNOWN,
     SCOPE_LABELS,
 )
-from webhook.engine.rules import ownership
+from webhook.engine.rules import ownership, podclaims
 from webhook.engine.rules.operators import named_objects, plural, reference_values
 from webhook.engine.rules.queue import QUEUE_CHECKS, changed_message, queue_kept, queue_of
 from webhook.engine.rules.scope import (
@@ -680,6 +680,25 @@ TRUST_CHECKS: tuple[TrustCheck, ...] = (
     check_operator_scale,
     *QUEUE_CHECKS,
 )
+
+
+# Checks of any object under review (a Pod, a claim, a Secret, a snapshot...) before it
+# is located as a run: what only the platform may create. Any violation denies at once.
+OBJECT_CHECKS: tuple[TrustCheck, ...] = (
+    lambda r: ownership.check_reserved_name(r.obj, r.root, r.context),
+    lambda r: ownership.check_claim_clones(r.obj, r.root, r.context),
+    lambda r: ownership.check_claim_snapshots(r.obj, r.root, r.context),
+    lambda r: ownership.check_token_secret(r.obj, r.root, r.namespace, r.old, r.context),
+    lambda r: podclaims.check_pod_claim_clones(r.obj, r.root, r.context, r.namespace),
+    lambda r: podclaims.check_pod_claim_snapshots(r.obj, r.root, r.context, r.namespace),
+)
+
+
+def run_object_checks(r: Review) -> list[Violation]:
+    """Every violation of ``OBJECT_CHECKS`` (none for an object that is no mapping)."""
+    if not isinstance(r.obj, dict):
+        return []
+    return [v for check in OBJECT_CHECKS for v in check(r)]
 
 
 def run_trust_checks(r: Review) -> list[Violation]:
