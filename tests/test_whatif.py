@@ -243,3 +243,12 @@ def test_paging_selects_for_either_policy_and_judges_every_run_once(
     pod_queries = [q for kind, q in fetch.queries if kind == "Pod"]
     assert len(pod_queries) == 3
     assert pod_queries[0]["labelSelector"] == "app.kubernetes.io/managed-by=dhcore"
+
+
+def test_the_paths_the_live_view_reads() -> None:
+    from webhook.liveview import path_of
+
+    assert path_of("Pod", "team-a", "train") == "/api/v1/namespaces/team-a/pods/train"
+    assert path_of("Job", "team-a") == "/apis/batch/v1/namespaces/team-a/jobs"
+    assert path_of("Namespace", "team-a") == "/api/v1/namespaces"
+    assert path_of("PriorityClass") == "/apis/scheduling.k8s.io/v1/priorityclasses"

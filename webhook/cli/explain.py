@@ -91,9 +91,11 @@ def _print(found: list[Explanation], output: str) -> int:
 def _run_cluster(args: argparse.Namespace, kind: str, name: str) -> int:
     import tempfile
 
+    from kubernetes.client.exceptions import ApiException
     from kubernetes.config.config_exception import ConfigException
+    from urllib3.exceptions import HTTPError
 
-    from webhook.cli.audit import _api_client, _config_reason, _policy_from_objects
+    from webhook.cli.audit import _api_client, _config_reason, _policy_from_objects, _reason
     from webhook.clusterstate.watch import ApiError
     from webhook.liveview import read_object, read_view
 
@@ -131,8 +133,8 @@ def _run_cluster(args: argparse.Namespace, kind: str, name: str) -> int:
     except ConfigException as exc:
         print(f"runguard explain: cannot {doing}: {_config_reason(exc)}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    except (ApiError, OSError) as exc:
-        print(f"runguard explain: cannot {doing}: {exc}", file=sys.stderr)
+    except (ApiException, ApiError, HTTPError, OSError) as exc:
+        print(f"runguard explain: cannot {doing}: {_reason(exc)}", file=sys.stderr)
         return EXIT_BAD_INPUT
     found = explain(
         judged,
