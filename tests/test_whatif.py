@@ -252,3 +252,12 @@ def test_the_paths_the_live_view_reads() -> None:
     assert path_of("Job", "team-a") == "/apis/batch/v1/namespaces/team-a/jobs"
     assert path_of("Namespace", "team-a") == "/api/v1/namespaces"
     assert path_of("PriorityClass") == "/apis/scheduling.k8s.io/v1/priorityclasses"
+
+
+def test_a_kind_the_live_view_did_not_read_is_not_synced() -> None:
+    from webhook.clusterstate.model import meta_from_object
+    from webhook.liveview import ReadState
+
+    state = ReadState([meta_from_object(NAMESPACES[0])], ["Namespace"])
+    assert state.synced("Namespace") and not state.synced("PersistentVolumeClaim")
+    assert state.get("Namespace", "", "team-a") is not None

@@ -2,7 +2,7 @@
 
 ``read_view`` lists the metadata of the kinds asked for (``PartialObjectMetadataList``,
 as the server's cluster-state watch does: never a Secret's data), page by page, into a
-``StaticClusterState``: the Namespaces' labels a profile's ``namespaceSelector`` reads,
+cluster view: the Namespaces' labels a profile's ``namespaceSelector`` reads,
 the PriorityClasses and RuntimeClasses a profile names, a run's claims and Secrets. A
 kind the caller may not list (403) is left out, and said: the decisions that need it
 fail closed. ``read_object`` gets one object whole. Requests go through the
@@ -66,14 +66,28 @@ def read_object(api_client: Any, kind: str, namespace: str, name: str) -> dict[s
     return obj
 
 
+class ReadState(StaticClusterState):
+    """The objects of the kinds read, complete for those kinds; any other kind is not
+    synced, so the decisions needing it fail closed, as they do without a view (a
+    ``StaticClusterState`` would say its objects do not exist)."""
+
+    def __init__(self, metas: Iterable[Meta], kinds: Iterable[str]) -> None:
+        super().__init__(metas)
+        self.kinds = frozenset(kinds)
+
+    def synced(self, kind: str) -> bool:
+        return kind in self.kinds
+
+
 def read_view(
     api_client: Any, kinds: Iterable[str], namespace: str | None = None
-) -> tuple[StaticClusterState, list[str]]:
+) -> tuple[ReadState, list[str]]:
     """The cluster view of ``kinds`` (namespaced kinds in ``namespace`` only, when given;
     the Namespace then alone), and a line per kind left out because it may not be read."""
     api = Api(api_client)
     metas: list[Meta] = []
     left_out: list[str] = []
+    read: list[str] = []
     for kind in kinds:
         query = {"limit": str(PAGE_SIZE)}
         if kind == "Namespace" and namespace:
@@ -84,7 +98,9 @@ def read_view(
             if exc.status not in (401, 403, 404):
                 raise
             left_out.append(f"{kind}: {exc}")
-    return StaticClusterState(metas), left_out
+        else:
+            read.append(kind)
+    return ReadState(metas, read), left_out
 
 
 def _listed(api: Api, kind: str, path: str, query: dict[str, str]) -> Iterable[Meta]:
