@@ -33,13 +33,13 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from webhook.clusteraudit import LISTINGS, Listing, listed_pages  # noqa: E402
+from webhook.audit.clusteraudit import LISTINGS, Listing, listed_pages  # noqa: E402
+from webhook.audit.whatif import TableWriter, Tally, compare_all  # noqa: E402
 from webhook.clusterstate import StaticClusterState  # noqa: E402
 from webhook.engine import mutate  # noqa: E402
 from webhook.engine.context import Context  # noqa: E402
 from webhook.policy.loader import load_policy  # noqa: E402
 from webhook.policy.model import Policy  # noqa: E402
-from webhook.whatif import TableWriter, Tally, compare_all  # noqa: E402
 
 POLICY_DIR = REPO / "policies"
 NAMESPACES = 10

@@ -12,12 +12,12 @@ import pytest
 import yaml
 from test_whatif import CONTEXT, NAMESPACES, TEAM_A_ONLY, policy_dir
 
+from webhook.audit.explain import explain, to_text
 from webhook.cli import main
 from webhook.cli.explain import _submitted
 from webhook.clusterstate.model import LAST_APPLIED
 from webhook.engine import evaluate
 from webhook.engine.rule_ids import PROFILE_APPLIED, PROFILE_NOT_ALLOWED, PROFILE_RANGE, RULES
-from webhook.explain import explain, to_text
 from webhook.policy.loader import load_policy
 from webhook.policy.model import Policy
 

@@ -14,15 +14,15 @@ import yaml
 from harness import write
 from test_clusteraudit import FakeApiserver
 
+from webhook.audit.clusteraudit import listed_pages
+from webhook.audit.whatif import Tally, compare, compare_all, markdown
 from webhook.cli import main
-from webhook.clusteraudit import listed_pages
 from webhook.clusterstate import StaticClusterState
 from webhook.engine import mutate
 from webhook.engine.context import Context
 from webhook.engine.rule_ids import PROFILE_NOT_ALLOWED, PROFILE_RANGE, PROFILE_UNKNOWN
 from webhook.policy.loader import load_policy
 from webhook.policy.model import Policy
-from webhook.whatif import Tally, compare, compare_all, markdown
 
 RUN_POLICY = """\
     apiVersion: runguard.io/v1
@@ -246,7 +246,7 @@ def test_paging_selects_for_either_policy_and_judges_every_run_once(
 
 
 def test_the_paths_the_live_view_reads() -> None:
-    from webhook.liveview import path_of
+    from webhook.audit.liveview import path_of
 
     assert path_of("Pod", "team-a", "train") == "/api/v1/namespaces/team-a/pods/train"
     assert path_of("Job", "team-a") == "/apis/batch/v1/namespaces/team-a/jobs"
@@ -255,8 +255,8 @@ def test_the_paths_the_live_view_reads() -> None:
 
 
 def test_a_kind_the_live_view_did_not_read_is_not_synced() -> None:
+    from webhook.audit.liveview import ReadState
     from webhook.clusterstate.model import meta_from_object
-    from webhook.liveview import ReadState
 
     state = ReadState([meta_from_object(NAMESPACES[0])], ["Namespace"])
     assert state.synced("Namespace") and not state.synced("PersistentVolumeClaim")

@@ -9,11 +9,11 @@ import json
 import sys
 from typing import Any
 
+from webhook.audit.explain import Explanation, explain, to_text
 from webhook.cli import EXIT_BAD_INPUT, EXIT_DENIED, EXIT_OK, load_policy_or_report
 from webhook.clusterstate.model import KINDS, LAST_APPLIED
-from webhook.documents import InputError, read_objects
 from webhook.engine.context import Context
-from webhook.explain import Explanation, explain, to_text
+from webhook.inputs.documents import InputError, read_objects
 from webhook.policy.model import Policy
 
 # What ``explain KIND NAME`` reads from the cluster.
@@ -95,9 +95,9 @@ def _run_cluster(args: argparse.Namespace, kind: str, name: str) -> int:
     from kubernetes.config.config_exception import ConfigException
     from urllib3.exceptions import HTTPError
 
+    from webhook.audit.liveview import read_object, read_view
     from webhook.cli.audit import _api_client, _config_reason, _policy_from_objects, _reason
     from webhook.clusterstate.watch import ApiError
-    from webhook.liveview import read_object, read_view
 
     if args.cluster_state or args.as_user or args.as_group:
         print("runguard explain: --cluster-state, --as and --as-group go with files; "
@@ -153,7 +153,7 @@ def _submitted(
     """What a stored Pod was made from, the best there is: the manifest kubectl applied
     (its last-applied configuration), else its controller's template (a Job's), else the
     Pod as stored, which already carries runguard's changes."""
-    from webhook.liveview import TEMPLATE_OWNERS, read_object
+    from webhook.audit.liveview import TEMPLATE_OWNERS, read_object
 
     meta = pod.get("metadata") or {}
     name = meta.get("name", "")

@@ -15,11 +15,11 @@ import sys
 import time
 from typing import Any
 
+from webhook.audit.clusteraudit import LISTINGS, PAGE_SIZE, AuditError, listed_pages
+from webhook.audit.whatif import JsonWriter, TableWriter, Tally, compare_all, markdown
 from webhook.cli import EXIT_BAD_INPUT, EXIT_DENIED, EXIT_OK, load_policy_or_report
-from webhook.clusteraudit import LISTINGS, PAGE_SIZE, AuditError, listed_pages
 from webhook.engine.context import Context
 from webhook.policy.model import Policy
-from webhook.whatif import JsonWriter, TableWriter, Tally, compare_all, markdown
 
 RUN_KINDS = frozenset(listing.kind for listing in LISTINGS)
 
@@ -116,8 +116,8 @@ def _offline(
 ) -> int:
     from webhook.clusterstate.model import ClusterStateError
     from webhook.clusterstate.static import StaticClusterState
-    from webhook.documents import InputError, read_objects
-    from webhook.inputlimits import CLUSTER_STATE_FILES
+    from webhook.inputs.documents import InputError, read_objects
+    from webhook.serving.inputlimits import CLUSTER_STATE_FILES
 
     try:
         objects = [o for f in args.cluster_state for o in read_objects(f, CLUSTER_STATE_FILES)]
@@ -149,6 +149,7 @@ def _live(
     from kubernetes.config.config_exception import ConfigException
     from urllib3.exceptions import HTTPError
 
+    from webhook.audit.liveview import WHATIF_KINDS, read_view
     from webhook.cli.audit import (
         _api_client,
         _config_reason,
@@ -157,7 +158,6 @@ def _live(
         kube_fetch,
     )
     from webhook.clusterstate.watch import ApiError
-    from webhook.liveview import WHATIF_KINDS, read_view
 
     doing = "connect"
     name = "the cluster's policy objects" if args.policy_objects else args.policy

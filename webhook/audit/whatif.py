@@ -31,7 +31,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, TextIO
 
-from webhook.clusteraudit import pod_labels
+from webhook.audit.clusteraudit import pod_labels
 from webhook.engine import Decision, evaluate
 from webhook.engine.context import NO_CONTEXT, Context
 from webhook.engine.rule_ids import PROFILE_RANGE, RESOURCES_CLAMPED

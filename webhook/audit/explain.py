@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from webhook.clusteraudit import label_selector
+from webhook.audit.clusteraudit import label_selector
 from webhook.engine import Change, Decision, Violation, evaluate
 from webhook.engine.context import NO_CONTEXT, Context, namespace_labels
 from webhook.engine.rule_ids import RULES
