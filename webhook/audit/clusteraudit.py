@@ -135,7 +135,7 @@ def finding(obj: Any, decision: Decision, policy: Policy) -> Finding:
     violations = tuple(decision.violations)
     denied = decision.enforcement == "Deny" and any(not v.drift for v in violations)
     result = "pass" if not violations else "fail" if denied else "warn"
-    chosen = policy.choose(_pod_labels(obj), decision.namespace) if policy.alternatives else None
+    chosen = policy.choose(pod_labels(obj), decision.namespace) if policy.alternatives else None
     # Interned: thousands of findings share a handful of these strings.
     return Finding(
         kind=sys.intern(decision.kind),
@@ -157,7 +157,7 @@ POD_METADATA = {
 }
 
 
-def _pod_labels(obj: dict[str, Any]) -> dict[str, str]:
+def pod_labels(obj: dict[str, Any]) -> dict[str, str]:
     node: Any = obj
     for key in POD_METADATA.get(str(obj.get("kind")), ("spec", "template", "metadata")):
         node = _mapping(node).get(key)
@@ -280,13 +280,29 @@ def judged_pages(
     listings: Iterable[Listing] = LISTINGS,
     notice: Callable[[str], None] = lambda message: None,
 ) -> Iterator[Page]:
-    """Every listing, page by page, each page judged as it arrives.
+    """Every listing, page by page, each page judged as it arrives (``listed_pages``)."""
+    for listing, number, items in listed_pages(
+        fetch, policy, namespace=namespace, page_size=page_size, listings=listings, notice=notice
+    ):
+        yield Page(listing, number, len(items), list(judge(items, policy)))
+
+
+def listed_pages(
+    fetch: Fetch,
+    policy: Policy,
+    *,
+    namespace: str | None = None,
+    page_size: int = PAGE_SIZE,
+    listings: Iterable[Listing] = LISTINGS,
+    notice: Callable[[str], None] = lambda message: None,
+) -> Iterator[tuple[Listing, int, list[Any]]]:
+    """Every listing, page by page: (listing, pages so far, the objects not seen before).
 
     A continue token that expires (410 Gone: the listing outlived the apiserver's
     compaction window) restarts that listing from the start. Lists come in key order
-    (namespace/name: the order continue tokens resume in), so the objects already judged
+    (namespace/name: the order continue tokens resume in), so the objects already seen
     are the ones up to the last key seen, and the new pass skips them: each object is
-    judged once.
+    given once.
     """
     if namespace is not None and all(
         namespace in p.exclude_namespaces for p in policy.run_policies()
@@ -294,7 +310,7 @@ def judged_pages(
         return
     for listing in listings:
         query = list_query(listing, policy, page_size)
-        judged: str | None = None  # after a restart: every key up to this one was judged
+        judged: str | None = None  # after a restart: every key up to this one was given
         number = 0
         for attempt in range(MAX_RESTARTS + 1):
             last, ordered = "", True
@@ -307,7 +323,7 @@ def judged_pages(
                         ordered, last = ordered and key > last, max(last, key)
                         if judged is None or key > judged:
                             fresh.append(item)
-                    yield Page(listing, number, len(fresh), list(judge(fresh, policy)))
+                    yield listing, number, fresh
                 break
             except ContinueExpired:
                 if not ordered:
