@@ -1211,7 +1211,7 @@ def test_base_objects_refer_to_each_other() -> None:
 
 
 def test_webhook_service_account_has_no_role_and_audit_role_is_what_audit_lists() -> None:
-    from webhook.cli.audit import LISTS
+    from webhook.cli.audit import LISTS, VIEW_LISTS
 
     # The base binds nothing; the optional audit CronJob binds its own account, never
     # the webhook's; only the optional cluster-state component binds the webhook's, to
@@ -1245,7 +1245,7 @@ def test_webhook_service_account_has_no_role_and_audit_role_is_what_audit_lists(
     needed = {
         (api_version.rpartition("/")[0], kind.lower() + "s", "list")
         for kind, api_version, *_ in LISTS
-    }
+    } | {(group, resource, "list") for group, resource in VIEW_LISTS}
     assert granted == needed
 
 
@@ -1334,7 +1334,7 @@ def granted(roles: list[dict[str, Any]]) -> set[tuple[str, str, str]]:
 
 def test_audit_cronjob_rbac_is_least_privilege() -> None:
     from webhook.audit.clusteraudit import CLUSTER_REPORT_PLURAL, REPORT_GROUP, REPORT_PLURAL
-    from webhook.cli.audit import CLUSTER_REPORT_VERBS, LISTS, REPORT_VERBS
+    from webhook.cli.audit import CLUSTER_REPORT_VERBS, LISTS, REPORT_VERBS, VIEW_LISTS
 
     objects = component_objects("audit-cronjob")
     (cronjob,) = [o for o in objects if o["kind"] == "CronJob"]
@@ -1353,7 +1353,9 @@ def test_audit_cronjob_rbac_is_least_privilege() -> None:
     assert granted(roles) == {
         (api_version.rpartition("/")[0], kind.lower() + "s", "list")
         for kind, api_version, *_ in LISTS
-    } | {(REPORT_GROUP, REPORT_PLURAL, verb) for verb in REPORT_VERBS} | {
+    } | {(group, resource, "list") for group, resource in VIEW_LISTS} | {
+        (REPORT_GROUP, REPORT_PLURAL, verb) for verb in REPORT_VERBS
+    } | {
         (REPORT_GROUP, CLUSTER_REPORT_PLURAL, verb) for verb in CLUSTER_REPORT_VERBS
     }
     for role in roles:

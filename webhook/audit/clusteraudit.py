@@ -35,6 +35,7 @@ from typing import Any, NamedTuple, TextIO
 import orjson
 
 from webhook.engine import Decision, Violation, validate
+from webhook.engine.context import NO_CONTEXT, Context
 from webhook.engine.rule_ids import CONCERNS, POLICY_LINT, POLICY_LOADED
 from webhook.keys import POLICY_LABEL
 from webhook.policy.kube import LabelSelector
@@ -169,10 +170,14 @@ def _mapping(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def judge(objects: Iterable[Any], policy: Policy) -> Iterator[Finding]:
-    """Findings for the runs (Pods and pod controllers) among ``objects``; others are skipped."""
+def judge(
+    objects: Iterable[Any], policy: Policy, context: Context = NO_CONTEXT
+) -> Iterator[Finding]:
+    """Findings for the runs (Pods and pod controllers) among ``objects``; others are
+    skipped. ``context.state``: the cluster view read beside them (the Namespaces a
+    profile's ``namespaceSelector`` reads, the classes a profile names)."""
     for obj in objects:
-        decision = validate(obj, policy, admitted=True)
+        decision = validate(obj, policy, admitted=True, context=context)
         if decision.applies:
             yield finding(obj, decision, policy)
 
@@ -279,12 +284,13 @@ def judged_pages(
     page_size: int = PAGE_SIZE,
     listings: Iterable[Listing] = LISTINGS,
     notice: Callable[[str], None] = lambda message: None,
+    context: Context = NO_CONTEXT,
 ) -> Iterator[Page]:
     """Every listing, page by page, each page judged as it arrives (``listed_pages``)."""
     for listing, number, items in listed_pages(
         fetch, policy, namespace=namespace, page_size=page_size, listings=listings, notice=notice
     ):
-        yield Page(listing, number, len(items), list(judge(items, policy)))
+        yield Page(listing, number, len(items), list(judge(items, policy, context)))
 
 
 def listed_pages(

@@ -40,6 +40,7 @@ from webhook.audit.clusteraudit import (
     policy_report,
     report_name,
 )
+from webhook.audit.liveview import WHATIF_KINDS, read_view
 from webhook.audit.rbacreport import (
     RBAC_API,
     RbacReport,
@@ -51,11 +52,15 @@ from webhook.audit.rbacreport import (
 from webhook.audit.rbacreport import to_rows as rbac_rows
 from webhook.audit.rbacreport import to_table as rbac_table
 from webhook.cli import EXIT_BAD_INPUT, EXIT_DENIED, EXIT_OK, load_policy_or_report
+from webhook.clusterstate.model import RESOURCES
+from webhook.engine.context import Context
 from webhook.install.manifests import SHELLS_CONFIGURATION_NAME
 from webhook.keys import POLICY_LABEL
 from webhook.policy.model import Policy
 
 LISTS = LISTINGS  # (kind, apiVersion, ...) per kind listed: the audit ClusterRole grants these
+# What is read beside the runs (``read_view``): (group, resource), listed too.
+VIEW_LISTS = tuple((RESOURCES[kind][0], RESOURCES[kind][2]) for kind in WHATIF_KINDS)
 # What --write does to policyreports (server-side apply: create or patch; get to find
 # parts no longer needed): exactly what the audit CronJob's ClusterRole grants.
 REPORT_VERBS = ("get", "create", "patch")
@@ -333,12 +338,16 @@ def _audit(api_client: Any, policy: Policy, args: argparse.Namespace, now: float
     outcome = Outcome(keep_findings=args.write or args.output == "policyreport", now=now)
     progress = Progress(sys.stderr) if sys.stderr.isatty() else None
     started = time.monotonic()
+    state, left_out = read_view(api_client, WHATIF_KINDS)  # what profiles are judged by
+    for line in left_out:
+        _say(progress, f"not read ({line}): the decisions that need it fail closed")
     pages = judged_pages(
         kube_fetch(api_client),
         policy,
         namespace=args.namespace,
         page_size=args.page_size,
         notice=lambda message: _say(progress, message),
+        context=Context(state=state),
     )
     try:
         for page in pages:
