@@ -240,7 +240,13 @@ def check_queue_labels(r: Review) -> list[Violation]:
 
 def _labels(node: Any, reserved: tuple[str, ...], path: str) -> list[tuple[str, Any]]:
     """(path, value) of every reserved label in ``metadata.labels`` of the object and of
-    every pod template in it."""
+    every pod template in it (a Pod holds none: its own labels only)."""
+    if not path and isinstance(node, dict) and node.get("kind") == "Pod":
+        meta = node.get("metadata")
+        labels = meta.get("labels") if isinstance(meta, dict) else None
+        if not isinstance(labels, dict):
+            return []
+        return [(f"metadata.labels[{k}]", v) for k, v in labels.items() if owned(k, reserved)]
     out: list[tuple[str, Any]] = []
     if isinstance(node, dict):
         meta = node.get("metadata")
