@@ -309,12 +309,13 @@ def _mirror_policy_objects(api_client: Any, directory: str) -> None:
     """The cluster's RunPolicy and Profile objects as policy files in ``directory``."""
     from kubernetes import client
 
-    from webhook.policy.crd import GROUP, PLURALS, VERSION
+    from webhook.policy.crd import GROUP, MIRRORED, PLURALS, VERSION
     from webhook.policy.objects import mirror
 
     api: Any = client.CustomObjectsApi(api_client)
     items: list[dict[str, Any]] = []
-    for kind, plural in PLURALS.items():
+    for kind in MIRRORED:
+        plural = PLURALS[kind]
         listed: dict[str, Any] = api.list_cluster_custom_object(
             GROUP, VERSION, plural, _request_timeout=REQUEST_TIMEOUT
         )

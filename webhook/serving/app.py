@@ -181,11 +181,10 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
             response = admission.review_response(req["uid"], allowed=True)
             return 200, admission.encode_review(response)
         checked = check_object(obj, store.directory)
-        kind, name = obj.get("kind", "object"), req.get("name") or "?"
         if checked.errors:
-            log.info("validate-policy: %s %s refused: %s", kind, name, "; ".join(checked.errors))
+            log.info("validate-policy: %s refused: %s", checked.label, "; ".join(checked.errors))
         message = (
-            f"runguard: {kind} {name} does not load (fix these keys and apply again): "
+            f"runguard: {checked.label} does not load (fix these keys and apply again): "
             + "; ".join(checked.errors)
         )
         response = admission.review_response(
