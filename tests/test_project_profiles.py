@@ -368,3 +368,21 @@ def test_the_watch_reads_them_whole_and_everything_else_as_metadata(tmp_path: Pa
         assert (whole.list_accept, claims.list_accept) == ("application/json", LIST_ACCEPT)
     finally:
         publisher.close()
+
+
+def test_explain_lists_the_projects_own_profiles_first_where_they_shadow(policy: Policy) -> None:
+    """``runguard explain``'s choices for a team-a run: its project's profiles (the one
+    named like an installation-wide profile replacing it, as in the engine), and one
+    beyond the RunPolicy listed as not usable; team-b sees neither of team-a's."""
+    from webhook.audit.explain import profile_choices
+
+    big = project_profile("team-a", "huge", resources={"requests": {"memory": "512Gi"}})
+    choices = {c.name: c for c in profile_choices(policy, cluster(T4_SMALL, SHADOW, big), "team-a")}
+    assert set(choices) == {"2xt4-small", "a100", "huge", "small"}
+    assert choices["2xt4-small"].scope == "this project (team-a)" and choices["2xt4-small"].usable
+    assert choices["2xt4-small"].requests["cpu"] == "1..4 (default 2)"
+    assert choices["small"].scope == "this project (team-a)"
+    assert choices["small"].requests == {"cpu": "2", "memory": "4Gi"}
+    assert choices["huge"].usable is False
+    theirs = {c.name for c in profile_choices(policy, CLUSTER, "team-b")}
+    assert theirs == {"a100", "small", "tiny"}
