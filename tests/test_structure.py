@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import json
 import re
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -158,3 +161,23 @@ def test_every_serve_setting_is_declared_once() -> None:
     for name, path in package_modules().items():
         if name != "webhook.settings":
             assert not spelled.findall(path.read_text(encoding="utf-8")), name
+
+
+# The I/O layers the engine must not load: its callers (the server, the CLI, the watch)
+# bring them; ``import webhook.engine`` stays a pure import.
+IO_LAYERS = ("kubernetes", "jsonschema", "requests", "urllib3", "flask")
+
+
+def test_the_engine_imports_no_io_layer() -> None:
+    probe = (
+        "import json, sys\n"
+        "import webhook.engine\n"
+        "print(json.dumps(sorted({name.partition('.')[0] for name in sys.modules})))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    loaded = set(json.loads(done.stdout))
+    assert "webhook" in loaded and "pydantic" in loaded  # the probe saw the import
+    assert not loaded & set(IO_LAYERS), sorted(loaded & set(IO_LAYERS))
