@@ -1,13 +1,17 @@
-"""Every decision the engine makes on the tests' inputs, recorded or compared (not a test).
+"""Every decision the engine makes on the tests' inputs, recorded or compared.
+
+The tool is here, beside the inputs it is made of, so that the tests
+(``tests/test_decisions_tool.py``, ``tests/test_receipts.py``) and the command
+(``bench/decisions.py``, which runs ``main``) share it.
 
 What a change meant only to make the engine faster must leave alone: for every workload
 object of the declarative cases and the platform fixtures, under every test policy and
-the shipped one, as nobody, a user and the platform (``tests/test_receipts.py``'s
-corpus), for generated Pods (``tests/test_engine_properties.py``'s strategy,
-derandomized) and for the fuzz corpus's objects (``bench/fuzz_inputs.py``,
-derandomized): ``mutate`` (its object, JSON Patch, warnings and changes), ``validate``
-of the input and of ``mutate``'s result, with and without the receipt, an UPDATE of the
-result to itself and ``evaluate``. Each decision is reduced to what the apiserver and the
+the shipped one, as nobody, a user and the platform (``corpus``, ``contexts``), for
+generated Pods (``tests/test_engine_properties.py``'s strategy, derandomized) and for
+the fuzz corpus's objects (``harness.fuzz``, derandomized): ``mutate`` (its object,
+JSON Patch, warnings and changes), ``validate`` of the input and of ``mutate``'s
+result, with and without the receipt, an UPDATE of the result to itself and
+``evaluate``. Each decision is reduced to what the apiserver and the
 audit log would see; the patch is also applied to the input and compared as an object.
 
 The inputs are generated once and kept (``--inputs``, a pickle): Hypothesis seeds its
@@ -20,6 +24,9 @@ engine (its ``webhook`` package), e.g. the commit before a change:
     python bench/decisions.py --inputs /tmp/in.pickle --check /tmp/before.jsonl
 
 ``--check`` exits 1 on any difference and prints the first ones.
+
+Nothing of ``webhook`` is imported at the module's top: ``--tree`` puts another
+checkout first on the import path before the engine is loaded.
 """
 
 from __future__ import annotations
@@ -35,8 +42,9 @@ from pathlib import Path
 from typing import Any
 
 import jsonpatch
+import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 POLICY_DIRS = [
     *(p for p in sorted((ROOT / "tests/cases/_policies").iterdir()) if p.is_dir()),
     ROOT / "policies",
@@ -101,8 +109,29 @@ def decisions(obj: Any, policy: Any, context: Any) -> dict[str, Any]:
     return out
 
 
+def _documents(path: Path) -> Iterator[Any]:
+    try:
+        yield from yaml.safe_load_all(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError:
+        return
+
+
+def corpus() -> list[dict[str, Any]]:
+    """Every workload object of the cases and the platform fixtures (Pods and pod
+    controllers, inputs and expected results alike)."""
+    from webhook.engine.podspec import TEMPLATE_PATHS
+
+    found = []
+    paths = [*(ROOT / "tests/cases").rglob("*.yaml"), *(ROOT / "tests/platforms").rglob("*.yaml")]
+    for path in sorted(paths):
+        for doc in _documents(path):
+            if isinstance(doc, dict) and doc.get("kind") in TEMPLATE_PATHS:
+                found.append(doc)
+    return found
+
+
 def contexts(policy: Any) -> list[Any]:
-    """Nobody, a user and the platform (as ``tests/test_receipts.py`` asks)."""
+    """Nobody, a user and the platform."""
     from webhook.clusterstate.static import StaticClusterState
     from webhook.engine.context import NO_CONTEXT, Context, Requester
 
@@ -119,15 +148,14 @@ def contexts(policy: Any) -> list[Any]:
 
 def generate() -> list[Input]:
     """Every input, made with this tree's tests (their corpus, strategies and fuzz texts)."""
-    import yaml
     from hypothesis import HealthCheck, given, settings
     from hypothesis import strategies as st
 
-    sys.path[:0] = [str(ROOT / "bench"), str(ROOT / "tests")]
-    from fuzz_inputs import inputs as fuzz_texts
+    if str(ROOT / "tests") not in sys.path:
+        sys.path.insert(0, str(ROOT / "tests"))
     from test_engine_properties import POLICY_SET, pods
-    from test_receipts import corpus
 
+    from harness.fuzz import inputs as fuzz_texts
     from webhook.policy.loader import load_policy
 
     out: list[Input] = []

@@ -1,4 +1,6 @@
-"""Soak: a long mixed load on one runguard server while it is disturbed (not a test).
+"""Soak: a long mixed load on one runguard server while it is disturbed.
+
+``bench/soak.py`` is the long run, with its figures; ``tests/test_soak.py`` a short form.
 
 Starts ``runguard serve`` as the benchmarks' default configuration ("runguard 2x2" of
 ``bench/bench_all.py``: ``RunguardWorker``, 2 workers x 2 threads, TLS, the
@@ -8,7 +10,7 @@ repository's ``policies/`` in a ConfigMap-style volume) through the tests' harne
 (``mix()``) from client processes: some over keep-alive TLS connections, some on a new TLS
 connection each, every request with a fresh ``uid``:
 
-* ``/mutate`` of the typical run Pod (``bench_http.run_pod``): allowed, with a patch;
+* ``/mutate`` of the typical run Pod (``workloads.typical_run_pod``): allowed, with a patch;
 * ``/validate`` of a compliant run Pod: allowed;
 * ``/validate`` of the typical run Pod as submitted (root, privileged sidecar, foreign
   secret) and of one with ``hostPID``: denied;
@@ -30,14 +32,10 @@ latency p50/p99 (keep-alive and new connections apart), and as the last line one
 object. Bounded in count (``--requests``) and time (``--seconds``); exits 1 when any
 request was unanswered, answered 5xx or wrong.
 
-``tests/test_soak.py`` runs the same ``soak()`` in a short form.
-
-    .venv/bin/python bench/soak.py [--requests 200000] [--seconds 900]
 """
 
 from __future__ import annotations
 
-import argparse
 import base64
 import http.client
 import json
@@ -47,7 +45,6 @@ import random
 import re
 import ssl
 import sys
-import tempfile
 import threading
 import time
 import uuid
@@ -59,21 +56,15 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-BENCH = Path(__file__).resolve().parent
-REPO = BENCH.parent
-for _path in (REPO, BENCH, REPO / "tests"):
-    if str(_path) not in sys.path:
-        sys.path.insert(0, str(_path))
+from webhook import admission
+from webhook.admission import parse_review
+from webhook.policy.loader import load_policy
 
-import bench_http  # noqa: E402
-import slow_clients  # noqa: E402
-from harness.inputs import policy_files  # noqa: E402
-from harness.polling import eventually  # noqa: E402
-from harness.server import RunguardServer  # noqa: E402
-
-from webhook import admission  # noqa: E402
-from webhook.admission import parse_review  # noqa: E402
-from webhook.policy.loader import load_policy  # noqa: E402
+from . import slow_clients
+from .inputs import REPO, policy_files
+from .polling import eventually
+from .server import RunguardServer
+from .workloads import memory_mb, typical_run_pod
 
 UID = "00000000-0000-4000-8000-000000000000"  # replaced by a fresh uuid4 in each request
 HEADERS = {"Content-Type": "application/json"}
@@ -117,7 +108,7 @@ def compliant_pod() -> dict[str, Any]:
     """The typical run Pod without its sidecar as ``/mutate`` makes it: ``/validate``
     allows it. (With the sidecar it is denied: the profile's 64Gi limit plus the
     sidecar's default is over the run's 64Gi maximum.)"""
-    pod = bench_http.run_pod()
+    pod = typical_run_pod()
     del pod["spec"]["containers"][1:]
     request = parse_review(_bytes(_review(pod)))
     decision = admission.review("mutate", request, load_policy(REPO / "policies")).decision
@@ -128,7 +119,7 @@ def compliant_pod() -> dict[str, Any]:
 
 def mix() -> list[Kind]:
     """The kinds of request the clients send, each with its weight in the mix."""
-    typical = bench_http.run_pod()
+    typical = typical_run_pod()
     compliant = compliant_pod()
     host_pid = {**compliant, "spec": {**compliant["spec"], "hostPID": True}}
     v1 = _review(typical)
@@ -452,7 +443,7 @@ class Sample:
 
 def worker_usage(pid: int) -> tuple[float, int, int]:
     """(resident MB, open descriptors, threads) of one process."""
-    rss, _ = bench_http.memory_mb(pid)
+    rss, _ = memory_mb(pid)
     fds = len(os.listdir(f"/proc/{pid}/fd"))
     status = Path(f"/proc/{pid}/status").read_text()
     threads = int(re.search(r"^Threads:\s+(\d+)", status, re.M)[1])  # type: ignore[index]
@@ -666,91 +657,3 @@ def served_digests(server: RunguardServer, connections: int) -> dict[int, str]:
 def audit_dropped(server: RunguardServer) -> float:
     key = ("runguard_log_lines_dropped_total", (("log", "audit"),))
     return float(server.metrics().get(key, 0.0))
-
-
-# ------------------------------------------------------------------------ output
-
-
-def print_report(report: Report, dropped: float, sink_read: int) -> None:
-    tally = report.tally
-    print(f"{'s':>7} {'worker':>8} {'RSS MB':>8} {'fds':>5} {'threads':>8} {'requests':>9}")
-    for one in report.samples:
-        print(
-            f"{one.seconds:7.0f} {one.pid:8d} {one.rss_mb:8.1f} {one.fds:5d} "
-            f"{one.threads:8d} {one.requests:9d}"
-        )
-    for pid, runs in by_worker(report.samples).items():
-        a, b = runs[0], runs[-1]
-        print(
-            f"worker {pid}: RSS {a.rss_mb:.1f} -> {b.rss_mb:.1f} MB ({b.rss_mb - a.rss_mb:+.1f}), "
-            f"fds {a.fds} -> {b.fds} ({b.fds - a.fds:+d}), "
-            f"threads {a.threads} -> {b.threads} ({b.threads - a.threads:+d})"
-        )
-    print(f"answers by status: {dict(sorted(tally.statuses.items()))}")
-    print(f"answers by kind: {dict(sorted(tally.answered_by_kind.items()))}")
-    print(f"unanswered by reason: {dict(tally.unanswered) or 'none'}")
-    print(f"wrong by kind: {dict(tally.wrong_by_kind) or 'none'}")
-    for example in tally.examples:
-        print(f"  wrong: {example}")
-    for name, values in (("keep-alive", tally.keepalive_s), ("new connection", tally.fresh_s)):
-        ordered = sorted(values)
-        print(
-            f"latency {name}: {len(ordered)} requests, p50 {1000 * percentile(ordered, 0.5):.2f}"
-            f" ms, p99 {1000 * percentile(ordered, 0.99):.2f} ms"
-        )
-    print(
-        f"connections opened by the clients: {tally.connections}; "
-        f"policy swaps: {report.swaps} ({report.adopted} seen served by every worker); "
-        f"runAsUser in patches: {dict(tally.users)}"
-    )
-    print(
-        f"slow connections held: {report.slow_held}, closed by the server before the "
-        f"client gave up: {report.slow_closed_by_server}"
-    )
-    print(f"audit log: {sink_read} bytes read by the slow reader, {dropped:.0f} lines dropped")
-    if report.background_errors or report.clients_lost:
-        print(f"background errors: {report.background_errors}; clients lost: {report.clients_lost}")
-
-
-SOAK_OPTIONS = ("requests", "seconds", "keepalive", "fresh", "slow", "reloads", "sample_every")
-
-
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--requests", type=int, default=200_000)
-    parser.add_argument("--seconds", type=float, default=900.0, help="bound on the run")
-    parser.add_argument("--keepalive", type=int, default=4, help="keep-alive client processes")
-    parser.add_argument("--fresh", type=int, default=1, help="new-connection client processes")
-    parser.add_argument("--slow", type=int, default=64, help="slow connections held open")
-    parser.add_argument("--reloads", type=int, default=4, help="policy swaps")
-    parser.add_argument("--sample-every", type=float, default=10.0)
-    parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--threads", type=int, default=2)
-    args = parser.parse_args()
-    print(
-        f"runguard soak: {args.workers} workers x {args.threads} threads, {args.requests} "
-        f"requests at most, {args.seconds:g} s at most, {args.keepalive} keep-alive + "
-        f"{args.fresh} new-connection clients, {args.slow} slow connections, "
-        f"{args.reloads} policy swaps, {os.cpu_count()} cpus shared with the load; "
-        f"load average {' '.join(f'{v:.2f}' for v in os.getloadavg())}",
-        flush=True,
-    )
-    with tempfile.TemporaryDirectory(prefix="runguard-soak-") as tmp:
-        with soaked_server(Path(tmp), workers=args.workers, threads=args.threads) as (server, sink):
-            options = {name: getattr(args, name) for name in SOAK_OPTIONS}
-            report = soak(server, **options, echo=True)
-            dropped = audit_dropped(server)
-            ready = server.get("/readyz").json()
-            print_report(report, dropped, sink.read_bytes)
-            print(f"readyz: {ready['status']}, logging {ready['logging']['status']}")
-            tracebacks = server.stderr.count("Traceback")
-    figures = report.figures()
-    figures.update(audit_dropped=int(dropped), tracebacks=tracebacks)
-    figures["load_average"] = round(os.getloadavg()[0], 2)
-    print(json.dumps(figures))
-    bad = figures["unanswered"] + figures["errors_5xx"] + figures["wrong"]
-    return 1 if bad or report.background_errors or report.clients_lost else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,0 +1,108 @@
+"""Soak: a long mixed load on one runguard server while it is disturbed (not a test).
+
+``soak()`` of ``tests/harness/soak.py`` (its docstring says what it sends, disturbs,
+counts and checks), long and with its figures printed; ``tests/test_soak.py`` runs a
+short form. Bounded in count (``--requests``) and time (``--seconds``); exits 1 when any
+request was unanswered, answered 5xx or wrong.
+
+    .venv/bin/python bench/soak.py [--requests 200000] [--seconds 900]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+import bench_config  # noqa: F401  (the import path: the harness and webhook)
+from harness.soak import Report, audit_dropped, by_worker, percentile, soak, soaked_server
+
+# ------------------------------------------------------------------------ output
+
+
+def print_report(report: Report, dropped: float, sink_read: int) -> None:
+    tally = report.tally
+    print(f"{'s':>7} {'worker':>8} {'RSS MB':>8} {'fds':>5} {'threads':>8} {'requests':>9}")
+    for one in report.samples:
+        print(
+            f"{one.seconds:7.0f} {one.pid:8d} {one.rss_mb:8.1f} {one.fds:5d} "
+            f"{one.threads:8d} {one.requests:9d}"
+        )
+    for pid, runs in by_worker(report.samples).items():
+        a, b = runs[0], runs[-1]
+        print(
+            f"worker {pid}: RSS {a.rss_mb:.1f} -> {b.rss_mb:.1f} MB ({b.rss_mb - a.rss_mb:+.1f}), "
+            f"fds {a.fds} -> {b.fds} ({b.fds - a.fds:+d}), "
+            f"threads {a.threads} -> {b.threads} ({b.threads - a.threads:+d})"
+        )
+    print(f"answers by status: {dict(sorted(tally.statuses.items()))}")
+    print(f"answers by kind: {dict(sorted(tally.answered_by_kind.items()))}")
+    print(f"unanswered by reason: {dict(tally.unanswered) or 'none'}")
+    print(f"wrong by kind: {dict(tally.wrong_by_kind) or 'none'}")
+    for example in tally.examples:
+        print(f"  wrong: {example}")
+    for name, values in (("keep-alive", tally.keepalive_s), ("new connection", tally.fresh_s)):
+        ordered = sorted(values)
+        print(
+            f"latency {name}: {len(ordered)} requests, p50 {1000 * percentile(ordered, 0.5):.2f}"
+            f" ms, p99 {1000 * percentile(ordered, 0.99):.2f} ms"
+        )
+    print(
+        f"connections opened by the clients: {tally.connections}; "
+        f"policy swaps: {report.swaps} ({report.adopted} seen served by every worker); "
+        f"runAsUser in patches: {dict(tally.users)}"
+    )
+    print(
+        f"slow connections held: {report.slow_held}, closed by the server before the "
+        f"client gave up: {report.slow_closed_by_server}"
+    )
+    print(f"audit log: {sink_read} bytes read by the slow reader, {dropped:.0f} lines dropped")
+    if report.background_errors or report.clients_lost:
+        print(f"background errors: {report.background_errors}; clients lost: {report.clients_lost}")
+
+
+SOAK_OPTIONS = ("requests", "seconds", "keepalive", "fresh", "slow", "reloads", "sample_every")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--requests", type=int, default=200_000)
+    parser.add_argument("--seconds", type=float, default=900.0, help="bound on the run")
+    parser.add_argument("--keepalive", type=int, default=4, help="keep-alive client processes")
+    parser.add_argument("--fresh", type=int, default=1, help="new-connection client processes")
+    parser.add_argument("--slow", type=int, default=64, help="slow connections held open")
+    parser.add_argument("--reloads", type=int, default=4, help="policy swaps")
+    parser.add_argument("--sample-every", type=float, default=10.0)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args()
+    print(
+        f"runguard soak: {args.workers} workers x {args.threads} threads, {args.requests} "
+        f"requests at most, {args.seconds:g} s at most, {args.keepalive} keep-alive + "
+        f"{args.fresh} new-connection clients, {args.slow} slow connections, "
+        f"{args.reloads} policy swaps, {os.cpu_count()} cpus shared with the load; "
+        f"load average {' '.join(f'{v:.2f}' for v in os.getloadavg())}",
+        flush=True,
+    )
+    with tempfile.TemporaryDirectory(prefix="runguard-soak-") as tmp:
+        with soaked_server(Path(tmp), workers=args.workers, threads=args.threads) as (server, sink):
+            options = {name: getattr(args, name) for name in SOAK_OPTIONS}
+            report = soak(server, **options, echo=True)
+            dropped = audit_dropped(server)
+            ready = server.get("/readyz").json()
+            print_report(report, dropped, sink.read_bytes)
+            print(f"readyz: {ready['status']}, logging {ready['logging']['status']}")
+            tracebacks = server.stderr.count("Traceback")
+    figures = report.figures()
+    figures.update(audit_dropped=int(dropped), tracebacks=tracebacks)
+    figures["load_average"] = round(os.getloadavg()[0], 2)
+    print(json.dumps(figures))
+    bad = figures["unanswered"] + figures["errors_5xx"] + figures["wrong"]
+    return 1 if bad or report.background_errors or report.clients_lost else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
