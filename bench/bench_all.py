@@ -30,6 +30,7 @@ as its last line one JSON object: the default configuration's figures (medians),
 about 9 minutes by default (plus OPA's and the cluster's builds the first time).
 
     .venv/bin/python bench/bench_all.py [--rounds 3] [--seconds 5] [--creates 100] [--no-create]
+        [--no-opa]
 """
 
 from __future__ import annotations
@@ -152,6 +153,9 @@ def main() -> int:
     parser.add_argument(
         "--no-create", dest="create", action="store_false", help="skip the e2e apiserver"
     )
+    parser.add_argument(
+        "--no-opa", dest="opa", action="store_false", help="skip OPA (and its build)"
+    )
     args = parser.parse_args()
     rounds = max(1, min(args.rounds, 5))
     seconds = max(1.0, min(args.seconds, 20.0))
@@ -183,14 +187,15 @@ def main() -> int:
                 )
                 servers[name] = (proc, port, str(workdir / "certs" / "ca.crt"))
             proc, port, ca_file = servers[default]
-            opa = bench_opa.OpaSide(server=(proc, port, str(Path(ca_file).parent)))
-            try:
-                opa.start()
-                agreement = opa.agreement()
-                bench_opa.print_agreement(agreement)
-            except bench_opa.OpaUnavailable as exc:
-                print(f"OPA side skipped: {exc}")
-                opa = None
+            if args.opa:
+                opa = bench_opa.OpaSide(server=(proc, port, str(Path(ca_file).parent)))
+                try:
+                    opa.start()
+                    agreement = opa.agreement()
+                    bench_opa.print_agreement(agreement)
+                except bench_opa.OpaUnavailable as exc:
+                    print(f"OPA side skipped: {exc}")
+                    opa = None
             create = None
             if args.create:
                 create = bench_create.CreateLatency(log=lambda line: print(f"create: {line}"))

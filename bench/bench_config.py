@@ -19,6 +19,7 @@ for _path in (TESTS, REPO):
     if str(_path) not in sys.path:
         sys.path.insert(0, str(_path))
 
+import trivial_app  # noqa: E402
 
 POLICY_DIR = REPO / "policies"  # what the servers serve
 PLATFORM_POLICY_DIR = TESTS / "cases" / "_policies" / "platform"  # the engine's benchmark
@@ -27,6 +28,7 @@ PLATFORM_USER = "system:serviceaccount:digitalhub:core"  # policies/'s platform 
 # The trivial endpoint beside /mutate in the benchmarks' servers (``bench/trivial_app.py``):
 # gunicorn loads this application instead of runguard's own.
 TRIVIAL_APP = "bench.trivial_app:create_app()"
+TRIVIAL_PATH = trivial_app.PATH
 
 # (name, gunicorn worker class, workers, threads); the first RunguardWorker one with the
 # default shape is what runguard serve runs (docs/server.md says why)

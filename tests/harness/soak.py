@@ -657,3 +657,47 @@ def served_digests(server: RunguardServer, connections: int) -> dict[int, str]:
 def audit_dropped(server: RunguardServer) -> float:
     key = ("runguard_log_lines_dropped_total", (("log", "audit"),))
     return float(server.metrics().get(key, 0.0))
+
+
+# ------------------------------------------------------------------------ output
+
+
+def print_report(report: Report, dropped: float, sink_read: int) -> None:
+    tally = report.tally
+    print(f"{'s':>7} {'worker':>8} {'RSS MB':>8} {'fds':>5} {'threads':>8} {'requests':>9}")
+    for one in report.samples:
+        print(
+            f"{one.seconds:7.0f} {one.pid:8d} {one.rss_mb:8.1f} {one.fds:5d} "
+            f"{one.threads:8d} {one.requests:9d}"
+        )
+    for pid, runs in by_worker(report.samples).items():
+        a, b = runs[0], runs[-1]
+        print(
+            f"worker {pid}: RSS {a.rss_mb:.1f} -> {b.rss_mb:.1f} MB ({b.rss_mb - a.rss_mb:+.1f}), "
+            f"fds {a.fds} -> {b.fds} ({b.fds - a.fds:+d}), "
+            f"threads {a.threads} -> {b.threads} ({b.threads - a.threads:+d})"
+        )
+    print(f"answers by status: {dict(sorted(tally.statuses.items()))}")
+    print(f"answers by kind: {dict(sorted(tally.answered_by_kind.items()))}")
+    print(f"unanswered by reason: {dict(tally.unanswered) or 'none'}")
+    print(f"wrong by kind: {dict(tally.wrong_by_kind) or 'none'}")
+    for example in tally.examples:
+        print(f"  wrong: {example}")
+    for name, values in (("keep-alive", tally.keepalive_s), ("new connection", tally.fresh_s)):
+        ordered = sorted(values)
+        print(
+            f"latency {name}: {len(ordered)} requests, p50 {1000 * percentile(ordered, 0.5):.2f}"
+            f" ms, p99 {1000 * percentile(ordered, 0.99):.2f} ms"
+        )
+    print(
+        f"connections opened by the clients: {tally.connections}; "
+        f"policy swaps: {report.swaps} ({report.adopted} seen served by every worker); "
+        f"runAsUser in patches: {dict(tally.users)}"
+    )
+    print(
+        f"slow connections held: {report.slow_held}, closed by the server before the "
+        f"client gave up: {report.slow_closed_by_server}"
+    )
+    print(f"audit log: {sink_read} bytes read by the slow reader, {dropped:.0f} lines dropped")
+    if report.background_errors or report.clients_lost:
+        print(f"background errors: {report.background_errors}; clients lost: {report.clients_lost}")
