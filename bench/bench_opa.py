@@ -719,10 +719,10 @@ def cases(policy: Policy) -> list[tuple[str, bytes]]:
 
     # as users submit them, without runguard's mutating webhook
     out.append(("typical GPU run as submitted (no /mutate)", review(typical_pod(), platform)))
-    out.append(("bench_http.run_pod as submitted", review(typical_run_pod(), platform)))
+    out.append(("typical_run_pod as submitted", review(typical_run_pod(), platform)))
     out.append(
         (
-            "bench_http.run_pod, mutated (sidecar: run total above 64Gi)",
+            "typical_run_pod, mutated (sidecar: run total above 64Gi)",
             review(mutated(typical_run_pod(), policy, platform), platform),
         )
     )
