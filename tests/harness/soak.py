@@ -2,13 +2,13 @@
 
 ``bench/soak.py`` is the long run, with its figures; ``tests/test_soak.py`` a short form.
 
-Starts ``runguard serve`` as the benchmarks' default configuration ("runguard 2x2" of
-``bench/bench_all.py``: ``RunguardWorker``, 2 workers x 2 threads, TLS, the
+``soaked_server`` starts ``runguard serve`` as the benchmarks' default configuration
+("runguard 2x2": ``RunguardWorker``, 2 workers x 2 threads, TLS, the
 repository's ``policies/`` in a ConfigMap-style volume) through the tests' harness
 (``RunguardServer``), with its stdout (the audit log) a FIFO read slowly: about 10 KB/s
 (``SlowSink``), far less than the traffic writes. Then it drives a fixed mix of reviews
 (``mix()``) from client processes: some over keep-alive TLS connections, some on a new TLS
-connection each, every request with a fresh ``uid``:
+connection each, every request with a fresh ``uid`` (``soak()``):
 
 * ``/mutate`` of the typical run Pod (``workloads.typical_run_pod``): allowed, with a patch;
 * ``/validate`` of a compliant run Pod: allowed;
@@ -17,21 +17,19 @@ connection each, every request with a fresh ``uid``:
 * malformed reviews (not JSON, wrong apiVersion, empty uid, a Pod claiming to be a
   ConfigMap) to both endpoints: a 400 with a JSON error.
 
-Meanwhile, in the background: ``--slow`` slow and idle connections
+Meanwhile, in the background: ``slow`` slow and idle connections
 (``slow_clients.SlowClients``) held open and opened again every ``HOLD_SECONDS``; the
-policy swapped ``--reloads`` times between two versions that differ only in
+policy swapped ``reloads`` times between two versions that differ only in
 ``runAsUser`` (8877 / 8878, seen in the patches: both versions decide the mix alike);
-every ``--sample-every`` seconds each worker's resident memory, open descriptors and
+every ``sample_every`` seconds each worker's resident memory, open descriptors and
 threads.
 
 Counted: requests sent, answered, unanswered (connection error, timeout, closed before
 the response) by reason, answers by status, 5xx, wrong answers (an answer that is not
 the expected one: a decision flipped, a wrong ``uid``, a 400 that is not JSON...) with
-the first examples. Printed: the samples, growth from the first sample to the last,
-latency p50/p99 (keep-alive and new connections apart), and as the last line one JSON
-object. Bounded in count (``--requests``) and time (``--seconds``); exits 1 when any
-request was unanswered, answered 5xx or wrong.
-
+the first examples, in the ``Report``; ``print_report`` prints the samples, growth from
+the first sample to the last and latency p50/p99 (keep-alive and new connections
+apart). Bounded in count (``requests``) and time (``seconds``).
 """
 
 from __future__ import annotations
