@@ -10,7 +10,7 @@ import json
 import re
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Set
 from pathlib import Path
 
 from webhook.settings import SETTINGS, ServeSettings
@@ -49,7 +49,7 @@ def all_modules() -> dict[str, Path]:
 
 
 def imported(
-    name: str, path: Path, modules: dict[str, Path], top_level: set[str] = frozenset()
+    name: str, path: Path, modules: dict[str, Path], top_level: Set[str] = frozenset()
 ) -> Iterator[str]:
     """Every module of ``modules`` that ``name`` imports, at any depth of the file
     (function-level imports, ``if TYPE_CHECKING:`` blocks and ``importlib.import_module``
