@@ -156,6 +156,9 @@ def main() -> int:
     parser.add_argument(
         "--no-opa", dest="opa", action="store_false", help="skip OPA (and its build)"
     )
+    parser.add_argument(
+        "--no-whatif", dest="whatif", action="store_false", help="skip runguard whatif at 10k"
+    )
     args = parser.parse_args()
     rounds = max(1, min(args.rounds, 5))
     seconds = max(1.0, min(args.seconds, 20.0))
@@ -342,6 +345,8 @@ def main() -> int:
         print(f"  target create_added_ms_pair <= 0.5 x kyverno's: {ratio:.2f} x  {verdict}")
     if kyverno_agreement:
         figures["kyverno_agreement"] = round(kyverno_agreement["share"], 3)
+    if args.whatif:
+        figures.update(whatif_figures())
     summary = {
         **figures,
         "config": default,
@@ -356,6 +361,26 @@ def main() -> int:
     }
     print(json.dumps(summary, separators=(",", ":")))
     return 0
+
+
+def whatif_figures(count: int = 10_000) -> dict[str, float]:
+    """``runguard whatif`` over ``count`` synthetic runs (``bench_whatif.py``, its own
+    process): wall seconds and peak memory; none when it fails (said on stderr)."""
+    argv = [
+        sys.executable,
+        str(Path(__file__).with_name("bench_whatif.py")),
+        "--counts",
+        str(count),
+    ]
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=600, check=False)
+        result = json.loads(done.stdout.strip().splitlines()[-1])["results"][str(count)]
+    except (subprocess.TimeoutExpired, ValueError, KeyError, IndexError) as exc:
+        print(f"whatif: not measured ({type(exc).__name__})", file=sys.stderr)
+        return {}
+    print(f"\nrunguard whatif, {count:,} runs: {result['seconds']} s, "
+          f"peak {result['peak_rss_mb']} MB")  # fmt: skip
+    return {"whatif_10k_seconds": result["seconds"], "whatif_10k_peak_mb": result["peak_rss_mb"]}
 
 
 def _fmt(values: tuple[float, float, float], fmt: str) -> str:

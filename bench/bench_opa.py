@@ -56,12 +56,12 @@ from bench_config import BENCH, CONNECTIONS, POLICY_DIR, default_config
 from harness import slow_clients
 from harness.workloads import typical_run_pod
 
-from webhook import admission  # noqa: E402
 from webhook.engine.rules.pod_security import allowed_capabilities  # noqa: E402
 from webhook.engine.rules.security import drop_fill, seccomp_fill  # noqa: E402
 from webhook.policy.loader import load_policy  # noqa: E402
 from webhook.policy.model import NamePattern, Policy  # noqa: E402
 from webhook.policy.patterns import split  # noqa: E402
+from webhook.serving import admission  # noqa: E402
 
 OPA_DIR = BENCH / "opa"
 BUILD_SCRIPT = OPA_DIR / "build.sh"
