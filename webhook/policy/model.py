@@ -168,10 +168,18 @@ class DeviceFamily(Section):
         exact = self.members.get(resource)
         if exact is not None:
             return exact
-        for regex, weight in self.patterns:
-            if regex.fullmatch(resource):
-                return weight
-        return None
+        known = self._weights
+        if resource in known:
+            return known[resource]
+        found = next((w for regex, w in self.patterns if regex.fullmatch(resource)), None)
+        if len(known) < 1024:  # resource names are the user's: bounded
+            known[resource] = found
+        return found
+
+    @cached_property
+    def _weights(self) -> dict[str, Decimal | None]:
+        """The answers for names matched against the patterns, kept with the family."""
+        return {}
 
 
 class ResourcesConfig(Section):
