@@ -40,8 +40,15 @@ from webhook.policy.model import Policy
 
 P = ParamSpec("P")
 UPDATE_KEPT = "a running pod's spec cannot change: kept the values runguard set at creation"
-# A controller is judged by its template after mutation but never patched: its warnings
-# say what its Pods will get, not what was done to the object (which stays as written).
+# The kinds whose pod template ``/mutate`` changes at CREATE: what a queue (Kueue) counts
+# and what a scheduler reads is the stored template, so the profile goes there, once. Their
+# Pods are then a fixed point of the steps (judged, nothing left to change). Long-lived
+# controllers (Deployments, StatefulSets...) are judged by their template after mutation
+# but never patched: ``kubectl apply`` of their manifest would take runguard's values back
+# out of the template and roll every Pod; their Pods get the profile.
+TEMPLATES_MUTATED = frozenset({"Job", "CronJob"})
+# The warnings of a template kept as written say what its Pods will get, not what was
+# done to the object.
 TEMPLATE_KEPT = (
     "runguard: the pod template is kept as written; each Pod created from it is changed so:"
 )
@@ -231,7 +238,9 @@ def mutate(
     context: Context = NO_CONTEXT,
     receipts: Receipts | None = None,
 ) -> Decision:
-    """The mutating webhook: patch a run Pod, and write runguard's records. Never denies.
+    """The mutating webhook: patch a run Pod, and at CREATE the pod template of a run Job
+    or CronJob (``TEMPLATES_MUTATED``: what a queue counts), and write runguard's records.
+    Never denies.
 
     On UPDATE (``old`` given) a Pod's spec is immutable, so the patch is kept only when
     it turns the spec back into the running one: that is ``kubectl apply`` of the
@@ -277,6 +286,15 @@ def mutate(
                     changes = [Change(UPDATE_SPEC_KEPT, warning_text(UPDATE_KEPT))]
             if changes:
                 result = _with_spec(obj, target, spec)
+    elif target is not None and not problems and r.old is None and _template_mutated(r, target):
+        # At CREATE only: an UPDATE leaves the template as sent, changed or not (no
+        # rollout runguard did not ask for; a Job's template is immutable anyway).
+        spec, pod, changes = _mutated(target, governing, _Who(r, governing))
+        profile = pod.profile.name if pod.profile else None
+        if spec == target.spec:
+            changes = []
+        else:
+            result = _with_spec(obj, target, spec)
     if isinstance(result, dict) and not r.invalid and not problems:
         # (an object that cannot be understood is denied by /validate: nothing to record)
         result, recorded = _record_changes(r, result)
@@ -287,6 +305,11 @@ def mutate(
     if result is obj:
         return _decision(obj, governing, namespace, applies=applies, allowed=True)
     return _patched(obj, result, governing, namespace, changes, applies=applies, profile=profile)
+
+
+def _template_mutated(r: Review, target: Target) -> bool:
+    """Whether ``/mutate`` writes the profile into this object's pod template."""
+    return target.kind in TEMPLATES_MUTATED
 
 
 def _leave_receipt(pod: Pod, result: JSON, receipts: Receipts, version: str | None) -> None:
@@ -393,7 +416,9 @@ def validate(
     pod = _pod(target, governing, target.spec, who)
     mutations: list[Change] = []
     if target.kind != "Pod":
-        _, pod, mutations = _mutated(target, governing, who)
+        spec, pod, mutations = _mutated(target, governing, who)
+        if spec == target.spec:
+            mutations = []  # a template /mutate changed already, or nothing to change
     violations = run_checks(pod)
     violations.extend(ownership.check_ownership(pod))
     if target.kind == "Pod" and r.old is None and not _has_receipt(pod, receipts):
