@@ -65,11 +65,9 @@ def pod_of(job: dict[str, Any]) -> dict[str, Any]:
 
 
 def state_of(*objects: dict[str, Any]) -> State:
-    return State(
-        Meta(o["kind"], "ml", o["metadata"]["name"], o["metadata"]["uid"],
-             o["metadata"].get("labels", {}), o["metadata"].get("annotations", {}))  # fmt: skip
-        for o in objects
-    )
+    return State(Meta(o["kind"], "ml", o["metadata"]["name"], o["metadata"]["uid"],
+                      o["metadata"].get("labels", {}), o["metadata"].get("annotations", {}))
+                 for o in objects)  # fmt: skip
 
 
 def test_a_run_jobs_template_is_stored_with_the_profile() -> None:
