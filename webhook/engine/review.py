@@ -13,7 +13,7 @@ from collections.abc import Callable
 from decimal import Decimal
 from typing import Any, ParamSpec
 
-from webhook.engine import scope
+from webhook.engine import scope, templates
 from webhook.engine.context import NO_CONTEXT, POLICY_LABEL, STAMP, Context, Ownership
 from webhook.engine.diff import make_patch
 from webhook.engine.pod import WARNING_LIMIT, Pod, copy_json, spec_prefix
@@ -23,6 +23,7 @@ from webhook.engine.receipts import LocalReceipts, Receipts, backstop_key, state
 from webhook.engine.rule_ids import OWNERSHIP_STAMP, UPDATE_SPEC_KEPT
 from webhook.engine.rules import ownership, podclaims, run_checks, run_steps
 from webhook.engine.rules.profile import PRIORITY_COMPUTED
+from webhook.engine.rules.queue_profile import send_to_queue
 from webhook.engine.rules.security import harden_debug_containers
 from webhook.engine.rules.trust import check_shell, run_trust_checks
 from webhook.engine.shape import check_shape
@@ -289,22 +290,78 @@ def mutate(
     elif target is not None and not problems and r.old is None and _template_mutated(r, target):
         # At CREATE only: an UPDATE leaves the template as sent, changed or not (no
         # rollout runguard did not ask for; a Job's template is immutable anyway).
-        spec, pod, changes = _mutated(target, governing, _Who(r, governing))
-        profile = pod.profile.name if pod.profile else None
+        spec, mutated_template, changes = _mutated(target, governing, _Who(r, governing))
+        profile = mutated_template.profile.name if mutated_template.profile else None
         if spec == target.spec:
             changes = []
         else:
             result = _with_spec(obj, target, spec)
+        result = _queued(result, target, mutated_template, r, changes)
+    elif target is None and not r.invalid and r.old is None and isinstance(obj, dict):
+        result, changes, profile = _operator_templates(r, obj)
+    if mutated is not None and isinstance(result, dict):
+        result = _queued(result, target, mutated, r, changes)
     if isinstance(result, dict) and not r.invalid and not problems:
         # (an object that cannot be understood is denied by /validate: nothing to record)
         result, recorded = _record_changes(r, result)
         changes.extend(recorded)
-    applies = r.governing is not None or bool(problems)
+    applies = r.governing is not None or bool(problems) or profile is not None
     if receipts is not None and mutated is not None:
         _leave_receipt(mutated, result, receipts, version)
     if result is obj:
         return _decision(obj, governing, namespace, applies=applies, allowed=True)
     return _patched(obj, result, governing, namespace, changes, applies=applies, profile=profile)
+
+
+def _queued(
+    result: JSON,
+    target: Any,
+    pod: Pod,
+    r: Review,
+    changes: list[Change],
+    suspend: tuple[str, ...] | None = None,
+) -> JSON:
+    """At CREATE, a run of a queue profile sent to its queue (``rules.queue_profile``)."""
+    if pod.profile is None or pod.profile.queue is None or target is None:
+        return result
+    result, change = send_to_queue(
+        result, target.kind, pod.profile, pod.policy, _owner_references(r.metadata), suspend
+    )
+    if change is not None:
+        changes.append(change)
+    return result
+
+
+def _operator_templates(r: Review, obj: JSON) -> tuple[JSON, list[Change], str | None]:
+    """At CREATE, an operator's object with the profile in each pod template its entry
+    declares (``platform.operators[].templates``) that is a run's (each by the RunPolicy
+    its labels choose), sent to its queue when a template names a queue profile: the
+    object, the changes, and the first profile applied."""
+    entry = templates.declared(obj, r.root, r.namespace)
+    if entry is None:
+        return obj, [], None
+    result, profile = obj, None
+    changes: list[Change] = []
+    queued: tuple[Target, Pod] | None = None
+    for keys, target in templates.located(obj, entry):
+        governing = scope.choose(
+            r.root,
+            target.labels,
+            r.namespace,
+            lambda p: ownership.requested_by(p, r.metadata, r.namespace, r.context),
+        )
+        if governing is None or check_shape(target.spec, target.spec_path):
+            continue  # not a run's, or not understood: its Pods are judged
+        spec, pod, made = _mutated(target, governing, _Who(r, governing))
+        profile = profile or (pod.profile.name if pod.profile else None)
+        if spec != target.spec:
+            result = templates.with_spec(result, keys, spec)
+            changes.extend(c for c in made if c not in changes)
+        if queued is None and pod.profile is not None and pod.profile.queue is not None:
+            queued = target, pod
+    if queued is not None:
+        result = _queued(result, queued[0], queued[1], r, changes, entry.suspend_steps)
+    return result, changes, profile
 
 
 def _template_mutated(r: Review, target: Target) -> bool:
