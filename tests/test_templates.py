@@ -115,6 +115,24 @@ def test_an_update_leaves_the_template_as_sent() -> None:
     assert validation.allowed and any("kept as written" in w for w in validation.warnings)
 
 
+def test_kubectl_apply_of_the_same_manifest_keeps_the_stored_template() -> None:
+    """Its three-way merge re-sends the user's values where runguard changed them: the
+    stored template is put back (a Job's template is immutable: the apiserver would
+    refuse the update), and an apply that changes what the profile does not decide is
+    left as sent."""
+    stored = created(run_job(), CORE)
+    reapplied = copy.deepcopy(stored)
+    reapplied["spec"]["template"] = copy.deepcopy(run_job()["spec"]["template"])
+    mutation, validation = update(reapplied, stored, CORE)
+    assert mutation.object["spec"]["template"] == stored["spec"]["template"]
+    assert [c.rule for c in mutation.mutations] == ["update.spec-kept"]
+    assert validation.allowed, validation.message()
+    other = copy.deepcopy(reapplied)
+    other["spec"]["template"]["spec"]["containers"][0]["image"] = "python:3.12"
+    mutation, _ = update(other, stored, CORE)
+    assert spec_ops(mutation) == [], mutation.patch
+
+
 def test_a_pod_from_a_mutated_template_gets_no_further_change() -> None:
     stored = created(run_job(), CORE)
     child = pod_of(stored)

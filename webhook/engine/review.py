@@ -53,6 +53,10 @@ TEMPLATES_MUTATED = frozenset({"Job", "CronJob"})
 TEMPLATE_KEPT = (
     "runguard: the pod template is kept as written; each Pod created from it is changed so:"
 )
+TEMPLATE_REAPPLIED = Change(
+    UPDATE_SPEC_KEPT,
+    warning_text("the pod template is kept: the values runguard set at creation stay"),
+)
 STAMPED = Change(OWNERSHIP_STAMP, warning_text(f"stamped {STAMP}"))
 RECORDS_KEPT = Change(
     OWNERSHIP_STAMP,
@@ -297,6 +301,13 @@ def mutate(
         else:
             result = _with_spec(obj, target, spec)
         result = _queued(result, target, mutated_template, r, changes)
+    elif target is not None and not problems and r.old_target and _template_mutated(r, target):
+        # An UPDATE writes nothing new into the template. Only ``kubectl apply`` of the
+        # manifest again, whose three-way merge re-sends the values runguard changed at
+        # CREATE, is turned back into the stored template: unchanged, as a Job's must be.
+        spec, _, _ = _mutated(target, governing, _Who(r, governing))
+        if spec != target.spec and spec == r.old_target.spec:
+            result, changes = _with_spec(obj, target, spec), [TEMPLATE_REAPPLIED]
     elif target is None and not r.invalid and r.old is None and isinstance(obj, dict):
         result, changes, profile = _operator_templates(r, obj)
     if mutated is not None and isinstance(result, dict):

@@ -41,7 +41,11 @@ def _rule(rule_id: str, *, mutation: str, violation: str) -> str:
 
 PROFILE_APPLIED = _rule(
     "profile.applied",
-    mutation="the profile's values set (main container)",
+    mutation=(
+        "the profile's values set (main container), in a Pod and at CREATE in a run Job's, "
+        "CronJob's or operator object's pod templates; a queue profile's queue label (and "
+        "`suspend: true` on a Job-like object)"
+    ),
     violation="a Pod created without `/mutate` whose profile is not applied",
 )
 PROFILE_UNKNOWN = _rule(
@@ -370,7 +374,10 @@ OWNERSHIP_UNKNOWN = _rule(
 )
 UPDATE_SPEC_KEPT = _rule(
     "update.spec-kept",
-    mutation="on UPDATE, the running spec put back (`kubectl apply` of the same manifest)",
+    mutation=(
+        "on UPDATE, a Pod's running spec or a Job's or CronJob's stored pod template put back "
+        "(`kubectl apply` of the same manifest)"
+    ),
     violation="",
 )
 INPUT_INVALID = _rule(
