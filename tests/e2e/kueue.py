@@ -194,6 +194,19 @@ class Kueue:
         role["metadata"] = {"name": CLUSTER_ROLE}
         self.cluster.kubectl("apply", "-f", "-", input=json.dumps(role), check=True)
         self.identity = self.cluster.service_account(*KUEUE_ACCOUNT, cluster_role=CLUSTER_ROLE)
+        # and the Role on its namespace's Secrets (it waits for their informer to sync)
+        rbac = self.module / "config" / "components" / "rbac"
+        namespaced = [yaml.safe_load((rbac / f"manager_secrets_{what}.yaml").read_text())
+                      for what in ("role", "role_binding")]  # fmt: skip
+        for obj in namespaced:
+            obj["metadata"] = {"name": "kueue-" + obj["metadata"]["name"],
+                               "namespace": KUEUE_ACCOUNT[0]}  # fmt: skip
+        binding = namespaced[1]
+        binding["roleRef"]["name"] = namespaced[0]["metadata"]["name"]
+        binding["subjects"] = [{"kind": "ServiceAccount", "name": KUEUE_ACCOUNT[1],
+                                "namespace": KUEUE_ACCOUNT[0]}]  # fmt: skip
+        listed = {"apiVersion": "v1", "kind": "List", "items": namespaced}
+        self.cluster.kubectl("apply", "-f", "-", input=json.dumps(listed), check=True)
 
         certs = self.directory / "certs"
         done = subprocess.run(
