@@ -43,7 +43,7 @@ ENV VIRTUAL_ENV=/opt/runguard \
     RUNGUARD_SHUTDOWN_DELAY=5 \
     RUNGUARD_CLIENT_CA=
 # RUNGUARD_CLIENT_CA empty: no client certificate asked for. A CA file there requires
-# the apiserver's certificate (mTLS, docs/server.md); probes stay open.
+# the apiserver's certificate (mTLS, docs/dev/server.md); probes stay open.
 # RUNGUARD_SHUTDOWN_DELAY: told to stop, keep answering 5 s (each connection closed
 # after its answer) while load balancers and endpoints drop this replica.
 COPY --from=build /opt/runguard /opt/runguard

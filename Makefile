@@ -28,7 +28,7 @@ venv: $(STAMP)
 
 # Regenerates both locks from pyproject.toml, keeping every pin that still satisfies it;
 # `make lock UPGRADE=1` moves every package to the newest version allowed, and
-# `make lock UPGRADE=pyyaml` one package (docs/contributing.md). The image's lock is
+# `make lock UPGRADE=pyyaml` one package (docs/dev/contributing.md). The image's lock is
 # the runtime subset, constrained to the test lock's versions.
 LOCK_FLAGS := --quiet --generate-hashes --allow-unsafe --strip-extras --all-build-deps \
     --no-emit-index-url --no-emit-find-links --no-emit-trusted-host \
@@ -52,7 +52,7 @@ run: $(STAMP) $(DEV_CERTS)/tls.crt
 
 # Everything CI runs: lint, types, unit + HTTP + e2e tests on Kubernetes 1.33 (go.mod),
 # then the whole e2e suite on each release of E2E_FULL and its smoke subset on each of
-# E2E_SMOKE (every build cached; docs/e2e.md, "Kubernetes releases"). RUNGUARD_E2E=0
+# E2E_SMOKE (every build cached; docs/dev/e2e.md, "Kubernetes releases"). RUNGUARD_E2E=0
 # skips every e2e build and test.
 E2E_FULL := 1.37
 E2E_SMOKE := 1.30
@@ -82,7 +82,7 @@ cases: $(STAMP)
 
 # The engine and the server under several worker models, OPA on the same rules, and Pod
 # create latency through the e2e apiserver, interleaved rounds (~10 min); the last line
-# is one JSON object (docs/performance.md).
+# is one JSON object (docs/dev/performance.md).
 bench: $(STAMP)
 	$(BIN)/python bench/bench_all.py
 
@@ -100,7 +100,7 @@ image:
 # manifests/ on the real nodes instead (webhooks by Service reference);
 # REAL_NODE=0: no namespace, no real node, no root needed; POLICY_OBJECTS=1: RunPolicy
 # and Profile as objects (the policy-objects component: kubectl get profiles, live
-# edits). Prints the `export KUBECONFIG=...` line (docs/e2e.md).
+# edits). Prints the `export KUBECONFIG=...` line (docs/dev/e2e.md).
 REAL_NODE ?= 1
 cluster: $(STAMP)
 	@$(BIN)/python tests/e2e/devcluster.py up --dir .cache/cluster --policy $(POLICY) \
@@ -114,7 +114,7 @@ cluster-down:
 # tests/e2e/go.kubernetes-$(K8S).mod/.sum, built and cached like 1.33's (with its own
 # kubectl). `make e2e-release K8S=1.37`, or SMOKE=1 for the smoke subset: the install on
 # the real nodes, and the modules whose expectations differ between releases
-# (docs/e2e.md). `make test` runs both.
+# (docs/dev/e2e.md). `make test` runs both.
 K8S ?= 1.37
 SMOKE_TESTS := tests/e2e/test_cluster.py tests/e2e/test_install.py tests/e2e/test_pods.py \
     tests/e2e/test_real_node.py tests/e2e/test_escapes.py tests/e2e/test_pod_security.py \

@@ -58,13 +58,13 @@ import bench_opa  # noqa: E402
 import slow_clients  # noqa: E402
 
 # (name, gunicorn worker class, workers, threads); the first RunguardWorker one with the
-# default shape is what runguard serve runs (docs/server.md says why)
+# default shape is what runguard serve runs (docs/dev/server.md says why)
 CONFIGS: tuple[tuple[str, str, int, int], ...] = (
     ("gthread 2x2 (before)", "gthread", 2, 2),
-    ("runguard 2x2", "webhook.worker.RunguardWorker", 2, 2),
-    ("runguard 2x1", "webhook.worker.RunguardWorker", 2, 1),
-    ("runguard 4x1", "webhook.worker.RunguardWorker", 4, 1),
-    ("shared listener 2x2", "webhook.worker.SharedListenerWorker", 2, 2),
+    ("runguard 2x2", "webhook.serving.worker.RunguardWorker", 2, 2),
+    ("runguard 2x1", "webhook.serving.worker.RunguardWorker", 2, 1),
+    ("runguard 4x1", "webhook.serving.worker.RunguardWorker", 4, 1),
+    ("shared listener 2x2", "webhook.serving.worker.SharedListenerWorker", 2, 2),
 )
 SLOW_CONNECTIONS, STARVE_REVIEWS, STARVE_TIMEOUT = 64, 10, 5.0
 OPA_KEYS = (
@@ -85,7 +85,7 @@ CONNECTIONS = 8
 
 
 def default_config() -> str:
-    from webhook.settings import DEFAULT_THREADS, default_workers
+    from webhook.serving.settings import DEFAULT_THREADS, default_workers
 
     for name, worker_class, workers, threads in CONFIGS:
         if worker_class.endswith(".RunguardWorker") and threads == DEFAULT_THREADS:

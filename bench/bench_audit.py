@@ -50,7 +50,7 @@ sys.path.insert(0, str(REPO))
 
 from tests.e2e import cluster as e2e  # noqa: E402
 from tests.e2e.devcluster import prepare_cluster  # noqa: E402
-from webhook.clusteraudit import LISTINGS  # noqa: E402
+from webhook.audit.clusteraudit import LISTINGS  # noqa: E402
 from webhook.engine import mutate  # noqa: E402
 from webhook.policy.loader import load_policy  # noqa: E402
 
@@ -279,7 +279,7 @@ def main() -> None:
         work = Path(tmp)
         before = work / "before"
         before.mkdir()
-        for path in ("webhook/clusteraudit.py", "webhook/cli/audit.py"):
+        for path in ("webhook/audit/clusteraudit.py", "webhook/cli/audit.py"):
             source = subprocess.run(
                 ["git", "show", f"{BEFORE}:{path}"], cwd=REPO, capture_output=True, check=True
             ).stdout

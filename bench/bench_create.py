@@ -94,13 +94,14 @@ from e2e.cluster import Cluster, ClusterError, build_binaries  # noqa: E402
 from e2e.devcluster import Runguard, prepare_cluster  # noqa: E402
 
 from webhook.engine import mutate, validate  # noqa: E402
-from webhook.engine.context import STAMP, Context, Requester  # noqa: E402
+from webhook.engine.context import Context, Requester  # noqa: E402
 from webhook.engine.rules.pod_security import (  # noqa: E402
     RESTRICTED_VOLUME_TYPES,
     SAFE_SYSCTLS,
     SELINUX_TYPES,
 )
-from webhook.manifests import name_regex, selector_expression  # noqa: E402
+from webhook.install.manifests import name_regex, selector_expression  # noqa: E402
+from webhook.keys import REQUESTED_BY  # noqa: E402
 from webhook.policy.loader import load_policy  # noqa: E402
 from webhook.policy.model import NamePattern, Policy  # noqa: E402
 from webhook.policy.patterns import split  # noqa: E402
@@ -188,7 +189,7 @@ def pods(policy: Policy) -> dict[str, JSON]:
         raise SystemExit(f"bench_create: runguard does not mutate the pod: {mutated.message()}")
     stamped = copy.deepcopy(mutated.object)
     valid = copy.deepcopy(stamped)
-    del valid["metadata"]["annotations"][STAMP]
+    del valid["metadata"]["annotations"][REQUESTED_BY]
     for name, pod in (("stamped", stamped),):
         decision = validate(pod, policy, namespace=NS["validate"], context=context)
         if not decision.allowed:
@@ -990,7 +991,7 @@ class CreateLatency:
     @staticmethod
     def _stamped(answer: JSON) -> bool:
         annotations = answer.get("metadata", {}).get("annotations", {})
-        return bool(annotations.get(STAMP) == platform_requester().username)
+        return bool(annotations.get(REQUESTED_BY) == platform_requester().username)
 
     def _check_vap_typing(self) -> None:
         """The apiserver's type check of the VAP's CEL against the Pod schema: warnings

@@ -47,7 +47,7 @@ RUN_LABELS = {
 }
 
 
-RECEIPTS = SharedReceipts()  # as the server keeps them (webhook/admission.py)
+RECEIPTS = SharedReceipts()  # as the server keeps them (webhook/serving/admission.py)
 RUNS = 1000  # distinct runs a measurement cycles through
 
 
@@ -114,7 +114,7 @@ def measure(fn: Callable[[], Any], count: int, seconds: float) -> list[float]:
         fn()
     samples: list[float] = []
     # As a worker runs: the server's master collects and freezes what it loaded before
-    # forking the workers (``webhook/server.py``), so the collector walks only what a
+    # forking the workers (``webhook/serving/server.py``), so the collector walks only what a
     # review allocates.
     gc.collect()
     gc.freeze()

@@ -243,8 +243,8 @@ def start_server(
     workdir: Path, kind: str, workers: int, threads: int, worker_class: str = ""
 ) -> tuple[Any, int]:
     """``runguard serve``; ``kind`` sync, or a ``worker_class`` under the repository's
-    ``gunicorn.conf.py`` (``gthread``, ``webhook.worker.SharedListenerWorker``...)."""
-    from webhook.certs import new_cert_set, write_cert_set
+    ``gunicorn.conf.py`` (``gthread``, ``webhook.serving.worker.SharedListenerWorker``...)."""
+    from webhook.install.certs import new_cert_set, write_cert_set
 
     certs = workdir / "certs"
     write_cert_set(
@@ -348,7 +348,7 @@ def main() -> int:
     args.seconds = min(args.seconds, 120.0)
     args.rounds = max(1, min(args.rounds, 5))
 
-    from webhook.settings import DEFAULT_THREADS, default_workers
+    from webhook.serving.settings import DEFAULT_THREADS, default_workers
 
     workers = args.workers or default_workers()
     args.threads = args.threads or DEFAULT_THREADS

@@ -48,8 +48,8 @@ import bench_create  # noqa: E402
 from bench_create import NS, CreateLatency, noncompliant_pods, run_policy  # noqa: E402
 from e2e.cluster import ClusterError  # noqa: E402
 
-from webhook.engine.context import STAMP  # noqa: E402
 from webhook.engine.rules.pod_security import RESTRICTED_VOLUME_TYPES  # noqa: E402
+from webhook.keys import REQUESTED_BY  # noqa: E402
 from webhook.policy.loader import load_policy  # noqa: E402
 from webhook.policy.model import NamePattern, Policy  # noqa: E402
 from webhook.policy.patterns import split  # noqa: E402
@@ -128,7 +128,7 @@ def mutate_rules(policy: Policy) -> list[JSON]:
     gpu = res.gpu_resource_name
     rules: list[JSON] = [
         _rule("stamp", policy, mutate={"patchStrategicMerge": {"metadata": {"annotations": {
-            STAMP: "{{request.userInfo.username}}"}}}}),
+            REQUESTED_BY: "{{request.userInfo.username}}"}}}}),
     ]  # fmt: skip
     label = policy.profiles_config.label
     for name, profile in sorted(policy.profiles.items()):

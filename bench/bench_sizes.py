@@ -45,7 +45,7 @@ from webhook import gcpause  # noqa: E402
 from webhook.engine import Decision, evaluate, mutate, validate  # noqa: E402
 from webhook.engine.context import Context, Requester  # noqa: E402
 from webhook.policy.loader import load_policy  # noqa: E402
-from webhook.settings import DEFAULT_MAX_BODY  # noqa: E402
+from webhook.serving.settings import DEFAULT_MAX_BODY  # noqa: E402
 
 REQUEST_LIMIT = 3 * 1024 * 1024  # the apiserver's request body limit
 REVIEW_OVERHEAD = 1024  # an AdmissionReview's fields around the object (uid, userInfo...)

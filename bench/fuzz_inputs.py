@@ -43,8 +43,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from webhook.cli import main as runguard  # noqa: E402
-from webhook.inputlimits import MAX_ALIAS_VALUES  # noqa: E402
 from webhook.policy.loader import read_policy  # noqa: E402
+from webhook.serving.inputlimits import MAX_ALIAS_VALUES  # noqa: E402
 
 POLICY = ROOT / "policies"
 RUN_LABELS = {"app.kubernetes.io/managed-by": "dhcore", "dhcore/run": "r1"}

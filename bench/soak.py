@@ -72,8 +72,8 @@ from harness.polling import eventually  # noqa: E402
 from harness.server import RunguardServer  # noqa: E402
 
 from webhook import admission  # noqa: E402
-from webhook.admission import parse_review  # noqa: E402
 from webhook.policy.loader import load_policy  # noqa: E402
+from webhook.serving.admission import parse_review  # noqa: E402
 
 UID = "00000000-0000-4000-8000-000000000000"  # replaced by a fresh uuid4 in each request
 HEADERS = {"Content-Type": "application/json"}

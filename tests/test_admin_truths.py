@@ -13,7 +13,7 @@ import yaml
 
 from webhook.cli import main
 from webhook.policy.loader import load_policy
-from webhook.policystore import PolicyStore
+from webhook.serving.policystore import PolicyStore
 
 ROOT = Path(__file__).parent.parent
 POLICIES = ROOT / "policies"
@@ -125,3 +125,24 @@ def test_the_lint_example_of_the_policy_guide_is_what_lint_prints(
         return re.sub(r"\.yaml:\d+", ".yaml", text)
 
     assert [unnumbered(x) for x in lines] == [unnumbered(x) for x in shown]
+
+
+def test_readme_mutate_example_is_what_the_server_answers() -> None:
+    """The README's `review.json` sent to `/mutate` prints, through its jq filter, exactly
+    the output the README shows (the patch decoded to its operations and paths)."""
+    import base64
+    import json
+
+    from webhook.serving.app import create_app
+
+    text = (ROOT / "README.md").read_text()
+    review = text.split("$ cat > review.json <<'JSON'\n", 1)[1].split("\nJSON\n", 1)[0]
+    jq = 'map("\\(.op) \\(.path)"))\'\n'
+    shown = text.split(jq, 1)[1].split("```", 1)[0]
+    app = create_app({"policy_dir": POLICIES})
+    answer = app.test_client().post("/mutate", data=review, content_type="application/json")
+    assert answer.status_code == 200, answer.text
+    response = answer.get_json()["response"]
+    patch = json.loads(base64.b64decode(response["patch"]))
+    response["patch"] = [f"{op['op']} {op['path']}" for op in patch]
+    assert json.dumps(response, indent=2) + "\n" == shown

@@ -1,4 +1,4 @@
-"""AdmissionReview parsing and response building, without HTTP (webhook/admission.py)."""
+"""AdmissionReview parsing and response building, without HTTP (webhook/serving/admission.py)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,11 @@ import jsonpatch
 import pytest
 from harness import admission_review, run_pod, sample_policy
 
-from webhook import admission, engine
-from webhook.admission import (
+from webhook import engine
+from webhook.policy.loader import load_policy
+from webhook.policy.model import Policy
+from webhook.serving import admission
+from webhook.serving.admission import (
     BodyTooLarge,
     MalformedReview,
     UnsupportedMediaType,
@@ -23,9 +26,7 @@ from webhook.admission import (
     review,
     review_response,
 )
-from webhook.auditlog import AuditLog, audit_record
-from webhook.policy.loader import load_policy
-from webhook.policy.model import Policy
+from webhook.serving.auditlog import AuditLog, audit_record
 
 
 @pytest.fixture(scope="module")

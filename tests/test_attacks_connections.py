@@ -1,4 +1,4 @@
-"""Every connection into a Pod, judged on the Pods it reaches (``webhook/shells.py``).
+"""Every connection into a Pod, judged on the Pods it reaches (``webhook/serving/shells.py``).
 
 The attacker has ``edit`` in run namespaces: ``create`` on ``pods/proxy`` and
 ``services/proxy`` among the rest. Each chain below got through, or refused a user her
@@ -18,10 +18,11 @@ import pytest
 from test_shells import Cluster, Reads, as_pod, connect_request, token_of, users_own_pod
 from test_trust import ALICE, CORE, REPO, SHIPPED, created, pod
 
-from webhook import admission, manifests, shells
-from webhook.app import create_app
-from webhook.reach import Listed, proxied_name, reached_pods
-from webhook.shells import PodLookup, PodReader
+from webhook.install import manifests
+from webhook.serving import admission, shells
+from webhook.serving.app import create_app
+from webhook.serving.reach import Listed, proxied_name, reached_pods
+from webhook.serving.shells import PodLookup, PodReader
 
 HEAD_LABELS = {"ray.io/node-type": "head", "ray.io/cluster": "core-ray"}
 
@@ -383,7 +384,7 @@ def test_a_connect_that_is_no_door_is_refused_not_let_through(request_: dict[str
     """Chain: a CONNECT runguard does not judge that reaches ``/validate`` or ``/mutate``
     (a webhook configuration edited by hand, one of another tool pointing at runguard)
     was allowed: ``admission._judge`` let every CONNECT through. Fix: every CONNECT goes
-    to ``webhook.shells``; one that is no door is refused with what to do.
+    to ``webhook.serving.shells``; one that is no door is refused with what to do.
     ``nodes/proxy`` is not routed (RBAC's, admins only): the kubelet's port answers the
     same permission without the apiserver, where no admission runs."""
     assert not routed("nodes/proxy")

@@ -21,7 +21,7 @@ from test_trust import ALICE, CORE, RUN, rules
 
 from webhook.engine import evaluate
 from webhook.engine.context import Context, Requester
-from webhook.manifests import validating_webhook_configuration
+from webhook.install.manifests import validating_webhook_configuration
 
 GENERATED = "train-gpu-x7k2p"  # the claim made from the platform run's template
 PLATFORM_CLAIM = "gpu-r1"  # a claim the platform created for run r1 (its pattern)

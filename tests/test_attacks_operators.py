@@ -25,19 +25,21 @@ from test_attacks_round2 import ALICE, ARGO, CORE, KUBERAY, MLRUN, REPO
 from test_manifests import Cel
 from test_ownership import Meta, State
 
-from webhook import admission, manifests
 from webhook.clusterstate import StaticClusterState
 from webhook.engine import evaluate, mutate, validate
-from webhook.engine.context import PLATFORM_POLICY, PLATFORM_RECORD, STAMP, Context, Requester
+from webhook.engine.context import Context, Requester
 from webhook.engine.rules.operators import selects
+from webhook.install import manifests
+from webhook.keys import PLATFORM_POLICY, PLATFORM_RECORD, REQUESTED_BY
 from webhook.policy.loader import PolicyError, load_policy
 from webhook.policy.model import Operator, OperatorReference, Policy
+from webhook.serving import admission
 
 SHIPPED = load_policy(REPO / "policies")
 KUBEAI = Requester("system:serviceaccount:digitalhub:digitalhub-kubeai")
 NS = "digitalhub"
 RUN = {"app.kubernetes.io/managed-by": "dhcore", "dhcore/run": "r1", "dhcore/project": "p1"}
-PLATFORMS = {STAMP: KUBERAY.username, PLATFORM_RECORD: "true"}  # KubeRay's, for the Core
+PLATFORMS = {REQUESTED_BY: KUBERAY.username, PLATFORM_RECORD: "true"}  # KubeRay's, for the Core
 
 
 def rules(decision: Any) -> set[str]:
@@ -236,7 +238,7 @@ def model(annotations: dict[str, str]) -> dict[str, Any]:
             "spec": {"replicas": 1, "url": "hf://meta-llama/Llama-3.2-1B-Instruct"}}  # fmt: skip
 
 
-CORES_MODEL = model({STAMP: CORE.username, PLATFORM_RECORD: "true"})
+CORES_MODEL = model({REQUESTED_BY: CORE.username, PLATFORM_RECORD: "true"})
 
 
 def scale_request(who: Requester, replicas: int = 4, name: str = "llama-r1") -> dict[str, Any]:
@@ -357,7 +359,7 @@ def test_a_users_own_workflow_and_argos_updates_never_wait_on_runguard(routing: 
     nothing on it that would route it later."""
     mine = workflow()
     stored = judged(mine, ALICE).object
-    assert STAMP not in stored["metadata"].get("annotations", {})
+    assert REQUESTED_BY not in stored["metadata"].get("annotations", {})
     stepped = copy.deepcopy(stored)
     stepped["status"] = {"phase": "Running", "nodes": {"mine": {"phase": "Running"}}}
     stepped["metadata"]["labels"]["workflows.argoproj.io/phase"] = "Running"
@@ -377,7 +379,7 @@ def test_what_runguard_judges_on_an_operators_objects_reaches_it(routing: Routin
     forged = workflow(annotations={PLATFORM_RECORD: "true"})
     users = judged(workflow(), ALICE).object
     claims = copy.deepcopy(users)
-    claims["metadata"]["annotations"] = {STAMP: CORE.username, PLATFORM_RECORD: "true"}
+    claims["metadata"]["annotations"] = {REQUESTED_BY: CORE.username, PLATFORM_RECORD: "true"}
     rewritten = copy.deepcopy(cores)
     rewritten["spec"]["templates"][0]["container"]["image"] = "evil"
     unlabelled = copy.deepcopy(cores)
@@ -432,7 +434,7 @@ ADMIN = Requester("admin", ("system:masters",))
 # metadata variants: nothing, a forged record, run labels, a forged RunPolicy label
 METADATA = ({}, {"annotations": {PLATFORM_RECORD: "true"}}, {"labels": dict(RUN)},
             {"labels": {"runguard.io/policy": "digitalhub"}})  # fmt: skip
-OLD = (None, {}, {"annotations": {STAMP: CORE.username, PLATFORM_RECORD: "true"}})
+OLD = (None, {}, {"annotations": {REQUESTED_BY: CORE.username, PLATFORM_RECORD: "true"}})
 
 
 def variants(kind: str) -> list[dict[str, Any]]:
@@ -601,7 +603,7 @@ def test_another_platforms_model_is_not_scaled_through_the_first_platforms_exemp
     other["spec"]["platform"]["identities"] = ["system:serviceaccount:other:api"]
     (tmp_path / "other.yaml").write_text(yaml.safe_dump(other))
     two = load_policy(tmp_path)
-    others_model = model({STAMP: "system:serviceaccount:other:api", PLATFORM_RECORD: "true",
+    others_model = model({REQUESTED_BY: "system:serviceaccount:other:api", PLATFORM_RECORD: "true",
                           PLATFORM_POLICY: "other"})  # fmt: skip
     state = StaticClusterState.from_documents([others_model])
     for who in (ALICE, CORE):

@@ -31,8 +31,12 @@ from test_trust import (
 )
 
 from webhook.engine import evaluate
-from webhook.engine.context import POLICY_LABEL, Context, Requester
-from webhook.manifests import mutating_webhook_configuration, validating_webhook_configuration
+from webhook.engine.context import Context, Requester
+from webhook.install.manifests import (
+    mutating_webhook_configuration,
+    validating_webhook_configuration,
+)
+from webhook.keys import POLICY_LABEL
 
 CRONJOBS = Requester("system:serviceaccount:kube-system:cronjob-controller")
 

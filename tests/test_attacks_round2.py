@@ -23,10 +23,12 @@ import pytest
 import yaml
 from test_manifests import Cel
 
-from webhook import engine, manifests
+from webhook import engine
 from webhook.clusterstate.static import StaticClusterState
 from webhook.engine import evaluate, mutate, validate
-from webhook.engine.context import PLATFORM_RECORD, POLICY_LABEL, STAMP, Context, Requester
+from webhook.engine.context import Context, Requester
+from webhook.install import manifests
+from webhook.keys import PLATFORM_RECORD, POLICY_LABEL, REQUESTED_BY
 from webhook.policy.loader import load_policy
 from webhook.policy.model import Policy
 
@@ -58,7 +60,7 @@ def stored(obj: dict[str, Any], uid: str, creator: Requester, platform: bool) ->
     """``obj`` as the cluster holds it after runguard recorded its CREATE."""
     out = copy.deepcopy(obj)
     annotations = out["metadata"].setdefault("annotations", {})
-    annotations[STAMP] = creator.username
+    annotations[REQUESTED_BY] = creator.username
     if platform:
         annotations[PLATFORM_RECORD] = "true"
     out["metadata"]["uid"] = uid
@@ -185,10 +187,10 @@ def test_a_user_cannot_forge_runguards_records_on_her_own_operator_object() -> N
     hers (the operators webhook routes every CREATE and UPDATE of the operators' kinds);
     adding the record later, or an owner in the platform's chain, is refused."""
     forged = fixture("digitalhub/argo-workflow.yaml")
-    forged["metadata"]["annotations"] = {STAMP: CORE.username, PLATFORM_RECORD: "true"}
+    forged["metadata"]["annotations"] = {REQUESTED_BY: CORE.username, PLATFORM_RECORD: "true"}
     context = Context(ALICE, state())
     created = mutate(forged, DIGITALHUB, namespace=DH_NS, context=context).object
-    assert created["metadata"]["annotations"][STAMP] == "alice"
+    assert created["metadata"]["annotations"][REQUESTED_BY] == "alice"
     assert PLATFORM_RECORD not in created["metadata"]["annotations"]
     assert validate(created, DIGITALHUB, namespace=DH_NS, context=context).allowed
     # validation alone (mutation bypassed) refuses the forged records
@@ -410,7 +412,7 @@ def test_a_deployment_switched_to_an_operators_account_yields_refused_pods() -> 
     policy = deny(MLRUN, "mlrun")
     rs = {"apiVersion": "apps/v1", "kind": "ReplicaSet",
           "metadata": {"name": "nb-7d9", "namespace": ns, "uid": "rs-1",
-                       "annotations": {STAMP: f"{KCM}deployment-controller"}}}  # fmt: skip
+                       "annotations": {REQUESTED_BY: f"{KCM}deployment-controller"}}}  # fmt: skip
     pod = operator_account_pod(ns, rs)
     decision = evaluate(pod, policy, namespace=ns, context=Context(RS, state(rs)))
     assert not decision.allowed and "ownership.service-account" in rules(decision)
@@ -442,7 +444,7 @@ def operator_deployment(record: str | None) -> dict[str, Any]:
         },
     }
     if record is not None:
-        dep["metadata"]["annotations"] = {STAMP: "helm", PLATFORM_RECORD: record}
+        dep["metadata"]["annotations"] = {REQUESTED_BY: "helm", PLATFORM_RECORD: record}
     return dep
 
 
@@ -545,7 +547,7 @@ def test_an_installers_rollout_restart_adopts_an_operator_installed_before_rungu
     context = Context(HELM, state(dep), "UPDATE")
     mutation = mutate(restarted, DIGITALHUB, namespace=DH_NS, old=dep, context=context)
     adopted = mutation.object
-    assert adopted["metadata"]["annotations"][STAMP] == "helm"
+    assert adopted["metadata"]["annotations"][REQUESTED_BY] == "helm"
     assert adopted["metadata"]["annotations"][PLATFORM_RECORD] == "installer"
     verdict = validate(adopted, DIGITALHUB, namespace=DH_NS, old=dep, context=context)
     assert verdict.allowed, verdict.message()
@@ -567,9 +569,9 @@ def test_an_installers_rollout_restart_adopts_an_operator_installed_before_rungu
     # a user's update of the same Deployment adopts nothing
     user = Context(ALICE, state(dep), "UPDATE")
     theirs = mutate(restarted, DIGITALHUB, namespace=DH_NS, old=dep, context=user).object
-    assert STAMP not in theirs["metadata"].get("annotations", {})
+    assert REQUESTED_BY not in theirs["metadata"].get("annotations", {})
     forged = copy.deepcopy(restarted)
-    forged["metadata"]["annotations"] = {STAMP: "alice", PLATFORM_RECORD: "installer"}
+    forged["metadata"]["annotations"] = {REQUESTED_BY: "alice", PLATFORM_RECORD: "installer"}
     refused = validate(forged, DIGITALHUB, namespace=DH_NS, old=dep, context=user)
     assert not refused.allowed and "ownership.stamp" in rules(refused), refused.message()
 
@@ -655,14 +657,14 @@ def test_a_status_update_adding_a_record_to_a_users_job_reaches_runguard_and_is_
                                           "containers": [{"name": "c", "image": "busybox"}]}}},
            "status": {"active": 1}}  # fmt: skip
     new = copy.deepcopy(old)
-    new["metadata"]["annotations"] = {STAMP: CORE.username, PLATFORM_RECORD: "true"}
+    new["metadata"]["annotations"] = {REQUESTED_BY: CORE.username, PLATFORM_RECORD: "true"}
     for name in (manifests.MUTATING_CONTROLLERS_WEBHOOK, manifests.CONTROLLERS_WEBHOOK):
         assert _status_routed(_hook(DIGITALHUB, name), new, old, "jobs"), name
     # /mutate puts the records back as they were (none); /validate alone refuses them
     verdict = update(new, old, DIGITALHUB, ALICE, subresource="status")
     assert verdict.allowed, verdict.message()
     assert not verdict.object["metadata"].get("annotations", {}).get(PLATFORM_RECORD)
-    assert not verdict.object["metadata"].get("annotations", {}).get(STAMP)
+    assert not verdict.object["metadata"].get("annotations", {}).get(REQUESTED_BY)
     context = Context(ALICE, state(), "UPDATE", "status")
     raw = validate(new, DIGITALHUB, namespace="ml", old=old, context=context)
     assert not raw.allowed and "ownership.stamp" in rules(raw), raw.message()
@@ -676,7 +678,7 @@ def test_a_status_update_moving_a_run_pod_out_of_its_policy_reaches_runguard() -
     old: dict[str, Any] = {"apiVersion": "v1", "kind": "Pod",
            "metadata": {"name": "p", "namespace": "ml", "uid": "p-1",
                         "labels": {**run, POLICY_LABEL: "digitalhub"},
-                        "annotations": {STAMP: "alice"}},
+                        "annotations": {REQUESTED_BY: "alice"}},
            "spec": {"containers": [{"name": "c", "image": "busybox"}]}}  # fmt: skip
     new = copy.deepcopy(old)
     new["metadata"]["labels"] = {"app": "free"}
@@ -769,7 +771,7 @@ def test_a_live_policy_edit_is_routed_before_it_is_relied_on(tmp_path: Path) -> 
     status says so, the policy before it is served) until an admin applies them.
     """
     live = edited_policies(tmp_path)
-    forged = {STAMP: CORE.username, PLATFORM_RECORD: "true"}
+    forged = {REQUESTED_BY: CORE.username, PLATFORM_RECORD: "true"}
     job = {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
            "metadata": {"name": "steal", "namespace": DH_NS, "uid": "pt-1",
                         "annotations": forged}}  # fmt: skip
@@ -815,7 +817,7 @@ def test_a_user_cannot_debug_the_operators_pod_for_its_token() -> None:
     pod: dict[str, Any] = {"apiVersion": "v1", "kind": "Pod",
            "metadata": {"name": "kuberay-operator-5f-x", "namespace": DH_NS,
                         "labels": {"app": "kuberay"},
-                        "annotations": {STAMP: RS.username, PLATFORM_RECORD: "installer"}},
+                        "annotations": {REQUESTED_BY: RS.username, PLATFORM_RECORD: "installer"}},
            "spec": {"serviceAccountName": "kuberay-operator",
                     "containers": [{"name": "op", "image": IMAGE}]}}  # fmt: skip
     debugged = copy.deepcopy(pod)

@@ -14,7 +14,7 @@ Chains that are refused are kept as plain tests.
 
 Known race, not tested (offline it cannot be): a ``services/proxy`` is judged on the
 Service, its Endpoints and EndpointSlices as read at the moment of the request
-(``webhook.reach.reached_pods``); a Service whose selector she changes between
+(``webhook.serving.reach.reached_pods``); a Service whose selector she changes between
 runguard's answer and the apiserver's own read of the Endpoints (milliseconds later)
 is proxied to Pods runguard did not judge. The endpoints controller lags the selector
 too, so the window is the controller's reaction time plus the webhook's round trip.
@@ -42,10 +42,11 @@ from test_ownership import Meta, OwnerRef, State
 from test_scope_routing import RESOURCES, calls
 from test_trust import ALICE, CORE, RUN, SHIPPED, created, pod, rules, update
 
-from webhook import manifests
+from webhook.audit.rbacreport import platform_of, rbac_report
 from webhook.engine import evaluate, mutate, validate
-from webhook.engine.context import PLATFORM_POLICY, PLATFORM_RECORD, STAMP, Context, Requester
-from webhook.rbacreport import platform_of, rbac_report
+from webhook.engine.context import Context, Requester
+from webhook.install import manifests
+from webhook.keys import PLATFORM_POLICY, PLATFORM_RECORD, REQUESTED_BY
 
 NUCLIO = Requester("system:serviceaccount:mlrun:nuclio", ("system:serviceaccounts",))
 SECRET = "digitalhub-common-creds"  # the Core's credentials, given to its runs only
@@ -201,7 +202,7 @@ def test_a_token_secret_for_the_platforms_account_in_a_run_namespace() -> None:
     every run she creates is the platform's. The Secret's CREATE is an admission
     request runguard could judge but does not route (reserved names only), and the
     report does not show the verb. Gap: ``webhook/engine/rules/ownership.py`` (no rule
-    for such a Secret) and ``webhook/rbacreport.py`` ``DOORS`` (``rbac.token`` lists
+    for such a Secret) and ``webhook/audit/rbacreport.py`` ``DOORS`` (``rbac.token`` lists
     ``serviceaccounts/token`` only). Fix: refuse, at CREATE and UPDATE of a Secret, type
     ``kubernetes.io/service-account-token`` naming a platform or operator
     ServiceAccount (``ownership.service_account_identities``) to anyone but the
@@ -238,7 +239,7 @@ def test_the_recommended_role_reads_the_platforms_config_maps() -> None:
     ``runguard-run-user`` (``get, list, watch configmaps``, no resourceNames), she
     ``kubectl get configmap init-config-map-r1 -o yaml`` and reads it whole, with no
     admission request, and the report shows nothing (its doors read Secrets only).
-    Gap: ``webhook/rbacreport.py`` ``DOORS`` and ``webhook/manifests.py``
+    Gap: ``webhook/audit/rbacreport.py`` ``DOORS`` and ``webhook/install/manifests.py``
     ``RUN_USER_RULES``. Fix: a door ``rbac.read-config-maps`` (get/list/watch of
     ``configmaps``, narrowed by resourceNames against ``volumes.platformConfigMaps``
     and the operators' ``configMaps``), and the recommended role without ``get/list/
@@ -363,7 +364,7 @@ def test_a_snapshot_of_the_platforms_claim_restored_into_hers() -> None:
     PVC through ``dataSource`` of kind PersistentVolumeClaim only; the snapshot's
     CREATE is not routed, and the report has no door for it. Gap:
     ``webhook/engine/rules/ownership.py`` ``check_claim_clones`` and
-    ``webhook/rbacreport.py`` ``DOORS``. Fix: a VolumeSnapshot whose source is a
+    ``webhook/audit/rbacreport.py`` ``DOORS``. Fix: a VolumeSnapshot whose source is a
     platform-named PVC is the platform's to create (route
     ``snapshot.storage.k8s.io/volumesnapshots`` CREATE when installed), and the report
     shows ``create volumesnapshots`` in run namespaces."""
@@ -424,7 +425,7 @@ def test_a_subject_that_may_grant_itself_a_door_is_reported(grant: dict[str, Any
     writes a Role with ``get secrets``) and reads the platform's Secrets. Today's report
     shows nothing until she has done it: it reads the rules a subject holds, not the
     ones it may grant itself (``docs/threat-model.md`` assumes no such role, "the report
-    shows the result": after the fact). Gap: ``webhook/rbacreport.py`` ``DOORS``.
+    shows the result": after the fact). Gap: ``webhook/audit/rbacreport.py`` ``DOORS``.
     Fix: a door ``rbac.grant`` (``bind`` on a role that holds a door, or ``escalate`` on
     roles, with ``create``/``update`` of the bindings or roles), or resolve what a
     ``bind`` names into the subject's rules (resourceNames: those roles only)."""
@@ -466,7 +467,7 @@ def test_a_debug_container_reading_the_platforms_secret_is_refused(
 @pytest.mark.parametrize("kind", ["ReplicaSet", "StatefulSet", "DaemonSet",
                                   "ReplicationController"])  # fmt: skip
 @pytest.mark.parametrize("forged", [{PLATFORM_RECORD: "true"},
-                                    {STAMP: "system:serviceaccount:digitalhub:core"}],
+                                    {REQUESTED_BY: "system:serviceaccount:digitalhub:core"}],
                          ids=["record", "legacy-stamp"])  # fmt: skip
 def test_a_record_forged_on_a_controller_by_update_is_removed(
     kind: str, forged: dict[str, str]

@@ -1,6 +1,6 @@
 """Attacks on the scope decision: RunPolicies whose exclusions differ, and two platforms
 in one cluster (``webhook/engine/scope.py``, ``rules/trust.py``, the rendered run
-conditions of ``webhook/manifests.py``).
+conditions of ``webhook/install/manifests.py``).
 
 The attacker has ``edit`` in a run namespace. A chain passes only when every step
 passes; each test refuses at least one step, and says which got through before.
@@ -17,9 +17,10 @@ from test_ownership import State
 from test_scope_routing import calls
 from test_trust import ALICE, ARGO, CORE, SHIPPED, pod, rules
 
-from webhook import manifests
 from webhook.engine import connect, evaluate, mutate, validate
-from webhook.engine.context import PLATFORM_RECORD, POLICY_LABEL, STAMP, Context, Requester
+from webhook.engine.context import Context, Requester
+from webhook.install import manifests
+from webhook.keys import PLATFORM_RECORD, POLICY_LABEL, REQUESTED_BY
 from webhook.policy.loader import load_policy
 from webhook.policy.model import LabelSelector, Policy, with_alternatives
 
@@ -117,7 +118,7 @@ def test_forged_records_on_a_pod_of_an_excluded_run_policy_are_overwritten() -> 
         manifests.VALIDATING_REFERENCES_WEBHOOK
     ]
     stored = admitted(forged, EXCLUDING, ALICE)
-    assert stored["metadata"]["annotations"] == {STAMP: "alice"}
+    assert stored["metadata"]["annotations"] == {REQUESTED_BY: "alice"}
     bypassed = validate(forged, EXCLUDING, namespace="ml", context=Context(ALICE, State([])))
     assert "ownership.stamp" in rules(bypassed) and not bypassed.allowed
     run = admitted(pod(), EXCLUDING, CORE)

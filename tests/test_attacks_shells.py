@@ -1,5 +1,5 @@
 """Attacks on the shells' judgment (``kubectl exec`` / ``attach`` into a platform Pod,
-``webhook/shells.py``, ``engine.connect``, ``rules/trust.check_shell``).
+``webhook/serving/shells.py``, ``engine.connect``, ``rules/trust.check_shell``).
 
 The attacker is a data scientist with the ``edit`` ClusterRole in run namespaces: it
 grants ``create`` on ``pods/exec``, ``pods/attach``, ``pods/portforward``, ``pods/proxy``,
@@ -29,12 +29,14 @@ from test_shells import (
 )
 from test_trust import ALICE, ARGO, CORE, SHIPPED, created, pod, rules, update, workflow
 
-from webhook import admission, manifests, shells
 from webhook.engine import connect, evaluate, validate
-from webhook.engine.context import PLATFORM_RECORD, STAMP, Context, Requester
+from webhook.engine.context import Context, Requester
+from webhook.install import manifests
+from webhook.keys import PLATFORM_RECORD, REQUESTED_BY
 from webhook.policy.loader import load_policy
 from webhook.policy.model import with_alternatives
-from webhook.shells import PodLookup, PodReader
+from webhook.serving import admission, shells
+from webhook.serving.shells import PodLookup, PodReader
 
 REPO = Path(__file__).resolve().parents[1]
 MLRUN = load_policy(REPO / "policies" / "examples" / "mlrun")
@@ -130,7 +132,7 @@ def test_stripping_a_platform_pods_record_first_is_refused() -> None:
     run = platform_run()
     stripped = copy.deepcopy(run)
     del stripped["metadata"]["annotations"][PLATFORM_RECORD]
-    stripped["metadata"]["annotations"][STAMP] = "alice"
+    stripped["metadata"]["annotations"][REQUESTED_BY] = "alice"
     mutation, _ = update(stripped, run, ALICE)
     assert mutation.object["metadata"]["annotations"][PLATFORM_RECORD] == "true"
     context = Context(ALICE, State([]), "UPDATE")
@@ -196,7 +198,7 @@ def test_a_token_she_mints_bound_to_the_launcher_opens_a_shell_in_the_workers() 
     --bound-object-uid <uid>`` (the account the launcher runs as, as TokenRequest
     requires), then ``kubectl --token=$T exec train -- sh``. The apiserver puts the
     launcher's name and uid in ``userInfo.extra`` exactly as for the kubelet's token, so
-    ``shells._opener`` (webhook/shells.py) finds "the platform's own Pod" and the shell
+    ``shells._opener`` (webhook/serving/shells.py) finds "the platform's own Pod" and the shell
     into the platform's worker opens. Any account with ``pods/exec`` that runs a platform
     Pod (a notebook's ``default-editor``...) gives the same. Fix: refuse at CREATE of
     ``serviceaccounts/token`` a TokenRequest bound to a platform Pod unless the requester
@@ -228,8 +230,8 @@ def test_the_network_door_into_a_platform_ray_head_runs_code_there(subresource: 
     POST through ``/api/v1/namespaces/ml/pods/<head>:8265/proxy/api/jobs/`` (CONNECT
     pods/proxy), reaches Ray's unauthenticated job API: ``ray job submit -- python -c
     ...`` runs her code as the job driver in the head Pod, with its env, secrets and
-    claims: a shell by a third door. shells.shell_of (webhook/shells.py) and the rules of
-    runguard-shells (webhook/manifests.py SHELL_SUBRESOURCES) cover exec and attach only.
+    claims: a shell by a third door. shells.shell_of (webhook/serving/shells.py) and the rules of
+    runguard-shells (webhook/install/manifests.py SHELL_SUBRESOURCES) cover exec and attach only.
     Fix: route CONNECT of pods/portforward and pods/proxy too and judge them as shells
     (ownership.debug), or document that RBAC must withhold them in run namespaces."""
     request = connect_request(ALICE, subresource, name="raycluster-head")
@@ -250,7 +252,7 @@ def test_a_namespace_only_the_first_run_policy_excludes_is_still_judged() -> Non
     also excludes ``team-a``, where ``digitalhub`` governs the Core's runs (its own Pod
     webhook, per RunPolicy, judges and records them there). runguard-shells takes its
     namespaceSelector from the root policy only (``_Target.webhook`` ->
-    ``namespace_selector(self.policy)``, webhook/manifests.py, before it took what every
+    ``namespace_selector(self.policy)``, webhook/install/manifests.py, before it took what every
     RunPolicy excludes), so CONNECT in ``team-a``
     never reaches runguard: exec into the Core's run there opens unjudged. Fix: exclude
     only the namespaces every ownership-enabled RunPolicy excludes (the same holds for

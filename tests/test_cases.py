@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from webhook.casetest import find_cases, run_case
+from webhook.audit.casetest import find_cases, run_case
 
 CASES = Path(__file__).parent / "cases"
 ALL = find_cases(CASES)

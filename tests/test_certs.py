@@ -24,8 +24,8 @@ from cryptography import x509
 from cryptography.hazmat.primitives.serialization import Encoding
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
-from webhook import certs
 from webhook.cli import main
+from webhook.install import certs
 
 T0 = datetime(2026, 1, 15, 12, 0, 0, tzinfo=UTC)
 SERVICE_NAMES = [

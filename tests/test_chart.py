@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from webhook import __version__, manifests
-from webhook.chart import COMPONENTS, chart_files
+from webhook import __version__
 from webhook.cli import main
+from webhook.install import manifests
+from webhook.install.chart import COMPONENTS, chart_files
 from webhook.policy.loader import load_policy
 
 REPO = Path(__file__).parent.parent

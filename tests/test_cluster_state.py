@@ -612,7 +612,7 @@ def readyz(answer: Any) -> dict[str, Any]:
 def test_app_hands_the_state_to_its_handlers_and_waits_for_the_first_sync(
     shared: tuple[Publisher, SharedClusterState],
 ) -> None:
-    from webhook.app import create_app
+    from webhook.serving.app import create_app
 
     writer, reader = shared
     app = create_app({"policy_dir": REPO / "policies", "cluster": reader})
@@ -639,7 +639,7 @@ def test_app_hands_the_state_to_its_handlers_and_waits_for_the_first_sync(
 
 
 def test_the_setting_starts_a_watch_process_that_reports_in_metrics(tmp_path: Path) -> None:
-    from webhook.app import create_app
+    from webhook.serving.app import create_app
 
     kubeconfig = tmp_path / "kubeconfig"
     kubeconfig.write_text(
@@ -672,7 +672,7 @@ def test_the_setting_starts_a_watch_process_that_reports_in_metrics(tmp_path: Pa
 
 
 def test_the_setting_is_in_cluster_or_a_kubeconfig(tmp_path: Path) -> None:
-    from webhook.settings import ServeSettings, SettingsError
+    from webhook.serving.settings import ServeSettings, SettingsError
 
     (tmp_path / "tls.crt").write_text("x")
     base = {

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from webhook.clusteraudit import (
+from webhook.audit.clusteraudit import (
     LISTINGS,
     AuditError,
     ContinueExpired,
@@ -484,7 +484,7 @@ def test_every_result_has_what_policy_reporter_sorts_by() -> None:
 
 
 def test_the_cluster_policy_report_lists_the_policy_objects() -> None:
-    from webhook.clusteraudit import cluster_policy_report
+    from webhook.audit.clusteraudit import cluster_policy_report
     from webhook.policy.errors import PolicyIssue
 
     policy = load_policy(SHIPPED)
@@ -500,7 +500,13 @@ def test_the_cluster_policy_report_lists_the_policy_objects() -> None:
     assert loaded == [("RunPolicy", name) for name in policy.names()] + [
         ("Profile", name) for name in policy.profile_names()
     ]
+    assert {r["rule"] for r in report["results"] if r["result"] == "pass"} == {"policy.loaded"}
     (warned,) = [r for r in report["results"] if r["result"] == "warn"]
+    assert (warned["rule"], warned["category"], warned["severity"]) == (
+        "policy.lint",
+        "Policy",
+        "medium",
+    )
     assert warned["message"] == "spec.env: shadows a default"
     assert warned["properties"] == {"file": "policies/profiles.yaml:12", "key": "spec.env"}
     assert report["summary"]["pass"] == len(loaded) and report["summary"]["warn"] == 1

@@ -34,7 +34,8 @@ from webhook.clusterstate.watch import (
     discover,
 )
 from webhook.engine import evaluate, validate
-from webhook.engine.context import PLATFORM_RECORD, Context, Requester
+from webhook.engine.context import Context, Requester
+from webhook.keys import PLATFORM_RECORD
 from webhook.policy.loader import load_policy
 from webhook.policy.model import Operator, Policy, with_alternatives
 

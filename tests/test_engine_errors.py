@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from webhook import metrics
-from webhook.app import create_app
 from webhook.engine import rules
+from webhook.serving import metrics
+from webhook.serving.app import create_app
 
 POLICY = Path(__file__).parent / "cases" / "_policies" / "platform"
 

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from webhook import gcpause
+from webhook.serving import gcpause
 
 
 @pytest.fixture(autouse=True)

@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 
 from webhook.cli import main
-from webhook.documents import InputError, parse_objects
-from webhook.inputlimits import MAX_ALIAS_VALUES, MAX_DEPTH, OBJECT_FILES, POLICY_FILES
+from webhook.inputs.documents import InputError, parse_objects
 from webhook.policy.loader import read_policy
+from webhook.serving.inputlimits import MAX_ALIAS_VALUES, MAX_DEPTH, OBJECT_FILES, POLICY_FILES
 
 REPO = Path(__file__).resolve().parents[1]
 POLICY = str(REPO / "policies")

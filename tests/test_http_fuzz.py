@@ -5,7 +5,7 @@ their JSON text with random edits) and odd request fields (operations, uids, dry
 namespaces, user infos, old objects, content types) go to ``/mutate`` and ``/validate``.
 Every answer is a JSON error with a 4xx status, or a 200 AdmissionReview answering the
 request's uid; never a 5xx, never a crashed worker. Each answer is also the one the
-same review gets from ``webhook.admission`` in-process with the same policy (same status,
+same review gets from ``webhook.serving.admission`` in-process with the same policy (same status,
 same decision): the HTTP layer neither loses nor flips a decision. And a run Pod with
 ``hostPID``, whatever noise rides along, is never allowed by ``/validate``.
 
@@ -29,8 +29,8 @@ sys.path.insert(0, str(REPO / "bench"))
 from fuzz_inputs import edited, pods, scalars, values, written  # noqa: E402
 from test_fuzz_inputs import SHORT as FILES  # noqa: E402
 
-from webhook.admission import AdmissionError, parse_review, review  # noqa: E402
 from webhook.policy.loader import load_policy  # noqa: E402
+from webhook.serving.admission import AdmissionError, parse_review, review  # noqa: E402
 
 # the file fuzz's short settings; its fixture is the module's server
 SHORT = settings(FILES, max_examples=150, suppress_health_check=list(HealthCheck))
@@ -104,7 +104,7 @@ def host_pid_pods(draw: st.DrawFn) -> dict[str, Any]:
 
 
 def in_process(path: str, body: bytes) -> tuple[int, bool | None]:
-    """(status, allowed) that ``webhook.admission`` gives this body with the same policy."""
+    """(status, allowed) that ``webhook.serving.admission`` gives this body with the same policy."""
     try:
         request = parse_review(body)
     except AdmissionError as error:

@@ -26,9 +26,9 @@ from harness import (
 
 from webhook.policy.errors import PolicyError
 from webhook.policy.loader import load_policy
-from webhook.policystore import PolicyPublication, PolicyState, PolicyStore
-from webhook.settings import ServeSettings, SettingsError, byte_size
-from webhook.watch import directory_signature
+from webhook.serving.policystore import PolicyPublication, PolicyState, PolicyStore
+from webhook.serving.settings import ServeSettings, SettingsError, byte_size
+from webhook.serving.watch import directory_signature
 
 OLD = {"run_as_user": 1000, "memory": "1Gi"}
 NEW = {"run_as_user": 2000, "memory": "2Gi"}

@@ -20,7 +20,7 @@ sys.path.insert(0, str(REPO / "bench"))
 
 import slow_clients  # noqa: E402
 
-from webhook.worker import REQUEST_TIMEOUT  # noqa: E402
+from webhook.serving.worker import REQUEST_TIMEOUT  # noqa: E402
 
 SLOW = 64
 REVIEWS = 16

@@ -1,4 +1,4 @@
-"""Logs never block or fail the code that logs (webhook/linewriter.py, webhook/logs.py)."""
+"""Logs never block or fail the code that logs (webhook/serving/linewriter.py, logs.py)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from webhook.auditlog import AuditLog
-from webhook.linewriter import LineWriter
-from webhook.logs import LineHandler
+from webhook.serving.auditlog import AuditLog
+from webhook.serving.linewriter import LineWriter
+from webhook.serving.logs import LineHandler
 
 Pipe = tuple[int, int]
 

@@ -23,8 +23,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import webhook
-from webhook import certs, manifests
 from webhook.cli import main
+from webhook.install import certs, manifests
 from webhook.policy.loader import load_policy
 from webhook.policy.model import Policy, build_policy
 
@@ -1211,7 +1211,7 @@ def test_base_objects_refer_to_each_other() -> None:
 
 
 def test_webhook_service_account_has_no_role_and_audit_role_is_what_audit_lists() -> None:
-    from webhook.cli.audit import LISTS
+    from webhook.cli.audit import LISTS, VIEW_LISTS
 
     # The base binds nothing; the optional audit CronJob binds its own account, never
     # the webhook's; only the optional cluster-state component binds the webhook's, to
@@ -1245,7 +1245,7 @@ def test_webhook_service_account_has_no_role_and_audit_role_is_what_audit_lists(
     needed = {
         (api_version.rpartition("/")[0], kind.lower() + "s", "list")
         for kind, api_version, *_ in LISTS
-    }
+    } | {(group, resource, "list") for group, resource in VIEW_LISTS}
     assert granted == needed
 
 
@@ -1333,8 +1333,8 @@ def granted(roles: list[dict[str, Any]]) -> set[tuple[str, str, str]]:
 
 
 def test_audit_cronjob_rbac_is_least_privilege() -> None:
-    from webhook.cli.audit import CLUSTER_REPORT_VERBS, LISTS, REPORT_VERBS
-    from webhook.clusteraudit import CLUSTER_REPORT_PLURAL, REPORT_GROUP, REPORT_PLURAL
+    from webhook.audit.clusteraudit import CLUSTER_REPORT_PLURAL, REPORT_GROUP, REPORT_PLURAL
+    from webhook.cli.audit import CLUSTER_REPORT_VERBS, LISTS, REPORT_VERBS, VIEW_LISTS
 
     objects = component_objects("audit-cronjob")
     (cronjob,) = [o for o in objects if o["kind"] == "CronJob"]
@@ -1353,7 +1353,9 @@ def test_audit_cronjob_rbac_is_least_privilege() -> None:
     assert granted(roles) == {
         (api_version.rpartition("/")[0], kind.lower() + "s", "list")
         for kind, api_version, *_ in LISTS
-    } | {(REPORT_GROUP, REPORT_PLURAL, verb) for verb in REPORT_VERBS} | {
+    } | {(group, resource, "list") for group, resource in VIEW_LISTS} | {
+        (REPORT_GROUP, REPORT_PLURAL, verb) for verb in REPORT_VERBS
+    } | {
         (REPORT_GROUP, CLUSTER_REPORT_PLURAL, verb) for verb in CLUSTER_REPORT_VERBS
     }
     for role in roles:
@@ -1388,7 +1390,7 @@ def test_audit_cronjob_runs_audit_write_like_the_webhook_runs_serve() -> None:
 def test_the_crd_accepts_the_reports_audit_writes() -> None:
     import jsonschema
 
-    from webhook.clusteraudit import (
+    from webhook.audit.clusteraudit import (
         CLUSTER_REPORT_PLURAL,
         REPORT_GROUP,
         REPORT_PLURAL,
@@ -1464,13 +1466,13 @@ def test_kustomize_builds_the_base_with_the_components(tmp_path: Path) -> None:
 def test_cluster_state_rbac_is_read_only_for_exactly_its_kinds() -> None:
     """The watch cache's role grants get, list and watch on exactly the resources the
     cache watches (``webhook.clusterstate.RESOURCES``, and ResourceClaims), get on Pods
-    (the Pod a shell is opened into, ``webhook.shells``), and what a proxy to a Service
+    (the Pod a shell is opened into, ``webhook.serving.shells``), and what a proxy to a Service
     is judged with (get the Service and its Endpoints, list its EndpointSlices and the
     Pods they reach),
     bound to the webhook's account, whose token the component mounts, and the component
     turns the cache on."""
     from webhook.clusterstate.model import RESOURCES
-    from webhook.settings import BY_NAME
+    from webhook.serving.settings import BY_NAME
 
     objects = component_objects("cluster-state")
     roles = {o["metadata"]["name"]: o for o in objects if o["kind"] == "ClusterRole"}
@@ -1522,7 +1524,7 @@ def test_run_user_role_grants_the_runs_and_no_door_admission_cannot_see() -> Non
     """ClusterRole runguard-run-user: what a run namespace's users need (runs and their
     controllers, the operators' kinds the policy names, logs and events), and nothing
     ``runguard audit --rbac`` reports, even with the shells webhook off."""
-    from webhook.rbacreport import platform_of, rbac_report
+    from webhook.audit.rbacreport import platform_of, rbac_report
 
     policy = load_policy(REPO / "policies")
     role = base_object("ClusterRole", manifests.RUN_USER_ROLE)

@@ -29,7 +29,8 @@ from pydantic import ValidationError
 
 from webhook.clusterstate.static import StaticClusterState
 from webhook.engine import evaluate, mutate, validate
-from webhook.engine.context import PLATFORM_RECORD, POLICY_LABEL, STAMP, Context, Requester
+from webhook.engine.context import Context, Requester
+from webhook.keys import PLATFORM_RECORD, POLICY_LABEL, REQUESTED_BY
 from webhook.policy.loader import load_policy
 from webhook.policy.model import RunPolicySpec
 
@@ -47,7 +48,7 @@ AUTH = "mlrun-auth-secrets.c29a30e28e4a11b58caac2394aaac55767ddf697862cd15298f23
 
 def recorded(api_version: str, kind: str, name: str, uid: str, creator: str) -> dict[str, Any]:
     """A custom resource as the cluster state holds it: recorded by runguard at its CREATE."""
-    annotations = {STAMP: creator}
+    annotations = {REQUESTED_BY: creator}
     if creator == MLRUN_API.username:
         annotations[PLATFORM_RECORD] = "true"
     return {"apiVersion": api_version, "kind": kind,
@@ -179,7 +180,7 @@ def test_through_a_job_the_operator_created_as_mpi_operator_v2_makes_the_launche
     job = {"apiVersion": "batch/v1", "kind": "Job",
            "metadata": {"name": "train-1-launcher", "namespace": NS, "uid": "job-1",
                         "labels": {POLICY_LABEL: "mlrun"},
-                        "annotations": {STAMP: MPI, PLATFORM_RECORD: "true"},
+                        "annotations": {REQUESTED_BY: MPI, PLATFORM_RECORD: "true"},
                         "ownerReferences": [{"apiVersion": "kubeflow.org/v2beta1",
                                              "kind": "MPIJob", "name": "train-1",
                                              "uid": "mpi-1", "controller": True}]}}  # fmt: skip
@@ -189,14 +190,14 @@ def test_through_a_job_the_operator_created_as_mpi_operator_v2_makes_the_launche
     assert not rules(decision), decision.message()
     assert added_capabilities(decision) == ["IPC_LOCK"]
     # a Job someone else made for the platform's MPIJob is not the operator's
-    job["metadata"]["annotations"][STAMP] = "alice"
+    job["metadata"]["annotations"][REQUESTED_BY] = "alice"
     other = judged(pod, Requester(JOB_CONTROLLER), job, mpijob("mpi-1", MLRUN_API.username))
     assert added_capabilities(other) == []
 
 
 def test_on_update_the_grant_is_read_from_the_stamp_recorded_at_create() -> None:
     created = judged(worker(), Requester(MPI), mpijob("mpi-1", MLRUN_API.username)).object
-    assert created["metadata"]["annotations"][STAMP] == MPI
+    assert created["metadata"]["annotations"][REQUESTED_BY] == MPI
     updated = copy.deepcopy(created)
     updated["metadata"]["labels"]["mpi-job-role"] = "worker"
     updated["metadata"]["annotations"]["note"] = "status"
@@ -386,7 +387,7 @@ def driver_pod(creator: str, *, governed: bool = True) -> dict[str, Any]:
     platform's when the spark-operator created it for the MLRun API's SparkApplication),
     labelled with the RunPolicy that governs it."""
     pod = driver()
-    annotations = {STAMP: creator}
+    annotations = {REQUESTED_BY: creator}
     if creator == SPARK:
         annotations[PLATFORM_RECORD] = "true"
     pod["metadata"].update(uid="drv-1", annotations=annotations)
@@ -457,7 +458,7 @@ def test_a_pod_created_as_sparkapp_for_no_driver_gets_nothing() -> None:
 
 def test_the_watch_keeps_governed_pods_for_the_sparkapp_account_and_rbac_grants_pods() -> None:
     from webhook.clusterstate.process import operator_kinds
-    from webhook.manifests import operators_watch_rbac
+    from webhook.install.manifests import operators_watch_rbac
 
     assert "Pod" in operator_kinds(EXAMPLE)
     role, _ = operators_watch_rbac(EXAMPLE)

@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from webhook.engine import evaluate, mutate, validate
-from webhook.engine.context import STAMP, Context, Requester
+from webhook.engine.context import Context, Requester
+from webhook.keys import REQUESTED_BY
 from webhook.policy.loader import load_policy
 
 POLICY = load_policy(Path(__file__).parent / "cases" / "_policies" / "owned")
@@ -108,7 +109,7 @@ def test_a_run_the_platform_creates_keeps_its_claim_and_secret() -> None:
     decision = evaluate(run_pod(), POLICY, context=Context(CORE, State([])))
     assert decision.allowed, decision.message()
     assert kept(decision) == (True, True)
-    assert decision.object["metadata"]["annotations"][STAMP] == CORE.username
+    assert decision.object["metadata"]["annotations"][REQUESTED_BY] == CORE.username
 
 
 def test_a_platform_group_member_is_the_platform() -> None:
@@ -129,14 +130,14 @@ def test_a_user_labelling_a_pod_with_a_run_id_gets_nothing_of_that_run() -> None
 
 
 def test_a_forged_stamp_is_overwritten_with_the_requester() -> None:
-    pod = run_pod(annotations={STAMP: CORE.username})
+    pod = run_pod(annotations={REQUESTED_BY: CORE.username})
     decision = mutate(pod, POLICY, context=Context(ALICE, State([])))
-    assert decision.object["metadata"]["annotations"][STAMP] == "alice"
+    assert decision.object["metadata"]["annotations"][REQUESTED_BY] == "alice"
     assert kept(decision) == (False, False)
 
 
 def job(stamp: str, uid: str = "uid-job") -> Meta:
-    return Meta("Job", "ml", "train", uid, annotations={STAMP: stamp})
+    return Meta("Job", "ml", "train", uid, annotations={REQUESTED_BY: stamp})
 
 
 def test_pods_of_a_platform_job_created_by_the_job_controller_are_the_platforms() -> None:
@@ -159,13 +160,14 @@ def test_ownerreferences_a_user_writes_prove_nothing() -> None:
 
 
 def test_a_deployment_chain_reaches_the_platform_stamp() -> None:
-    deployment = Meta("Deployment", "ml", "serve", "uid-dep", annotations={STAMP: CORE.username})
+    stamp = {REQUESTED_BY: CORE.username}
+    deployment = Meta("Deployment", "ml", "serve", "uid-dep", annotations=stamp)
     replicaset = Meta(
         "ReplicaSet",
         "ml",
         "serve-1",
         "uid-rs",
-        annotations={STAMP: "system:serviceaccount:kube-system:deployment-controller"},
+        annotations={REQUESTED_BY: "system:serviceaccount:kube-system:deployment-controller"},
         owners=(OwnerRef("Deployment", "serve", "uid-dep", True),),
     )
     pod = run_pod(ownerReferences=[owner("ReplicaSet", "serve-1", "uid-rs")])
@@ -239,11 +241,11 @@ def test_a_project_shared_claim_for_the_projects_platform_runs_only() -> None:
 def test_the_stamp_cannot_change_and_nothing_enters_scope_by_update() -> None:
     created = mutate(run_pod(), POLICY, context=Context(CORE, State([]))).object
     edited = copy.deepcopy(created)
-    edited["metadata"]["annotations"][STAMP] = "alice"
+    edited["metadata"]["annotations"][REQUESTED_BY] = "alice"
     update = Context(ALICE, State([]), operation="UPDATE")
     decision = validate(edited, POLICY, old=created, context=update)
     assert "ownership.stamp" in {v.rule for v in decision.violations}
-    outside = run_pod(labels={"app": "x"}, annotations={STAMP: CORE.username})
+    outside = run_pod(labels={"app": "x"}, annotations={REQUESTED_BY: CORE.username})
     outside["spec"] = {"containers": [{"name": "main", "image": "python:3.11"}]}
     entering = copy.deepcopy(outside)
     entering["metadata"]["labels"] = dict(RUN)
@@ -255,7 +257,7 @@ def test_without_platform_identities_names_decide_as_before() -> None:
     plain = load_policy(Path(__file__).parent / "cases" / "_policies" / "platform")
     decision = evaluate(run_pod(), plain, context=Context(ALICE, State([])))
     assert kept(decision) == (True, True)
-    assert STAMP not in (decision.object["metadata"].get("annotations") or {})
+    assert REQUESTED_BY not in (decision.object["metadata"].get("annotations") or {})
 
 
 def test_a_controller_may_update_the_pod_it_created_outside_the_selector() -> None:
@@ -264,7 +266,7 @@ def test_a_controller_may_update_the_pod_it_created_outside_the_selector() -> No
     state = State([job(CORE.username)])
     created = run_pod(labels={"app": "etl"}, ownerReferences=[owner("Job", "train", "uid-job")])
     created = mutate(created, POLICY, context=Context(JOBS, state)).object
-    assert created["metadata"]["annotations"][STAMP] == JOBS.username
+    assert created["metadata"]["annotations"][REQUESTED_BY] == JOBS.username
     updated = copy.deepcopy(created)
     updated["metadata"]["finalizers"] = []
     assert validate(updated, POLICY, old=created, context=Context(JOBS, state, "UPDATE")).allowed

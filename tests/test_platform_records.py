@@ -19,8 +19,9 @@ from test_ownership import State
 from test_trust import ALICE, CORE, pod, rules
 
 from webhook.engine import mutate, validate
-from webhook.engine.context import PLATFORM_POLICY, PLATFORM_RECORD, STAMP, Context, Requester
+from webhook.engine.context import Context, Requester
 from webhook.engine.rules import ownership
+from webhook.keys import PLATFORM_POLICY, PLATFORM_RECORD, REQUESTED_BY
 
 CORE_SECRET = "digitalhub-common-creds"  # the Core's credentials, named by its policy
 
@@ -55,7 +56,7 @@ def test_the_record_names_the_run_policy_whose_platform_wrote_it() -> None:
     """At CREATE ``/mutate`` writes the record with the RunPolicy that recorded the
     object; nothing recorded, no name."""
     mlruns = judged_by(helper("mlrun-auth-secrets.abc"), MLRUN_API, TWO).object
-    records = {k: v for k, v in mlruns["metadata"]["annotations"].items() if k != STAMP}
+    records = {k: v for k, v in mlruns["metadata"]["annotations"].items() if k != REQUESTED_BY}
     assert records == {PLATFORM_RECORD: "true", PLATFORM_POLICY: "mlrun"}
     cores = judged_by(helper(CORE_SECRET, "core/helper:1"), CORE, TWO).object
     assert cores["metadata"]["annotations"][PLATFORM_POLICY] == "builds"  # the Core's first
@@ -92,7 +93,7 @@ def test_a_record_from_before_the_name_is_read_as_the_platform_that_stamped_it()
     MLRun's API, not as the first platform's; the update keeps it without a name."""
     legacy = mlruns_helper()
     del legacy["metadata"]["annotations"][PLATFORM_POLICY]
-    assert legacy["metadata"]["annotations"][STAMP] == MLRUN_API.username
+    assert legacy["metadata"]["annotations"][REQUESTED_BY] == MLRUN_API.username
     swapped = swap_image(legacy, "core/other:1")
     assert "ownership.changed" in rules(update(swapped, legacy, CORE))
     assert update(swapped, legacy, MLRUN_API).allowed

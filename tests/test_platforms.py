@@ -33,15 +33,9 @@ import yaml
 
 from webhook.clusterstate.static import StaticClusterState
 from webhook.engine import Decision, evaluate
-from webhook.engine.context import (
-    PLATFORM_POLICY,
-    PLATFORM_RECORD,
-    POLICY_LABEL,
-    STAMP,
-    Context,
-    Requester,
-)
+from webhook.engine.context import Context, Requester
 from webhook.engine.rules import ownership
+from webhook.keys import PLATFORM_POLICY, PLATFORM_RECORD, POLICY_LABEL, REQUESTED_BY
 from webhook.policy.loader import load_policy
 from webhook.policy.model import Operator, Policy
 
@@ -291,7 +285,10 @@ def contexts(
                     "namespace": namespace,
                     "uid": f"uid-{kind.lower()}-{i}",
                     "labels": {POLICY_LABEL: governing.name} if governing else {},
-                    "annotations": {STAMP: user if stamp == "platform" else stamp, **records},
+                    "annotations": {
+                        REQUESTED_BY: user if stamp == "platform" else stamp,
+                        **records,
+                    },
                 },
             }
         )
@@ -660,14 +657,14 @@ def test_an_operators_owners_are_stamped_as_runguard_stamps_them() -> None:
 
     pod, (job, cluster) = chain("platform", {})
     records = {PLATFORM_RECORD: "true", PLATFORM_POLICY: policy.name}  # the recording one's
-    assert job["metadata"]["annotations"] == {STAMP: core, **records}
-    assert cluster["metadata"]["annotations"] == {STAMP: ray, **records}
+    assert job["metadata"]["annotations"] == {REQUESTED_BY: core, **records}
+    assert cluster["metadata"]["annotations"] == {REQUESTED_BY: ray, **records}
     assert cluster["metadata"]["ownerReferences"] == [
         {"kind": "RayJob", "name": "rj", "uid": "uid-rayjob-1", "controller": True,
          "blockOwnerDeletion": True}
     ]  # fmt: skip
     assert [r["uid"] for r in pod["metadata"]["ownerReferences"]] == ["uid-raycluster-0"]
     # KubeRay copies the RayJob's annotations onto its RayCluster (rayjob_controller.go)
-    _, (job, cluster) = chain("alice", {STAMP: core, PLATFORM_RECORD: "true"})
+    _, (job, cluster) = chain("alice", {REQUESTED_BY: core, PLATFORM_RECORD: "true"})
     assert job["metadata"].get("annotations", {}) == {}  # a user's own: nothing recorded
-    assert cluster["metadata"]["annotations"] == {STAMP: ray}
+    assert cluster["metadata"]["annotations"] == {REQUESTED_BY: ray}

@@ -14,11 +14,11 @@ from test_ownership import Meta, OwnerRef, State
 from test_scope_routing import RESOURCES, calls
 from test_trust import ALICE, CORE, SHIPPED, rules
 
-from webhook import manifests
 from webhook.clusterstate.model import DEVICE_CLAIMS
 from webhook.clusterstate.process import operator_kinds, watched_kinds
 from webhook.engine import evaluate, validate
 from webhook.engine.context import Context
+from webhook.install import manifests
 
 SCRATCH = "train-scratch"  # the ephemeral volume's PVC of the platform's run Pod train
 

@@ -68,7 +68,7 @@ def test_shipped_policy_loads() -> None:
     assert policy.selector.match_labels == {"app.kubernetes.io/managed-by": "dhcore"}
     assert policy.profiles_config.label == "dhcore/template"
     # DigitalHub's charts define no default template: a run naming none keeps its resources
-    # (docs/platforms.md, D5)
+    # (docs/dev/platforms.md, D5)
     assert policy.profiles_config.default is None
     assert {"1xa100", "1xt4", "cpu-large"} <= set(policy.profiles)
     assert policy.profiles["1xa100"].requests["nvidia.com/gpu"] == "1"

@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 import yaml
 
-from webhook.app import create_app
 from webhook.policy.crd import PLURALS, document_of, policy_crds
 from webhook.policy.objects import check_object, conditions, mirror, object_files
 from webhook.policy.schema import policy_schema
 from webhook.policyobjects.watch import Mirror, status_updates
+from webhook.serving.app import create_app
 
 POLICIES = Path(__file__).parent.parent / "policies"
 STRUCTURAL = ("type", "x-kubernetes-int-or-string", "x-kubernetes-preserve-unknown-fields")

@@ -149,3 +149,21 @@ def test_the_default_profile_is_refused_too(tmp_path: Path) -> None:
     assert refused(policy(tmp_path, default="a100"), "team-b", None, CLUSTER) == [
         "profile 'a100' is not for namespace 'team-b' (it may use: small)"
     ]
+
+
+def test_audit_judges_a_run_by_its_namespace_as_admission_did(tmp_path: Path) -> None:
+    """``runguard audit`` reads the Namespaces beside the runs: a run the webhook admitted
+    with a profile kept to its namespace is no failure, one elsewhere is; without the
+    view every such run fails closed."""
+    from webhook.audit.clusteraudit import judge
+
+    shipped = policy(tmp_path)
+    admitted = [
+        evaluate(run(ns, "a100"), shipped, namespace=ns, context=CLUSTER).object
+        for ns in ("team-a", "team-b")
+    ]
+    found = {f.namespace: [v.rule for v in f.violations] for f in judge(admitted, shipped, CLUSTER)}
+    assert found["team-a"] == []
+    assert PROFILE_NOT_ALLOWED in found["team-b"]
+    blind = {f.namespace: [v.rule for v in f.violations] for f in judge(admitted, shipped)}
+    assert PROFILE_NOT_ALLOWED in blind["team-a"]

@@ -20,9 +20,12 @@ from test_ownership import Meta, State
 from test_trust import ALICE, JOBS, REPO, RUN, created, rules, update
 
 from webhook.engine import evaluate, mutate, validate
-from webhook.engine.context import PLATFORM_RECORD, STAMP, Context, Requester
+from webhook.engine.context import Context, Requester
+from webhook.keys import PLATFORM_RECORD, REQUESTED_BY
 from webhook.policy.loader import load_policy
 from webhook.policy.model import QueueController
+
+CORE_RECORDS = {REQUESTED_BY: CORE.username, PLATFORM_RECORD: "true"}
 
 SHIPPED = load_policy(REPO / "policies")
 KUEUE = Requester(
@@ -343,7 +346,7 @@ def test_kueues_own_labels_are_written_by_kueue_alone() -> None:
                                                "controller": True}]},
              "spec": started["spec"]["template"]["spec"]}  # fmt: skip
     state = State([Meta("Job", "ml", "r1", "uid-job",
-                        annotations={STAMP: CORE.username, PLATFORM_RECORD: "true"})])  # fmt: skip
+                        annotations=CORE_RECORDS)])  # fmt: skip
     decision = evaluate(child, SHIPPED, namespace="ml", context=Context(JOBS, state))
     assert decision.allowed, decision.message()
     assert decision.object["metadata"]["labels"][PODSET] == "main"

@@ -11,10 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from webhook.cli import main
-from webhook.policy.loader import load_policy
-from webhook.policy.model import build_policy
-from webhook.rbacreport import (
+from webhook.audit.rbacreport import (
     CLUSTER_WIDE,
     DOORS,
     Platform,
@@ -26,6 +23,9 @@ from webhook.rbacreport import (
     to_rows,
     to_table,
 )
+from webhook.cli import main
+from webhook.policy.loader import load_policy
+from webhook.policy.model import build_policy
 
 REPO = Path(__file__).resolve().parents[1]
 RBAC = "rbac.authorization.k8s.io/v1"

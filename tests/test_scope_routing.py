@@ -30,10 +30,11 @@ from hypothesis import strategies as st
 from test_manifests import Cel
 from test_ownership import Meta, OwnerRef, State
 
-from webhook import manifests
 from webhook.engine import mutate, validate
-from webhook.engine.context import PLATFORM_RECORD, POLICY_LABEL, STAMP, Context, Requester
+from webhook.engine.context import Context, Requester
 from webhook.engine.scope import in_scope
+from webhook.install import manifests
+from webhook.keys import PLATFORM_RECORD, POLICY_LABEL, REQUESTED_BY
 from webhook.policy.model import Policy, build_policy, with_alternatives
 
 NAMESPACES = ("ml", "team")
@@ -196,7 +197,8 @@ def cel() -> Cel:
 
 labels = st.sampled_from([{}, BATCH, RUN, OTHERS, {**BATCH, **RUN}, {"app": "web"}])
 annotations = st.sampled_from([
-    {}, {STAMP: "alice"}, {PLATFORM_RECORD: "true"}, {STAMP: CORE_ID, PLATFORM_RECORD: "true"},
+    {}, {REQUESTED_BY: "alice"}, {PLATFORM_RECORD: "true"},
+    {REQUESTED_BY: CORE_ID, PLATFORM_RECORD: "true"},
 ])  # fmt: skip
 policy_labels = st.sampled_from([None, "batch", "core", "other", "elsewhere"])
 secrets = st.sampled_from([None, "sec-api-r1", "other-creds", "mine"])

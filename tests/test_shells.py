@@ -1,7 +1,7 @@
 """A shell opened into a Pod (``kubectl exec``, ``kubectl attach``): the same judgment as
 a debug container (``ownership.debug``), on the Pod as the cluster holds it.
 
-The engine's ``connect`` on the shipped policy, then ``webhook.shells.review`` of a
+The engine's ``connect`` on the shipped policy, then ``webhook.serving.shells.review`` of a
 CONNECT as the apiserver sends it, with the server's Pod read replaced by a function
 (the server, its read and kubectl are tested against a real apiserver in
 ``tests/e2e/test_trust.py``).
@@ -16,10 +16,10 @@ import pytest
 from test_ownership import State
 from test_trust import ALICE, CORE, SHIPPED, created, pod, rules
 
-from webhook import admission, shells
 from webhook.engine import connect
 from webhook.engine.context import Context, Requester
-from webhook.shells import PodLookup
+from webhook.serving import admission, shells
+from webhook.serving.shells import PodLookup
 
 
 def shell(who: Requester, target: Any, how: str = "exec", namespace: str = "ml") -> Any:
@@ -162,7 +162,7 @@ def test_only_the_doors_of_core_pods_are_shells(request_: Any) -> None:
 
 
 def test_the_other_reviews_refuse_a_connect() -> None:
-    """A CONNECT is ``webhook.shells``' to judge (the server sends it every one): the
+    """A CONNECT is ``webhook.serving.shells``' to judge (the server sends it every one): the
     object reviews never let one through unjudged."""
     for endpoint in ("mutate", "validate"):
         outcome = admission.review(endpoint, connect_request(ALICE), SHIPPED, None)

@@ -22,7 +22,7 @@ sys.path.insert(0, str(REPO / "bench"))
 
 import soak  # noqa: E402
 
-from webhook.worker import REQUEST_TIMEOUT  # noqa: E402
+from webhook.serving.worker import REQUEST_TIMEOUT  # noqa: E402
 
 REQUESTS = 4000
 SECONDS = 120.0  # a bound on the run, never asserted

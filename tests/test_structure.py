@@ -9,7 +9,7 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
-from webhook.settings import SETTINGS, ServeSettings
+from webhook.serving.settings import SETTINGS, ServeSettings
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGE = REPO / "webhook"
@@ -40,7 +40,7 @@ def imported(name: str, path: Path, modules: dict[str, Path]) -> Iterator[str]:
                 package = name.split(".") if is_package else name.split(".")[:-1]
                 anchor = package[: len(package) - (node.level - 1)]
                 base = ".".join(anchor + ([base] if base else []))
-            # ``from webhook import metrics`` imports the module webhook.metrics
+            # ``from webhook import metrics`` imports the module webhook.serving.metrics
             targets = [
                 f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base
                 for alias in node.names
@@ -85,8 +85,14 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 
 def test_no_import_circles_among_webhook_modules() -> None:
     graph = import_graph()
-    assert graph["webhook.server"] >= {"webhook.policystore", "webhook.settings", "webhook.tls"}
-    assert "webhook.app" in graph["webhook.server"]  # the function-level import is seen
+    assert graph["webhook.serving.server"] >= {
+        "webhook.serving.policystore",
+        "webhook.serving.settings",
+        "webhook.serving.tls",
+    }
+    assert (
+        "webhook.serving.app" in graph["webhook.serving.server"]
+    )  # the function-level import is seen
     cycle = find_cycle(graph)
     assert cycle is None, "import circle: " + " -> ".join(cycle)
 
@@ -128,7 +134,7 @@ def serving_modules() -> dict[str, Path]:
         if name not in seen:
             seen.add(name)
             todo.extend(graph[name])
-    others = ("webhook.engine", "webhook.policy", "webhook.quantity")
+    others = ("webhook.engine", "webhook.policy", "webhook.inputs.quantity")
     return {
         name: modules[name]
         for name in sorted(seen)
@@ -138,7 +144,9 @@ def serving_modules() -> dict[str, Path]:
 
 def test_no_serving_module_over_400_lines_without_a_reason() -> None:
     modules = serving_modules()
-    assert {"webhook.app", "webhook.policystore", "webhook.server"} <= set(modules)
+    assert {"webhook.serving.app", "webhook.serving.policystore", "webhook.serving.server"} <= set(
+        modules
+    )
     too_long = []
     for name, path in modules.items():
         text = path.read_text(encoding="utf-8")
@@ -156,5 +164,42 @@ def test_every_serve_setting_is_declared_once() -> None:
     # No other module of the package spells an environment variable name of its own.
     spelled = re.compile(r"""["']RUNGUARD_[A-Z_]+["']""")
     for name, path in package_modules().items():
-        if name != "webhook.settings":
+        if name != "webhook.serving.settings":
             assert not spelled.findall(path.read_text(encoding="utf-8")), name
+
+
+def test_the_top_of_webhook_shows_the_architecture() -> None:
+    """At most ten modules beside the packages (serving, install, audit, inputs, engine,
+    policy, ...): a newcomer reads the layers off the directory listing."""
+    top = sorted(p.name for p in (REPO / "webhook").glob("*.py"))
+    assert len(top) <= 10, top
+    packages = {p.name for p in (REPO / "webhook").iterdir() if (p / "__init__.py").exists()}
+    assert {"serving", "install", "audit", "inputs", "engine", "policy", "cli"} <= packages
+
+
+def test_every_runguard_key_is_declared_once() -> None:
+    """A ``runguard.io/`` label or annotation key is spelled in ``webhook/keys.py`` only;
+    everything else names it by its constant."""
+    key = re.compile(r"runguard\.io/(?!v[0-9]+$)[a-z0-9.-]+")  # not the API version
+    spelled = []
+    for path in sorted((REPO / "webhook").rglob("*.py")):
+        if path.name == "keys.py" and path.parent.name == "webhook":
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        docstrings = {
+            id(node.body[0].value)
+            for node in ast.walk(tree)
+            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+            and node.body
+            and isinstance(node.body[0], ast.Expr)
+            and isinstance(node.body[0].value, ast.Constant)
+        }
+        for node in ast.walk(tree):
+            if (
+                isinstance(node, ast.Constant)
+                and isinstance(node.value, str)
+                and id(node) not in docstrings
+                and key.fullmatch(node.value)
+            ):
+                spelled.append(f"{path.relative_to(REPO)}:{node.lineno}: {node.value}")
+    assert not spelled, spelled

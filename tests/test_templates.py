@@ -14,9 +14,9 @@ from test_manifests import Cel
 from test_ownership import Meta, State, owner
 from test_trust import ALICE, CORE, JOBS, RUN, SHIPPED, created, pod, update
 
-from webhook import manifests
 from webhook.engine import evaluate, mutate, validate
 from webhook.engine.context import Context, Requester
+from webhook.install import manifests
 from webhook.policy.model import Operator, Profile
 
 GPU = {**RUN, "dhcore/template": "1xa100"}

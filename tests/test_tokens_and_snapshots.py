@@ -15,9 +15,9 @@ from test_ownership import State
 from test_scope_routing import RESOURCES, calls
 from test_trust import ALICE, CORE, SHIPPED
 
-from webhook import manifests
 from webhook.engine import validate
 from webhook.engine.context import Context, Requester
+from webhook.install import manifests
 from webhook.policy.model import Policy
 
 TOKEN_CONTROLLER = Requester("system:kube-controller-manager", ("system:authenticated",))

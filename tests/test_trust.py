@@ -19,13 +19,15 @@ from typing import Any
 from test_ownership import Meta, OwnerRef, State, owner
 
 from webhook.engine import evaluate, mutate, validate
-from webhook.engine.context import PLATFORM_RECORD, POLICY_LABEL, STAMP, Context, Requester
+from webhook.engine.context import Context, Requester
+from webhook.keys import PLATFORM_RECORD, POLICY_LABEL, REQUESTED_BY
 from webhook.policy.loader import load_policy
 from webhook.policy.model import Operator, build_policy, with_alternatives
 
 REPO = Path(__file__).resolve().parents[1]
 SHIPPED = load_policy(REPO / "policies")
 CORE = Requester("system:serviceaccount:digitalhub:core", ("system:serviceaccounts",))
+CORE_RECORDS = {REQUESTED_BY: CORE.username, PLATFORM_RECORD: "true"}
 ALICE = Requester("alice", ("developers", "system:authenticated"))
 KCM = "system:serviceaccount:kube-system:"
 JOBS = Requester(f"{KCM}job-controller")
@@ -124,7 +126,7 @@ def test_a_status_update_neither_relabels_nor_forges_records() -> None:
     _, validation = update(left, run, ALICE, subresource="status")
     assert not validation.allowed and "scope.labels" in rules(validation)
     forged = copy.deepcopy(run)
-    forged["metadata"]["annotations"][STAMP] = "alice"
+    forged["metadata"]["annotations"][REQUESTED_BY] = "alice"
     forged["metadata"]["labels"][POLICY_LABEL] = "builds"
     mutation, validation = update(forged, run, ALICE, subresource="status")
     assert mutation.object["metadata"] == run["metadata"]
@@ -201,9 +203,9 @@ def test_a_cronjobs_template_run_id_cannot_be_changed() -> None:
 
 def test_rewriting_a_pods_owners_is_denied_and_grants_nothing() -> None:
     state = State([Meta("Job", "ml", "train", "uid-platform-job",
-                        annotations={STAMP: CORE.username, PLATFORM_RECORD: "true"})])  # fmt: skip
+                        annotations=CORE_RECORDS)])  # fmt: skip
     mine = created(pod(), ALICE, state)
-    assert mine["metadata"]["annotations"][STAMP] == "alice"
+    assert mine["metadata"]["annotations"][REQUESTED_BY] == "alice"
     assert PLATFORM_RECORD not in mine["metadata"]["annotations"]
     adopted = copy.deepcopy(mine)
     adopted["metadata"]["ownerReferences"] = [owner("Job", "train", "uid-platform-job")]
@@ -217,7 +219,7 @@ def test_rewriting_a_pods_owners_is_denied_and_grants_nothing() -> None:
 
 def test_the_garbage_collector_may_orphan() -> None:
     state = State([Meta("Job", "ml", "train", "uid-job",
-                        annotations={STAMP: CORE.username, PLATFORM_RECORD: "true"})])  # fmt: skip
+                        annotations=CORE_RECORDS)])  # fmt: skip
     child = created(pod(ownerReferences=[owner("Job", "train", "uid-job")]), JOBS, state)
     assert child["metadata"]["annotations"][PLATFORM_RECORD] == "true"
     orphan = copy.deepcopy(child)
@@ -229,7 +231,7 @@ def test_the_garbage_collector_may_orphan() -> None:
 
 def test_a_stamp_that_skipped_mutate_is_denied() -> None:
     """A Pod created past /mutate with a forged stamp: /validate's backstop."""
-    forged = pod(annotations={STAMP: CORE.username, PLATFORM_RECORD: "true"})
+    forged = pod(annotations={REQUESTED_BY: CORE.username, PLATFORM_RECORD: "true"})
     forged["metadata"]["labels"][POLICY_LABEL] = "digitalhub"
     decision = validate(forged, SHIPPED, namespace="ml", context=Context(ALICE, State([])))
     assert not decision.allowed and "ownership.stamp" in rules(decision)
@@ -283,13 +285,13 @@ def test_the_deployment_controller_copying_annotations_keeps_the_replicasets_rec
                               "ownerReferences": [{**owner("Deployment", "serve", "uid-dep"),
                                                    "apiVersion": "apps/v1"}]}  # fmt: skip
     rs = created(replicaset, DEPLOYMENTS, state)
-    assert rs["metadata"]["annotations"][STAMP] == DEPLOYMENTS.username
+    assert rs["metadata"]["annotations"][REQUESTED_BY] == DEPLOYMENTS.username
     assert rs["metadata"]["annotations"][PLATFORM_RECORD] == "true"
     scaled = copy.deepcopy(rs)
     scaled["spec"]["replicas"] = 3
-    scaled["metadata"]["annotations"][STAMP] = CORE.username  # copied from the Deployment
+    scaled["metadata"]["annotations"][REQUESTED_BY] = CORE.username  # copied from the Deployment
     mutation, validation = update(scaled, rs, DEPLOYMENTS, state)
-    assert mutation.object["metadata"]["annotations"][STAMP] == DEPLOYMENTS.username
+    assert mutation.object["metadata"]["annotations"][REQUESTED_BY] == DEPLOYMENTS.username
     assert validation.allowed, validation.message()
     # and the ReplicaSet's Pods are the platform's
     meta = rs["metadata"]
@@ -453,7 +455,7 @@ def test_an_operators_pods_follow_its_custom_resource_by_uid() -> None:
         annotations = made.object["metadata"].get("annotations", {})
         # a user's own Workflow carries no record of runguard's: its updates (Argo's at
         # every step) are never routed to runguard
-        assert annotations.get(STAMP) == (creator.username if platform else None)
+        assert annotations.get(REQUESTED_BY) == (creator.username if platform else None)
         assert (annotations.get(PLATFORM_RECORD) == "true") is platform
         state = State([Meta("Workflow", "ml", "pipeline", "wf-1", {}, annotations)])
         decision = evaluate(step, policy, namespace="ml", context=Context(ARGO, state))
@@ -532,7 +534,7 @@ def test_an_owner_synced_between_the_two_webhooks_is_a_retryable_denial() -> Non
     platform's): refused as ownership.unknown, which the controller retries, never as a
     forged record (ownership.stamp); the retry, with the cache synced, is admitted."""
     synced = State([Meta("ReplicaSet", "ml", "serve-5f", "uid-rs",
-                         annotations={STAMP: CORE.username, PLATFORM_RECORD: "true"})])  # fmt: skip
+                         annotations=CORE_RECORDS)])  # fmt: skip
     sent = pod(ownerReferences=[owner("ReplicaSet", "serve-5f", "uid-rs")])
     early = mutate(sent, SHIPPED, namespace="ml", context=Context(RS, State([])))
     assert PLATFORM_RECORD not in early.object["metadata"].get("annotations", {})

@@ -1,1 +1,1 @@
-"""End-to-end tests: runguard behind a real kube-apiserver (see docs/e2e.md)."""
+"""End-to-end tests: runguard behind a real kube-apiserver (see docs/dev/e2e.md)."""

@@ -802,7 +802,7 @@ class Cluster:
 
     def _write_webhook_client(self) -> Path:
         """An AdmissionConfiguration whose webhook kubeconfig gives every webhook ("*")
-        a client certificate signed by the cluster's CA, as docs/server.md shows."""
+        a client certificate signed by the cluster's CA, as docs/dev/server.md shows."""
         cert, key = self.directory / "webhook-client.crt", self.directory / "webhook-client.key"
         issue_client_cert(self.pki, cert, key, self.webhook_client_user)
         kubeconfig = self.directory / "webhook-client.kubeconfig"

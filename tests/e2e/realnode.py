@@ -350,7 +350,7 @@ def cni_config(directory: Path, network: str, index: int) -> dict[str, Any]:
 def kubelet_config(
     directory: Path, containerd_socket: Path, address: str, index: int = 0
 ) -> dict[str, Any]:
-    """What this VM needs (docs/e2e.md, "The real node"): cgroupfs on cgroup v1, no QoS
+    """What this VM needs (docs/dev/e2e.md, "The real node"): cgroupfs on cgroup v1, no QoS
     cgroups or node allocatable enforcement, no swap check, no eviction on filesystem
     stats (imagefs has none here), every path under ``directory``."""
     return {

@@ -23,8 +23,8 @@ from typing import Any
 import pytest
 import yaml
 
+from webhook.audit.clusteraudit import judged_pages
 from webhook.cli.audit import kube_fetch
-from webhook.clusteraudit import judged_pages
 from webhook.engine import mutate
 from webhook.policy.loader import load_policy
 from webhook.policy.model import Policy

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from webhook.manifests import POD_SPEC_SUBRESOURCES
+from webhook.install.manifests import POD_SPEC_SUBRESOURCES
 
 from .cluster import Cluster, kubernetes_version
 from .runs import Webhook, apply, get, rule_ids, run_pod

@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from webhook import manifests
+from webhook.install import manifests
 
 from . import runs
 from .cluster import Cluster, Identity

@@ -327,7 +327,7 @@ def test_once_installed_an_operators_pod_follows_the_platforms_workflow_by_uid(
     )
     mine = workflow(served.core, space, "pipeline")
     theirs = workflow(served.user, space, "lookalike")
-    # runguard's records, written at CREATE (docs/choices.md, "Trust over time")
+    # runguard's records, written at CREATE (docs/dev/choices.md, "Trust over time")
     assert mine["metadata"]["annotations"]["runguard.io/platform"] == "true"
     assert "runguard.io/platform" not in theirs["metadata"].get("annotations", {})
     cached(served, WORKFLOW_KIND, 2)

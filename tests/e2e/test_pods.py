@@ -179,7 +179,7 @@ def assert_untouched(cluster: Cluster, sent: dict[str, Any], stored: dict[str, A
     )
     assert event["responseStatus"]["code"] == 201
     assert not [key for key in event.get("annotations", {}) if "runguard" in key or
-                "webhook.admission" in key]  # fmt: skip
+                "webhook.serving.admission" in key]  # fmt: skip
 
 
 @pytest.mark.parametrize("case", UNTOUCHED_CASES)

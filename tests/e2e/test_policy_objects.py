@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
-from webhook import manifests
+from webhook.install import manifests
 from webhook.policy.crd import CRD_FILES, PLURALS
 
 from .cluster import Cluster

@@ -23,7 +23,7 @@ import pytest
 import yaml
 from kubernetes import client
 
-from webhook import manifests
+from webhook.install import manifests
 
 from .cluster import Cluster
 from .devcluster import Runguard, prepare_cluster

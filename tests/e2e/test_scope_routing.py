@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from webhook import manifests
+from webhook.install import manifests
 from webhook.policy.model import Policy, build_policy, with_alternatives
 
 from .cluster import Cluster

@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 import yaml
 
-from webhook.reach import reached_pods
-from webhook.shells import PodReader
+from webhook.serving.reach import reached_pods
+from webhook.serving.shells import PodReader
 
 from .cluster import Cluster, Identity, simulated_node
 from .devcluster import Runguard, prepare_cluster
@@ -421,7 +421,7 @@ def test_a_proxy_into_the_platforms_pod_is_refused_by_any_name_or_service(
 
 # Connections the apiserver serves into what runs (CONNECT subresources of core/v1)
 # that runguard leaves to RBAC: nodes/proxy reaches every Pod of a node, and the same
-# permission opens the kubelet's port without the apiserver (docs/server.md).
+# permission opens the kubelet's port without the apiserver (docs/dev/server.md).
 RBACS_DOORS = {"nodes/proxy"}
 
 

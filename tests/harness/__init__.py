@@ -1,6 +1,6 @@
 """The test harness: one way to do each thing.
 
-* certificates: ``TestCA`` (``harness.certs``, built on ``webhook.certs``);
+* certificates: ``TestCA`` (``harness.certs``, built on ``webhook.install.certs``);
 * waiting: ``eventually(what, probe, timeout)`` (``harness.polling``);
 * a real server: ``RunguardServer``, ``Traffic``, ``AtomicDir`` and the fixtures
   ``start_runguard`` / ``runguard_server`` (``harness.server``, registered by

@@ -1,8 +1,8 @@
-"""The one certificate issuer of the tests, built on ``webhook.certs``.
+"""The one certificate issuer of the tests, built on ``webhook.install.certs``.
 
-``TestCA`` is a throwaway CA (``webhook.certs.create_ca``) that issues serving
-certificates for the local server (``webhook.certs.issue_serving_cert``) and, for the
-mTLS tests, client certificates (``clientAuth``), which ``webhook.certs`` never issues.
+``TestCA`` is a throwaway CA (``webhook.install.certs.create_ca``) that issues serving
+certificates for the local server (``webhook.install.certs.issue_serving_cert``) and, for the
+mTLS tests, client certificates (``clientAuth``), which ``webhook.install.certs`` never issues.
 The e2e cluster's PKI (``tests/e2e/cluster.py``) is the apiserver's own and stays there.
 """
 
@@ -18,7 +18,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from webhook import certs
+from webhook.install import certs
 
 SERVING_HOSTS = ("localhost", "127.0.0.1")
 

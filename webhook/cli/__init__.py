@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 # Order is the order of ``runguard --help``.
 COMMANDS = (
     "apply",
+    "explain",
     "lint",
     "test",
     "schema",
@@ -29,6 +30,7 @@ COMMANDS = (
     "chart",
     "serve",
     "audit",
+    "whatif",
 )
 
 EXIT_OK, EXIT_DENIED, EXIT_BAD_INPUT = 0, 1, 2

@@ -9,13 +9,13 @@ from typing import Any
 
 import yaml
 
-from webhook import gcpause
 from webhook.cli import EXIT_BAD_INPUT, EXIT_DENIED, EXIT_OK, load_policy_or_report
 from webhook.clusterstate.model import ClusterStateError
 from webhook.clusterstate.static import StaticClusterState
-from webhook.documents import InputError, read_objects
 from webhook.engine import Decision, evaluate
 from webhook.engine.context import Context, Requester
+from webhook.inputs.documents import InputError, read_objects
+from webhook.serving import gcpause
 
 
 def register(sub: Any) -> None:

@@ -1,6 +1,6 @@
 """``runguard audit``: judge the Pods and pod controllers already in the cluster.
 
-The shell around ``webhook.clusteraudit``: the ``kubernetes`` client's connection, one
+The shell around ``webhook.audit.clusteraudit``: the ``kubernetes`` client's connection, one
 list request per page (raw JSON, ``_preload_content=False``: no typed-model round
 trip), progress on stderr when it is a terminal, and ``--write``: the PolicyReports
 server-side applied, one per namespace and RunPolicy (and part), and the
@@ -19,12 +19,10 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import Any, TextIO
 
-from webhook.cli import EXIT_BAD_INPUT, EXIT_DENIED, EXIT_OK, load_policy_or_report
-from webhook.clusteraudit import (
+from webhook.audit.clusteraudit import (
     CLUSTER_REPORT_PLURAL,
     LISTINGS,
     PAGE_SIZE,
-    POLICY_LABEL,
     REPORT_GROUP,
     REPORT_PLURAL,
     REPORT_VERSION,
@@ -42,9 +40,8 @@ from webhook.clusteraudit import (
     policy_report,
     report_name,
 )
-from webhook.manifests import SHELLS_CONFIGURATION_NAME
-from webhook.policy.model import Policy
-from webhook.rbacreport import (
+from webhook.audit.liveview import WHATIF_KINDS, read_view
+from webhook.audit.rbacreport import (
     RBAC_API,
     RbacReport,
     platform_of,
@@ -52,10 +49,18 @@ from webhook.rbacreport import (
     rbac_report,
     shells_webhook_installed,
 )
-from webhook.rbacreport import to_rows as rbac_rows
-from webhook.rbacreport import to_table as rbac_table
+from webhook.audit.rbacreport import to_rows as rbac_rows
+from webhook.audit.rbacreport import to_table as rbac_table
+from webhook.cli import EXIT_BAD_INPUT, EXIT_DENIED, EXIT_OK, load_policy_or_report
+from webhook.clusterstate.model import RESOURCES
+from webhook.engine.context import Context
+from webhook.install.manifests import SHELLS_CONFIGURATION_NAME
+from webhook.keys import POLICY_LABEL
+from webhook.policy.model import Policy
 
 LISTS = LISTINGS  # (kind, apiVersion, ...) per kind listed: the audit ClusterRole grants these
+# What is read beside the runs (``read_view``): (group, resource), listed too.
+VIEW_LISTS = tuple((RESOURCES[kind][0], RESOURCES[kind][2]) for kind in WHATIF_KINDS)
 # What --write does to policyreports (server-side apply: create or patch; get to find
 # parts no longer needed): exactly what the audit CronJob's ClusterRole grants.
 REPORT_VERBS = ("get", "create", "patch")
@@ -333,12 +338,16 @@ def _audit(api_client: Any, policy: Policy, args: argparse.Namespace, now: float
     outcome = Outcome(keep_findings=args.write or args.output == "policyreport", now=now)
     progress = Progress(sys.stderr) if sys.stderr.isatty() else None
     started = time.monotonic()
+    state, left_out = read_view(api_client, WHATIF_KINDS)  # what profiles are judged by
+    for line in left_out:
+        _say(progress, f"not read ({line}): the decisions that need it fail closed")
     pages = judged_pages(
         kube_fetch(api_client),
         policy,
         namespace=args.namespace,
         page_size=args.page_size,
         notice=lambda message: _say(progress, message),
+        context=Context(state=state),
     )
     try:
         for page in pages:
@@ -413,7 +422,7 @@ def _write_reports(api_client: Any, book: ReportBook, per_report: int) -> None:
     """Server-side apply each report (created, or replaced whole: ``results`` is an
     atomic list), then empty the parts a namespace no longer needs. Needs ``create``,
     ``patch`` and ``get`` on policyreports, nothing else (no list: a namespace left
-    without runs keeps its last report; see the README)."""
+    without runs keeps its last report; see docs/audit.md)."""
     from kubernetes import client
     from kubernetes.client.exceptions import ApiException
 
@@ -552,8 +561,8 @@ def run_rbac(args: argparse.Namespace) -> int:
     from urllib3.exceptions import HTTPError
 
     from webhook.clusterstate.model import ClusterStateError
-    from webhook.documents import InputError, read_objects
-    from webhook.inputlimits import CLUSTER_STATE_FILES
+    from webhook.inputs.documents import InputError, read_objects
+    from webhook.serving.inputlimits import CLUSTER_STATE_FILES
 
     if args.output == "summary" or (args.cluster_state and (args.write or args.policy_objects)):
         print(

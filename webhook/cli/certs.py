@@ -17,8 +17,8 @@ import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from webhook import certs
 from webhook.cli import EXIT_BAD_INPUT, EXIT_DENIED, EXIT_OK
+from webhook.install import certs
 
 DEFAULT_CHECK_DAYS = 30
 

@@ -1,5 +1,5 @@
 """``runguard chart``: the Helm chart ``charts/runguard``, rendered from the policy and
-the kustomize base (``webhook.chart``).
+the kustomize base (``webhook.install.chart``).
 
     runguard chart -p DIR [--manifests M] --write OUT    # write the chart in OUT
     runguard chart -p DIR [--manifests M] --check OUT    # exit 1 when OUT is stale
@@ -39,8 +39,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def run(args: argparse.Namespace) -> int:
-    from webhook import manifests
-    from webhook.chart import chart_files
+    from webhook.install import manifests
+    from webhook.install.chart import chart_files
 
     policy = load_policy_or_report(args.policy)
     if policy is None:

@@ -19,8 +19,8 @@ from typing import Any
 
 import yaml
 
-from webhook import manifests
 from webhook.cli import EXIT_BAD_INPUT, EXIT_DENIED, EXIT_OK, load_policy_or_report
+from webhook.install import manifests
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -1,6 +1,6 @@
-"""``runguard serve``: the admission webhook over TLS, in gunicorn (see webhook/server.py).
+"""``runguard serve``: the admission webhook over TLS, in gunicorn (see webhook/serving/server.py).
 
-Its flags and the environment variables it reads are ``webhook.settings.SETTINGS``.
+Its flags and the environment variables it reads are ``webhook.serving.settings.SETTINGS``.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import ssl
 import sys
 from typing import Any
 
-from webhook.settings import SETTINGS
+from webhook.serving.settings import SETTINGS
 
 
 def env_help() -> str:
@@ -45,14 +45,14 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from webhook.cli import EXIT_BAD_INPUT
-    from webhook.logs import configure_logging
-    from webhook.policystore import PolicyStore
-    from webhook.server import (
+    from webhook.serving.logs import configure_logging
+    from webhook.serving.policystore import PolicyStore
+    from webhook.serving.server import (
         RunguardApplication,
         prepare_multiprocess_metrics,
         remove_multiprocess_metrics,
     )
-    from webhook.settings import ServeSettings, SettingsError
+    from webhook.serving.settings import ServeSettings, SettingsError
 
     try:
         settings = ServeSettings.resolve(vars(args))

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from webhook.casetest import find_cases, run_case
+from webhook.audit.casetest import find_cases, run_case
 from webhook.cli import EXIT_BAD_INPUT, EXIT_DENIED, EXIT_OK
 
 

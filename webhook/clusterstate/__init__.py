@@ -4,7 +4,7 @@ priority and runtime classes, and pod controllers.
 The interface (``ClusterState``, ``Meta``) and the offline state (``StaticClusterState``)
 are pure and cheap to import; the engine needs nothing else. Online, a watch process
 keeps the state (``watch.py``, the only module that talks to Kubernetes) and publishes it
-in shared files every gunicorn worker maps (``publication.py``); ``docs/server.md``
+in shared files every gunicorn worker maps (``publication.py``); ``docs/dev/server.md``
 says why.
 """
 
@@ -12,7 +12,6 @@ from webhook.clusterstate.model import (
     CLUSTER_SCOPED,
     CONTROLLER_KINDS,
     KINDS,
-    REQUESTED_BY,
     ClusterState,
     ClusterStateError,
     KindStats,
@@ -27,7 +26,6 @@ __all__ = [
     "CLUSTER_SCOPED",
     "CONTROLLER_KINDS",
     "KINDS",
-    "REQUESTED_BY",
     "ClusterState",
     "ClusterStateError",
     "KindStats",

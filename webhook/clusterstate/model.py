@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
+from webhook.keys import POLICY_LABEL
+
 __all__ = [
     "CLUSTER_SCOPED",
     "CONTROLLER_KINDS",
@@ -27,7 +29,6 @@ __all__ = [
     "MAX_ANNOTATION_VALUE",
     "MAX_OPERATOR_KINDS",
     "OPERATOR_CORE_KINDS",
-    "REQUESTED_BY",
     "RESOURCES",
     "ClusterState",
     "ClusterStateError",
@@ -83,7 +84,7 @@ MAX_OPERATOR_KINDS = 16
 # selector). Only the objects runguard governs are listed (its RunPolicy label, written
 # on each run Pod), so the memory stays bounded by the runs, not by every Pod.
 OPERATOR_CORE_KINDS: dict[str, tuple[str, str, str]] = {
-    "Pod": ("v1", "pods", "runguard.io/policy"),
+    "Pod": ("v1", "pods", POLICY_LABEL),
 }
 # ResourceClaims, watched in an operator slot (the first) whatever the policy: a claim a
 # controller made for one Pod is that Pod's (``webhook.engine.rules.podclaims``). Found
@@ -91,7 +92,6 @@ OPERATOR_CORE_KINDS: dict[str, tuple[str, str, str]] = {
 # dynamic resource allocation is on); not served, it is marked so and Pods naming an
 # existing claim fail closed, as no such Pod is admitted by that apiserver anyway.
 DEVICE_CLAIMS = "resource.k8s.io/ResourceClaim"
-REQUESTED_BY = "runguard.io/requested-by"  # the stamp of who asked for a Pod or controller
 LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 # An annotation value longer than this is not kept (memory stays bounded whatever other
 # tools write); runguard's own stamps are far shorter.

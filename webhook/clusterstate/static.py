@@ -19,8 +19,8 @@ from webhook.clusterstate.model import (
     split_group_kind,
 )
 from webhook.clusterstate.table import Table, decode_record, encode_record, table_from_records
-from webhook.documents import InputError, is_list, list_items, read_objects
-from webhook.inputlimits import CLUSTER_STATE_FILES
+from webhook.inputs.documents import InputError, is_list, list_items, read_objects
+from webhook.serving.inputlimits import CLUSTER_STATE_FILES
 
 __all__ = ["StaticClusterState", "TableState"]
 

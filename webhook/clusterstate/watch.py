@@ -55,7 +55,6 @@ from urllib.parse import urlencode
 
 import orjson
 
-from webhook import kubeconfig
 from webhook.clusterstate.model import (
     CLUSTER_SCOPED,
     DEVICE_CLAIMS,
@@ -77,6 +76,7 @@ from webhook.clusterstate.publication import (
     Publisher,
 )
 from webhook.clusterstate.table import Record, encode_record
+from webhook.inputs import kubeconfig
 
 __all__ = [
     "LIST_ACCEPT",
@@ -564,7 +564,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         core = ", ".join(OPERATOR_CORE_KINDS)
         parser.error(f"--operator-kinds: at most {MAX_OPERATOR_KINDS} GROUP/Kind names or {core}")
 
-    from webhook.logs import configure_logging
+    from webhook.serving.logs import configure_logging
 
     configure_logging()
     stop = threading.Event()

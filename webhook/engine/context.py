@@ -10,19 +10,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-STAMP = "runguard.io/requested-by"  # who created a run Pod or controller, set at CREATE
-# "true" when the object's creator was the platform (a platform identity, or one of its
-# controllers acting for an object that was the platform's): decided from the CREATE
-# request and its controller owner then, written by runguard, never changed after.
-PLATFORM_RECORD = "runguard.io/platform"
-# The RunPolicy whose platform wrote ``runguard.io/platform`` (its name), written and kept
-# with it: with two platforms in a cluster, whose record it is. A record without it was
-# written by a version before it (read as ``scope.recorder`` says).
-PLATFORM_POLICY = "runguard.io/platform-policy"
-# The RunPolicy that governs the object, chosen at CREATE and fixed for its life (a label,
-# so that the webhooks' objectSelector can route by it).
-POLICY_LABEL = "runguard.io/policy"
-
 
 class ObjectMeta(Protocol):
     """What the engine reads of an object in the cluster: never more than metadata."""

@@ -4,7 +4,7 @@ One table, read by the engine (``ownership.platform_references``: which of the
 platform's objects a pod spec uses; ``secrets.forbidden``: every Secret door, stripped
 or denied alike; ``resources.device-claim``: existing device claims) and by the webhook
 configurations' CEL
-(``webhook.manifests``: which pods reach runguard), so what the engine judges and what
+(``webhook.install.manifests``: which pods reach runguard), so what the engine judges and what
 the apiserver sends cannot drift. ``tests/test_doors.py`` walks the Kubernetes API schema
 (the ``kubernetes`` client's models of the newest supported release) and fails on any
 field that names a Secret, ConfigMap, PersistentVolumeClaim, ServiceAccount or device

@@ -21,10 +21,10 @@ from webhook.engine.context import (
     namespace_labels,
 )
 from webhook.engine.types import JSON, Change
+from webhook.inputs.quantity import parse
+from webhook.keys import MAIN_CONTAINER_ANNOTATION
 from webhook.policy.model import Policy, Profile
-from webhook.quantity import parse
 
-MAIN_CONTAINER_ANNOTATION = "runguard.io/main-container"
 DEFAULT_CONTAINER_ANNOTATION = "kubectl.kubernetes.io/default-container"
 WARNING_LIMIT = 120
 

@@ -28,7 +28,7 @@ subresource, and the version of the cluster view the steps read. So:
 
 Nothing else of ``validate`` is skipped: its checks and the trust checks run on every
 object. The server keeps one ``SharedReceipts`` table mapped by every gunicorn worker
-(``webhook/admission.py``); ``evaluate`` passes a ``LocalReceipts`` from its ``mutate``
+(``webhook/serving/admission.py``); ``evaluate`` passes a ``LocalReceipts`` from its ``mutate``
 to its ``validate``.
 """
 

@@ -14,7 +14,7 @@ from decimal import Decimal
 from typing import Any, ParamSpec
 
 from webhook.engine import scope, templates
-from webhook.engine.context import NO_CONTEXT, POLICY_LABEL, STAMP, Context, Ownership
+from webhook.engine.context import NO_CONTEXT, Context, Ownership
 from webhook.engine.diff import make_patch
 from webhook.engine.pod import WARNING_LIMIT, Pod, copy_json, spec_prefix
 from webhook.engine.pod import warning as warning_text
@@ -25,7 +25,7 @@ from webhook.engine.rules import ownership, podclaims, run_checks, run_steps
 from webhook.engine.rules.profile import PRIORITY_COMPUTED
 from webhook.engine.rules.queue_profile import send_to_queue
 from webhook.engine.rules.security import harden_debug_containers
-from webhook.engine.rules.trust import check_shell, run_trust_checks
+from webhook.engine.rules.trust import check_shell, run_object_checks, run_trust_checks
 from webhook.engine.shape import check_shape
 from webhook.engine.subject import (
     Review,
@@ -37,6 +37,7 @@ from webhook.engine.subject import (
     stamps_owner,
 )
 from webhook.engine.types import ENGINE_ERROR, INVALID, JSON, Change, Decision, Violation
+from webhook.keys import POLICY_LABEL, REQUESTED_BY
 from webhook.policy.model import Policy
 
 P = ParamSpec("P")
@@ -57,7 +58,7 @@ TEMPLATE_REAPPLIED = Change(
     UPDATE_SPEC_KEPT,
     warning_text("the pod template is kept: the values runguard set at creation stay"),
 )
-STAMPED = Change(OWNERSHIP_STAMP, warning_text(f"stamped {STAMP}"))
+STAMPED = Change(OWNERSHIP_STAMP, warning_text(f"stamped {REQUESTED_BY}"))
 RECORDS_KEPT = Change(
     OWNERSHIP_STAMP,
     warning_text("runguard's records (who created it, its RunPolicy) cannot change: kept"),
@@ -162,7 +163,7 @@ def _record_changes(r: Review, result: JSON) -> tuple[JSON, list[Change]]:
         return result, []
     if r.old is not None:
         return recorded, [RECORDS_KEPT]
-    return recorded, [STAMPED] if expected.get(STAMP) else []
+    return recorded, [STAMPED] if expected.get(REQUESTED_BY) else []
 
 
 def _with_spec(obj: JSON, target: Target, spec: JSON) -> JSON:
@@ -462,16 +463,7 @@ def validate(
     governing = r.policy
     if not scope.looked_at(r.root, r.namespace):
         return _decision(obj, governing, namespace, applies=False, allowed=True)
-    reserved = (
-        ownership.check_reserved_name(obj, r.root, context)
-        + ownership.check_claim_clones(obj, r.root, context)
-        + ownership.check_claim_snapshots(obj, r.root, context)
-        + ownership.check_token_secret(obj, r.root, r.namespace, r.old, context)
-        + podclaims.check_pod_claim_clones(obj, r.root, context, r.namespace)
-        + podclaims.check_pod_claim_snapshots(obj, r.root, context, r.namespace)
-        if isinstance(obj, dict)
-        else []
-    )
+    reserved = run_object_checks(r)
     if reserved:
         return _deny(obj, governing, namespace, reserved)
     trust = run_trust_checks(r)

@@ -14,7 +14,37 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["RULES", "Rule", "rules_markdown"]
+__all__ = ["CONCERNS", "REPORT_RULES", "RULES", "Concern", "ReportRule", "Rule", "rules_markdown"]
+
+
+@dataclass(frozen=True)
+class Concern:
+    """What a rule id's concern (the part before the dot) is about, as ``runguard audit``
+    files its results: a PolicyReport ``category``, and the ``severity`` of a failure (one
+    of the three every version of the Policy WG's schema accepts)."""
+
+    category: str
+    severity: str
+
+
+CONCERNS: dict[str, Concern] = {
+    "security": Concern("Pod security", "high"),
+    "ownership": Concern("Ownership", "high"),
+    "secrets": Concern("Secrets", "high"),
+    "volumes": Concern("Volumes", "high"),
+    "scope": Concern("Scope", "high"),
+    "queue": Concern("Queues", "medium"),
+    "input": Concern("Input", "medium"),
+    "engine": Concern("Engine", "medium"),
+    "update": Concern("Updates", "medium"),
+    "resources": Concern("Resources", "medium"),
+    "scheduling": Concern("Scheduling", "medium"),
+    "profile": Concern("Profiles", "medium"),
+    # Not the webhooks': the results ``runguard audit`` files about the policy objects
+    # and about the doors only RBAC can close.
+    "policy": Concern("Policy", "medium"),
+    "rbac": Concern("RBAC", "high"),
+}
 
 
 @dataclass(frozen=True)
@@ -29,13 +59,43 @@ class Rule:
     def concern(self) -> str:
         return self.id.partition(".")[0]
 
+    @property
+    def category(self) -> str:
+        return CONCERNS[self.concern].category
+
+    @property
+    def severity(self) -> str:
+        return CONCERNS[self.concern].severity
+
+
+@dataclass(frozen=True)
+class ReportRule:
+    """An id no webhook judges under, only ``runguard audit`` reports: the policy
+    objects' results, and each door only RBAC can close."""
+
+    id: str
+    description: str
+
+    @property
+    def concern(self) -> str:
+        return self.id.partition(".")[0]
+
 
 RULES: dict[str, Rule] = {}
+REPORT_RULES: dict[str, ReportRule] = {}
 
 
 def _rule(rule_id: str, *, mutation: str, violation: str) -> str:
     assert rule_id not in RULES, f"rule {rule_id} declared twice"
+    assert rule_id.partition(".")[0] in CONCERNS, f"rule {rule_id}: no such concern"
     RULES[rule_id] = Rule(rule_id, mutation, violation)
+    return rule_id
+
+
+def _reported(rule_id: str, description: str) -> str:
+    assert rule_id not in REPORT_RULES and rule_id not in RULES, f"{rule_id} declared twice"
+    assert rule_id.partition(".")[0] in CONCERNS, f"rule {rule_id}: no such concern"
+    REPORT_RULES[rule_id] = ReportRule(rule_id, description)
     return rule_id
 
 
@@ -391,6 +451,28 @@ ENGINE_ERROR = _rule(
     violation="a bug in runguard (always denied, logged with its traceback, counted)",
 )
 
+# What ``runguard audit`` reports beside the webhooks' rules.
+POLICY_LOADED = _reported("policy.loaded", "a RunPolicy or Profile object that loads (pass)")
+POLICY_LINT = _reported("policy.lint", "a lint warning about a RunPolicy or Profile object")
+RBAC_READ_SECRETS = _reported("rbac.read-secrets", "read Secrets")
+RBAC_READ_CONFIG_MAPS = _reported("rbac.read-config-maps", "read platform-named ConfigMaps")
+RBAC_PLATFORM_DATA = _reported(
+    "rbac.platform-data", "change the data of platform-named ConfigMaps and Secrets"
+)
+RBAC_NODE_PROXY = _reported("rbac.node-proxy", "the kubelet's API of every Pod on a node")
+RBAC_CONNECT = _reported("rbac.connect", "connect into Pods (exec, attach, port-forward, proxy)")
+RBAC_TOKEN = _reported("rbac.token", "tokens for ServiceAccounts")
+RBAC_SNAPSHOT = _reported(
+    "rbac.snapshot", "snapshot the platform's volumes into claims of one's own"
+)
+RBAC_GRANT = _reported("rbac.grant", "grant oneself any door (bind or escalate roles)")
+RBAC_IMPERSONATE = _reported("rbac.impersonate", "impersonate users, groups or ServiceAccounts")
+RBAC_EXPOSE = _reported(
+    "rbac.expose",
+    "Services, Ingresses, routes and NetworkPolicies that can expose the platform's Pods",
+)
+
+
 _HEADER = """\
 # Rule ids
 
@@ -402,10 +484,11 @@ reports carries a rule id: in kubectl warnings, in `status.message`, in the audi
 annotations `mutations` / `violations`, in runguard's JSON log and in the metrics.
 Where the code lives: `webhook/engine/rules/<concern>.py` (one module per concern, its
 mutation step and its check side by side), the concern being the part of the id
-before the dot.
+before the dot; `runguard audit` files a failure under the concern's category and
+severity.
 
-| rule id | mutation (Strip) | violation (validation) |
-|---|---|---|
+| rule id | mutation (Strip) | violation (validation) | category, severity |
+|---|---|---|---|
 """
 _FOOTER = """
 `enforcement: Warn` turns violations into warnings and `Audit` records them only;
@@ -413,20 +496,31 @@ _FOOTER = """
 (who may use the platform's objects and accounts, which RunPolicy governs an object):
 a warning would not take back a secret or a token.
 
-The doors no admission request is made for are no rules of the webhooks: `runguard
-audit --rbac` reports who holds them in the run namespaces, each door by an id of its
-own, the `rule` of its PolicyReport results: `rbac.read-secrets`,
-`rbac.read-config-maps`, `rbac.platform-data`, `rbac.node-proxy`, `rbac.connect`,
-`rbac.token`, `rbac.snapshot`, `rbac.grant`, `rbac.impersonate`, `rbac.expose`
-(`docs/threat-model.md` says what each grants).
+## Reported by `runguard audit` only
+
+No webhook judges under these: `runguard audit --policy-objects` files a result per
+RunPolicy and Profile object, and `runguard audit --rbac` one per subject holding, in a
+run namespace, a door no admission request is made for (`docs/threat-model.md` says
+what each grants).
+
+| id | what | category, severity |
+|---|---|---|
 """
 
 
 def rules_markdown() -> str:
-    """``docs/rules.md``: every rule, in the order declared."""
-    rows = "".join(
-        "|" + "|".join(f" {cell} " if cell else " " for cell in (f"`{r.id}`", r.mutation,
-                                                                  r.violation)) + "|\n"
-        for r in RULES.values()
-    )  # fmt: skip
-    return _HEADER + rows + _FOOTER
+    """``docs/rules.md``: every rule, in the order declared, then the report-only ids."""
+
+    def row(*cells: str) -> str:
+        return "|" + "|".join(f" {cell} " if cell else " " for cell in cells) + "|\n"
+
+    def filed(concern: str) -> str:
+        return f"{CONCERNS[concern].category}, {CONCERNS[concern].severity}"
+
+    rules = "".join(
+        row(f"`{r.id}`", r.mutation, r.violation, filed(r.concern)) for r in RULES.values()
+    )
+    reported = "".join(
+        row(f"`{r.id}`", r.description, filed(r.concern)) for r in REPORT_RULES.values()
+    )
+    return _HEADER + rules + _FOOTER + reported

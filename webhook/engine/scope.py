@@ -14,7 +14,7 @@ A RunPolicy declares its scope in four keys, and nothing else decides it:
 which the engine asks one at a time (which RunPolicy governs, which platform records
 an object, which platforms a Pod holds something of). Each RunPolicy decides for
 itself: one RunPolicy's exclusions or selector are never another's. The engine judges
-with these functions, and ``webhook.manifests`` renders the webhooks'
+with these functions, and ``webhook.install.manifests`` renders the webhooks'
 ``namespaceSelector``, ``objectSelector`` and CEL ``matchConditions`` from the same
 keys read the same way (``run_terms``): a Pod is a run for routing only where its
 RunPolicy covers the request's namespace. ``tests/test_scope_routing.py``
@@ -27,9 +27,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from webhook.engine.context import PLATFORM_POLICY, PLATFORM_RECORD, POLICY_LABEL, STAMP
 from webhook.engine.podspec import InvalidObject, locate
 from webhook.engine.rules import ownership
+from webhook.keys import PLATFORM_POLICY, PLATFORM_RECORD, POLICY_LABEL, REQUESTED_BY
 from webhook.policy.model import LabelSelector, Policy
 
 
@@ -181,7 +181,7 @@ def recorder(
     for policy in candidates:
         if operator_kind_of(policy, obj) or claims(policy, spec, namespace):
             return policy
-    if not candidates or not (annotations.get(STAMP) or annotations.get(PLATFORM_RECORD)):
+    if not candidates or not (annotations.get(REQUESTED_BY) or annotations.get(PLATFORM_RECORD)):
         return None
     return _carried_owner(candidates, annotations) or candidates[0]
 
@@ -193,7 +193,7 @@ def _carried_owner(candidates: list[Policy], annotations: Mapping[str, Any]) -> 
     name = annotations.get(PLATFORM_POLICY)
     if PLATFORM_RECORD in annotations and name is not None:
         return next((p for p in candidates if p.name == name), None)
-    stamp = annotations.get(STAMP)
+    stamp = annotations.get(REQUESTED_BY)
     for policy in candidates:
         platform = policy.platform
         if ownership.stamped_by((*platform.identities, *platform.installers), stamp):
@@ -213,7 +213,7 @@ def may_open(opener: Policy, target: Policy) -> bool:
 
 def run_terms(root: Policy) -> list[tuple[frozenset[str], LabelSelector]]:
     """What makes a run for routing, per RunPolicy: (the namespaces it leaves out, its
-    selector). ``webhook.manifests`` renders "a run" as the disjunction of
+    selector). ``webhook.install.manifests`` renders "a run" as the disjunction of
     ``request.namespace`` outside the first and the labels matching the second, which
     is ``selects`` of each RunPolicy."""
     return [(p.exclude_namespaces, p.selector) for p in root.run_policies()]

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from webhook.engine.types import INVALID, JSON, Violation
-from webhook.quantity import PARSED, QuantityError, parse
+from webhook.inputs.quantity import PARSED, QuantityError, parse
 
 Path = tuple[str | int, ...]
 

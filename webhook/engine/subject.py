@@ -12,11 +12,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from webhook.engine import scope
-from webhook.engine.context import PLATFORM_POLICY, PLATFORM_RECORD, POLICY_LABEL, STAMP, Context
+from webhook.engine.context import Context
 from webhook.engine.podspec import InvalidObject, Target, locate, object_meta
 from webhook.engine.rules import ownership
-from webhook.engine.scope import service_account as service_account  # (webhook.shells')
+from webhook.engine.scope import service_account as service_account  # (webhook.serving.shells')
 from webhook.engine.types import JSON, Violation
+from webhook.keys import PLATFORM_POLICY, PLATFORM_RECORD, POLICY_LABEL, REQUESTED_BY
 from webhook.policy.model import Policy
 
 
@@ -175,12 +176,13 @@ def expected_records(r: Review) -> dict[str, str | None]:
     if r.old is not None:
         stamp, record, label = ownership.records(r.old_metadata or {})
         named = ownership.string_map(r.old_metadata, "annotations").get(PLATFORM_POLICY)
-        kept: dict[str, str | None] = {STAMP: stamp, PLATFORM_RECORD: record}
+        kept: dict[str, str | None] = {REQUESTED_BY: stamp, PLATFORM_RECORD: record}
         kept[PLATFORM_POLICY] = named
         adopter = adopts(r)
         if adopter is not None and r.context.requester is not None:
             creator = ownership.creator_record(r.metadata, r.namespace, adopter, r.context, r.root)
-            kept = {STAMP: r.context.requester.username, **_platform_records(adopter, creator)}
+            who = r.context.requester.username
+            kept = {REQUESTED_BY: who, **_platform_records(adopter, creator)}
         sent = ownership.records(r.metadata)[2]
         if label is None or _ours(r.root, label) or _ours(r.root, sent):
             kept[POLICY_LABEL] = label
@@ -197,7 +199,7 @@ def expected_records(r: Review) -> dict[str, str | None]:
     out: dict[str, str | None] = {POLICY_LABEL: label}
     owner = stamps_owner(r)
     if owner is not None and r.context.requester is not None:
-        out[STAMP] = r.context.requester.username
+        out[REQUESTED_BY] = r.context.requester.username
         creator = ownership.creator_record(r.metadata, r.namespace, owner, r.context, r.root)
         out.update(_platform_records(owner, creator))
     elif owner is not None:

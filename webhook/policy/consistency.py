@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any
 
+from webhook.inputs.quantity import parse
 from webhook.policy import model
 from webhook.policy.declare import iter_keys
 from webhook.policy.errors import PolicyIssue
@@ -22,7 +23,6 @@ from webhook.policy.model import KINDS, run_policy_path
 from webhook.policy.patterns import label_keys, patterns_overlap
 from webhook.policy.schema_issues import describe, show_list
 from webhook.policy.source import Path_, PolicySource, SourceDocument
-from webhook.quantity import parse
 
 __all__ = [
     "RESOURCE_LISTS",

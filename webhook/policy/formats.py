@@ -19,9 +19,9 @@ from jsonschema import FormatChecker
 from pydantic import GetCoreSchemaHandler, GetJsonSchemaHandler
 from pydantic_core import PydanticCustomError, core_schema
 
+from webhook.inputs.quantity import is_quantity, parse
 from webhook.policy import patterns
 from webhook.policy.patterns import NamePattern
-from webhook.quantity import is_quantity, parse
 
 __all__ = [
     "DNS_LABEL",

@@ -22,6 +22,7 @@ from pydantic import (
 )
 from pydantic_core import core_schema
 
+from webhook.inputs.quantity import parse
 from webhook.policy.declare import AsWritten, Section, Shape
 from webhook.policy.formats import (
     DEFS,
@@ -33,7 +34,6 @@ from webhook.policy.formats import (
     LabelValue,
     Quantity,
 )
-from webhook.quantity import parse
 
 __all__ = [
     "RESOURCE_LIST",

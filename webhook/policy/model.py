@@ -2,7 +2,7 @@
 
 Each key is one field below (type, default, description, constraints); the JSON Schema,
 the defaults, lint's lists of keys and ``docs/policy-reference.md`` are generated from
-these fields (``docs/contributing.md``). The engine reads the result, ``Policy``, as
+these fields (``docs/dev/contributing.md``). The engine reads the result, ``Policy``, as
 plain attributes: snake_case names, values precomputed at load (resource lists with
 ``gpu`` resolved, maximums parsed to Decimal, name patterns compiled).
 
@@ -28,6 +28,8 @@ from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BeforeValidator, ConfigDict, Field
 
+from webhook.inputs.quantity import parse
+from webhook.keys import PREEMPTION_MODE_ANNOTATION, PROFILE_LABEL
 from webhook.policy.declare import UNIQUE, Section, key_path
 from webhook.policy.formats import (
     HOST_PATH_PLACEHOLDER,
@@ -53,7 +55,6 @@ from webhook.policy.kube import (
     resolve_resource_name,
 )
 from webhook.policy.patterns import NamePattern, matches_any
-from webhook.quantity import parse
 
 __all__ = [
     "API_VERSION",
@@ -110,7 +111,7 @@ class ProfilesConfig(Section):
     """How a run names its hardware profile."""
 
     label: LabelKey = Field(
-        default="runguard.io/profile", description="Label (else annotation) naming the profile."
+        default=PROFILE_LABEL, description="Label (else annotation) naming the profile."
     )
     default: str | None = Field(
         default=None, description="Profile for a run that names none; omit for none."
@@ -367,7 +368,7 @@ class PreemptionConfig(Section):
     """MLRun's preemption modes, on spot/preemptible nodes."""
 
     annotation: LabelKey = Field(
-        default="runguard.io/preemption-mode", description="Annotation holding a run's mode."
+        default=PREEMPTION_MODE_ANNOTATION, description="Annotation holding a run's mode."
     )
     default: PreemptionMode | None = Field(
         default=None, description="Mode of a run that names none."

@@ -5,7 +5,7 @@ Objects are built from PyYAML's node tree (``yaml.compose_all``) rather than fro
 ``absolute_path``) and cross-document checks are reported as ``file:line: key:
 message``. What JSON cannot hold (tags, binary, recursive aliases, alias bombs, integers
 beyond 64 bits) is reported, never raised; a file past the limits of
-``webhook.inputlimits`` (1 MiB, nesting, aliases) is refused before it is composed.
+``webhook.serving.inputlimits`` (1 MiB, nesting, aliases) is refused before it is composed.
 """
 
 from __future__ import annotations
@@ -17,7 +17,9 @@ from typing import Any
 
 import yaml
 
-from webhook.inputlimits import (
+from webhook.policy.errors import PolicyIssue
+from webhook.policy.model import KINDS, Policy
+from webhook.serving.inputlimits import (
     POLICY_FILES,
     LimitError,
     check_yaml,
@@ -26,8 +28,6 @@ from webhook.inputlimits import (
     read_path,
     without_lone_surrogates,
 )
-from webhook.policy.errors import PolicyIssue
-from webhook.policy.model import KINDS, Policy
 
 __all__ = ["Path_", "PolicySource", "SourceDocument", "format_key", "read_documents"]
 

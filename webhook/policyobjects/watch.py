@@ -44,13 +44,13 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from webhook import manifests
+from webhook.install import manifests
 from webhook.policy.crd import GROUP, LOADED, PLURALS, VERSION
 from webhook.policy.lint import lint
 from webhook.policy.model import Policy
 from webhook.policy.objects import conditions, mirror
 from webhook.policyobjects.process import SYNCED
-from webhook.settings import IN_CLUSTER
+from webhook.serving.settings import IN_CLUSTER
 
 __all__ = ["Mirror", "held_because", "policy_routing", "routing", "run", "status_updates"]
 

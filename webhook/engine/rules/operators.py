@@ -16,8 +16,9 @@ import re
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from webhook.engine.context import STAMP, ClusterView, ObjectMeta
+from webhook.engine.context import ClusterView, ObjectMeta
 from webhook.engine.pod import Pod
+from webhook.keys import REQUESTED_BY
 from webhook.policy.model import Operator, OperatorReference, matches_any
 
 _MAX_DEPTH = 4  # Pod -> Job -> MPIJob is 1 step up; longer is not an operator's chain
@@ -38,7 +39,7 @@ def creating_operator(pod: Pod, undecided: bool = False) -> Operator | None:
     if context.operation == "CREATE":
         creator = context.requester.username if context.requester else None
     else:
-        creator = pod.annotations.get(STAMP)  # recorded at CREATE, never changed after
+        creator = pod.annotations.get(REQUESTED_BY)  # recorded at CREATE, never changed after
     meta: ObjectMeta | None = None
     for _ in range(_MAX_DEPTH):
         if creator is None:
@@ -54,7 +55,7 @@ def creating_operator(pod: Pod, undecided: bool = False) -> Operator | None:
         meta = context.state.by_uid(owner)
         if meta is None:
             return None
-        creator = meta.annotations.get(STAMP)
+        creator = meta.annotations.get(REQUESTED_BY)
     return None
 
 

@@ -31,17 +31,7 @@ from functools import lru_cache
 from typing import Any
 
 from webhook.engine import doors
-from webhook.engine.context import (
-    OWNERSHIP_OFF,
-    PLATFORM_POLICY,
-    PLATFORM_RECORD,
-    POLICY_LABEL,
-    STAMP,
-    Context,
-    ObjectMeta,
-    Ownership,
-    Requester,
-)
+from webhook.engine.context import OWNERSHIP_OFF, Context, ObjectMeta, Ownership, Requester
 from webhook.engine.pod import spec_prefix
 from webhook.engine.rule_ids import (
     OWNERSHIP_NOT_A_RUN,
@@ -53,6 +43,7 @@ from webhook.engine.rule_ids import (
 )
 from webhook.engine.rules.volumes import project_claim
 from webhook.engine.types import JSON, Violation
+from webhook.keys import PLATFORM_POLICY, PLATFORM_RECORD, POLICY_LABEL, REQUESTED_BY
 from webhook.policy.model import NamePattern, Policy
 from webhook.policy.patterns import split
 
@@ -115,7 +106,7 @@ def recorded_platform(
     record = annotations.get(PLATFORM_RECORD)
     if record is not None:
         return record == "true" and recorded_for(policy, annotations, root)
-    return stamped_by(policy.platform.identities, annotations.get(STAMP))
+    return stamped_by(policy.platform.identities, annotations.get(REQUESTED_BY))
 
 
 def recorded_for(policy: Policy, annotations: Mapping[str, str], root: Policy | None) -> bool:
@@ -164,7 +155,7 @@ def records(object_meta: JSON) -> tuple[str | None, str | None, str | None]:
     """The stamp, the platform record and the governing policy label of an object."""
     annotations = string_map(object_meta, "annotations")
     label = string_map(object_meta, "labels").get(POLICY_LABEL)
-    return annotations.get(STAMP), annotations.get(PLATFORM_RECORD), label
+    return annotations.get(REQUESTED_BY), annotations.get(PLATFORM_RECORD), label
 
 
 def ownership_of(
@@ -186,11 +177,12 @@ def ownership_of(
         annotations = string_map(meta, "annotations")
         if recorded_platform(policy, annotations, root):
             return Ownership(True)
-        if PLATFORM_RECORD not in annotations and annotations.get(STAMP) in (
+        if PLATFORM_RECORD not in annotations and annotations.get(REQUESTED_BY) in (
             policy.platform.owner_kinds
         ):
             # created by a controller before records existed: its owner's record then
-            as_stamp = Context(Requester(annotations[STAMP]), context.state, context.operation)
+            stamp = Requester(annotations[REQUESTED_BY])
+            as_stamp = Context(stamp, context.state, context.operation)
             admit = _platform_owner(policy, context, root)
             return _through_owner(meta, namespace, policy, as_stamp, admit)
         return Ownership(False)
@@ -242,7 +234,7 @@ def _platform_owner(
     def admit(owner: ObjectMeta, depth: int) -> bool | Ownership:
         if recorded_platform(policy, owner.annotations, root):
             return True
-        stamp = owner.annotations.get(STAMP)
+        stamp = owner.annotations.get(REQUESTED_BY)
         if (
             stamp is None
             or PLATFORM_RECORD in owner.annotations
@@ -599,7 +591,7 @@ def check_owner_change(
     only lose entries (the garbage collector orphaning it), or be written by a platform
     identity or a controller (adoption, release); adoption grants nothing, since what the
     object may use was recorded at its CREATE."""
-    if STAMP not in string_map(old_meta, "annotations"):
+    if REQUESTED_BY not in string_map(old_meta, "annotations"):
         return []
     before = old_meta.get("ownerReferences") or []
     after = new_meta.get("ownerReferences") or []
@@ -740,8 +732,8 @@ def check_stamp(
     the requester."""
     if not enabled(policy) or context.operation != "UPDATE":
         return []
-    before = string_map(old_meta, "annotations").get(STAMP)
-    after = string_map(new_meta, "annotations").get(STAMP)
+    before = string_map(old_meta, "annotations").get(REQUESTED_BY)
+    after = string_map(new_meta, "annotations").get(REQUESTED_BY)
     out: list[Violation] = []
     requester = context.requester
     stamped_now = adopted and requester is not None and after == requester.username
@@ -749,8 +741,8 @@ def check_stamp(
         out.append(
             Violation(
                 OWNERSHIP_STAMP,
-                f"metadata.annotations[{STAMP}]",
-                f"the stamp {STAMP} is written by runguard at creation and cannot change",
+                f"metadata.annotations[{REQUESTED_BY}]",
+                f"the stamp {REQUESTED_BY} is written by runguard at creation and cannot change",
             )
         )
     if not in_scope_before and not is_platform_identity(policy, context.requester):

@@ -21,8 +21,8 @@ from webhook.engine.rule_ids import (
     PROFILE_UNKNOWN,
 )
 from webhook.engine.types import JSON, Change, Violation
+from webhook.inputs.quantity import parse
 from webhook.policy.kube import QuantityRange
-from webhook.quantity import parse
 
 # Set by the apiserver's Priority plugin from priorityClassName; it refuses a Pod whose
 # values disagree with the class, and re-runs after a webhook changed the object.

@@ -20,11 +20,12 @@ from __future__ import annotations
 from typing import Any
 
 from webhook.engine import scope
-from webhook.engine.context import PLATFORM_RECORD, Requester
+from webhook.engine.context import Requester
 from webhook.engine.rule_ids import QUEUE_BYPASSED, QUEUE_RESERVED_LABEL
 from webhook.engine.rules import ownership
 from webhook.engine.subject import Review
 from webhook.engine.types import Violation
+from webhook.keys import PLATFORM_RECORD
 from webhook.policy.model import Policy, QueueController
 
 # Keys of an object's spec that start, stop and size a run: the queue's to change.
@@ -239,7 +240,13 @@ def check_queue_labels(r: Review) -> list[Violation]:
 
 def _labels(node: Any, reserved: tuple[str, ...], path: str) -> list[tuple[str, Any]]:
     """(path, value) of every reserved label in ``metadata.labels`` of the object and of
-    every pod template in it."""
+    every pod template in it (a Pod holds none: its own labels only)."""
+    if not path and isinstance(node, dict) and node.get("kind") == "Pod":
+        meta = node.get("metadata")
+        labels = meta.get("labels") if isinstance(meta, dict) else None
+        if not isinstance(labels, dict):
+            return []
+        return [(f"metadata.labels[{k}]", v) for k, v in labels.items() if owned(k, reserved)]
     out: list[tuple[str, Any]] = []
     if isinstance(node, dict):
         meta = node.get("metadata")

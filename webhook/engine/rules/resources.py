@@ -19,7 +19,7 @@ from webhook.engine.rule_ids import (
     RESOURCES_MEMORY_LIMIT,
 )
 from webhook.engine.types import JSON, Change, Violation
-from webhook.quantity import format_bytes_ceil_mi, parse
+from webhook.inputs.quantity import format_bytes_ceil_mi, parse
 
 
 def fill_defaults(pod: Pod) -> Change | None:

@@ -1,7 +1,7 @@
 """Step 8 and rules ``scheduling.*``: priority classes and MLRun's preemption modes.
 
 The modes are MLRun's own algorithm, ``enrich_function_preemption_spec``
-(``mlrun/runtimes/pod.py``, transcribed in docs/platforms.md section 2.2), on the
+(``mlrun/runtimes/pod.py``, transcribed in docs/dev/platforms.md section 2.2), on the
 policy's spot ``nodeSelector`` (``S``) and ``tolerations`` (``T``):
 
 - ``prevent``: drop the spot tolerations, the spot ``In`` requirements and the spot
@@ -17,7 +17,7 @@ policy's spot ``nodeSelector`` (``S``) and ``tolerations`` (``T``):
 
 The mode is the annotation (else label) ``preemption.annotation``; else, with
 ``preemption.infer``, the mode MLRun's output shows (``inferred_mode``); else
-``preemption.default``. docs/choices.md "Preemption modes" says why each choice.
+``preemption.default``. docs/dev/choices.md "Preemption modes" says why each choice.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ SCHEDULING = ("tolerations", "affinity", "nodeSelector")  # what a mode may chan
 REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 PREFERRED = "preferredDuringSchedulingIgnoredDuringExecution"
 # Modes that leave a trace MLRun's output can be read from, in no particular order: on a
-# given pod at most one of them changes nothing (docs/choices.md, "Preemption modes").
+# given pod at most one of them changes nothing (docs/dev/choices.md, "Preemption modes").
 INFERABLE = ("constrain", "allow", "prevent")
 
 

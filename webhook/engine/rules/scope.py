@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from webhook.engine.context import POLICY_LABEL
 from webhook.engine.rule_ids import SCOPE_LABELS
 from webhook.engine.types import Violation
+from webhook.keys import POLICY_LABEL
 from webhook.policy.model import Policy
 
 

@@ -11,6 +11,8 @@ to. A Windows Pod gets only the fields the apiserver accepts for Windows.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from webhook.engine.pod import CONTAINER_LISTS, Pod, kept_change, made_once, set_list, warning
 from webhook.engine.rule_ids import (
     SECURITY_CAPABILITIES,
@@ -58,14 +60,49 @@ def strip_root(pod: Pod) -> Change | None:
     (``security.root``); fields the user left out (runAsNonRoot, seccomp, dropped
     capabilities, no privilege escalation) are always filled (``security.defaults``)."""
     policy = pod.policy
-    sec = policy.security
-    if sec.on_root == "Allow":
+    if policy.security.on_root == "Allow":
         return _confine_only(pod)
-    strip = sec.on_root == "Strip"
+    strip = policy.security.on_root == "Strip"
     spec = pod.spec
     linux = not is_windows(spec)
+    fill = _hardening(policy)
     stripped: list[str] = []
     filled: list[str] = []
+    _harden_pod_context(spec, policy, fill, strip, linux, stripped, filled)
+    # Ephemeral containers are hardened when added (harden_debug_containers), never here:
+    # a running Pod's spec is immutable, and /mutate on UPDATE must find it unchanged.
+    for list_name in CONTAINER_LISTS:
+        for container in spec.get(list_name) or ():
+            sc = container.get("securityContext")
+            if sc is None:
+                sc = container["securityContext"] = {}
+            name = container["name"]
+            if strip:
+                _strip_container_root(sc, name, policy, linux, stripped)
+            if not linux:
+                continue
+            if strip:
+                _strip_container_privileges(pod, sc, name, fill.seccomp, stripped)
+            _fill_container(sc, fill.drop, filled, fill.drop_label)
+    if stripped:
+        return kept_change(SECURITY_ROOT, "root and privileges stripped", tuple(stripped))
+    if filled:
+        return kept_change(SECURITY_DEFAULTS, "security defaults set", tuple(dict.fromkeys(filled)))
+    return None
+
+
+def _harden_pod_context(
+    spec: JSON,
+    policy: Policy,
+    fill: _Hardening,
+    strip: bool,
+    linux: bool,
+    stripped: list[str],
+    filled: list[str],
+) -> None:
+    """The pod's securityContext: root ids and group 0 stripped, a uid assigned,
+    runAsNonRoot and the seccomp profile filled or fixed."""
+    sec = policy.security
     psc = spec.get("securityContext")
     if psc is None:
         psc = spec["securityContext"] = {}
@@ -87,64 +124,53 @@ def strip_root(pod: Pod) -> Change | None:
     elif strip and psc["runAsNonRoot"] is False:
         psc["runAsNonRoot"] = True
         stripped.append("runAsNonRoot false")
-    fill = _hardening(policy)
-    seccomp = fill.seccomp
     if linux:
         current = (psc.get("seccompProfile") or {}).get("type")
-        if current is None and seccomp is not None:
-            psc["seccompProfile"] = {"type": seccomp}
+        if current is None and fill.seccomp is not None:
+            psc["seccompProfile"] = {"type": fill.seccomp}
             filled.append(fill.seccomp_label)
         elif strip and current == "Unconfined":
-            psc["seccompProfile"] = {"type": seccomp or RUNTIME_DEFAULT}
+            psc["seccompProfile"] = {"type": fill.seccomp or RUNTIME_DEFAULT}
             stripped.append("seccomp Unconfined")
 
-    drop = fill.drop
-    # Ephemeral containers are hardened when added (harden_debug_containers), never here:
-    # a running Pod's spec is immutable, and /mutate on UPDATE must find it unchanged.
-    for list_name in CONTAINER_LISTS:
-        for container in spec.get(list_name) or ():
-            name = container["name"]
-            sc = container.get("securityContext")
-            if sc is None:
-                sc = container["securityContext"] = {}
-            if strip:
-                if linux and (sc.get("runAsUser") == 0 or sc.get("runAsGroup") == 0):
-                    _strip_root_ids(sc, _CONTAINER_IDS, sec, name, stripped)
-                if sc.get("runAsNonRoot") is False:
-                    sc["runAsNonRoot"] = True
-                    stripped.append(f"{name} runAsNonRoot false")
-            if not linux:
-                continue
-            if strip:
-                profile = sc.get("seccompProfile")
-                if profile and profile.get("type") == "Unconfined":
-                    sc["seccompProfile"] = {"type": seccomp or RUNTIME_DEFAULT}
-                    stripped.append(f"{name} seccomp Unconfined")
-                if sc.get("privileged") is True:
-                    sc["privileged"] = False
-                    stripped.append(f"{name} privileged")
-                if sc.get("allowPrivilegeEscalation") is True:
-                    sc["allowPrivilegeEscalation"] = False
-                    stripped.append(f"{name} allowPrivilegeEscalation")
-                caps = sc.get("capabilities")
-                add = caps.get("add") if caps is not None else None
-                if caps is not None and add:
-                    # beyond the level: the platform's operator's Pods (validation decides
-                    # an undecided one); looked up only for a container that adds any
-                    allowed = allowed_capabilities(policy) | operator_capabilities(
-                        pod, undecided=True
-                    )
-                    kept = [c for c in add if c in allowed]
-                    if kept != add:
-                        gone = ",".join(c for c in add if c not in allowed)
-                        stripped.append(f"{name} add {gone}")
-                        set_list(caps, "add", kept)
-            _fill_container(sc, drop, filled, fill.drop_label)
-    if stripped:
-        return kept_change(SECURITY_ROOT, "root and privileges stripped", tuple(stripped))
-    if filled:
-        return kept_change(SECURITY_DEFAULTS, "security defaults set", tuple(dict.fromkeys(filled)))
-    return None
+
+def _strip_container_root(
+    sc: JSON, name: str, policy: Policy, linux: bool, stripped: list[str]
+) -> None:
+    """A container's root ids and ``runAsNonRoot: false``."""
+    if linux and (sc.get("runAsUser") == 0 or sc.get("runAsGroup") == 0):
+        _strip_root_ids(sc, _CONTAINER_IDS, policy.security, name, stripped)
+    if sc.get("runAsNonRoot") is False:
+        sc["runAsNonRoot"] = True
+        stripped.append(f"{name} runAsNonRoot false")
+
+
+def _strip_container_privileges(
+    pod: Pod, sc: JSON, name: str, seccomp: str | None, stripped: list[str]
+) -> None:
+    """A Linux container's unconfined seccomp, privileges and added capabilities
+    beyond the level."""
+    profile = sc.get("seccompProfile")
+    if profile and profile.get("type") == "Unconfined":
+        sc["seccompProfile"] = {"type": seccomp or RUNTIME_DEFAULT}
+        stripped.append(f"{name} seccomp Unconfined")
+    if sc.get("privileged") is True:
+        sc["privileged"] = False
+        stripped.append(f"{name} privileged")
+    if sc.get("allowPrivilegeEscalation") is True:
+        sc["allowPrivilegeEscalation"] = False
+        stripped.append(f"{name} allowPrivilegeEscalation")
+    caps = sc.get("capabilities")
+    add = caps.get("add") if caps is not None else None
+    if caps is not None and add:
+        # beyond the level: the platform's operator's Pods (validation decides an
+        # undecided one); looked up only for a container that adds any
+        allowed = allowed_capabilities(pod.policy) | operator_capabilities(pod, undecided=True)
+        kept = [c for c in add if c in allowed]
+        if kept != add:
+            gone = ",".join(c for c in add if c not in allowed)
+            stripped.append(f"{name} add {gone}")
+            set_list(caps, "add", kept)
 
 
 # What a mesh's init container (istio-init, linkerd-init) adds to redirect the Pod's
@@ -315,13 +341,48 @@ def harden_debug_containers(
 
 
 def check_security(pod: Pod) -> list[Violation]:
+    """Root, host namespaces, privileges, capabilities and seccomp, as the Pod Security
+    admission's checks name them (``check_*.go``), at the policy's level."""
     policy = pod.policy
-    level = policy.security.level
-    restricted = level == "restricted"
-    linux = not is_windows(pod.spec)
+    psc = pod.spec.get("securityContext") or {}
+    out = _pod_context_violations(pod, psc)
+    pod_seccomp = psc.get("seccompProfile")
+    pod_seccomp_ok = pod_seccomp is not None and pod_seccomp.get("type") in CONFINED_PROFILES
+    context = _ContainerContext(
+        pod=pod,
+        restricted=policy.security.level == "restricted",
+        linux=not is_windows(pod.spec),
+        pod_non_root=psc.get("runAsNonRoot"),
+        pod_seccomp_ok=pod_seccomp_ok,
+    )
+    # Paths are formatted where a violation is found: most Pods here have none.
+    for list_name, more in HINTED_LISTS:
+        for i, container in enumerate(pod.spec.get(list_name) or ()):
+            sc = container.get("securityContext") or {}
+            at = f"{pod.spec_path}.{list_name}[{i}].securityContext"
+            out += _container_root_violations(context, sc, at, more)
+            out += _container_privilege_violations(context, sc, at, more, list_name)
+            out += _container_seccomp_violations(context, sc, at, more)
+    if policy.security.on_root == "Allow":  # a build's root, at level baseline
+        return [v for v in out if v.rule != SECURITY_ROOT]
+    return out
+
+
+@dataclass(frozen=True)
+class _ContainerContext:
+    """What every container's checks read of the pod."""
+
+    pod: Pod
+    restricted: bool
+    linux: bool
+    pod_non_root: object
+    pod_seccomp_ok: bool
+
+
+def _pod_context_violations(pod: Pod, psc: JSON) -> list[Violation]:
+    """The pod's own ids, groups, runAsNonRoot and seccomp, and the host namespaces."""
     base = pod.spec_path
     out: list[Violation] = []
-    psc = pod.spec.get("securityContext") or {}
     for key in ("runAsUser", "runAsGroup", "fsGroup"):  # check_runAsUser.go, and runguard's
         if psc.get(key) == 0:
             out.append(
@@ -340,8 +401,7 @@ def check_security(pod: Pod) -> list[Violation]:
                 "group 0 is root's: remove it",
             )
         )
-    pod_non_root = psc.get("runAsNonRoot")
-    if pod_non_root is False:  # check_runAsNonRoot.go
+    if psc.get("runAsNonRoot") is False:  # check_runAsNonRoot.go
         out.append(
             Violation(
                 SECURITY_ROOT, f"{base}.securityContext.runAsNonRoot", "must not be false: set true"
@@ -361,102 +421,103 @@ def check_security(pod: Pod) -> list[Violation]:
                     f"{key} shares the node's namespace: remove it",
                 )
             )
-    pod_seccomp_ok = pod_seccomp is not None and pod_seccomp.get("type") in CONFINED_PROFILES
-    # Paths are formatted where a violation is found: most Pods here have none.
-    for list_name, more in HINTED_LISTS:
-        for i, container in enumerate(pod.spec.get(list_name) or ()):
-            sc = container.get("securityContext") or {}
-            for key in ("runAsUser", "runAsGroup"):
-                if sc.get(key) == 0:
-                    out.append(
-                        Violation(
-                            SECURITY_ROOT,
-                            f"{base}.{list_name}[{i}].securityContext.{key}",
-                            f"{key} 0 is root: remove it{more}",
-                        )
-                    )
-            non_root = sc.get("runAsNonRoot")
-            if non_root is False:
-                out.append(
-                    Violation(
-                        SECURITY_ROOT,
-                        f"{base}.{list_name}[{i}].securityContext.runAsNonRoot",
-                        f"must not be false: set true{more}",
-                    )
-                )
-            elif restricted and non_root is None and pod_non_root is not True:
-                out.append(
-                    Violation(
-                        SECURITY_ROOT,
-                        f"{base}.{list_name}[{i}].securityContext.runAsNonRoot",
-                        f"must be true, here or in the pod's securityContext{more}",
-                    )
-                )
-            for key in ("privileged", "allowPrivilegeEscalation"):  # check_privileged.go
-                if sc.get(key) is True:
-                    out.append(
-                        Violation(
-                            SECURITY_PRIVILEGED,
-                            f"{base}.{list_name}[{i}].securityContext.{key}",
-                            f"{key}: true is not allowed: remove it or set false{more}",
-                        )
-                    )
-            if restricted and linux and sc.get("allowPrivilegeEscalation") is None:
-                out.append(  # check_allowPrivilegeEscalation.go
-                    Violation(
-                        SECURITY_PRIVILEGED,
-                        f"{base}.{list_name}[{i}].securityContext.allowPrivilegeEscalation",
-                        f"must be set to false{more}",
-                    )
-                )
-            caps = sc.get("capabilities") or {}
-            added = caps.get("add") or []
-            if added:
-                allowed = allowed_capabilities(policy)
-                if list_name != "ephemeralContainers":
-                    allowed |= operator_capabilities(pod)  # looked up only for an add
-                added = [c for c in added if c not in allowed]
-            if added:  # check_capabilities_baseline.go, check_capabilities_restricted.go
-                why = f" ({MESH_HINT})" if NETWORK_CAPABILITY in added and not more else ""
-                out.append(
-                    Violation(
-                        SECURITY_CAPABILITIES,
-                        f"{base}.{list_name}[{i}].securityContext.capabilities.add",
-                        f"capabilities {', '.join(added)} are not allowed at level {level}: "
-                        f"remove them{more}{why}",
-                    )
-                )
-            if restricted and linux and "ALL" not in (caps.get("drop") or ()):
-                out.append(
-                    Violation(
-                        SECURITY_CAPABILITIES,
-                        f"{base}.{list_name}[{i}].securityContext.capabilities.drop",
-                        "must include ALL: drop every capability, add back only what is "
-                        f"allowed{more}",
-                    )
-                )
-            seccomp = sc.get("seccompProfile")
-            if seccomp is not None:  # check_seccompProfile_baseline.go, _restricted.go
-                if seccomp.get("type") not in CONFINED_PROFILES:
-                    out.append(
-                        _seccomp_violation(
-                            f"{base}.{list_name}[{i}].securityContext.seccompProfile.type",
-                            seccomp,
-                            more,
-                        )
-                    )
-            elif restricted and linux and not pod_seccomp_ok:
-                out.append(
-                    Violation(
-                        SECURITY_SECCOMP,
-                        f"{base}.{list_name}[{i}].securityContext.seccompProfile",
-                        "no seccomp profile: set seccompProfile.type RuntimeDefault here or in "
-                        f"the pod's securityContext{more}",
-                    )
-                )
-    if policy.security.on_root == "Allow":  # a build's root, at level baseline
-        return [v for v in out if v.rule != SECURITY_ROOT]
     return out
+
+
+def _container_root_violations(
+    context: _ContainerContext, sc: JSON, at: str, more: str
+) -> list[Violation]:
+    """A container's root ids and runAsNonRoot (``check_runAsNonRoot.go``)."""
+    out: list[Violation] = []
+    for key in ("runAsUser", "runAsGroup"):
+        if sc.get(key) == 0:
+            out.append(Violation(SECURITY_ROOT, f"{at}.{key}", f"{key} 0 is root: remove it{more}"))
+    non_root = sc.get("runAsNonRoot")
+    if non_root is False:
+        out.append(
+            Violation(SECURITY_ROOT, f"{at}.runAsNonRoot", f"must not be false: set true{more}")
+        )
+    elif context.restricted and non_root is None and context.pod_non_root is not True:
+        out.append(
+            Violation(
+                SECURITY_ROOT,
+                f"{at}.runAsNonRoot",
+                f"must be true, here or in the pod's securityContext{more}",
+            )
+        )
+    return out
+
+
+def _container_privilege_violations(
+    context: _ContainerContext, sc: JSON, at: str, more: str, list_name: str
+) -> list[Violation]:
+    """Privileged, privilege escalation (``check_privileged.go``,
+    ``check_allowPrivilegeEscalation.go``) and capabilities
+    (``check_capabilities_baseline.go``, ``check_capabilities_restricted.go``)."""
+    out: list[Violation] = []
+    for key in ("privileged", "allowPrivilegeEscalation"):
+        if sc.get(key) is True:
+            out.append(
+                Violation(
+                    SECURITY_PRIVILEGED,
+                    f"{at}.{key}",
+                    f"{key}: true is not allowed: remove it or set false{more}",
+                )
+            )
+    if context.restricted and context.linux and sc.get("allowPrivilegeEscalation") is None:
+        out.append(
+            Violation(
+                SECURITY_PRIVILEGED, f"{at}.allowPrivilegeEscalation", f"must be set to false{more}"
+            )
+        )
+    caps = sc.get("capabilities") or {}
+    added = caps.get("add") or []
+    if added:
+        policy = context.pod.policy
+        allowed = allowed_capabilities(policy)
+        if list_name != "ephemeralContainers":
+            allowed |= operator_capabilities(context.pod)  # looked up only for an add
+        added = [c for c in added if c not in allowed]
+    if added:
+        why = f" ({MESH_HINT})" if NETWORK_CAPABILITY in added and not more else ""
+        out.append(
+            Violation(
+                SECURITY_CAPABILITIES,
+                f"{at}.capabilities.add",
+                f"capabilities {', '.join(added)} are not allowed at level "
+                f"{context.pod.policy.security.level}: remove them{more}{why}",
+            )
+        )
+    if context.restricted and context.linux and "ALL" not in (caps.get("drop") or ()):
+        out.append(
+            Violation(
+                SECURITY_CAPABILITIES,
+                f"{at}.capabilities.drop",
+                f"must include ALL: drop every capability, add back only what is allowed{more}",
+            )
+        )
+    return out
+
+
+def _container_seccomp_violations(
+    context: _ContainerContext, sc: JSON, at: str, more: str
+) -> list[Violation]:
+    """``check_seccompProfile_baseline.go``, ``check_seccompProfile_restricted.go``."""
+    seccomp = sc.get("seccompProfile")
+    if seccomp is not None:
+        if seccomp.get("type") not in CONFINED_PROFILES:
+            return [_seccomp_violation(f"{at}.seccompProfile.type", seccomp, more)]
+        return []
+    if context.restricted and context.linux and not context.pod_seccomp_ok:
+        return [
+            Violation(
+                SECURITY_SECCOMP,
+                f"{at}.seccompProfile",
+                "no seccomp profile: set seccompProfile.type RuntimeDefault here or in "
+                f"the pod's securityContext{more}",
+            )
+        ]
+    return []
 
 
 def _seccomp_violation(path: str, profile: JSON, more: str) -> Violation:

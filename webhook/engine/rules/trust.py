@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from webhook.engine import scope
-from webhook.engine.context import PLATFORM_POLICY, PLATFORM_RECORD, POLICY_LABEL, STAMP, Context
+from webhook.engine.context import Context
 from webhook.engine.pod import spec_prefix
 from webhook.engine.rule_ids import (
     OWNERSHIP_CHANGED,
@@ -26,7 +26,7 @@ from webhook.engine.rule_ids import (
     OWNERSHIP_UNKNOWN,
     SCOPE_LABELS,
 )
-from webhook.engine.rules import ownership
+from webhook.engine.rules import ownership, podclaims
 from webhook.engine.rules.operators import named_objects, plural, reference_values
 from webhook.engine.rules.queue import QUEUE_CHECKS, changed_message, queue_kept, queue_of
 from webhook.engine.rules.scope import (
@@ -37,6 +37,7 @@ from webhook.engine.rules.scope import (
 from webhook.engine.scope import service_account
 from webhook.engine.subject import Review, expected_records
 from webhook.engine.types import JSON, Violation
+from webhook.keys import PLATFORM_POLICY, PLATFORM_RECORD, POLICY_LABEL, REQUESTED_BY
 from webhook.policy.model import OperatorReference, Policy
 
 TrustCheck = Callable[[Review], list[Violation]]
@@ -50,7 +51,12 @@ def check_records(r: Review) -> list[Violation]:
         return []
     stamp, record, label = ownership.records(r.metadata)
     named = ownership.string_map(r.metadata, "annotations").get(PLATFORM_POLICY)
-    now = {STAMP: stamp, PLATFORM_RECORD: record, PLATFORM_POLICY: named, POLICY_LABEL: label}
+    now = {
+        REQUESTED_BY: stamp,
+        PLATFORM_RECORD: record,
+        PLATFORM_POLICY: named,
+        POLICY_LABEL: label,
+    }
     out = []
     for key, expected in expected_records(r).items():
         if now[key] == expected:
@@ -283,7 +289,7 @@ def check_debug_container(r: Review) -> list[Violation]:
 # (portforward, proxy: Ray's job API on a head Pod runs whatever it is sent; a
 # Service's proxy is judged on each Pod it reaches), and a
 # token of its account bound to it (serviceaccounts/token, TokenRequest), which
-# ``webhook.shells`` would take for the Pod itself when it opens a shell.
+# ``webhook.serving.shells`` would take for the Pod itself when it opens a shell.
 SHELLS = {
     "exec": "kubectl exec",
     "attach": "kubectl attach",
@@ -300,7 +306,7 @@ def check_shell(
     (``SHELLS``: ``kubectl exec``, ``attach``, ``port-forward``, ``pods/proxy``, a token
     bound to it): the same shell, secrets and token as a debug container, by another
     door, so the same judgment. ``by``: the Pod whose own token opens it, when the
-    request says so (``webhook.shells``), in the same namespace: a platform Pod opening
+    request says so (``webhook.serving.shells``), in the same namespace: a platform Pod opening
     a shell into another of the same platform (an MPI launcher running its workers by
     ``kubectl exec``) is that platform, and no other's; a Pod of a platform whose
     identities are all the target's platform's may too (``scope.may_open``: no more than
@@ -674,6 +680,25 @@ TRUST_CHECKS: tuple[TrustCheck, ...] = (
     check_operator_scale,
     *QUEUE_CHECKS,
 )
+
+
+# Checks of any object under review (a Pod, a claim, a Secret, a snapshot...) before it
+# is located as a run: what only the platform may create. Any violation denies at once.
+OBJECT_CHECKS: tuple[TrustCheck, ...] = (
+    lambda r: ownership.check_reserved_name(r.obj, r.root, r.context),
+    lambda r: ownership.check_claim_clones(r.obj, r.root, r.context),
+    lambda r: ownership.check_claim_snapshots(r.obj, r.root, r.context),
+    lambda r: ownership.check_token_secret(r.obj, r.root, r.namespace, r.old, r.context),
+    lambda r: podclaims.check_pod_claim_clones(r.obj, r.root, r.context, r.namespace),
+    lambda r: podclaims.check_pod_claim_snapshots(r.obj, r.root, r.context, r.namespace),
+)
+
+
+def run_object_checks(r: Review) -> list[Violation]:
+    """Every violation of ``OBJECT_CHECKS`` (none for an object that is no mapping)."""
+    if not isinstance(r.obj, dict):
+        return []
+    return [v for check in OBJECT_CHECKS for v in check(r)]
 
 
 def run_trust_checks(r: Review) -> list[Violation]:

@@ -1,0 +1,125 @@
+"""What ``runguard explain`` and ``runguard whatif`` read from a live cluster, once.
+
+``read_view`` lists the metadata of the kinds asked for (``PartialObjectMetadataList``,
+as the server's cluster-state watch does: never a Secret's data), page by page, into a
+cluster view: the Namespaces' labels a profile's ``namespaceSelector`` reads,
+the PriorityClasses and RuntimeClasses a profile names, a run's claims and Secrets. A
+kind the caller may not list (403) is left out, and said: the decisions that need it
+fail closed. ``read_object`` gets one object whole. Requests go through the
+``kubernetes`` client's configuration (``webhook.clusterstate.watch.Api``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import orjson
+
+from webhook.clusterstate.model import (
+    CLUSTER_SCOPED,
+    RESOURCES,
+    ClusterStateError,
+    Meta,
+    meta_from_object,
+)
+from webhook.clusterstate.static import StaticClusterState
+from webhook.clusterstate.watch import LIST_ACCEPT, READ_TIMEOUT, Api, ApiError
+
+PAGE_SIZE = 500
+MAX_PAGES = 100_000  # per kind: far above any real cluster
+# What a what-if needs besides the runs: which namespaces may use which profile, and
+# whether the classes a profile names exist.
+WHATIF_KINDS = ("Namespace", "PriorityClass", "RuntimeClass")
+# Where a Pod's controller keeps the template it was made from.
+TEMPLATE_OWNERS = frozenset({"Job", "ReplicaSet", "StatefulSet", "DaemonSet"})
+API_VERSIONS = {"Pod": "v1", **{k: f"{g}/{v}" if g else v for k, (g, v, _) in RESOURCES.items()}}
+
+
+def path_of(kind: str, namespace: str | None = None, name: str | None = None) -> str:
+    """The API path of a kind (in ``namespace`` when it is namespaced), or of one object."""
+    group, version, resource = ("", "v1", "pods") if kind == "Pod" else RESOURCES[kind]
+    base = f"/apis/{group}/{version}" if group else f"/api/{version}"
+    if namespace and kind not in CLUSTER_SCOPED:
+        base += f"/namespaces/{namespace}"
+    return f"{base}/{resource}" + (f"/{name}" if name else "")
+
+
+def read_object(api_client: Any, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+    """One object, whole (None: not found); ``ApiError`` for any other answer."""
+    try:
+        response = Api(api_client).get(
+            path_of(kind, namespace, name), {}, "application/json", READ_TIMEOUT
+        )
+    except ApiError as exc:
+        if exc.status == 404:
+            return None
+        raise
+    try:
+        obj = orjson.loads(response.read())
+    finally:
+        response.release_conn()
+    if not isinstance(obj, dict):
+        raise ApiError(0, f"{kind} {namespace}/{name}: not an object")
+    obj.setdefault("kind", kind)
+    obj.setdefault("apiVersion", API_VERSIONS.get(kind, "v1"))
+    return obj
+
+
+class ReadState(StaticClusterState):
+    """The objects of the kinds read, complete for those kinds; any other kind is not
+    synced, so the decisions needing it fail closed, as they do without a view (a
+    ``StaticClusterState`` would say its objects do not exist)."""
+
+    def __init__(self, metas: Iterable[Meta], kinds: Iterable[str]) -> None:
+        super().__init__(metas)
+        self.kinds = frozenset(kinds)
+
+    def synced(self, kind: str) -> bool:
+        return kind in self.kinds
+
+
+def read_view(
+    api_client: Any, kinds: Iterable[str], namespace: str | None = None
+) -> tuple[ReadState, list[str]]:
+    """The cluster view of ``kinds`` (namespaced kinds in ``namespace`` only, when given;
+    the Namespace then alone), and a line per kind left out because it may not be read."""
+    api = Api(api_client)
+    metas: list[Meta] = []
+    left_out: list[str] = []
+    read: list[str] = []
+    for kind in kinds:
+        query = {"limit": str(PAGE_SIZE)}
+        if kind == "Namespace" and namespace:
+            query["fieldSelector"] = f"metadata.name={namespace}"
+        try:
+            metas.extend(_listed(api, kind, path_of(kind, namespace), query))
+        except ApiError as exc:
+            if exc.status not in (401, 403, 404):
+                raise
+            left_out.append(f"{kind}: {exc}")
+        else:
+            read.append(kind)
+    return ReadState(metas, read), left_out
+
+
+def _listed(api: Api, kind: str, path: str, query: dict[str, str]) -> Iterable[Meta]:
+    token = ""
+    for _ in range(MAX_PAGES):
+        response = api.get(path, {**query, "continue": token} if token else query,
+                           LIST_ACCEPT, READ_TIMEOUT)  # fmt: skip
+        try:
+            page = orjson.loads(response.read())
+        except orjson.JSONDecodeError as exc:
+            raise ApiError(0, f"the list of {kind} is not JSON: {exc}") from None
+        finally:
+            response.release_conn()
+        for item in page.get("items") or ():
+            try:
+                yield meta_from_object(item, kind)
+            except ClusterStateError:
+                continue  # an object the apiserver would not serve: nothing to decide with
+        token = (page.get("metadata") or {}).get("continue") or ""
+        if not token:
+            return
+    raise ApiError(0, f"the list of {kind} has more than {MAX_PAGES} pages")

@@ -1,0 +1,844 @@
+"""``runguard audit --rbac``: the doors admission cannot see, read from RBAC.
+
+Some verbs reach the platform's objects without any admission request: reading a
+Secret, changing a ConfigMap's data, the kubelet's API through ``nodes/proxy``, a
+token, impersonation. No webhook can judge them; who holds them is decided by RBAC
+alone. This module says, for the namespaces runs live in, which subjects (users,
+groups, ServiceAccounts) hold such verbs, and through which bindings.
+
+No I/O of its own: ``rbac_report`` takes the cluster's objects as plain dicts (as
+``kubectl get namespaces,roles,rolebindings,clusterroles,clusterrolebindings -A -o
+yaml`` prints them, or as the CLI lists them) and a ``Platform`` (what the policy says
+about namespaces, platform names and identities: ``platform_of``).
+
+How RBAC is read, as the apiserver's authorizer reads it:
+
+- A rule matches a request when its ``verbs``, ``apiGroups`` and ``resources`` do
+  (``*`` is any; a resource ``*/scale`` is that subresource of any resource) and, when
+  it names ``resourceNames``, only for those names.
+- A RoleBinding grants its role's rules in its namespace only, and never on cluster-scoped
+  resources (``nodes/proxy``, impersonating users and groups); a ClusterRoleBinding
+  grants them everywhere. Its rows carry the namespace ``*``.
+- An aggregated ClusterRole (``aggregationRule``) holds its stored rules and those of
+  every ClusterRole its selectors pick, as the aggregation controller writes them, so a
+  role not yet aggregated reads as it will be.
+
+Findings about the cluster's own operators are expected, not findings: cluster admins
+(the group ``system:masters``, anyone a ClusterRoleBinding binds to ``cluster-admin``),
+Kubernetes' components (``system:`` users other than ``system:anonymous``, the group
+``system:nodes``, ServiceAccounts of ``kube-system``) and the platform's identities
+(``platform.identities``, ``controllers``, ``operators``, ``installers``). They are kept
+with the reason (``Finding.expected``) and left out of reports unless asked for.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from webhook.audit.clusteraudit import (
+    REPORT_API,
+    REPORT_LABELS,
+    RESULTS,
+    SOURCE,
+    timestamp,
+)
+from webhook.engine.rule_ids import (
+    CONCERNS,
+    RBAC_CONNECT,
+    RBAC_EXPOSE,
+    RBAC_GRANT,
+    RBAC_IMPERSONATE,
+    RBAC_NODE_PROXY,
+    RBAC_PLATFORM_DATA,
+    RBAC_READ_CONFIG_MAPS,
+    RBAC_READ_SECRETS,
+    RBAC_SNAPSHOT,
+    RBAC_TOKEN,
+    REPORT_RULES,
+)
+from webhook.engine.rules.ownership import service_account_identities
+from webhook.inputs.documents import is_list, list_items
+from webhook.install.manifests import SHELLS_CONFIGURATION_NAME as SHELLS_CONFIGURATION
+from webhook.keys import REPORT_LABEL
+from webhook.policy.model import Policy
+from webhook.policy.patterns import split
+
+__all__ = [
+    "CLUSTER_WIDE",
+    "DOORS",
+    "Door",
+    "Finding",
+    "Platform",
+    "RbacReport",
+    "Subject",
+    "platform_of",
+    "rbac_policy_reports",
+    "rbac_report",
+    "shells_webhook_installed",
+    "to_rows",
+    "to_table",
+]
+
+CLUSTER_WIDE = "*"  # a ClusterRoleBinding's rows: every namespace, and cluster-scoped grants
+REPORT_NAME = "runguard-rbac"  # each run namespace's PolicyReport, and the ClusterPolicyReport
+RBAC_GROUP = "rbac.authorization.k8s.io"
+RBAC_API = f"{RBAC_GROUP}/v1"
+WRITES = frozenset({"update", "patch"})
+# Any verb a connection into a Pod is authorized by: exec, attach and port-forward are
+# `create` (and `get` over the older websocket path); a proxy is any HTTP method's verb.
+CONNECT_VERBS = frozenset({"get", "create", "update", "patch", "delete"})
+EXPOSE_VERBS = frozenset({"create", "update", "patch"})
+CREATE_OR_WRITE = frozenset({"create", *WRITES})
+
+
+@dataclass(frozen=True)
+class Resource:
+    """A resource a door opens through: ``group`` and ``resource`` as RBAC names them
+    (``pods/exec``; ``userextras/*`` for any subresource of ``userextras``)."""
+
+    group: str
+    resource: str
+    verbs: frozenset[str]
+    cluster_scoped: bool = False
+    # Platform names narrow it: "secrets" or "configmaps" (a grant by resourceNames
+    # counts only for names the platform's patterns match); None: any name counts.
+    platform_names: str | None = None
+    # Only the platform's objects are the door: none when the policy names none.
+    platform_only: bool = False
+    # A door only in a namespace holding a platform's or operator's ServiceAccount (a
+    # token Secret for it is made there).
+    account_namespaces: bool = False
+
+
+@dataclass(frozen=True)
+class Door:
+    """A way to the platform's objects that no admission request is made for."""
+
+    id: str  # declared in ``webhook.engine.rule_ids``, with its title
+    resources: tuple[Resource, ...]
+    needs_shells_off: bool = False  # judged by admission when the shells webhook is on
+    # Held only when the verbs granted, by resource, open it together (``bind`` is of
+    # no use without creating a binding); None: any grant of its resources opens it.
+    held: Callable[[Mapping[str, frozenset[str]]], bool] | None = None
+
+    @property
+    def title(self) -> str:
+        return REPORT_RULES[self.id].description
+
+
+def _r(group: str, resource: str, verbs: Iterable[str], **kw: Any) -> Resource:
+    return Resource(group, resource, frozenset(verbs), **kw)
+
+
+READ = ("get", "list", "watch")
+ROLES = ("roles", "clusterroles")
+BINDINGS = ("rolebindings", "clusterrolebindings")
+
+
+def _grants_itself(held: Mapping[str, frozenset[str]]) -> bool:
+    """``bind`` of a role with a binding created or updated, or ``escalate`` of a role
+    with a role created or updated: a subject writing its own rules."""
+
+    def verbs(resources: Iterable[str]) -> frozenset[str]:
+        return frozenset(v for r in resources for v in held.get(r, ()))
+
+    roles, bindings = verbs(ROLES), verbs(BINDINGS)
+    return ("bind" in roles and bool(bindings & CREATE_OR_WRITE)) or (
+        "escalate" in roles and bool(roles & CREATE_OR_WRITE)
+    )
+
+
+DOORS = (
+    Door(
+        RBAC_READ_SECRETS,
+        (_r("", "secrets", READ, platform_names="secrets"),),
+    ),
+    Door(
+        RBAC_READ_CONFIG_MAPS,
+        (_r("", "configmaps", READ, platform_names="configmaps", platform_only=True),),
+    ),
+    Door(
+        RBAC_PLATFORM_DATA,
+        (
+            _r("", "configmaps", WRITES, platform_names="configmaps", platform_only=True),
+            _r("", "secrets", WRITES, platform_names="secrets", platform_only=True),
+        ),
+    ),
+    Door(
+        RBAC_NODE_PROXY,
+        (_r("", "nodes/proxy", CONNECT_VERBS, cluster_scoped=True),),
+    ),
+    Door(
+        RBAC_CONNECT,
+        tuple(
+            _r("", resource, CONNECT_VERBS)
+            for resource in (
+                "pods/exec",
+                "pods/attach",
+                "pods/portforward",
+                "pods/proxy",
+                "services/proxy",
+            )
+        ),
+        needs_shells_off=True,
+    ),
+    Door(
+        RBAC_TOKEN,
+        (
+            _r("", "serviceaccounts/token", ["create"]),
+            # a Secret of type kubernetes.io/service-account-token, which the token
+            # controller fills, where a platform's account lives
+            _r("", "secrets", ["create"], account_namespaces=True),
+        ),
+    ),
+    Door(
+        RBAC_SNAPSHOT,
+        (
+            _r("snapshot.storage.k8s.io", "volumesnapshots", ["create"]),
+            _r(
+                "snapshot.storage.k8s.io", "volumesnapshotcontents", ["create"], cluster_scoped=True
+            ),
+        ),
+    ),
+    Door(
+        RBAC_GRANT,
+        (
+            _r(RBAC_GROUP, "roles", ["bind", "escalate", *CREATE_OR_WRITE]),
+            _r(RBAC_GROUP, "clusterroles", ["bind", "escalate"]),
+            _r(RBAC_GROUP, "rolebindings", CREATE_OR_WRITE),
+            _r(RBAC_GROUP, "clusterroles", CREATE_OR_WRITE, cluster_scoped=True),
+            _r(RBAC_GROUP, "clusterrolebindings", CREATE_OR_WRITE, cluster_scoped=True),
+        ),
+        held=_grants_itself,
+    ),
+    Door(
+        RBAC_IMPERSONATE,
+        (
+            _r("", "users", ["impersonate"], cluster_scoped=True),
+            _r("", "groups", ["impersonate"], cluster_scoped=True),
+            _r("", "serviceaccounts", ["impersonate"]),
+            _r("authentication.k8s.io", "userextras/*", ["impersonate"], cluster_scoped=True),
+            _r("authentication.k8s.io", "uids", ["impersonate"], cluster_scoped=True),
+        ),
+    ),
+    Door(
+        RBAC_EXPOSE,
+        (
+            _r("", "services", EXPOSE_VERBS),
+            _r("", "endpoints", EXPOSE_VERBS),
+            _r("discovery.k8s.io", "endpointslices", EXPOSE_VERBS),
+            _r("networking.k8s.io", "ingresses", EXPOSE_VERBS),
+            _r("extensions", "ingresses", EXPOSE_VERBS),
+            _r("networking.k8s.io", "networkpolicies", EXPOSE_VERBS),
+            *(
+                _r("gateway.networking.k8s.io", route, EXPOSE_VERBS)
+                for route in ("httproutes", "grpcroutes", "tcproutes", "tlsroutes", "udproutes")
+            ),
+        ),
+    ),
+)
+
+
+# --- the policy's side ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Platform:
+    """What the report needs of the policy, as plain values."""
+
+    # Per RunPolicy, the namespaces it leaves out: a namespace is a run namespace when at
+    # least one RunPolicy governs it.
+    exclusions: tuple[frozenset[str], ...] = (frozenset(),)
+    secret_patterns: tuple[str, ...] = ()
+    config_map_patterns: tuple[str, ...] = ()
+    identities: frozenset[str] = frozenset()  # user names, and group:NAME for groups
+    # Where the platform's and its operators' ServiceAccounts live.
+    account_namespaces: frozenset[str] = frozenset()
+
+    def governs(self, namespace: str) -> bool:
+        return any(namespace not in excluded for excluded in self.exclusions)
+
+    def names(self, kind: str) -> tuple[str, ...]:
+        return self.secret_patterns if kind == "secrets" else self.config_map_patterns
+
+
+def platform_of(policy: Policy) -> Platform:
+    """The platform every RunPolicy of ``policy`` declares, together."""
+    policies = policy.run_policies()
+    identities: set[str] = set()
+    secrets: dict[str, None] = {}
+    config_maps: dict[str, None] = {}
+    accounts: set[str] = set()
+    for p in policies:
+        accounts.update(namespace for namespace, _ in service_account_identities(p))
+        platform = p.platform
+        named = [*platform.identities, *platform.controllers, *platform.installers]
+        named += [o.identity for o in platform.operators]
+        identities.update(_identity(i) for i in named)
+        secrets.update(dict.fromkeys(n.text for n in p.secrets.allowed))
+        config_maps.update(dict.fromkeys(n.text for n in p.volumes.platform_config_maps))
+        for operator in platform.operators:
+            config_maps.update(dict.fromkeys(n.text for n in operator.config_maps))
+    return Platform(
+        exclusions=tuple(p.exclude_namespaces for p in policies),
+        secret_patterns=tuple(secrets),
+        config_map_patterns=tuple(config_maps),
+        identities=frozenset(identities),
+        account_namespaces=frozenset(accounts),
+    )
+
+
+def _identity(identity: str) -> str:
+    """A policy identity as ``Subject.identity`` spells it."""
+    if identity.startswith("serviceaccount:"):
+        return "system:" + identity
+    return identity
+
+
+def _pattern_regex(pattern: str) -> re.Pattern[str]:
+    """Any name ``pattern`` can match, whatever the runs' labels: a placeholder is any
+    non-empty text, ``*`` any text."""
+    literals, _ = split(pattern)
+    parts = (".*".join(re.escape(chunk) for chunk in literal.split("*")) for literal in literals)
+    return re.compile(".+".join(parts), re.DOTALL)
+
+
+# --- RBAC ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, order=True)
+class Subject:
+    kind: str  # User | Group | ServiceAccount
+    name: str
+    namespace: str = ""  # a ServiceAccount's
+
+    @property
+    def identity(self) -> str:
+        """The name the apiserver knows it by: a user name, ``group:NAME``."""
+        if self.kind == "ServiceAccount":
+            return f"system:serviceaccount:{self.namespace}:{self.name}"
+        if self.kind == "Group":
+            return f"group:{self.name}"
+        return self.name
+
+    def __str__(self) -> str:
+        if self.kind == "ServiceAccount":
+            return f"ServiceAccount {self.namespace}/{self.name}"
+        return f"{self.kind} {self.name}"
+
+
+@dataclass(frozen=True)
+class Rule:
+    groups: frozenset[str]
+    resources: frozenset[str]
+    verbs: frozenset[str]
+    names: frozenset[str]  # resourceNames; empty: any name
+
+    @classmethod
+    def read(cls, rule: Any) -> Rule:
+        rule = rule if isinstance(rule, dict) else {}
+
+        def strings(key: str) -> frozenset[str]:
+            values = rule.get(key)
+            return frozenset(v for v in values if isinstance(v, str)) if values else frozenset()
+
+        return cls(
+            strings("apiGroups"), strings("resources"), strings("verbs"), strings("resourceNames")
+        )
+
+    def grants(self, resource: Resource) -> frozenset[str]:
+        """The verbs of ``resource`` this rule grants (the door's verbs only)."""
+        if "*" not in self.groups and resource.group not in self.groups:
+            return frozenset()
+        if not _resource_matches(self.resources, resource.resource):
+            return frozenset()
+        if "*" in self.verbs:
+            return resource.verbs
+        return resource.verbs & self.verbs
+
+
+def _resource_matches(granted: frozenset[str], wanted: str) -> bool:
+    """The authorizer's ResourceMatches: ``*``, the exact name, or ``*/sub`` for a
+    subresource. ``wanted`` ending ``/*`` (``userextras/*``) is any of its subresources."""
+    if "*" in granted or wanted in granted:
+        return True
+    base, _, sub = wanted.partition("/")
+    if not sub:
+        return False
+    if sub == "*":
+        return any(g.partition("/")[0] == base and g.partition("/")[2] for g in granted) or any(
+            g.startswith("*/") for g in granted
+        )
+    return f"*/{sub}" in granted
+
+
+def _meta(obj: dict[str, Any]) -> dict[str, Any]:
+    meta = obj.get("metadata")
+    return meta if isinstance(meta, dict) else {}
+
+
+def _selector_matches(selector: Any, labels: Mapping[str, Any]) -> bool:
+    """A LabelSelector as a ClusterRole's ``aggregationRule`` holds it, read as the
+    aggregation controller reads it: an empty one picks every ClusterRole, one it
+    cannot read (an unknown operator) none."""
+    if not isinstance(selector, dict):
+        return False
+    for key, value in (selector.get("matchLabels") or {}).items():
+        if labels.get(key) != value:
+            return False
+    for expr in selector.get("matchExpressions") or ():
+        if not isinstance(expr, dict):
+            return False
+        key, op, values = str(expr.get("key")), expr.get("operator"), expr.get("values") or ()
+        present = key in labels
+        value = labels.get(key)
+        meets = {
+            "In": present and value in values,
+            "NotIn": not (present and value in values),
+            "Exists": present,
+            "DoesNotExist": not present,
+        }.get(str(op), False)
+        if not meets:
+            return False
+    return True
+
+
+def cluster_role_rules(cluster_roles: Iterable[dict[str, Any]]) -> dict[str, tuple[Rule, ...]]:
+    """Each ClusterRole's rules, aggregated ones resolved (to a fixed point: ``admin``
+    aggregates ``edit``, which aggregates ``view``)."""
+    stored: dict[str, tuple[Rule, ...]] = {}
+    labels: dict[str, Mapping[str, Any]] = {}
+    selectors: dict[str, list[Any]] = {}
+    for role in cluster_roles:
+        name = _meta(role).get("name")
+        if not isinstance(name, str):
+            continue
+        stored[name] = tuple(Rule.read(r) for r in role.get("rules") or ())
+        labels[name] = _meta(role).get("labels") or {}
+        aggregation = role.get("aggregationRule")
+        if isinstance(aggregation, dict):
+            selectors[name] = list(aggregation.get("clusterRoleSelectors") or ())
+    rules = {name: dict.fromkeys(r) for name, r in stored.items()}
+    for _ in range(len(selectors) + 1):
+        changed = False
+        for name, chosen in selectors.items():
+            for other, other_labels in labels.items():
+                if other != name and any(_selector_matches(s, other_labels) for s in chosen):
+                    for rule in list(rules[other]):
+                        if rule not in rules[name]:
+                            rules[name][rule] = None
+                            changed = True
+        if not changed:
+            break
+    return {name: tuple(r) for name, r in rules.items()}
+
+
+@dataclass(frozen=True)
+class Binding:
+    kind: str  # RoleBinding | ClusterRoleBinding
+    namespace: str  # CLUSTER_WIDE for a ClusterRoleBinding
+    name: str
+    role_kind: str
+    role: str
+    subjects: tuple[Subject, ...]
+
+    def __str__(self) -> str:
+        return f"{self.kind}/{self.name} -> {self.role_kind}/{self.role}"
+
+
+def _subjects(binding: dict[str, Any], namespace: str) -> tuple[Subject, ...]:
+    out = []
+    for s in binding.get("subjects") or ():
+        if not isinstance(s, dict) or not isinstance(s.get("name"), str):
+            continue
+        kind = s.get("kind")
+        if kind == "ServiceAccount":
+            # A RoleBinding's ServiceAccount without a namespace is in the binding's.
+            out.append(Subject(kind, s["name"], s.get("namespace") or namespace))
+        elif kind in ("User", "Group"):
+            out.append(Subject(kind, s["name"]))
+    return tuple(out)
+
+
+def _bindings(objects: Iterable[dict[str, Any]]) -> Iterator[Binding]:
+    for obj in objects:
+        kind = obj.get("kind")
+        if kind not in ("RoleBinding", "ClusterRoleBinding"):
+            continue
+        meta, ref = _meta(obj), obj.get("roleRef")
+        if not isinstance(ref, dict):
+            continue
+        namespace = str(meta.get("namespace") or "") if kind == "RoleBinding" else CLUSTER_WIDE
+        yield Binding(
+            kind,
+            namespace,
+            str(meta.get("name", "")),
+            str(ref.get("kind", "")),
+            str(ref.get("name", "")),
+            _subjects(obj, namespace),
+        )
+
+
+# --- findings --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Grant:
+    """What of a door's resource a rule grants: the verbs, and the names when narrowed."""
+
+    resource: str
+    verbs: frozenset[str]
+    names: frozenset[str] = frozenset()
+
+    def __str__(self) -> str:
+        names = f"[{','.join(sorted(self.names))}]" if self.names else ""
+        return f"{','.join(_ordered(self.verbs))} {self.resource}{names}"
+
+
+VERB_ORDER = ("get", "list", "watch", "create", "update", "patch", "delete", "impersonate")
+
+
+def _ordered(verbs: Iterable[str]) -> list[str]:
+    return sorted(verbs, key=lambda v: (VERB_ORDER.index(v) if v in VERB_ORDER else 99, v))
+
+
+SHELLS_OFF_NOTE = "the shells webhook is off: no admission request judges these connections"
+
+
+@dataclass
+class Finding:
+    """A subject holding a door's verbs in a namespace (``*``: everywhere)."""
+
+    namespace: str
+    subject: Subject
+    door: Door
+    grants: dict[tuple[str, frozenset[str]], set[str]] = field(default_factory=dict)
+    via: dict[str, Binding] = field(default_factory=dict)
+    expected: str | None = None  # why these grants are expected; None: a finding
+
+    def add(self, grant: Grant, binding: Binding) -> None:
+        self.grants.setdefault((grant.resource, grant.names), set()).update(grant.verbs)
+        self.via[str(binding)] = binding
+
+    @property
+    def note(self) -> str | None:
+        return SHELLS_OFF_NOTE if self.door.needs_shells_off else None
+
+    @property
+    def result(self) -> str:
+        return "skip" if self.expected else "fail"
+
+    def verbs(self) -> dict[str, frozenset[str]]:
+        """The verbs granted, by resource (whatever the names)."""
+        out: dict[str, frozenset[str]] = {}
+        for (resource, _), verbs in self.grants.items():
+            out[resource] = out.get(resource, frozenset()) | verbs
+        return out
+
+    def grant_list(self) -> list[Grant]:
+        grants = [Grant(r, frozenset(v), names) for (r, names), v in self.grants.items()]
+        return sorted(grants, key=lambda g: (g.resource, sorted(g.names)))
+
+    def grant_text(self) -> str:
+        """The grants in a line: resources granted the same verbs (and names) together,
+        ``get,list,watch secrets; create pods/exec,pods/attach``."""
+        together: dict[tuple[tuple[str, ...], tuple[str, ...]], list[str]] = {}
+        for g in self.grant_list():
+            together.setdefault((tuple(_ordered(g.verbs)), tuple(sorted(g.names))), []).append(
+                g.resource
+            )
+        return "; ".join(
+            f"{','.join(verbs)} {','.join(resources)}" + (f"[{','.join(names)}]" if names else "")
+            for (verbs, names), resources in together.items()
+        )
+
+    def message(self) -> str:
+        grants = self.grant_text()
+        where = "in every namespace" if self.namespace == CLUSTER_WIDE else "in this namespace"
+        text = f"{self.subject} may {grants} {where}: {self.door.title}"
+        if self.expected:
+            text += f" (expected: {self.expected})"
+        if self.note:
+            text += f"; {self.note}"
+        return text
+
+
+def cluster_admins(bindings: Iterable[Binding]) -> frozenset[Subject]:
+    """Whom a ClusterRoleBinding binds to ClusterRole ``cluster-admin``."""
+    return frozenset(
+        subject
+        for b in bindings
+        if (b.kind, b.role_kind, b.role) == ("ClusterRoleBinding", "ClusterRole", "cluster-admin")
+        for subject in b.subjects
+    )
+
+
+def expected(subject: Subject, platform: Platform, admins: frozenset[Subject]) -> str | None:
+    """Why a subject's grants are expected (the cluster's and the platform's own
+    operators), or None."""
+    if subject in admins or (subject.kind, subject.name) == ("Group", "system:masters"):
+        return "cluster admin"
+    if subject.identity in platform.identities:
+        return "platform identity"
+    if (
+        subject.kind == "User"
+        and subject.name.startswith("system:")
+        and subject.name != "system:anonymous"
+        and not subject.name.startswith("system:serviceaccount:")
+    ):
+        return "Kubernetes component"
+    if (subject.kind, subject.name) == ("Group", "system:nodes"):
+        return "Kubernetes component"
+    if subject.kind == "ServiceAccount" and subject.namespace == "kube-system":
+        return "Kubernetes component"
+    return None
+
+
+def _namespaces(objects: list[dict[str, Any]]) -> set[str]:
+    """The cluster's namespaces: its Namespace objects, else every namespace the roles
+    and bindings name (a file may hold no Namespace)."""
+    listed = {str(_meta(o).get("name")) for o in objects if o.get("kind") == "Namespace"}
+    if listed - {"None"}:
+        return listed - {"None"}
+    return {
+        str(_meta(o)["namespace"])
+        for o in objects
+        if o.get("kind") in ("Role", "RoleBinding") and _meta(o).get("namespace")
+    }
+
+
+def flatten(objects: Iterable[Any]) -> list[dict[str, Any]]:
+    """Objects as read (``kind: List`` and typed lists flattened), dicts only."""
+    out: list[dict[str, Any]] = []
+    for obj in objects:
+        if is_list(obj):
+            out += flatten(list_items(obj))
+        elif isinstance(obj, dict):
+            out.append(obj)
+    return out
+
+
+def shells_webhook_installed(objects: Iterable[Any]) -> bool:
+    """Whether the objects hold runguard's shells webhook configuration."""
+    return any(
+        o.get("kind") == "ValidatingWebhookConfiguration"
+        and _meta(o).get("name") == SHELLS_CONFIGURATION
+        for o in flatten(objects)
+    )
+
+
+@dataclass
+class RbacReport:
+    """The run namespaces looked at, and the findings in them (expected ones too)."""
+
+    namespaces: list[str]
+    findings: list[Finding]
+    shells: bool
+
+    def unexpected(self) -> list[Finding]:
+        return [f for f in self.findings if not f.expected]
+
+    def shown(self, include_expected: bool) -> list[Finding]:
+        return self.findings if include_expected else self.unexpected()
+
+
+def rbac_report(
+    objects: Iterable[Any],
+    platform: Platform,
+    *,
+    shells: bool,
+    namespace: str | None = None,
+) -> RbacReport:
+    """Who holds each door's verbs in the run namespaces (``namespace`` only, when
+    given), sorted by namespace (``*`` first), subject and door."""
+    items = flatten(objects)
+    run_namespaces = {ns for ns in _namespaces(items) if platform.governs(ns)}
+    if namespace is not None:
+        run_namespaces = {namespace} if platform.governs(namespace) else set()
+    roles = {
+        (str(_meta(o).get("namespace", "")), str(_meta(o).get("name", ""))): tuple(
+            Rule.read(r) for r in o.get("rules") or ()
+        )
+        for o in items
+        if o.get("kind") == "Role"
+    }
+    cluster_roles = cluster_role_rules(o for o in items if o.get("kind") == "ClusterRole")
+    doors = [d for d in DOORS if not (d.needs_shells_off and shells)]
+    bindings = list(_bindings(items))
+    admins = cluster_admins(bindings)
+    findings: dict[tuple[str, Subject, str], Finding] = {}
+    for binding in bindings:
+        cluster_wide = binding.namespace == CLUSTER_WIDE
+        if not cluster_wide and binding.namespace not in run_namespaces:
+            continue
+        if binding.role_kind == "Role":  # a ClusterRoleBinding cannot name a Role
+            rules = () if cluster_wide else roles.get((binding.namespace, binding.role), ())
+        else:
+            rules = cluster_roles.get(binding.role, ())
+        for door in doors:
+            grants = list(_door_grants(door, rules, platform, binding.namespace))
+            for subject in binding.subjects if grants else ():
+                key = (binding.namespace, subject, door.id)
+                found = findings.get(key)
+                if found is None:
+                    reason = expected(subject, platform, admins)
+                    found = findings[key] = Finding(
+                        binding.namespace, subject, door, expected=reason
+                    )
+                for grant in grants:
+                    found.add(grant, binding)
+    order = [d.id for d in DOORS]
+    return RbacReport(
+        sorted(run_namespaces),
+        sorted(
+            (f for f in findings.values() if f.door.held is None or f.door.held(f.verbs())),
+            key=lambda f: (
+                f.namespace != CLUSTER_WIDE,
+                f.namespace,
+                f.subject,
+                order.index(f.door.id),
+            ),
+        ),
+        shells,
+    )
+
+
+def _door_grants(
+    door: Door, rules: Iterable[Rule], platform: Platform, namespace: str
+) -> Iterator[Grant]:
+    cluster_wide = namespace == CLUSTER_WIDE
+    for rule in rules:
+        for resource in door.resources:
+            if resource.cluster_scoped and not cluster_wide:
+                continue  # a RoleBinding never grants a cluster-scoped resource
+            if resource.account_namespaces and not (
+                platform.account_namespaces
+                if cluster_wide
+                else namespace in platform.account_namespaces
+            ):
+                continue  # no platform account lives there
+            verbs = rule.grants(resource)
+            if not verbs:
+                continue
+            names = rule.names
+            if resource.platform_names is not None:
+                patterns = platform.names(resource.platform_names)
+                if resource.platform_only and not patterns:
+                    continue  # the platform names none of them
+                if names:
+                    names = _platform_named(names, patterns)
+                    if not names:
+                        continue  # narrowed to names that are not the platform's
+            yield Grant(resource.resource, verbs, names)
+
+
+def _platform_named(names: frozenset[str], patterns: tuple[str, ...]) -> frozenset[str]:
+    regexes = [_pattern_regex(p) for p in patterns]
+    return frozenset(n for n in names if any(r.fullmatch(n) for r in regexes))
+
+
+# --- rendering -------------------------------------------------------------------------
+
+
+def _row(f: Finding) -> dict[str, Any]:
+    subject: dict[str, str] = {"kind": f.subject.kind, "name": f.subject.name}
+    if f.subject.kind == "ServiceAccount":
+        subject["namespace"] = f.subject.namespace
+    return {
+        "namespace": f.namespace,
+        "subject": subject,
+        "door": f.door.id,
+        "title": f.door.title,
+        "grants": [str(g) for g in f.grant_list()],
+        "via": sorted(f.via),
+        "expected": f.expected,
+        "note": f.note,
+    }
+
+
+def to_rows(findings: Iterable[Finding]) -> list[dict[str, Any]]:
+    return [_row(f) for f in findings]
+
+
+TABLE_HEADER = ("NAMESPACE", "SUBJECT", "DOOR", "GRANTS", "VIA")
+
+
+def to_table(findings: Iterable[Finding]) -> str:
+    """A row per finding; its note (or why it is expected) closes the line."""
+    rows = [TABLE_HEADER]
+    notes = [""]
+    for f in findings:
+        grants = f.grant_text()
+        rows.append((f.namespace, str(f.subject), f.door.id, grants, ", ".join(sorted(f.via))))
+        extra = [f"expected: {f.expected}"] if f.expected else []
+        notes.append("  (" + "; ".join([*extra, *([f.note] if f.note else [])]) + ")"
+                     if extra or f.note else "")  # fmt: skip
+    widths = [max(len(r[i]) for r in rows) for i in range(len(TABLE_HEADER) - 1)]
+    lines = []
+    for row, note in zip(rows, notes, strict=True):
+        cells = "  ".join(c.ljust(widths[i]) for i, c in enumerate(row[:-1]))
+        lines.append(f"{cells}  {row[-1]}{note}".rstrip())
+    return "\n".join(lines)
+
+
+RBAC_CATEGORY, RBAC_SEVERITY = CONCERNS["rbac"].category, CONCERNS["rbac"].severity
+
+
+def _result(f: Finding, when: dict[str, int]) -> dict[str, Any]:
+    resources = []
+    for binding in sorted(f.via.values(), key=str):
+        ref = {"apiVersion": RBAC_API, "kind": binding.kind, "name": binding.name}
+        if binding.namespace != CLUSTER_WIDE:
+            ref["namespace"] = binding.namespace
+        resources.append(ref)
+    properties = {
+        "subject": str(f.subject),
+        "grants": f.grant_text(),
+        **({"expected": f.expected} if f.expected else {}),
+        **({"note": f.note} if f.note else {}),
+    }
+    return {
+        "policy": REPORT_NAME,
+        "rule": f.door.id,
+        "result": f.result,
+        "category": RBAC_CATEGORY,
+        "severity": RBAC_SEVERITY,
+        "source": SOURCE,
+        "timestamp": dict(when),
+        "scored": True,
+        "resources": resources,
+        "message": f.message(),
+        "properties": properties,
+    }
+
+
+def _report(kind: str, namespace: str | None, results: list[dict[str, Any]]) -> dict[str, Any]:
+    summary = dict.fromkeys(RESULTS, 0)
+    for r in results:
+        summary[r["result"]] += 1
+    metadata: dict[str, Any] = {"name": REPORT_NAME}
+    if namespace is not None:
+        metadata["namespace"] = namespace
+    metadata["labels"] = {**REPORT_LABELS, REPORT_LABEL: "rbac"}
+    report: dict[str, Any] = {"apiVersion": REPORT_API, "kind": kind, "metadata": metadata}
+    if namespace is not None:
+        report["scope"] = {"apiVersion": "v1", "kind": "Namespace", "name": namespace}
+    return {**report, "summary": summary, "results": results}
+
+
+def rbac_policy_reports(
+    report: RbacReport, *, include_expected: bool = False, now: float = 0.0
+) -> list[dict[str, Any]]:
+    """The ClusterPolicyReport of the grants every namespace holds (ClusterRoleBindings),
+    then a PolicyReport per run namespace (an empty one where nothing was found: writing
+    it replaces what an earlier report said)."""
+    when = timestamp(now)
+    by_namespace: dict[str, list[dict[str, Any]]] = {ns: [] for ns in report.namespaces}
+    by_namespace.setdefault(CLUSTER_WIDE, [])
+    for f in report.shown(include_expected):
+        by_namespace.setdefault(f.namespace, []).append(_result(f, when))
+    cluster = _report("ClusterPolicyReport", None, by_namespace.pop(CLUSTER_WIDE))
+    return [cluster, *(_report("PolicyReport", ns, rs) for ns, rs in sorted(by_namespace.items()))]

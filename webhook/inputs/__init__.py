@@ -1,0 +1,3 @@
+"""Reading what users hand runguard: YAML/JSON documents, Kubernetes quantities,
+kubeconfigs.
+"""

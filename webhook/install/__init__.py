@@ -1,0 +1,3 @@
+"""What installs runguard: the webhook configurations and CRDs rendered from the policy,
+the Helm chart, the certificates.
+"""
