@@ -52,8 +52,9 @@ run: $(STAMP) $(DEV_CERTS)/tls.crt
 
 # Everything CI runs: lint, types, unit + HTTP + e2e tests on Kubernetes 1.33 (go.mod),
 # then the whole e2e suite on each release of E2E_FULL and its smoke subset on each of
-# E2E_SMOKE (every build cached; docs/dev/e2e.md, "Kubernetes releases"). RUNGUARD_E2E=0
-# skips every e2e build and test.
+# E2E_SMOKE (every build cached; docs/dev/e2e.md, "Kubernetes releases"; Kueue, which
+# test_kueue.py runs, once for all: "A real Kueue"). RUNGUARD_E2E=0 skips every e2e build
+# and test.
 E2E_FULL := 1.37
 E2E_SMOKE := 1.30
 test: $(STAMP)
