@@ -167,18 +167,24 @@ class Kueue:
             raise
 
     def stop(self, timeout: float = 20.0) -> None:
-        """Unregister the webhooks, then SIGTERM the process group (SIGKILL if it lingers)."""
-        if self.registered:
-            self.cluster.kubectl(
-                "delete", "mutatingwebhookconfiguration,validatingwebhookconfiguration",
-                "-l", "app.kubernetes.io/name=kueue", "--ignore-not-found", "--wait",
-            )  # fmt: skip
-            self.registered = False
-        if self._proc is not None:
-            _kill_group(self._proc.pid, timeout)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self._proc.wait(timeout=1)
-            self._proc = None
+        """Unregister the webhooks and wait until the apiserver no longer calls them (a
+        Job created then would fail on a Kueue gone), then SIGTERM the process group
+        (SIGKILL if it lingers)."""
+        try:
+            if self.registered:
+                self.cluster.kubectl(
+                    "delete", "mutatingwebhookconfiguration,validatingwebhookconfiguration",
+                    "-l", "app.kubernetes.io/name=kueue", "--ignore-not-found", "--wait",
+                )  # fmt: skip
+                self.registered = False
+                until("Kueue's webhooks no longer called",
+                      lambda: self._probe_job() is False or None, START_TIMEOUT)  # fmt: skip
+        finally:
+            if self._proc is not None:
+                _kill_group(self._proc.pid, timeout)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    self._proc.wait(timeout=1)
+                self._proc = None
 
     # -- steps --
 
@@ -287,9 +293,13 @@ class Kueue:
         self.registered = True
 
     def _suspends(self) -> bool | None:
-        """A server-side dry run of a queued Job (no run: runguard leaves it) comes back
-        suspended, which only Kueue's webhook does."""
+        """Kueue's Job webhook is called (and Kueue still runs)."""
         self._check_alive()
+        return self._probe_job() or None
+
+    def _probe_job(self) -> bool | None:
+        """Whether a server-side dry run of a queued Job (no run: runguard leaves it) comes
+        back suspended, which only Kueue's webhook does; None if it fails."""
         probe = {"apiVersion": "batch/v1", "kind": "Job",
                  "metadata": {"name": "kueue-probe", "labels": {QUEUE_LABEL: "probe"}},
                  "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [
@@ -298,7 +308,7 @@ class Kueue:
                                     "-f", "-", input=json.dumps(probe))  # fmt: skip
         if done.returncode != 0:
             return None
-        return True if json.loads(done.stdout)["spec"].get("suspend") is True else None
+        return json.loads(done.stdout)["spec"].get("suspend") is True
 
     # -- Kueue's objects --
 
