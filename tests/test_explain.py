@@ -97,7 +97,9 @@ def test_without_a_cluster_view_the_kept_profiles_are_unknown(policy: Policy) ->
 def test_a_job_is_explained_by_its_template(policy: Policy) -> None:
     e = explain(run("team-a", "small", "64Gi", kind="Job"), policy, context=CONTEXT)
     assert (e.kind, e.profile) == ("Job", "small")
-    assert all(op["path"].startswith("/metadata") for op in e.patch)  # records only
+    # the records, and the profile written into the template (where a queue counts it)
+    assert all(op["path"].startswith(("/metadata", "/spec/template/spec/")) for op in e.patch)
+    assert any(op["path"].startswith("/spec/template/spec/containers") for op in e.patch)
     assert {PROFILE_APPLIED, PROFILE_RANGE} <= {c.rule for c in e.changes}
 
 

@@ -124,13 +124,19 @@ def test_validate_judges_pod_templates_of_controllers(server: RunguardServer) ->
     out = server.review("/validate", job)
     assert out["allowed"] is False
     assert "[profile.unknown]" in out["status"]["message"]
-    # controllers are judged; their template is never patched, they only get the label of
-    # the RunPolicy that governs them (SPEC section 8)
+    # controllers are judged; a Job's template is patched at CREATE (where a queue counts
+    # it), and the Job gets the label of the RunPolicy that governs it
     mutated = server.review("/mutate", job)
     assert mutated["allowed"] is True
-    assert json.loads(base64.b64decode(mutated["patch"])) == [
-        {"op": "add", "path": "/metadata/labels/runguard.io~1policy", "value": "http-test"}
-    ]
+    patch = json.loads(base64.b64decode(mutated["patch"]))
+    label = {"op": "add", "path": "/metadata/labels/runguard.io~1policy", "value": "http-test"}
+    assert patch[0] == label
+    assert patch[1:] and all(op["path"].startswith("/spec/template/spec/") for op in patch[1:])
+    # a Deployment's template is never patched: its Pods are
+    deployment = {**job, "apiVersion": "apps/v1", "kind": "Deployment"}
+    deployment["spec"] = {"selector": {"matchLabels": {"app": "j"}}, **job["spec"]}
+    mutated = server.review("/mutate", deployment)
+    assert json.loads(base64.b64decode(mutated["patch"])) == [label]
 
 
 def test_validate_update_ignores_violations_already_there(server: RunguardServer) -> None:

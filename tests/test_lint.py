@@ -357,3 +357,17 @@ def test_node_paths_and_operator_patterns_that_give_too_much(pol: Path) -> None:
         'pol/runpolicy.yaml:12: spec.platform.operators[0].configMaps[0]: pattern "*" '
         "matches every name: the operator's Pods could mount any ConfigMap",
     ]
+
+
+def test_a_profile_schedules_by_queue_or_by_node_not_both(pol: Path) -> None:
+    write(pol, "runpolicy.yaml", RUN_POLICY)
+    queued = PROFILE + "  queue: {name: team-a, priorityClass: research}\n"
+    write(pol, "profiles.yaml", queued)
+    assert lint("pol").errors == []
+    write(pol, "profiles.yaml", queued + "  nodeSelector: {gpu: a100}\n"
+          "  tolerations: [{key: nvidia.com/gpu, operator: Exists}]\n")  # fmt: skip
+    assert [str(e) for e in lint("pol").errors] == [
+        f"pol/profiles.yaml:{line}: spec.{key}: a queue profile (spec.queue) sets no {key}: "
+        "the queue's flavors place its runs (schedule by node or by queue, not both)"
+        for line, key in ((8, "nodeSelector"), (9, "tolerations"))
+    ]

@@ -1,6 +1,7 @@
 """Scenario 3: a Job, CronJob or Deployment whose run template cannot be fixed is
-rejected at ``kubectl apply``; a fixable one is accepted as sent (its Pods are what
-runguard mutates), with warnings saying what will change in them."""
+rejected at ``kubectl apply``; a fixable one is accepted. A Job's or CronJob's template
+is stored mutated (the profile where a queue counts it), a Deployment's as sent (its
+Pods are what runguard mutates), with warnings saying what will change in them."""
 
 from __future__ import annotations
 
@@ -40,13 +41,32 @@ TEMPLATE_PATH = {
 }
 
 
-def assert_stored_as_sent(sent: dict[str, Any], stored: dict[str, Any]) -> None:
-    """Controllers are not patched: the template is what the user wrote."""
+def assert_stored(kind: str, sent: dict[str, Any], stored: dict[str, Any]) -> None:
+    """A Deployment is not patched: the template is what the user wrote. A Job's and a
+    CronJob's template is stored with the profile and the fixes, as their Pods get them."""
     template = pod_template(stored)
-    assert is_subset(pod_template(sent), template)
-    assert template["spec"]["securityContext"] == {"runAsUser": 0, "fsGroup": 0}
-    assert "affinity" not in template["spec"]
-    assert [v["name"] for v in template["spec"]["volumes"]] == ["shared", "work"]
+    if kind == "Deployment":
+        assert is_subset(pod_template(sent), template)
+        assert template["spec"]["securityContext"] == {"runAsUser": 0, "fsGroup": 0}
+        assert "affinity" not in template["spec"]
+        assert [v["name"] for v in template["spec"]["volumes"]] == ["shared", "work"]
+        return
+    spec = template["spec"]
+    assert spec["securityContext"]["runAsNonRoot"] is True
+    assert spec["securityContext"].get("runAsUser") != 0
+    assert [v["name"] for v in spec["volumes"]] == ["work"]
+    assert spec["containers"][0]["resources"]["requests"]["nvidia.com/gpu"] == "1"
+    assert (spec["runtimeClassName"], spec["priorityClassName"]) == ("nvidia", "high")
+
+
+def assert_warned(kind: str, warnings: list[str]) -> None:
+    """A kept template's warnings say what its Pods will get; a mutated one's what
+    was done to it."""
+    if kind == "Deployment":
+        assert warnings[0] == TEMPLATE_KEPT
+        warnings = warnings[1:]
+    assert warnings[0].startswith("runguard: profile 1xa100 applied"), warnings
+    assert "runguard: pre-existing volumes removed: shared" in warnings
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -74,12 +94,8 @@ def test_fixable_template_is_accepted_kubectl(
     done = apply(cluster, namespace, sent)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == f"{KINDS[kind]}.{sent['apiVersion'].split('/')[0]}/train created"
-    warnings = kubectl_warnings(done.stderr)
-    # a template is kept as written: the warnings say what its Pods will get
-    assert warnings[0] == TEMPLATE_KEPT
-    assert warnings[1].startswith("runguard: profile 1xa100 applied")
-    assert "runguard: pre-existing volumes removed: shared" in warnings
-    assert_stored_as_sent(sent, get(cluster, namespace, KINDS[kind], "train"))
+    assert_warned(kind, kubectl_warnings(done.stderr))
+    assert_stored(kind, sent, get(cluster, namespace, KINDS[kind], "train"))
 
 
 def test_controller_that_is_not_a_run_is_accepted(
@@ -114,6 +130,5 @@ def test_controllers_python_client(
             namespace, sent
         )
         assert status == 201
-        assert header_warnings(headers)[:1] == [TEMPLATE_KEPT]
-        assert header_warnings(headers)[1].startswith("runguard: profile 1xa100 applied")
-        assert_stored_as_sent(sent, api_client.sanitize_for_serialization(created))
+        assert_warned(kind, header_warnings(headers))
+        assert_stored(kind, sent, api_client.sanitize_for_serialization(created))

@@ -17,14 +17,16 @@ from typing import Any
 import pytest
 
 from .cluster import Cluster
-from .runs import platform_identity, rule_ids
+from .runs import platform_identity, rule_ids, until
 from .test_trust import (
     NODE_KEY,
     RUN,
     TAINT,
+    WAIT,
     container,
     get,
     platform_made,
+    run_pods,
     shipped,
     space,
     user,
@@ -86,3 +88,66 @@ def test_kueue_starts_the_platforms_queued_job_and_a_user_cannot(
     (pod,) = wait_pods(cluster, space, "app=queued", 1)
     assert platform_made(pod)
     assert pod["spec"]["nodeName"] == "kwok-trust-0"  # the flavor's node
+
+
+# --- the profile where Kueue counts it --------------------------------------------------
+
+# The shipped profile 1xa100 (policies/profiles.yaml), as the stored template carries it.
+A100_RESOURCES = {
+    "requests": {"cpu": "8", "memory": "32Gi", "nvidia.com/gpu": "1"},
+    "limits": {"memory": "64Gi", "nvidia.com/gpu": "1"},
+}
+
+
+def runguard_patches(event: dict[str, Any]) -> tuple[list[str], list[dict[str, Any]]]:
+    """The runguard webhooks the apiserver called on a request (its audit annotations),
+    and every operation of the patches they returned."""
+    called, operations = [], []
+    for key, value in event.get("annotations", {}).items():
+        if key.startswith(("mutation.webhook.admission.k8s.io/", "patch.webhook.admission")):
+            record = json.loads(value)
+            if record["webhook"].endswith(".runguard.io"):
+                if key.startswith("mutation."):
+                    called.append(record["webhook"])
+                operations.extend(record.get("patch", []))
+    return called, operations
+
+
+def test_a_gpu_run_jobs_template_is_stored_with_the_profile_and_its_pod_left_as_made(
+    cluster: Cluster, space: str
+) -> None:
+    """What Kueue reads is the stored Job: it carries the profile. The job-controller's
+    Pod, made from it, reaches runguard's /mutate and gets nothing of the spec changed."""
+    core = platform_identity(cluster)
+    job = queued_job("gpu-run")
+    del job["metadata"]["labels"][QUEUE]  # no queue here: the job-controller starts it
+    job["spec"]["suspend"] = False
+    job["spec"]["template"]["metadata"]["labels"]["dhcore/template"] = "1xa100"
+    job["spec"]["template"]["spec"]["containers"][0]["resources"] = {
+        "requests": {"cpu": "1", "memory": "2Gi"}
+    }
+    core.kubectl("apply", "-n", space, "-f", "-", input=json.dumps(job), check=True)
+    stored = get(cluster, space, "job/gpu-run")
+    template = stored["spec"]["template"]["spec"]
+    assert template["containers"][0]["resources"] == A100_RESOURCES
+    assert (template["runtimeClassName"], template["priorityClassName"]) == ("nvidia", "high")
+    assert template["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"}
+
+    def created() -> dict[str, Any] | None:
+        events = cluster.audit_events(verb="create", resource="pods", namespace=space)
+        # (a controller's Pod has only its generateName in the audit event)
+        made = [
+            e
+            for e in events
+            if e["responseStatus"]["code"] == 201
+            and e.get("requestObject", {}).get("metadata", {}).get("generateName") == "gpu-run-"
+        ]
+        return made[0] if made else None
+
+    event = until("the job-controller's Pod of gpu-run created", created, WAIT)
+    called, operations = runguard_patches(event)
+    assert any(w.startswith("mutate") for w in called), event.get("annotations")
+    assert [op for op in operations if op["path"].startswith("/spec")] == [], operations
+    (pod,) = run_pods(cluster, space, "batch.kubernetes.io/job-name=gpu-run")
+    assert pod["spec"]["containers"][0]["resources"] == A100_RESOURCES
+    assert platform_made(pod)

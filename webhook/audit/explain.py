@@ -80,7 +80,8 @@ class Explanation:
     warnings: tuple[str, ...]
     choices: tuple[ProfileChoice, ...]
     # The engine's JSON Patch from the object judged to the one admitted: every edit the
-    # warnings summarize (none for a controller, whose template is judged, not patched).
+    # warnings summarize (a Job's or CronJob's template at CREATE; none for a Deployment's
+    # and the like, whose template is judged, not patched).
     patch: tuple[dict[str, Any], ...] = ()
     notes: tuple[str, ...] = field(default=())
 

@@ -13,6 +13,7 @@ from webhook.audit.explain import Explanation, explain, to_text
 from webhook.cli import EXIT_BAD_INPUT, EXIT_DENIED, EXIT_OK, load_policy_or_report
 from webhook.clusterstate.model import KINDS, LAST_APPLIED
 from webhook.engine.context import Context
+from webhook.engine.review import TEMPLATES_MUTATED
 from webhook.inputs.documents import InputError, read_objects
 from webhook.policy.model import Policy
 
@@ -125,8 +126,19 @@ def _run_cluster(args: argparse.Namespace, kind: str, name: str) -> int:
             doing = "read what the Pod was made from"
             if kind == "Pod":
                 judged, what, notes = _submitted(api_client, obj, namespace)
+            elif (sent := _as_applied(obj)) is not None:
+                judged, what = (
+                    sent,
+                    f"{kind} {name} as kubectl applied it (last-applied-configuration)",
+                )
             else:
-                what = f"{kind} {name} as stored (its template, which runguard never patches)"
+                what = f"{kind} {name} as stored"
+            if judged is obj and kind in TEMPLATES_MUTATED:
+                notes.append(
+                    "a Job's or CronJob's template as stored already carries runguard's changes "
+                    "(made when it was created), and the manifest is not recorded: the changes "
+                    "listed are those the policy would make to it now"
+                )
             doing = "read the cluster view"
             state, left_out = read_view(api_client, (*KINDS, "ProjectProfile"), namespace)
             notes += [f"not read ({line}): decisions needing it fail closed" for line in left_out]
@@ -147,6 +159,19 @@ def _run_cluster(args: argparse.Namespace, kind: str, name: str) -> int:
     return _print([found], args.output)
 
 
+def _as_applied(obj: dict[str, Any]) -> dict[str, Any] | None:
+    """The manifest kubectl applied to make ``obj`` (its last-applied configuration, of
+    the same kind), if it was applied."""
+    applied = ((obj.get("metadata") or {}).get("annotations") or {}).get(LAST_APPLIED)
+    if not applied:
+        return None
+    try:
+        sent = json.loads(applied)
+    except ValueError:
+        return None
+    return sent if isinstance(sent, dict) and sent.get("kind") == obj.get("kind") else None
+
+
 def _submitted(
     api_client: Any, pod: dict[str, Any], namespace: str
 ) -> tuple[dict[str, Any], str, list[str]]:
@@ -157,18 +182,15 @@ def _submitted(
 
     meta = pod.get("metadata") or {}
     name = meta.get("name", "")
-    applied = (meta.get("annotations") or {}).get(LAST_APPLIED)
-    if applied:
-        try:
-            sent = json.loads(applied)
-        except ValueError:
-            sent = None
-        if isinstance(sent, dict) and sent.get("kind") == "Pod":
-            return sent, f"Pod {name} as kubectl applied it (last-applied-configuration)", []
+    sent = _as_applied(pod)
+    if sent is not None:
+        return sent, f"Pod {name} as kubectl applied it (last-applied-configuration)", []
     for ref in meta.get("ownerReferences") or ():
         if ref.get("controller") and ref.get("kind") in TEMPLATE_OWNERS:
             owner = read_object(api_client, ref["kind"], namespace, ref.get("name", ""))
             if owner is not None:
+                # (a Job's stored template already carries runguard's changes: its manifest)
+                owner = _as_applied(owner) or owner
                 return owner, f"{ref['kind']} {ref['name']}, whose template made Pod {name}", []
     note = (
         "the Pod as stored already carries runguard's changes and the manifest it was "

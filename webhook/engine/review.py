@@ -13,7 +13,7 @@ from collections.abc import Callable
 from decimal import Decimal
 from typing import Any, ParamSpec
 
-from webhook.engine import scope
+from webhook.engine import scope, templates
 from webhook.engine.context import NO_CONTEXT, Context, Ownership
 from webhook.engine.diff import make_patch
 from webhook.engine.pod import WARNING_LIMIT, Pod, copy_json, spec_prefix
@@ -23,6 +23,7 @@ from webhook.engine.receipts import LocalReceipts, Receipts, backstop_key, state
 from webhook.engine.rule_ids import OWNERSHIP_STAMP, UPDATE_SPEC_KEPT
 from webhook.engine.rules import ownership, podclaims, run_checks, run_steps
 from webhook.engine.rules.profile import PRIORITY_COMPUTED
+from webhook.engine.rules.queue_profile import send_to_queue
 from webhook.engine.rules.security import harden_debug_containers
 from webhook.engine.rules.trust import check_shell, run_object_checks, run_trust_checks
 from webhook.engine.shape import check_shape
@@ -41,10 +42,21 @@ from webhook.policy.model import Policy
 
 P = ParamSpec("P")
 UPDATE_KEPT = "a running pod's spec cannot change: kept the values runguard set at creation"
-# A controller is judged by its template after mutation but never patched: its warnings
-# say what its Pods will get, not what was done to the object (which stays as written).
+# The kinds whose pod template ``/mutate`` changes at CREATE: what a queue (Kueue) counts
+# and what a scheduler reads is the stored template, so the profile goes there, once. Their
+# Pods are then a fixed point of the steps (judged, nothing left to change). Long-lived
+# controllers (Deployments, StatefulSets...) are judged by their template after mutation
+# but never patched: ``kubectl apply`` of their manifest would take runguard's values back
+# out of the template and roll every Pod; their Pods get the profile.
+TEMPLATES_MUTATED = frozenset({"Job", "CronJob"})
+# The warnings of a template kept as written say what its Pods will get, not what was
+# done to the object.
 TEMPLATE_KEPT = (
     "runguard: the pod template is kept as written; each Pod created from it is changed so:"
+)
+TEMPLATE_REAPPLIED = Change(
+    UPDATE_SPEC_KEPT,
+    warning_text("the pod template is kept: the values runguard set at creation stay"),
 )
 STAMPED = Change(OWNERSHIP_STAMP, warning_text(f"stamped {REQUESTED_BY}"))
 RECORDS_KEPT = Change(
@@ -232,7 +244,9 @@ def mutate(
     context: Context = NO_CONTEXT,
     receipts: Receipts | None = None,
 ) -> Decision:
-    """The mutating webhook: patch a run Pod, and write runguard's records. Never denies.
+    """The mutating webhook: patch a run Pod, and at CREATE the pod template of a run Job
+    or CronJob (``TEMPLATES_MUTATED``: what a queue counts), and write runguard's records.
+    Never denies.
 
     On UPDATE (``old`` given) a Pod's spec is immutable, so the patch is kept only when
     it turns the spec back into the running one: that is ``kubectl apply`` of the
@@ -278,16 +292,93 @@ def mutate(
                     changes = [Change(UPDATE_SPEC_KEPT, warning_text(UPDATE_KEPT))]
             if changes:
                 result = _with_spec(obj, target, spec)
+    elif target is not None and not problems and r.old is None and _template_mutated(r, target):
+        # At CREATE only: an UPDATE leaves the template as sent, changed or not (no
+        # rollout runguard did not ask for; a Job's template is immutable anyway).
+        spec, mutated_template, changes = _mutated(target, governing, _Who(r, governing))
+        profile = mutated_template.profile.name if mutated_template.profile else None
+        if spec == target.spec:
+            changes = []
+        else:
+            result = _with_spec(obj, target, spec)
+        result = _queued(result, target, mutated_template, r, changes)
+    elif target is not None and not problems and r.old_target and _template_mutated(r, target):
+        # An UPDATE writes nothing new into the template. Only ``kubectl apply`` of the
+        # manifest again, whose three-way merge re-sends the values runguard changed at
+        # CREATE, is turned back into the stored template: unchanged, as a Job's must be.
+        spec, _, _ = _mutated(target, governing, _Who(r, governing))
+        if spec != target.spec and spec == r.old_target.spec:
+            result, changes = _with_spec(obj, target, spec), [TEMPLATE_REAPPLIED]
+    elif target is None and not r.invalid and r.old is None and isinstance(obj, dict):
+        result, changes, profile = _operator_templates(r, obj)
+    if mutated is not None and isinstance(result, dict):
+        result = _queued(result, target, mutated, r, changes)
     if isinstance(result, dict) and not r.invalid and not problems:
         # (an object that cannot be understood is denied by /validate: nothing to record)
         result, recorded = _record_changes(r, result)
         changes.extend(recorded)
-    applies = r.governing is not None or bool(problems)
+    applies = r.governing is not None or bool(problems) or profile is not None
     if receipts is not None and mutated is not None:
         _leave_receipt(mutated, result, receipts, version)
     if result is obj:
         return _decision(obj, governing, namespace, applies=applies, allowed=True)
     return _patched(obj, result, governing, namespace, changes, applies=applies, profile=profile)
+
+
+def _queued(
+    result: JSON,
+    target: Any,
+    pod: Pod,
+    r: Review,
+    changes: list[Change],
+    suspend: tuple[str, ...] | None = None,
+) -> JSON:
+    """At CREATE, a run of a queue profile sent to its queue (``rules.queue_profile``)."""
+    if pod.profile is None or pod.profile.queue is None or target is None:
+        return result
+    result, change = send_to_queue(
+        result, target.kind, pod.profile, pod.policy, _owner_references(r.metadata), suspend
+    )
+    if change is not None:
+        changes.append(change)
+    return result
+
+
+def _operator_templates(r: Review, obj: JSON) -> tuple[JSON, list[Change], str | None]:
+    """At CREATE, an operator's object with the profile in each pod template its entry
+    declares (``platform.operators[].templates``) that is a run's (each by the RunPolicy
+    its labels choose), sent to its queue when a template names a queue profile: the
+    object, the changes, and the first profile applied."""
+    entry = templates.declared(obj, r.root, r.namespace)
+    if entry is None:
+        return obj, [], None
+    result, profile = obj, None
+    changes: list[Change] = []
+    queued: tuple[Target, Pod] | None = None
+    for keys, target in templates.located(obj, entry):
+        governing = scope.choose(
+            r.root,
+            target.labels,
+            r.namespace,
+            lambda p: ownership.requested_by(p, r.metadata, r.namespace, r.context),
+        )
+        if governing is None or check_shape(target.spec, target.spec_path):
+            continue  # not a run's, or not understood: its Pods are judged
+        spec, pod, made = _mutated(target, governing, _Who(r, governing))
+        profile = profile or (pod.profile.name if pod.profile else None)
+        if spec != target.spec:
+            result = templates.with_spec(result, keys, spec)
+            changes.extend(c for c in made if c not in changes)
+        if queued is None and pod.profile is not None and pod.profile.queue is not None:
+            queued = target, pod
+    if queued is not None:
+        result = _queued(result, queued[0], queued[1], r, changes, entry.suspend_steps)
+    return result, changes, profile
+
+
+def _template_mutated(r: Review, target: Target) -> bool:
+    """Whether ``/mutate`` writes the profile into this object's pod template."""
+    return target.kind in TEMPLATES_MUTATED
 
 
 def _leave_receipt(pod: Pod, result: JSON, receipts: Receipts, version: str | None) -> None:
@@ -385,7 +476,9 @@ def validate(
     pod = _pod(target, governing, target.spec, who)
     mutations: list[Change] = []
     if target.kind != "Pod":
-        _, pod, mutations = _mutated(target, governing, who)
+        spec, pod, mutations = _mutated(target, governing, who)
+        if spec == target.spec:
+            mutations = []  # a template /mutate changed already, or nothing to change
     violations = run_checks(pod)
     violations.extend(ownership.check_ownership(pod))
     if target.kind == "Pod" and r.old is None and not _has_receipt(pod, receipts):

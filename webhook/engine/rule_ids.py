@@ -101,7 +101,11 @@ def _reported(rule_id: str, description: str) -> str:
 
 PROFILE_APPLIED = _rule(
     "profile.applied",
-    mutation="the profile's values set (main container)",
+    mutation=(
+        "the profile's values set (main container), in a Pod and at CREATE in a run Job's, "
+        "CronJob's or operator object's pod templates; a queue profile's queue label (and "
+        "`suspend: true` on a Job-like object)"
+    ),
     violation="a Pod created without `/mutate` whose profile is not applied",
 )
 PROFILE_UNKNOWN = _rule(
@@ -440,7 +444,10 @@ OWNERSHIP_UNKNOWN = _rule(
 )
 UPDATE_SPEC_KEPT = _rule(
     "update.spec-kept",
-    mutation="on UPDATE, the running spec put back (`kubectl apply` of the same manifest)",
+    mutation=(
+        "on UPDATE, a Pod's running spec or a Job's or CronJob's stored pod template put back "
+        "(`kubectl apply` of the same manifest)"
+    ),
     violation="",
 )
 INPUT_INVALID = _rule(

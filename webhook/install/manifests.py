@@ -761,6 +761,26 @@ def _field_set(base: str, steps: Sequence[str], depth: int = 0) -> str:
     return f"{expr}.hasValue()"
 
 
+def _template_runs(policy: Policy, base: str, steps: Sequence[str], depth: int = 0) -> _Expr | None:
+    """CEL: some pod template at ``steps`` below the optional ``base`` (``*``: any item of
+    a list or value of a map) has the labels of a run (``_runs``)."""
+    expr = base
+    for i, step in enumerate(steps):
+        if step == "*":
+            var, each = f"k{depth}", f"t{depth}"
+            # a map's key (a string) stands for its value; anything else is a list's item
+            whole = f"{expr}.value()"
+            value = f"(type({whole}) == map ? {whole}[{var}] : {{}})"
+            item = f"[type({var}) == string ? {value} : {var}]"
+            rest = _template_runs(policy, f"optional.of({each})", steps[i + 1 :], depth + 1)
+            return _exists(expr, var, None if rest is None else _Exists(item, each, rest))
+        if _CEL_FIELD.fullmatch(step) and step not in _CEL_RESERVED:
+            expr += f".?{step}"
+        else:
+            expr += f"[?{_cel_string(step)}]"
+    return _runs(policy, f"{expr}.?metadata.?labels")
+
+
 def _requested_by(identities: Iterable[str]) -> _Expr | None:
     """CEL: the request's user is one of ``identities`` (typed as the engine reads them:
     ``group:NAME`` among the groups, ``serviceaccount:NS:NAME`` its user name)."""
@@ -832,6 +852,14 @@ def operator_condition(policy: Policy) -> dict[str, str] | None:
     )
     # (a controller or operator creating one for an owner: runguard records whose it is)
     creators = _requested_by(k for p in owned for k in p.platform.owner_kinds)
+    # (created with a run's pod template: /mutate writes the profile into it)
+    templated = [
+        _join("&&", "request.operation == 'CREATE'", _of_kind(kind), template)
+        for p in owned
+        for kind, entry in sorted(p.platform.templates.items())
+        for steps in entry.steps
+        if (template := _template_runs(policy, "object", steps)) is not None
+    ]
     routed = _join(
         "||",
         run,
@@ -841,6 +869,7 @@ def operator_condition(policy: Policy) -> dict[str, str] | None:
         _requested_by(i for p in owned for i in (*p.platform.identities, *p.platform.installers)),
         None if creators is None else _join("&&", "request.operation == 'CREATE'", creators),
         *dict.fromkeys(references),
+        *dict.fromkeys(templated),
         *dict.fromkeys(reserved),
         scaled,
     )

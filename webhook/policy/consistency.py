@@ -121,6 +121,8 @@ def cross_document_issues(source: PolicySource) -> list[PolicyIssue]:
                 )
             )
 
+    for doc in (*source.profiles, *source.project_profiles):
+        issues.extend(_queue_profile_issues(doc))
     gpu = gpu_resource_name(source)
     for doc in source.documents:
         for path in RESOURCE_LISTS.get(doc.kind or "", ()):
@@ -183,6 +185,25 @@ def _as_written(doc: SourceDocument, path: Path_, gpu: str) -> Path_:
         if doc.get(*path[:3], "gpu") is not None:
             return (*path[:3], "gpu", *path[4:])
     return path
+
+
+# A profile's keys that place a run by node: a queue profile leaves placement to its flavors.
+_NODE_PLACEMENT = ("nodeSelector", "tolerations", "affinity")
+
+
+def _queue_profile_issues(doc: SourceDocument) -> list[PolicyIssue]:
+    """A profile schedules by node or by queue, never both."""
+    if not doc.get("spec", "queue"):
+        return []
+    return [
+        doc.issue(
+            ("spec", key),
+            f"a queue profile (spec.queue) sets no {key}: the queue's flavors place its runs "
+            "(schedule by node or by queue, not both)",
+        )
+        for key in _NODE_PLACEMENT
+        if doc.get("spec", key)
+    ]
 
 
 def _several_run_policies(run_policies: list[SourceDocument]) -> list[PolicyIssue]:

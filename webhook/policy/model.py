@@ -464,6 +464,11 @@ ReferencePath = Annotated[
 _PATH_STEP = re.compile(r"\.?([A-Za-z_][A-Za-z0-9_-]*)|\[([^\[\]]+)\]")
 
 
+def _steps(path: str) -> tuple[str, ...]:
+    """The keys of a ``ReferencePath`` in order, ``*`` for every item."""
+    return tuple(m.group(1) or m.group(2) for m in _PATH_STEP.finditer(path))
+
+
 class OperatorReference(Section):
     """A field of an operator's objects that names or selects another object, which the
     operator then acts on for the object (KubeRay submits a RayJob's entrypoint to the
@@ -488,7 +493,35 @@ class OperatorReference(Section):
     @cached_property
     def steps(self) -> tuple[str, ...]:
         """The keys of ``path`` in order, ``*`` for every item of a list."""
-        return tuple(m.group(1) or m.group(2) for m in _PATH_STEP.finditer(self.path))
+        return _steps(self.path)
+
+
+class OperatorTemplates(Section):
+    """Where one of an operator's kinds holds the pod templates its Pods are made from, and
+    the flag that suspends it: ``/mutate`` applies the profile to each template at CREATE,
+    since a queue (Kueue) counts the object by them before any Pod exists."""
+
+    kind: GroupKind = Field(description="GROUP/Kind of the objects: one of the operator's kinds.")
+    paths: Annotated[tuple[ReferencePath, ...], UNIQUE] = Field(
+        min_length=1,
+        description="Each pod template (metadata and spec): keys joined by '.', [*] for every "
+        "item of a list or value of a map (spec.rayClusterSpec.workerGroupSpecs[*].template, "
+        "spec.pytorchReplicaSpecs[*].template).",
+    )
+    suspend: ReferencePath | None = Field(
+        default=None,
+        description="The boolean that holds the object back for a queue (spec.suspend, Kubeflow's "
+        "spec.runPolicy.suspend): set true with a queue profile's label.",
+    )
+
+    @cached_property
+    def steps(self) -> tuple[tuple[str, ...], ...]:
+        """The keys of each path in order, ``*`` for every item or value."""
+        return tuple(_steps(path) for path in self.paths)
+
+    @cached_property
+    def suspend_steps(self) -> tuple[str, ...] | None:
+        return _steps(self.suspend) if self.suspend is not None else None
 
 
 class Operator(Section):
@@ -521,6 +554,12 @@ class Operator(Section):
         "platform and the operator may write them anywhere in a custom resource of its kinds "
         "(labels maps, and keys that end with them, e.g. a sparkConf "
         "spark.kubernetes.driver.label.KEY); anyone else's is ownership.reserved-label.",
+    )
+    templates: tuple[OperatorTemplates, ...] = Field(
+        default=(),
+        description="Where its kinds hold pod templates: a run's get the profile at CREATE, "
+        "as a Job's template does (what a queue counts); the Pods made from them then have "
+        "nothing left to change, and are judged as any Pod.",
     )
     references: tuple[OperatorReference, ...] = Field(
         default=(),
@@ -610,6 +649,15 @@ class PlatformConfig(Section):
         return frozenset(k for o in self.operators for k in o.kinds)
 
     @cached_property
+    def templates(self) -> Mapping[str, OperatorTemplates]:
+        """GROUP/Kind -> where its objects hold pod templates (the first entry naming it)."""
+        out: dict[str, OperatorTemplates] = {}
+        for operator in self.operators:
+            for entry in operator.templates:
+                out.setdefault(entry.kind, entry)
+        return out
+
+    @cached_property
     def references(self) -> Mapping[str, tuple[tuple[Operator, OperatorReference], ...]]:
         """GROUP/Kind -> (operator, reference) of each field of that kind's objects that
         names or selects another object."""
@@ -680,9 +728,24 @@ def _none_if_empty(value: Any) -> Any:
     return value or None
 
 
+class ProfileQueue(Section):
+    """Where a queue profile sends its runs: a Kueue LocalQueue, whose flavors place them."""
+
+    name: DnsLabel = Field(
+        description="The LocalQueue, in the run's namespace: written in the run's queue label "
+        "(the queue's queueLabel, kueue.x-k8s.io/queue-name by default)."
+    )
+    priority_class: DnsLabel | None = Field(
+        default=None,
+        description="A Kueue WorkloadPriorityClass, written in the run's "
+        "kueue.x-k8s.io/priority-class label.",
+    )
+
+
 class ProfileValues(Section):
     """What a hardware profile sets: its values win over the run's, key by key (the keys
-    an installation-wide Profile and a project's ProjectProfile share)."""
+    an installation-wide Profile and a project's ProjectProfile share). It places the run
+    by node (nodeSelector, tolerations, affinity) or by queue (its queue), never both."""
 
     description: str = Field(default="", description="Shown to users choosing a profile.")
     resources: ProfileResources = Field(
@@ -706,6 +769,13 @@ class ProfileValues(Section):
     )
     env: tuple[EnvVarDict, ...] = Field(
         default=(), description="Environment of the main container, per name."
+    )
+    queue: ProfileQueue | None = Field(
+        default=None,
+        description="Schedule by queue: the run gets the queue's label (a Job, a CronJob's "
+        "jobs and the operators' objects also spec.suspend true, for the queue to start) and "
+        "the profile's other values; its placement is the queue's flavors', so a queue "
+        "profile sets no nodeSelector, tolerations or affinity.",
     )
 
     @cached_property
