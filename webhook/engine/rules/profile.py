@@ -25,6 +25,7 @@ from webhook.engine.rule_ids import (
 from webhook.engine.types import JSON, Change, Violation
 from webhook.inputs.quantity import parse
 from webhook.policy.kube import QuantityRange
+from webhook.policy.model import Profile
 
 # Set by the apiserver's Priority plugin from priorityClassName; it refuses a Pod whose
 # values disagree with the class, and re-runs after a webhook changed the object.
@@ -48,6 +49,9 @@ def note_profile_fallback(pod: Pod) -> Change | None:
 
 
 def apply_profile(pod: Pod) -> Change | None:
+    """Step 1: the profile's values win over the run's, key by key: the main container's
+    resources and env, the node selector, tolerations and the keys that replace the
+    run's (affinity, priority and runtime classes)."""
     profile = pod.profile
     if profile is None:
         return None
@@ -55,70 +59,92 @@ def apply_profile(pod: Pod) -> Change | None:
     spec = pod.spec
     main = main_container(pod)
     if profile.resource_values:
-        gpu = pod.policy.resources.gpu_resource_name  # warnings say gpu (Pod.short)
-        res = main.get("resources")
-        if res is None:
-            res = main["resources"] = {}
-        for part, values in profile.resource_values:
-            current: JSON | None = res.get(part)  # created empty when absent (pruned after)
-            if current is None:
-                current = res[part] = {}
-            for resource, value, amount, label, gpu_label in values:
-                asked = current.get(resource)
-                # the same text is the same amount: parsed only when it differs
-                if asked is None or (asked != value and parse(asked) != amount):
-                    current[resource] = value
-                    changed.append(gpu_label if resource == gpu else label)
-        limits = res.get("limits")
-        if limits and profile.unlimited_requests:
-            # first: a limit the run set and lost is what its user must read
-            changed[:0] = raise_limits_to_requests(pod, limits, profile.unlimited_requests)
+        _set_resources(pod, main, profile, changed)
     if profile.range_values:
         changed.extend(fill_range_defaults(pod, main, profile.range_values))
     if profile.node_selector_values:
-        selector = spec.get("nodeSelector")
-        if selector is None:
-            selector = spec["nodeSelector"] = {}
-        for key, value, label in profile.node_selector_values:
-            if selector.get(key) != value:
-                selector[key] = value
-                changed.append(label)
+        _set_node_selector(spec, profile, changed)
     if profile.env_values:
-        env = main.get("env")
-        if env is None:
-            env = main["env"] = []
-        for name, var, label in profile.env_values:
-            for i, current_var in enumerate(env):
-                if current_var["name"] == name:  # the first of that name
-                    if current_var != var:
-                        env[i] = dict(var)
-                        changed.append(label)
-                    break
-            else:
-                env.append(dict(var))
-                changed.append(label)
+        _set_env(main, profile, changed)
     if profile.tolerations and merge_tolerations(spec, profile.tolerations):
         changed.append("tolerations")
-    lacking: list[str] | None = None
+    lacking = _set_overrides(pod, spec, profile, changed)
+    if lacking:  # first, so the warning's 120 characters never hide it
+        changed[:0] = [f"not set: the cluster has no {what}" for what in lacking]
+    if not changed:
+        return None
+    return kept_change(PROFILE_APPLIED, f"profile {profile.title} applied", tuple(changed))
+
+
+def _set_resources(pod: Pod, main: JSON, profile: Profile, changed: list[str]) -> None:
+    """The profile's exact requests and limits on the main container; a limit the run
+    set below a request the profile sets without a limit is raised to it."""
+    gpu = pod.policy.resources.gpu_resource_name  # warnings say gpu (Pod.short)
+    res = main.get("resources")
+    if res is None:
+        res = main["resources"] = {}
+    for part, values in profile.resource_values:
+        current: JSON | None = res.get(part)  # created empty when absent (pruned after)
+        if current is None:
+            current = res[part] = {}
+        for resource, value, amount, label, gpu_label in values:
+            asked = current.get(resource)
+            # the same text is the same amount: parsed only when it differs
+            if asked is None or (asked != value and parse(asked) != amount):
+                current[resource] = value
+                changed.append(gpu_label if resource == gpu else label)
+    limits = res.get("limits")
+    if limits and profile.unlimited_requests:
+        # first: a limit the run set and lost is what its user must read
+        changed[:0] = raise_limits_to_requests(pod, limits, profile.unlimited_requests)
+
+
+def _set_node_selector(spec: JSON, profile: Profile, changed: list[str]) -> None:
+    """The profile's node labels, per key."""
+    selector = spec.get("nodeSelector")
+    if selector is None:
+        selector = spec["nodeSelector"] = {}
+    for key, value, label in profile.node_selector_values:
+        if selector.get(key) != value:
+            selector[key] = value
+            changed.append(label)
+
+
+def _set_env(main: JSON, profile: Profile, changed: list[str]) -> None:
+    """The profile's environment on the main container: the first variable of each
+    name replaced, or the variable added."""
+    env = main.get("env")
+    if env is None:
+        env = main["env"] = []
+    for name, var, label in profile.env_values:
+        for i, current_var in enumerate(env):
+            if current_var["name"] == name:  # the first of that name
+                if current_var != var:
+                    env[i] = dict(var)
+                    changed.append(label)
+                break
+        else:
+            env.append(dict(var))
+            changed.append(label)
+
+
+def _set_overrides(pod: Pod, spec: JSON, profile: Profile, changed: list[str]) -> list[str]:
+    """The keys that replace the run's; the classes the cluster view says do not exist
+    are not set (the apiserver would refuse the run), and returned."""
+    lacking: list[str] = []
     state = pod.context.state  # none: no cluster view, nothing known to be lacking
     for key, value in profile.overrides:
         if state is not None:
             kind = _CLUSTER_KINDS.get(key)
             if kind and cluster_lacks(pod.context, kind, value):
-                if lacking is None:
-                    lacking = []
-                lacking.append(f"{kind} {value}")  # the apiserver would refuse the run
+                lacking.append(f"{kind} {value}")
                 continue
         if spec.get(key) != value:
             spec[key] = value if type(value) is str else copy_value(value)
             if key == "priorityClassName":
                 forget_computed_priority(spec)
             changed.append(key)
-    if lacking:  # first, so the warning's 120 characters never hide it
-        changed[:0] = [f"not set: the cluster has no {what}" for what in lacking]
-    if not changed:
-        return None
-    return kept_change(PROFILE_APPLIED, f"profile {profile.title} applied", tuple(changed))
+    return lacking
 
 
 def fill_range_defaults(
