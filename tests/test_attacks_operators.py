@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 import yaml
-from test_attacks_round2 import ALICE, ARGO, CORE, KUBERAY, MLRUN, REPO
+from test_attacks_operators_and_records import ALICE, ARGO, CORE, KUBERAY, MLRUN, REPO
 from test_manifests import Cel
 from test_ownership import Meta, State
 

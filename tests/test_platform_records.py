@@ -13,7 +13,12 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from test_attacks_round5 import _updated, deployment, judged_by, nuclio_function
+from test_attacks_claims_tokens_and_platforms import (
+    _updated,
+    deployment,
+    judged_by,
+    nuclio_function,
+)
 from test_attacks_scope import LAUNCHER, MLRUN_API, TWO, admitted, door, mlrun_run
 from test_ownership import State
 from test_trust import ALICE, CORE, pod, rules

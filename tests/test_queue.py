@@ -15,7 +15,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from test_attacks_round2 import CORE, KUBERAY
+from test_attacks_operators_and_records import CORE, KUBERAY
 from test_ownership import Meta, State
 from test_trust import ALICE, JOBS, REPO, RUN, created, rules, update
 

@@ -1,5 +1,6 @@
-"""Round 5 of attacks, on the changes for one scope decision, every connection into a
-Pod, the doors of a pod spec, two platforms and the RBAC report.
+"""Attack chains through a run's claims, ephemeral volumes, token Secrets, snapshots,
+drivers' maps and debug containers, and across two platforms and the RBAC report (one
+scope decision, every connection into a Pod, the doors of a pod spec).
 
 The attacker is ``alice`` with the built-in ``edit`` ClusterRole in a run namespace
 (or bound to the recommended ``runguard-run-user``), and, separately, a second

@@ -1,8 +1,8 @@
-"""Round 2 of attacks on runguard (SPEC sections 6, 7, 8), on what changed on 2026-11-27:
-operators as controllers (``platform.operators``, the undecided state of an operator's
-Pod, the operators' ServiceAccounts), ``volumes.allowedHostPaths``, status subresources
-routed only when they change metadata, the trust checks in ``rules/trust.py``, the
-DigitalHub and MLRun operators of the shipped policies, and RunPolicy/Profile as CRDs.
+"""Attacks (SPEC sections 6, 7, 8) on operators as controllers (``platform.operators``, the
+undecided state of an operator's Pod, the operators' ServiceAccounts),
+``volumes.allowedHostPaths``, status subresources routed only when they change metadata,
+the trust checks in ``rules/trust.py``, the DigitalHub and MLRun operators of the
+shipped policies, and RunPolicy/Profile as CRDs.
 
 The attacker is a data scientist with the ``edit`` ClusterRole in run namespaces (and,
 where a chart aggregates them into ``edit``, the operators' custom resources). Each test
@@ -714,15 +714,26 @@ def test_the_operators_kinds_are_routed_on_every_create_and_update() -> None:
 def test_policy_objects_are_cluster_scoped_and_not_aggregated_to_edit() -> None:
     """Stopped: a user with ``edit`` (a RoleBinding in her namespace) cannot create or
     change a RunPolicy or Profile: both CRDs are cluster-scoped and no ClusterRole of the
-    component aggregates them to ``edit`` or ``admin``; the watch's own role only reads
-    them and patches their status."""
+    component aggregates them anywhere; the watch's own role only reads them and patches
+    their status. The one aggregated role that writes is a project's own profiles
+    (ProjectProfile, namespaced), and only to ``admin``; ``view`` (so ``edit``) reads
+    them."""
     directory = REPO / "manifests" / "policy-objects"
     for name in ("runguard.io_runpolicies.yaml", "runguard.io_profiles.yaml"):
         crd = yaml.safe_load((directory / name).read_text(encoding="utf-8"))
         assert crd["spec"]["scope"] == "Cluster", name
+    aggregate = "rbac.authorization.k8s.io/aggregate-to-"
     for path in directory.glob("*.yaml"):
-        text = path.read_text(encoding="utf-8")
-        assert "aggregate-to-" not in text, path
+        for doc in yaml.safe_load_all(path.read_text(encoding="utf-8")):
+            labels = ((doc or {}).get("metadata") or {}).get("labels") or {}
+            to = {k.removeprefix(aggregate) for k in labels if k.startswith(aggregate)}
+            if not to:
+                continue
+            assert to <= {"admin", "view"}, (path, doc["metadata"]["name"])
+            for rule in doc["rules"]:
+                assert set(rule["resources"]) == {"projectprofiles"}, rule
+                if to != {"admin"}:
+                    assert set(rule["verbs"]) <= {"get", "list", "watch"}, rule
     for doc in yaml.safe_load_all((directory / "rbac.yaml").read_text(encoding="utf-8")):
         for rule in (doc or {}).get("rules", ()):
             if set(rule["resources"]) & {"runpolicies", "profiles"}:
