@@ -247,6 +247,28 @@ def test_a_queue_profiles_job_is_labelled_suspended_and_not_placed() -> None:
     assert QUEUE not in pod_mutation.object["metadata"]["labels"]
 
 
+def test_a_queue_profiles_run_that_skipped_mutate_is_refused() -> None:
+    """The backstop: without the queue's label and suspension the run would start
+    unqueued, on capacity nobody admitted."""
+    policy = queue_policy()
+    job = created_with(policy, run_job(QUEUED))
+    job["metadata"]["labels"].pop(QUEUE)
+    job["spec"]["suspend"] = False
+    judged = validate(job, policy, namespace="ml", context=Context(CORE, State([])))
+    assert not judged.allowed
+    (violation,) = [v for v in judged.violations if v.path == "metadata.labels"]
+    assert violation.rule == "profile.applied" and violation.backstop, violation
+    assert "label kueue.x-k8s.io/queue-name=team-a" in violation.message
+    assert "spec.suspend true" in violation.message
+
+
+def created_with(policy: Any, obj: dict[str, Any]) -> dict[str, Any]:
+    decision = evaluate(obj, policy, namespace="ml", context=Context(CORE, State([])))
+    assert decision.allowed, decision.message()
+    stored: dict[str, Any] = decision.object
+    return stored
+
+
 def test_a_queue_profile_overrides_the_runs_own_queue_and_unsuspension() -> None:
     job = run_job(QUEUED)
     job["metadata"]["labels"][QUEUE] = "the-fast-one"
