@@ -8,8 +8,10 @@ Pods made from such a template get no further change, and are still judged.
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 from typing import Any
 
+import pytest
 from test_manifests import Cel
 from test_ownership import Meta, State, owner
 from test_trust import ALICE, CORE, JOBS, RUN, SHIPPED, created, pod, update
@@ -17,6 +19,8 @@ from test_trust import ALICE, CORE, JOBS, RUN, SHIPPED, created, pod, update
 from webhook.engine import evaluate, mutate, validate
 from webhook.engine.context import Context, Requester
 from webhook.install import manifests
+from webhook.policy.errors import PolicyError
+from webhook.policy.loader import load_policy
 from webhook.policy.model import Operator, Profile
 
 GPU = {**RUN, "dhcore/template": "1xa100"}
@@ -455,3 +459,15 @@ def test_a_users_operator_object_with_a_runs_templates_reaches_mutate() -> None:
             "workerGroupSpecs": ["not-a-group"]
         }
         assert not routed(hook, odd, ALICE)  # judged, never an error
+
+
+def test_an_operators_templates_are_in_one_of_its_kinds(tmp_path: Path) -> None:
+    repo = Path(__file__).resolve().parents[1]
+    text = (repo / "policies" / "runpolicy.yaml").read_text(encoding="utf-8")
+    (tmp_path / "profiles.yaml").write_text((repo / "policies" / "profiles.yaml").read_text())
+    broken = text.replace("- kind: ray.io/RayCluster\n            paths:", "- kind: x.io/Job\n"
+                          "            paths:")  # fmt: skip
+    assert broken != text
+    (tmp_path / "runpolicy.yaml").write_text(broken)
+    with pytest.raises(PolicyError, match=r"templates\[1\]\.kind: \"x.io/Job\" is not one of"):
+        load_policy(tmp_path)
