@@ -52,8 +52,9 @@ run: $(STAMP) $(DEV_CERTS)/tls.crt
 
 # Everything CI runs: lint, types, unit + HTTP + e2e tests on Kubernetes 1.33 (go.mod),
 # then the whole e2e suite on each release of E2E_FULL and its smoke subset on each of
-# E2E_SMOKE (every build cached; docs/dev/e2e.md, "Kubernetes releases"). RUNGUARD_E2E=0
-# skips every e2e build and test.
+# E2E_SMOKE (every build cached; docs/dev/e2e.md, "Kubernetes releases"; Kueue, which
+# test_kueue.py runs, once for all: "A real Kueue"). RUNGUARD_E2E=0 skips every e2e build
+# and test.
 E2E_FULL := 1.37
 E2E_SMOKE := 1.30
 test: $(STAMP)
@@ -61,6 +62,7 @@ test: $(STAMP)
 	$(BIN)/mypy
 	if [ "$${RUNGUARD_E2E:-1}" != 0 ]; then \
 	    bash tests/e2e/build.sh >/dev/null || exit 1; \
+	    bash tests/e2e/build-kueue.sh >/dev/null || exit 1; \
 	    for k in $(E2E_FULL) $(E2E_SMOKE); do \
 	        RUNGUARD_E2E_KUBERNETES=$$k bash tests/e2e/build.sh >/dev/null || exit 1; \
 	    done; \

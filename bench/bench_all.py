@@ -30,6 +30,7 @@ as its last line one JSON object: the default configuration's figures (medians),
 about 9 minutes by default (plus OPA's and the cluster's builds the first time).
 
     .venv/bin/python bench/bench_all.py [--rounds 3] [--seconds 5] [--creates 100] [--no-create]
+        [--no-opa]
 """
 
 from __future__ import annotations
@@ -46,27 +47,24 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-BENCH = Path(__file__).resolve().parent
-sys.path.insert(0, str(BENCH))
-sys.path.insert(0, str(BENCH.parent))
-
-import bench_create  # noqa: E402
-import bench_engine  # noqa: E402
-import bench_http  # noqa: E402
-import bench_kyverno  # noqa: E402
-import bench_opa  # noqa: E402
-import slow_clients  # noqa: E402
-
-# (name, gunicorn worker class, workers, threads); the first RunguardWorker one with the
-# default shape is what runguard serve runs (docs/dev/server.md says why)
-CONFIGS: tuple[tuple[str, str, int, int], ...] = (
-    ("gthread 2x2 (before)", "gthread", 2, 2),
-    ("runguard 2x2", "webhook.serving.worker.RunguardWorker", 2, 2),
-    ("runguard 2x1", "webhook.serving.worker.RunguardWorker", 2, 1),
-    ("runguard 4x1", "webhook.serving.worker.RunguardWorker", 4, 1),
-    ("shared listener 2x2", "webhook.serving.worker.SharedListenerWorker", 2, 2),
+import bench_create
+import bench_engine
+import bench_http
+import bench_kyverno
+import bench_opa
+from bench_config import (
+    CONFIGS,
+    CONNECTIONS,
+    PLATFORM_POLICY_DIR,
+    SLOW_CONNECTIONS,
+    STARVE_REVIEWS,
+    STARVE_TIMEOUT,
+    TRIVIAL_PATH,
+    default_config,
 )
-SLOW_CONNECTIONS, STARVE_REVIEWS, STARVE_TIMEOUT = 64, 10, 5.0
+from harness import slow_clients
+from harness.workloads import memory_mb
+
 OPA_KEYS = (
     "runguard_validate_rps",
     "opa_validate_rps",
@@ -81,17 +79,6 @@ CREATE_KEYS = (
     "create_added_ms_pair",
     "create_added_ms_vap",
 )
-CONNECTIONS = 8
-
-
-def default_config() -> str:
-    from webhook.serving.settings import DEFAULT_THREADS, default_workers
-
-    for name, worker_class, workers, threads in CONFIGS:
-        if worker_class.endswith(".RunguardWorker") and threads == DEFAULT_THREADS:
-            if workers == default_workers():
-                return name
-    return CONFIGS[1][0]
 
 
 def engine_round(policy: Any, seconds: float) -> dict[str, float]:
@@ -136,7 +123,7 @@ def engine_round(policy: Any, seconds: float) -> dict[str, float]:
 def server_round(proc: Any, port: int, ca_file: str, seconds: float) -> dict[str, float]:
     body = bench_http.review_bytes()
     figures: dict[str, float] = {}
-    for name, path in (("trivial", "/bench/allowed"), ("mutate", "/mutate")):
+    for name, path in (("trivial", TRIVIAL_PATH), ("mutate", "/mutate")):
         workers = bench_http.workers_of(proc.pid)
         before = bench_http.cpu_seconds(workers)
         result = bench_http.drive(port, ca_file, path, body, CONNECTIONS, seconds)
@@ -166,14 +153,20 @@ def main() -> int:
     parser.add_argument(
         "--no-create", dest="create", action="store_false", help="skip the e2e apiserver"
     )
+    parser.add_argument(
+        "--no-opa", dest="opa", action="store_false", help="skip OPA (and its build)"
+    )
+    parser.add_argument(
+        "--no-whatif", dest="whatif", action="store_false", help="skip runguard whatif at 10k"
+    )
     args = parser.parse_args()
     rounds = max(1, min(args.rounds, 5))
     seconds = max(1.0, min(args.seconds, 20.0))
 
     from webhook.policy.loader import load_policy
 
-    policy = load_policy(str(bench_engine.ROOT / "tests/cases/_policies/platform"))
-    default = default_config()
+    policy = load_policy(str(PLATFORM_POLICY_DIR))
+    default = default_config()[0]
     load_before = load_average()
     engine: list[dict[str, float]] = []
     opa_rounds: list[dict[str, float]] = []
@@ -197,14 +190,15 @@ def main() -> int:
                 )
                 servers[name] = (proc, port, str(workdir / "certs" / "ca.crt"))
             proc, port, ca_file = servers[default]
-            opa = bench_opa.OpaSide(server=(proc, port, str(Path(ca_file).parent)))
-            try:
-                opa.start()
-                agreement = opa.agreement()
-                bench_opa.print_agreement(agreement)
-            except bench_opa.OpaUnavailable as exc:
-                print(f"OPA side skipped: {exc}")
-                opa = None
+            if args.opa:
+                opa = bench_opa.OpaSide(server=(proc, port, str(Path(ca_file).parent)))
+                try:
+                    opa.start()
+                    agreement = opa.agreement()
+                    bench_opa.print_agreement(agreement)
+                except bench_opa.OpaUnavailable as exc:
+                    print(f"OPA side skipped: {exc}")
+                    opa = None
             create = None
             if args.create:
                 create = bench_create.CreateLatency(log=lambda line: print(f"create: {line}"))
@@ -235,7 +229,7 @@ def main() -> int:
                     kyverno_cpu.append(kyverno.cpu_round(args.creates))
             for name, (proc, _, _) in servers.items():
                 workers = bench_http.workers_of(proc.pid)
-                memory[name] = [bench_http.memory_mb(pid)[0] for pid in workers]
+                memory[name] = [memory_mb(pid)[0] for pid in workers]
         finally:
             if opa is not None:
                 opa.stop()
@@ -351,6 +345,8 @@ def main() -> int:
         print(f"  target create_added_ms_pair <= 0.5 x kyverno's: {ratio:.2f} x  {verdict}")
     if kyverno_agreement:
         figures["kyverno_agreement"] = round(kyverno_agreement["share"], 3)
+    if args.whatif:
+        figures.update(whatif_figures())
     summary = {
         **figures,
         "config": default,
@@ -365,6 +361,26 @@ def main() -> int:
     }
     print(json.dumps(summary, separators=(",", ":")))
     return 0
+
+
+def whatif_figures(count: int = 10_000) -> dict[str, float]:
+    """``runguard whatif`` over ``count`` synthetic runs (``bench_whatif.py``, its own
+    process): wall seconds and peak memory; none when it fails (said on stderr)."""
+    argv = [
+        sys.executable,
+        str(Path(__file__).with_name("bench_whatif.py")),
+        "--counts",
+        str(count),
+    ]
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=600, check=False)
+        result = json.loads(done.stdout.strip().splitlines()[-1])["results"][str(count)]
+    except (subprocess.TimeoutExpired, ValueError, KeyError, IndexError) as exc:
+        print(f"whatif: not measured ({type(exc).__name__})", file=sys.stderr)
+        return {}
+    print(f"\nrunguard whatif, {count:,} runs: {result['seconds']} s, "
+          f"peak {result['peak_rss_mb']} MB")  # fmt: skip
+    return {"whatif_10k_seconds": result["seconds"], "whatif_10k_peak_mb": result["peak_rss_mb"]}
 
 
 def _fmt(values: tuple[float, float, float], fmt: str) -> str:

@@ -45,17 +45,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from bench_config import POLICY_DIR, REPO
 
-from tests.e2e import cluster as e2e  # noqa: E402
-from tests.e2e.devcluster import prepare_cluster  # noqa: E402
-from webhook.audit.clusteraudit import LISTINGS  # noqa: E402
-from webhook.engine import mutate  # noqa: E402
-from webhook.policy.loader import load_policy  # noqa: E402
+from tests.e2e import cluster as e2e
+from tests.e2e.devcluster import prepare_cluster
+from webhook.audit.clusteraudit import LISTINGS
+from webhook.engine import mutate
+from webhook.policy.loader import load_policy
 
 BEFORE = "64f3a1460e42818ccd46e7442c8f91c54b00e3d5"  # HEAD when the paging work began
-POLICY_DIR = REPO / "policies"
 CRD = REPO / "manifests" / "policyreport-crd" / "wgpolicyk8s.io_policyreports.yaml"
 NAMESPACES = 10
 RETRIES = 5  # per create, on 429 / 5xx / a dropped connection

@@ -38,20 +38,18 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+import bench_config  # noqa: F401  (the import path: webhook)
+import orjson
 
-import orjson  # noqa: E402
-
-from webhook.clusterstate import KINDS, meta_from_object  # noqa: E402
-from webhook.clusterstate.publication import (  # noqa: E402
+from webhook.clusterstate import KINDS, meta_from_object
+from webhook.clusterstate.publication import (
     PUT,
     Publisher,
     SharedClusterState,
     create_directory,
 )
-from webhook.clusterstate.table import encode_record  # noqa: E402
-from webhook.clusterstate.watch import _release_memory as release_memory  # noqa: E402
+from webhook.clusterstate.table import encode_record
+from webhook.clusterstate.watch import _release_memory as release_memory
 
 PAGE = 500
 NAMESPACES = 200

@@ -18,7 +18,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from bench_config import REPO as ROOT
+
 # ``review()`` of the typical GPU run Pod in the tree ``sys.argv[1]``, then what was loaded
 # frozen, as a worker runs (the master froze it); the scripts that compare trees add theirs.
 REVIEW = """

@@ -15,7 +15,7 @@ The webhook configurations are ``runguard manifests``' own, each webhook given o
 more ``namespaceSelector`` term (``kubernetes.io/metadata.name In [...]``); the VAP's
 binding selects ``bench-vap`` the same way.
 
-The Pod is the typical GPU run of ``bench_http.run_pod()`` made a valid platform run:
+The Pod is the typical GPU run of ``typical_run_pod()`` made a valid platform run:
 profile ``1xt4`` instead of ``1xa100`` (with the sidecar, the 1xa100 profile's 64Gi limit
 puts the run over the policy's 64Gi maximum for one run), passed once through runguard's
 mutation offline (``webhook.engine.mutate``), its stamp removed (``bench-validate`` gets it
@@ -26,7 +26,7 @@ the namespaces create by create, so every namespace sees the same moment of this
 machine. Every answer must be 201; in ``bench-pair`` the stamp runguard's mutation writes
 (``runguard.io/requested-by``) must be in the object returned. Reported beside it:
 
-* ``pair_full_patch``: ``bench_http.run_pod()`` (1xt4) as the user wrote it through both
+* ``pair_full_patch``: ``typical_run_pod()`` (1xt4) as the user wrote it through both
   webhooks (a 21-operation patch: profile, root, secrets, volumes), minus the same Pod
   with no admission (``none_full``);
 * ``pair_empty_patch``: the valid Pod with the stamp already right (mutation changes
@@ -81,34 +81,27 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from bench_config import BENCH, POLICY_DIR, REPO
+from e2e.cluster import Cluster, ClusterError, build_binaries
+from e2e.devcluster import Runguard, prepare_cluster
+from harness import slow_clients
+from harness.workloads import typical_run_pod
 
-BENCH = Path(__file__).resolve().parent
-REPO = BENCH.parent
-for _path in (REPO, REPO / "tests", BENCH):
-    if str(_path) not in sys.path:
-        sys.path.insert(0, str(_path))
-
-import bench_http  # noqa: E402
-import slow_clients  # noqa: E402
-from e2e.cluster import Cluster, ClusterError, build_binaries  # noqa: E402
-from e2e.devcluster import Runguard, prepare_cluster  # noqa: E402
-
-from webhook.engine import mutate, validate  # noqa: E402
-from webhook.engine.context import Context, Requester  # noqa: E402
-from webhook.engine.rules.pod_security import (  # noqa: E402
+from webhook.engine import mutate, validate
+from webhook.engine.context import Context, Requester
+from webhook.engine.rules.pod_security import (
     RESTRICTED_VOLUME_TYPES,
     SAFE_SYSCTLS,
     SELINUX_TYPES,
 )
-from webhook.install.manifests import name_regex, selector_expression  # noqa: E402
-from webhook.keys import REQUESTED_BY  # noqa: E402
-from webhook.policy.loader import load_policy  # noqa: E402
-from webhook.policy.model import NamePattern, Policy  # noqa: E402
-from webhook.policy.patterns import split  # noqa: E402
+from webhook.install.manifests import name_regex, selector_expression
+from webhook.keys import REQUESTED_BY
+from webhook.policy.loader import load_policy
+from webhook.policy.model import NamePattern, Policy
+from webhook.policy.patterns import split
 
 JSON = dict[str, Any]
 
-POLICY_DIR = REPO / "policies"
 VAP_FILE = BENCH / "vap" / "policy.yaml"
 VAP_NAME = "runguard-bench-digitalhub"
 TRIVIAL_VAP_NAME = "runguard-bench-trivial"  # one validation, `true`: the VAP's fixed cost
@@ -172,7 +165,7 @@ def platform_requester() -> Requester:
 def full_pod() -> JSON:
     """bench_http's typical GPU run as the user writes it, on the 1xt4 profile (with
     its sidecar, 1xa100's 64Gi memory limit is over the 64Gi maximum for one run)."""
-    pod = bench_http.run_pod()
+    pod = typical_run_pod()
     pod["metadata"]["labels"]["dhcore/template"] = "1xt4"
     return pod
 
@@ -1158,6 +1151,29 @@ def breakdown_table(medians: dict[str, float]) -> dict[str, dict[str, float]]:
     return where
 
 
+def vap_file_problems(policy: Policy, text: str) -> list[str]:
+    """What is wrong with the VAP file, against ``text`` rendered from ``policy`` now:
+    stale, or not saying exactly the rules it carries (``tests/test_bench_files.py``)."""
+    shipped = VAP_FILE.read_text() if VAP_FILE.is_file() else ""
+    if shipped != text:
+        return ["differs from what policies/ renders: run bench/bench_create.py --write-vap"]
+    documents = list(yaml.safe_load_all(shipped))
+    kinds = sorted(d["kind"] for d in documents)
+    if kinds != ["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"]:
+        return [f"holds {kinds}, not one policy and its binding"]
+    said = {line.strip("# \n") for line in shipped.splitlines() if line.startswith("#   ")}
+    carried = {rule for rule, _, _ in vap_rules(run_policy(policy))}
+    validations = next(d for d in documents if d["kind"] == "ValidatingAdmissionPolicy")
+    problems = []
+    if said != carried:
+        problems.append(
+            f"says rules {sorted(said ^ carried)} wrongly (it carries {sorted(carried)})"
+        )
+    if len(validations["spec"]["validations"]) < len(carried):
+        problems.append("has fewer validations than the rules it carries")
+    return problems
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=5, help=f"rounds (<= {MAX_ROUNDS})")
@@ -1168,9 +1184,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--write-vap", action="store_true", help="write bench/vap/policy.yaml and exit"
     )
+    parser.add_argument(
+        "--check-vap",
+        action="store_true",
+        help="exit 1 unless bench/vap/policy.yaml is what policies/ renders now",
+    )
     args = parser.parse_args(argv)
     policy = load_policy(POLICY_DIR)
     text = vap_text(policy)
+    if args.check_vap:
+        problems = vap_file_problems(policy, text)
+        for problem in problems:
+            print(f"{VAP_FILE.relative_to(REPO)}: {problem}", file=sys.stderr)
+        return 1 if problems else 0
     if args.write_vap:
         VAP_FILE.parent.mkdir(exist_ok=True)
         VAP_FILE.write_text(text)

@@ -25,27 +25,17 @@ import gc
 import itertools
 import json
 import statistics
-import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
+import bench_config
 import jsonpatch
-
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from harness.workloads import gpu_pod
 
 from webhook.engine import mutate, validate  # noqa: E402
 from webhook.engine.receipts import SharedReceipts  # noqa: E402
 from webhook.policy.loader import load_policy  # noqa: E402
-
-RUN_LABELS = {
-    "app.kubernetes.io/managed-by": "dhcore",
-    "dhcore/run": "r1",
-    "dhcore/template": "1xa100",
-}
-
 
 RECEIPTS = SharedReceipts()  # as the server keeps them (webhook/serving/admission.py)
 RUNS = 1000  # distinct runs a measurement cycles through
@@ -54,51 +44,6 @@ RUNS = 1000  # distinct runs a measurement cycles through
 def server_review(pod: dict[str, Any], policy: Any) -> None:
     """One review as the server makes it: ``/mutate``, then ``/validate`` of its result."""
     validate(mutate(pod, policy, receipts=RECEIPTS).object, policy, receipts=RECEIPTS)
-
-
-def container(name: str, i: int, run: int = 1) -> dict[str, Any]:
-    return {
-        "name": name,
-        "image": "ghcr.io/example/trainer:1.4",
-        "command": ["python", "train.py"],
-        "args": ["--epochs", "10", f"--shard={i}"],
-        "resources": {"requests": {"cpu": "4", "memory": "16Gi"}, "limits": {"memory": "128Gi"}},
-        "env": [
-            {"name": "HF_HOME", "value": "/local-data/huggingface"},
-            {"name": "DB", "valueFrom": {"secretKeyRef": {"name": f"sec-db-r{run}", "key": "url"}}},
-            {"name": "AWS", "valueFrom": {"secretKeyRef": {"name": "aws-creds", "key": "k"}}},
-        ],
-        "volumeMounts": [
-            {"name": "data", "mountPath": "/local-data"},
-            {"name": "team", "mountPath": "/team"},
-        ],
-        "securityContext": {"runAsUser": 0},
-    }
-
-
-def gpu_pod(containers: int, run: int = 1) -> dict[str, Any]:
-    """The typical GPU run Pod of run ``run`` (its name, run label, secret and volume)."""
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": f"train-r{run}",
-            "namespace": "ml",
-            "labels": {**RUN_LABELS, "dhcore/run": f"r{run}"},
-            "annotations": {"runguard.io/preemption-mode": "prevent"},
-        },
-        "spec": {
-            "containers": [container(f"c{i}", i, run) for i in range(containers)],
-            "volumes": [
-                {"name": "data", "persistentVolumeClaim": {"claimName": f"v-r{run}-data"}},
-                {"name": "team", "persistentVolumeClaim": {"claimName": "team-shared"}},
-            ],
-            "tolerations": [
-                {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
-            ],
-            "restartPolicy": "Never",
-        },
-    }
 
 
 def runs(containers: int, count: int = RUNS) -> Callable[[], dict[str, Any]]:
@@ -138,7 +83,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--count", type=int, default=20000)
     parser.add_argument("--seconds", type=float, default=10.0)
-    parser.add_argument("--policy", default=str(ROOT / "tests/cases/_policies/platform"))
+    parser.add_argument("--policy", default=str(bench_config.PLATFORM_POLICY_DIR))
     args = parser.parse_args()
     policy = load_policy(args.policy)
 

@@ -1,11 +1,13 @@
 """Benchmark of the admission server over TLS with keep-alive (not a test).
 
-Starts ``runguard serve`` on a free local port with fresh certificates and the
+Starts runguard's server (gunicorn with the repository's ``gunicorn.conf.py``: the options
+``runguard serve`` runs with) on a free local port with fresh certificates and the
 repository's ``policies/``, then drives, in the same run, from a loopback load
 generator with ``--connections`` concurrent keep-alive connections:
 
 * ``POST /bench/allowed`` -- a trivial endpoint of the same server that reads the body
-  and returns a fixed allowed review (enabled by ``RUNGUARD_BENCH_ENDPOINT=1``);
+  and returns a fixed allowed review (``bench/trivial_app.py``, a WSGI middleware in
+  front of runguard's application: runguard itself has no such endpoint);
 * ``POST /mutate`` -- a platform run Pod that the policy patches (profile, root,
   secrets, volumes: most mutation steps fire).
 
@@ -34,71 +36,25 @@ import time
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "bench"))
-
-import slow_clients  # noqa: E402
+from bench_config import (
+    CONNECTIONS,
+    PLATFORM_USER,
+    POLICY_DIR,
+    REPO,
+    TRIVIAL_APP,
+    TRIVIAL_PATH,
+)
+from harness import slow_clients
+from harness.workloads import memory_mb
+from harness.workloads import typical_run_pod as run_pod
 
 MAX_REQUESTS_PER_CONNECTION = 500_000
 TARGET_RATIO, TARGET_P99_MS, TARGET_RSS_MB = 0.60, 10.0, 80.0
 
 
-def run_pod() -> dict[str, Any]:
-    """A run Pod as a user submits it: a profile, root, extra resources, a foreign
-    secret, a pre-existing volume, a platform volume, a sidecar."""
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": "train-3f2a",
-            "labels": {
-                "app.kubernetes.io/managed-by": "dhcore",
-                "dhcore/run": "3f2a",
-                "dhcore/template": "1xa100",
-            },
-            "annotations": {"runguard.io/preemption-mode": "prevent"},
-        },
-        "spec": {
-            "securityContext": {"runAsUser": 0, "fsGroup": 0},
-            "containers": [
-                {
-                    "name": "main",
-                    "image": "python:3.11",
-                    "command": ["python", "train.py"],
-                    "resources": {
-                        "requests": {"cpu": "4", "memory": "16Gi"},
-                        "limits": {"memory": "128Gi"},
-                    },
-                    "env": [
-                        {"name": "EPOCHS", "value": "10"},
-                        {
-                            "name": "TOKEN",
-                            "valueFrom": {"secretKeyRef": {"name": "other", "key": "t"}},
-                        },
-                        {
-                            "name": "S3",
-                            "valueFrom": {"secretKeyRef": {"name": "sec-s3-3f2a", "key": "k"}},
-                        },
-                    ],
-                    "volumeMounts": [
-                        {"name": "data", "mountPath": "/data"},
-                        {"name": "old", "mountPath": "/old"},
-                    ],
-                },
-                {"name": "sidecar", "image": "busybox", "securityContext": {"privileged": True}},
-            ],
-            "volumes": [
-                {"name": "data", "persistentVolumeClaim": {"claimName": "v-3f2a-data"}},
-                {"name": "old", "persistentVolumeClaim": {"claimName": "someone-elses"}},
-            ],
-        },
-    }
-
-
 def review_bytes() -> bytes:
     # as the platform (policies/ platform.identities): its run keeps its own claim and secret
-    return slow_clients.review_of(run_pod(), user="system:serviceaccount:digitalhub:core")
+    return slow_clients.review_of(run_pod(), user=PLATFORM_USER)
 
 
 # ------------------------------------------------------------------ load generator
@@ -242,8 +198,10 @@ def free_port() -> int:
 def start_server(
     workdir: Path, kind: str, workers: int, threads: int, worker_class: str = ""
 ) -> tuple[Any, int]:
-    """``runguard serve``; ``kind`` sync, or a ``worker_class`` under the repository's
-    ``gunicorn.conf.py`` (``gthread``, ``webhook.serving.worker.SharedListenerWorker``...)."""
+    """runguard under the repository's ``gunicorn.conf.py`` (``runguard serve``'s options),
+    its application with the trivial endpoint (``bench/trivial_app.py``); ``kind`` sync,
+    or a ``worker_class`` (``gthread``, ``webhook.serving.worker.SharedListenerWorker``...),
+    else ``runguard serve``'s own (``RunguardWorker``)."""
     from webhook.install.certs import new_cert_set, write_cert_set
 
     certs = workdir / "certs"
@@ -256,32 +214,19 @@ def start_server(
     env.pop("PROMETHEUS_MULTIPROC_DIR", None)
     env.update(
         PYTHONPATH=str(REPO),
-        RUNGUARD_BENCH_ENDPOINT="1",
-        RUNGUARD_POLICY_DIR=str(REPO / "policies"),
+        RUNGUARD_POLICY_DIR=str(POLICY_DIR),
         RUNGUARD_CERT_FILE=str(certs / "tls.crt"),
         RUNGUARD_KEY_FILE=str(certs / "tls.key"),
         RUNGUARD_BIND=f"127.0.0.1:{port}",
         RUNGUARD_WORKERS=str(workers),
         RUNGUARD_THREADS=str(threads),
     )
-    if kind == "sync":
-        # gunicorn turns sync into gthread when threads > 1
-        cmd = [
-            sys.executable,
-            "-m",
-            "gunicorn",
-            "-c",
-            str(REPO / "gunicorn.conf.py"),
-            "--worker-class",
-            "sync",
-            "--threads",
-            "1",
-        ]
+    cmd = [sys.executable, "-m", "gunicorn", "-c", str(REPO / "gunicorn.conf.py")]
+    if kind == "sync":  # gunicorn turns sync into gthread when threads > 1
+        cmd += ["--worker-class", "sync", "--threads", "1"]
     elif worker_class:
-        cmd = [sys.executable, "-m", "gunicorn", "-c", str(REPO / "gunicorn.conf.py")]
         cmd += ["--worker-class", worker_class]
-    else:
-        cmd = [sys.executable, "-m", "webhook", "serve"]
+    cmd.append(TRIVIAL_APP)
     proc = subprocess.Popen(
         cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=open(workdir / "stderr", "wb")
     )
@@ -325,21 +270,10 @@ def cpu_seconds(pids: list[int]) -> float:
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
-def memory_mb(pid: int) -> tuple[float, float]:
-    """(resident, proportional) set size in MB."""
-    rss = pss = 0.0
-    for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
-        if line.startswith("Rss:"):
-            rss = int(line.split()[1]) / 1024
-        elif line.startswith("Pss:"):
-            pss = int(line.split()[1]) / 1024
-    return rss, pss
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=10.0, help="per endpoint and round")
-    parser.add_argument("--connections", type=int, default=8)
+    parser.add_argument("--connections", type=int, default=CONNECTIONS)
     parser.add_argument("--rounds", type=int, default=2, help="trivial, mutate; repeated")
     parser.add_argument("--server", choices=["gthread", "sync"], default="gthread")
     parser.add_argument("--workers", type=int, default=0, help="default: as runguard serve")
@@ -359,7 +293,7 @@ def main() -> int:
             mutate_body = review_bytes()
             runs: dict[str, list[dict[str, float]]] = {"trivial": [], "mutate": []}
             for _ in range(args.rounds):
-                for name, path in (("trivial", "/bench/allowed"), ("mutate", "/mutate")):
+                for name, path in (("trivial", TRIVIAL_PATH), ("mutate", "/mutate")):
                     before = cpu_seconds(workers_of(proc.pid))
                     result = drive(port, ca_file, path, mutate_body, args.connections, args.seconds)
                     used = cpu_seconds(workers_of(proc.pid)) - before

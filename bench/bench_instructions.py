@@ -19,11 +19,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_compare import REVIEW, ROOT
 
-from bench_compare import REVIEW  # noqa: E402
-
-ROOT = Path(__file__).resolve().parents[1]
 WARM, FEW, MORE = 300, 300, 600
 RUN = (
     REVIEW

@@ -36,23 +36,17 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import bench_create
 import yaml
+from bench_config import BENCH
+from bench_create import NS, CreateLatency, noncompliant_pods, run_policy
+from e2e.cluster import ClusterError
 
-BENCH = Path(__file__).resolve().parent
-REPO = BENCH.parent
-for _path in (REPO, REPO / "tests", BENCH):
-    if str(_path) not in sys.path:
-        sys.path.insert(0, str(_path))
-
-import bench_create  # noqa: E402
-from bench_create import NS, CreateLatency, noncompliant_pods, run_policy  # noqa: E402
-from e2e.cluster import ClusterError  # noqa: E402
-
-from webhook.engine.rules.pod_security import RESTRICTED_VOLUME_TYPES  # noqa: E402
-from webhook.keys import REQUESTED_BY  # noqa: E402
-from webhook.policy.loader import load_policy  # noqa: E402
-from webhook.policy.model import NamePattern, Policy  # noqa: E402
-from webhook.policy.patterns import split  # noqa: E402
+from webhook.engine.rules.pod_security import RESTRICTED_VOLUME_TYPES
+from webhook.keys import REQUESTED_BY
+from webhook.policy.loader import load_policy
+from webhook.policy.model import NamePattern, Policy
+from webhook.policy.patterns import split
 
 JSON = dict[str, Any]
 BUILD = BENCH / "kyverno" / "build.sh"
@@ -715,9 +709,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--creates", type=int, default=100)
     parser.add_argument("--write-policy", action="store_true",
                         help="write bench/kyverno/policy.yaml and exit")  # fmt: skip
+    parser.add_argument("--check-policy", action="store_true",
+                        help="exit 1 unless bench/kyverno/policy.yaml is what policies/ "
+                        "renders now")  # fmt: skip
     args = parser.parse_args(argv)
     policy = load_policy(bench_create.POLICY_DIR)
     text = kyverno_text(policy)
+    if args.check_policy:
+        shipped = POLICY_FILE.read_text() if POLICY_FILE.is_file() else ""
+        kinds = [d["kind"] for d in yaml.safe_load_all(shipped)]
+        if shipped == text and kinds == ["ClusterPolicy", "ClusterPolicy"]:
+            return 0
+        print(f"{POLICY_FILE}: differs from what policies/ renders (run --write-policy)",
+              file=sys.stderr)  # fmt: skip
+        return 1
     if args.write_policy:
         POLICY_FILE.write_text(text)
         print(f"wrote {POLICY_FILE}")

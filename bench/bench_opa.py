@@ -35,7 +35,6 @@ from __future__ import annotations
 import argparse
 import copy
 import http.client
-import importlib
 import json
 import os
 import re
@@ -51,27 +50,22 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-BENCH = Path(__file__).resolve().parent
-REPO = BENCH.parent
-sys.path.insert(0, str(BENCH))
-sys.path.insert(0, str(REPO))
+import bench_engine
+import bench_http
+from bench_config import BENCH, CONNECTIONS, POLICY_DIR, default_config
+from harness import slow_clients
+from harness.workloads import typical_run_pod
 
-import bench_engine  # noqa: E402
-import bench_http  # noqa: E402
-import slow_clients  # noqa: E402
-
-from webhook import admission  # noqa: E402
 from webhook.engine.rules.pod_security import allowed_capabilities  # noqa: E402
 from webhook.engine.rules.security import drop_fill, seccomp_fill  # noqa: E402
 from webhook.policy.loader import load_policy  # noqa: E402
 from webhook.policy.model import NamePattern, Policy  # noqa: E402
 from webhook.policy.patterns import split  # noqa: E402
+from webhook.serving import admission  # noqa: E402
 
 OPA_DIR = BENCH / "opa"
 BUILD_SCRIPT = OPA_DIR / "build.sh"
 REGO_FILES = ("runguard.rego", "main.rego")
-POLICY_DIR = REPO / "policies"
-CONNECTIONS = 8
 BUILD_TIMEOUT = 1800  # a cold build of OPA takes minutes of CPU on 2 cores
 TARGET_CPU_RATIO = 0.6  # issue 12: runguard_validate_cpu_us <= 0.6 x opa_validate_cpu_us
 KEYS = ("rps", "cpu_us", "p50_ms", "p99_ms")
@@ -725,11 +719,11 @@ def cases(policy: Policy) -> list[tuple[str, bytes]]:
 
     # as users submit them, without runguard's mutating webhook
     out.append(("typical GPU run as submitted (no /mutate)", review(typical_pod(), platform)))
-    out.append(("bench_http.run_pod as submitted", review(bench_http.run_pod(), platform)))
+    out.append(("typical_run_pod as submitted", review(typical_run_pod(), platform)))
     out.append(
         (
-            "bench_http.run_pod, mutated (sidecar: run total above 64Gi)",
-            review(mutated(bench_http.run_pod(), policy, platform), platform),
+            "typical_run_pod, mutated (sidecar: run total above 64Gi)",
+            review(mutated(typical_run_pod(), policy, platform), platform),
         )
     )
     out.append(("root pod in kube-system (excluded)", review(typical_pod(), alice, "kube-system")))
@@ -774,17 +768,6 @@ def _message(answer: dict[str, Any]) -> str:
     return str((answer.get("status") or {}).get("message", ""))
 
 
-def _default_config() -> tuple[str, str, int, int]:
-    """The configuration ``bench_all.py`` measures as runguard's default (imported by name:
-    its own typing is its own)."""
-    bench_all = importlib.import_module("bench_all")
-    name = bench_all.default_config()
-    for config in bench_all.CONFIGS:
-        if config[0] == name:
-            return tuple(config)
-    return tuple(bench_all.CONFIGS[1])
-
-
 def _wait_tls(port: int, ca_file: str, proc: subprocess.Popen[bytes], log: Path) -> None:
     context = ssl.create_default_context(cafile=ca_file)
     deadline = time.monotonic() + 30
@@ -825,7 +808,7 @@ class OpaSide:
         starting one (and left running by ``stop``); OPA then uses its certificate."""
         self.connections = connections
         self.policy = load_policy(POLICY_DIR)
-        self.config = _default_config()
+        self.config = default_config()
         self.body = throughput_review(self.policy)
         self.opa_binary = ""
         self._tmp: tempfile.TemporaryDirectory[str] | None = None

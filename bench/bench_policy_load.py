@@ -13,17 +13,14 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from bench_config import REPO as ROOT
 
-from webhook.policy.loader import load_policy, read_policy  # noqa: E402
-from webhook.policy.model import build_policy  # noqa: E402
+from webhook.policy.loader import load_policy, read_policy
+from webhook.policy.model import build_policy
 
 DIRECTORIES = ("policies", "policies/examples/mlrun")
 

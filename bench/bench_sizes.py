@@ -2,7 +2,8 @@
 
 Not a test. For each series (env entries of one container, containers, volumes) and
 each size, a run Pod is written as small as it can be (sizes past the apiserver's 3 MiB
-request limit are skipped: it refuses them), then timed, as CPU time (best of a few runs,
+request limit are skipped: it refuses them; ``SERIES`` and ``as_sent`` of
+``tests/harness/workloads.py``), then timed, as CPU time (best of a few runs,
 so other processes on the machine move it little):
 
 - as the webhook gets it: the Pod with the fields the apiserver defaults before
@@ -32,113 +33,23 @@ import argparse
 import gc
 import json
 import math
-import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from bench_config import PLATFORM_USER, POLICY_DIR
+from harness.workloads import SERIES, as_sent
 
-from webhook import gcpause  # noqa: E402
-from webhook.engine import Decision, evaluate, mutate, validate  # noqa: E402
-from webhook.engine.context import Context, Requester  # noqa: E402
-from webhook.policy.loader import load_policy  # noqa: E402
-from webhook.serving.settings import DEFAULT_MAX_BODY  # noqa: E402
+from webhook.engine import Decision, evaluate, mutate, validate
+from webhook.engine.context import Context, Requester
+from webhook.policy.loader import load_policy
+from webhook.serving import gcpause
+from webhook.serving.settings import DEFAULT_MAX_BODY
 
 REQUEST_LIMIT = 3 * 1024 * 1024  # the apiserver's request body limit
 REVIEW_OVERHEAD = 1024  # an AdmissionReview's fields around the object (uid, userInfo...)
-PLATFORM = Requester("system:serviceaccount:digitalhub:core")  # policies/'s platform identity
+PLATFORM = Requester(PLATFORM_USER)  # policies/'s platform identity
 VALIDATED = "validate' ms"  # of the mutated Pod
-LABELS = {"app.kubernetes.io/managed-by": "dhcore", "dhcore/run": "r1", "dhcore/template": "1xt4"}
-
-
-def pod(containers: list[dict[str, Any]], volumes: list[dict[str, Any]]) -> dict[str, Any]:
-    spec: dict[str, Any] = {"containers": containers}
-    if volumes:
-        spec["volumes"] = volumes
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": "big", "namespace": "ml", "labels": dict(LABELS)},
-        "spec": spec,
-    }
-
-
-def env_pod(n: int) -> dict[str, Any]:
-    """One container, ``n`` env entries: one in ten a secret the platform does not manage
-    (stripped), the others names only (as small as an entry gets, so 100k fit in 3 MiB)."""
-    env: list[dict[str, Any]] = [
-        {"name": f"S{i}", "valueFrom": {"secretKeyRef": {"name": f"x{i}", "key": "k"}}}
-        if i % 10 == 0
-        else {"name": f"V{i}"}
-        for i in range(n)
-    ]
-    return pod([{"name": "main", "image": "i", "env": env}], [])
-
-
-def containers_pod(n: int) -> dict[str, Any]:
-    """``n`` containers, one in a hundred running as root (stripped)."""
-    return pod(
-        [
-            {"name": f"c{i}", "image": "i", "securityContext": {"runAsUser": 0}}
-            if i % 100 == 0
-            else {"name": f"c{i}", "image": "i"}
-            for i in range(n)
-        ],
-        [],
-    )
-
-
-def volumes_pod(n: int) -> dict[str, Any]:
-    """``n`` volumes: one in ten a claim the run does not own, mounted in the container
-    (both stripped), the others emptyDirs."""
-    volumes: list[dict[str, Any]] = [
-        {"name": f"v{i}", "persistentVolumeClaim": {"claimName": "t"}}
-        if i % 10 == 0
-        else {"name": f"v{i}", "emptyDir": {}}
-        for i in range(n)
-    ]
-    mounts = [{"name": f"v{i}", "mountPath": "/m"} for i in range(0, n, 10)]
-    return pod([{"name": "main", "image": "i", "volumeMounts": mounts}], volumes)
-
-
-SERIES: dict[str, Callable[[int], dict[str, Any]]] = {
-    "env entries": env_pod,
-    "containers": containers_pod,
-    "volumes": volumes_pod,
-}
-
-
-CONTAINER_DEFAULTS = {
-    "terminationMessagePath": "/dev/termination-log",
-    "terminationMessagePolicy": "File",
-    "imagePullPolicy": "Always",
-    "resources": {},
-}
-POD_DEFAULTS = {
-    "restartPolicy": "Always",
-    "terminationGracePeriodSeconds": 30,
-    "dnsPolicy": "ClusterFirst",
-    "securityContext": {},
-    "schedulerName": "default-scheduler",
-    "enableServiceLinks": True,
-    "preemptionPolicy": "PreemptLowerOrEqual",
-    "priority": 0,
-}
-
-
-def as_sent(written: dict[str, Any]) -> dict[str, Any]:
-    """The Pod as the apiserver sends it to webhooks: decoded and defaulted first."""
-    pod: dict[str, Any] = json.loads(json.dumps(written))
-    spec = pod["spec"]
-    for key, value in POD_DEFAULTS.items():
-        spec.setdefault(key, value)
-    for container in spec["containers"]:
-        for key, value in CONTAINER_DEFAULTS.items():
-            container.setdefault(key, json.loads(json.dumps(value)))
-    return pod
 
 
 def json_size(value: Any) -> int:
@@ -173,7 +84,7 @@ def slope(points: list[tuple[int, float]]) -> float | None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="10,100,1000,3000,10000,30000,100000")
-    parser.add_argument("--policy", default=str(ROOT / "policies"))
+    parser.add_argument("--policy", default=str(POLICY_DIR))
     parser.add_argument("--seconds", type=float, default=2.0, help="repeat a size this long")
     parser.add_argument("--max-review", type=float, default=30.0, help="stop a series past it")
     parser.add_argument(

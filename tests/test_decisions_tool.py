@@ -1,20 +1,14 @@
-"""``bench/decisions.py``, the record of every decision a speed-only change must keep:
-it sees a change of any one step, and an unchanged engine gives the same record twice."""
+"""``harness.decisions`` (``bench/decisions.py``'s tool), the record of every decision a
+speed-only change must keep: it sees a change of any one step, and an unchanged engine
+gives the same record twice."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
+from harness import decisions
 
 from webhook.engine import rules
 from webhook.engine.rules import security
-
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "bench"))
-
-import decisions  # noqa: E402
 
 INPUTS = decisions.generate()[:120]
 

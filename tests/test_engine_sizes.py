@@ -1,20 +1,21 @@
 """Large objects: the engine's answers stay right and its patches stay small.
 
-Behaviour only, never durations (``bench/bench_sizes.py`` measures time against size):
-a patch is never much larger than the object it produces, it still turns the input into
-the result, and the steps that used to search lists per item give the same answers.
+Behaviour only, never durations (``bench/bench_sizes.py`` measures time against size,
+on the same Pods: ``harness.workloads``): a patch is never much larger than the object
+it produces, it still turns the input into the result, and the steps that used to
+search lists per item give the same answers.
 """
 
 from __future__ import annotations
 
 import copy
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
 import jsonpatch
 import pytest
+from harness import workloads
 
 from webhook.engine import mutate, validate
 from webhook.engine.context import Context, Requester
@@ -23,9 +24,6 @@ from webhook.engine.types import MESSAGE_LIMIT
 from webhook.policy.loader import load_policy
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "bench"))
-
-import bench_sizes  # noqa: E402
 
 POLICY = load_policy(REPO / "policies")
 PLATFORM = Context(requester=Requester("system:serviceaccount:digitalhub:core"))
@@ -35,9 +33,9 @@ def size(value: Any) -> int:
     return len(json.dumps(value, separators=(",", ":")))
 
 
-@pytest.mark.parametrize("series", sorted(bench_sizes.SERIES))
+@pytest.mark.parametrize("series", sorted(workloads.SERIES))
 def test_patch_is_never_much_larger_than_the_result(series: str) -> None:
-    pod = bench_sizes.SERIES[series](3000)
+    pod = workloads.SERIES[series](3000)
     decision = mutate(pod, POLICY, context=PLATFORM)
     assert decision.error is None and decision.patch
     assert size(decision.patch) <= size(decision.object) + 1024
@@ -74,7 +72,7 @@ def test_many_forbidden_secrets_are_each_named_once() -> None:
         {"name": f"S{i}", "valueFrom": {"secretKeyRef": {"name": f"x{i % 50}", "key": "k"}}}
         for i in range(5000)
     ]
-    pod = bench_sizes.pod([{"name": "main", "image": "i", "env": env}], [])
+    pod = workloads.sized_pod([{"name": "main", "image": "i", "env": env}], [])
     decision = mutate(pod, POLICY, context=PLATFORM)
     warning = next(w for w in decision.warnings if "secrets not managed" in w)
     assert warning.startswith("runguard: secrets not managed by the platform removed: x0, x1, ")
@@ -88,7 +86,7 @@ def test_many_device_variables_are_each_removed() -> None:
     env = [{"name": "NVIDIA_VISIBLE_DEVICES", "value": str(i)} for i in range(3000)]
     env.append({"name": "KEEP", "value": "1"})
     containers = [{"name": f"c{i}", "image": "i", "env": env} for i in range(3)]
-    pod = bench_sizes.pod(containers, [])
+    pod = workloads.sized_pod(containers, [])
     decision = mutate(pod, POLICY, context=PLATFORM)
     for container in decision.object["spec"]["containers"]:
         assert [
@@ -103,7 +101,7 @@ def test_many_device_variables_are_each_removed() -> None:
 def test_many_added_capabilities_are_stripped_and_named() -> None:
     add = ["NET_BIND_SERVICE", "SYS_ADMIN"] * 2000
     container = {"name": "c", "image": "i", "securityContext": {"capabilities": {"add": add}}}
-    decision = mutate(bench_sizes.pod([container], []), POLICY, context=PLATFORM)
+    decision = mutate(workloads.sized_pod([container], []), POLICY, context=PLATFORM)
     caps = decision.object["spec"]["containers"][0]["securityContext"]["capabilities"]
     assert "add" not in caps  # the policy allows none
     assert any(w.startswith("runguard: root and privileges stripped") for w in decision.warnings)
@@ -114,7 +112,7 @@ def test_many_tolerations_with_the_profile_key_are_replaced_by_the_profile_one()
         {"key": "nvidia.com/gpu", "operator": "Equal", "value": str(i), "effect": "NoSchedule"}
         for i in range(3000)
     ] + [{"key": "other", "operator": "Exists"}]
-    pod = bench_sizes.pod([{"name": "main", "image": "i"}], [])
+    pod = workloads.sized_pod([{"name": "main", "image": "i"}], [])
     pod["spec"]["tolerations"] = tolerations
     result = mutate(pod, POLICY, context=PLATFORM).object["spec"]["tolerations"]
     assert result == [
@@ -125,7 +123,7 @@ def test_many_tolerations_with_the_profile_key_are_replaced_by_the_profile_one()
 
 def test_a_huge_denial_lists_what_fits_and_counts_the_rest_by_rule() -> None:
     # A 25k-container Pod that bypassed mutation: 100k violations, 13 MB as one list.
-    sent = bench_sizes.as_sent(bench_sizes.containers_pod(25000))
+    sent = workloads.as_sent(workloads.containers_pod(25000))
     decision = validate(sent, POLICY, context=PLATFORM)
     assert not decision.allowed and len(decision.violations) > 100_000 - 1000
     message = decision.message()
@@ -144,7 +142,7 @@ def test_a_huge_denial_lists_what_fits_and_counts_the_rest_by_rule() -> None:
 
 
 def test_a_denial_that_fits_lists_every_violation() -> None:
-    decision = validate(bench_sizes.as_sent(bench_sizes.containers_pod(3)), POLICY)
+    decision = validate(workloads.as_sent(workloads.containers_pod(3)), POLICY)
     message = decision.message()
     assert " more: " not in message
     assert all(str(v) in message for v in decision.violations)

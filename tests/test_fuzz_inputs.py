@@ -1,7 +1,7 @@
 """Fuzzing ``runguard apply``, ``runguard lint`` and the policy loader, in a short form.
 
-The inputs and the checks are ``bench/fuzz_inputs.py``'s (run it for the long form and
-its figures): YAML and JSON from run Pods, random values, random edits and hostile
+The inputs and the checks are ``harness.fuzz``'s (``bench/fuzz_inputs.py`` is the long
+form, with its figures): YAML and JSON from run Pods, random values, random edits and hostile
 shapes; every command exits 0, 1 or 2 with UTF-8 output of bounded size, the loader
 never raises. Here a fixed, bounded set of examples (``derandomize``: the same ones on
 every run, so CI never turns red by chance) and no deadline (a shared machine's pauses
@@ -10,16 +10,12 @@ are not failures).
 
 from __future__ import annotations
 
-import sys
 import tempfile
 from pathlib import Path
 
+from harness.fuzz import check_apply, check_lint, check_loader, inputs
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
-
-from fuzz_inputs import check_apply, check_lint, check_loader, inputs  # noqa: E402
 
 SHORT = settings(
     max_examples=50,

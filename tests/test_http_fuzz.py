@@ -1,6 +1,6 @@
 """Fuzzing the admission endpoints through a real ``runguard serve`` (gunicorn, TLS).
 
-Reviews built from ``bench/fuzz_inputs.py``'s generators (run Pods and random values,
+Reviews built from ``harness.fuzz``'s generators (run Pods and random values,
 their JSON text with random edits) and odd request fields (operations, uids, dry runs,
 namespaces, user infos, old objects, content types) go to ``/mutate`` and ``/validate``.
 Every answer is a JSON error with a 4xx status, or a 200 AdmissionReview answering the
@@ -16,18 +16,14 @@ never turns red by chance) and no deadline (a shared machine's pauses are not fa
 from __future__ import annotations
 
 import json
-import sys
 from typing import Any
 
 import pytest
 from harness import REPO, RunguardServer, admission_review, run_pod
+from harness.fuzz import edited, pods, scalars, values, written
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-sys.path.insert(0, str(REPO / "bench"))
-
-from fuzz_inputs import edited, pods, scalars, values, written  # noqa: E402
-from test_fuzz_inputs import SHORT as FILES  # noqa: E402
+from test_fuzz_inputs import SHORT as FILES
 
 from webhook.policy.loader import load_policy  # noqa: E402
 from webhook.serving.admission import AdmissionError, parse_review, review  # noqa: E402

@@ -1,7 +1,7 @@
 """No client can starve the server: real gunicorn, real TLS, real reviews.
 
 64 connections that send nothing, half a ClientHello, half a request head or half a
-body are held open (``bench/slow_clients.py``) while real ``/validate`` reviews, each
+body are held open (``harness.slow_clients``) while real ``/validate`` reviews, each
 on a new TLS connection as the apiserver opens them, must all be answered. Stock
 ``gthread`` failed 6 of 10 with 4 such connections and 10 of 10 with 24. Bounds are
 counts and generous times, never performance thresholds.
@@ -9,16 +9,11 @@ counts and generous times, never performance thresholds.
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import Callable
 
 import pytest
-from harness import REPO, RunguardServer, eventually
-
-sys.path.insert(0, str(REPO / "bench"))
-
-import slow_clients  # noqa: E402
+from harness import RunguardServer, eventually, slow_clients
 
 from webhook.serving.worker import REQUEST_TIMEOUT  # noqa: E402
 

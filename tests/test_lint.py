@@ -9,7 +9,7 @@ import pytest
 from harness import write
 
 from webhook.cli import main
-from webhook.policy import lint
+from webhook.policy.lint import lint
 from webhook.policy.model import ProfileSpec
 
 REPO = Path(__file__).resolve().parent.parent

@@ -956,6 +956,7 @@ def test_cli_write_then_check_catches_a_policy_edit(
     ]
     assert sorted(p.name for p in (out / "policy-objects").iterdir()) == [
         "runguard.io_profiles.yaml",
+        "runguard.io_projectprofiles.yaml",
         "runguard.io_runpolicies.yaml",
         "webhook.yaml",
     ]
@@ -1465,7 +1466,8 @@ def test_kustomize_builds_the_base_with_the_components(tmp_path: Path) -> None:
 
 def test_cluster_state_rbac_is_read_only_for_exactly_its_kinds() -> None:
     """The watch cache's role grants get, list and watch on exactly the resources the
-    cache watches (``webhook.clusterstate.RESOURCES``, and ResourceClaims), get on Pods
+    cache watches (``webhook.clusterstate.RESOURCES``, ResourceClaims and projects'
+    profiles), get on Pods
     (the Pod a shell is opened into, ``webhook.serving.shells``), and what a proxy to a Service
     is judged with (get the Service and its Endpoints, list its EndpointSlices and the
     Pods they reach),
@@ -1489,7 +1491,7 @@ def test_cluster_state_rbac_is_read_only_for_exactly_its_kinds() -> None:
     } | {("", "pods", "get"), ("", "pods", "list"), ("", "services", "get"),
          ("", "endpoints", "get"), ("discovery.k8s.io", "endpointslices", "list")} | {
         ("resource.k8s.io", "resourceclaims", verb) for verb in ("get", "list", "watch")
-    }  # fmt: skip
+    } | {("runguard.io", "projectprofiles", verb) for verb in ("get", "list", "watch")}  # fmt: skip
     # the operators' kinds the shipped policies name, and nothing else
     policy = load_policy(REPO / "policies")
     kinds = {k for p in policy.run_policies() for k in p.platform.operator_kinds}

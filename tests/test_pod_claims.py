@@ -14,7 +14,7 @@ from test_ownership import Meta, OwnerRef, State
 from test_scope_routing import RESOURCES, calls
 from test_trust import ALICE, CORE, SHIPPED, rules
 
-from webhook.clusterstate.model import DEVICE_CLAIMS
+from webhook.clusterstate.model import DEVICE_CLAIMS, PROJECT_PROFILES
 from webhook.clusterstate.process import operator_kinds, watched_kinds
 from webhook.engine import evaluate, validate
 from webhook.engine.context import Context
@@ -135,8 +135,8 @@ def test_every_pod_naming_a_claim_is_routed_and_one_naming_none_is_not() -> None
 def test_the_watch_keeps_resource_claims_first() -> None:
     """ResourceClaims are watched whatever the policy, in the first operator slot, so
     no number of operators' kinds pushes them out."""
-    assert watched_kinds(SHIPPED) == (DEVICE_CLAIMS, *operator_kinds(SHIPPED))
-    assert watched_kinds(None) == (DEVICE_CLAIMS,)
+    assert watched_kinds(SHIPPED) == (DEVICE_CLAIMS, PROJECT_PROFILES, *operator_kinds(SHIPPED))
+    assert watched_kinds(None) == (DEVICE_CLAIMS, PROJECT_PROFILES)
 
 
 def test_a_snapshot_of_a_pods_own_claim_is_refused_and_routed(

@@ -187,3 +187,28 @@ def test_policy_keeps_the_engine_attributes() -> None:
     assert policy.profiles_config.label == "runguard.io/profile"
     assert policy.security.drop_capabilities == ("ALL",)
     assert policy.scheduling.preemption is None
+
+
+def test_a_name_pattern_matches_as_its_escaped_regex_would() -> None:
+    """``NamePattern.matches`` globs without compiling a regex per label value; it says
+    what the escaped regex says, for every pattern, label value (``*`` in a value is a
+    literal) and name a small alphabet makes."""
+    import random
+
+    from webhook.policy.patterns import NamePattern, _regex
+
+    rng = random.Random(7)
+
+    def word(alphabet: str, low: int, high: int) -> str:
+        return "".join(rng.choice(alphabet) for _ in range(rng.randint(low, high)))
+
+    for _ in range(20000):
+        keys = rng.randint(0, 2)
+        text = word("ab-*.", 0, 4) + "".join(
+            f"{{labels[k{i}]}}" + word("ab-*.", 0, 4) for i in range(keys)
+        )
+        labels = {f"k{i}": word("ab-*", 1, 3) for i in range(keys)}
+        name = word("ab-.*", 0, 8)
+        values = tuple(labels[f"k{i}"] for i in range(keys))
+        expected = _regex(text, values).fullmatch(name) is not None
+        assert NamePattern.compile(text).matches(name, labels) == expected, (text, labels, name)

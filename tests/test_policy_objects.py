@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from webhook.policy.crd import PLURALS, document_of, policy_crds
+from webhook.policy.crd import MIRRORED, PLURALS, document_of, policy_crds
 from webhook.policy.objects import check_object, conditions, mirror, object_files
 from webhook.policy.schema import policy_schema
 from webhook.policyobjects.watch import Mirror, status_updates
@@ -94,15 +94,20 @@ def test_the_crd_schema_is_structural(kind: str) -> None:
     check(crd_spec(kind), kind)
 
 
-def test_the_crds_are_cluster_scoped_with_status_and_columns() -> None:
+def test_the_policy_crds_are_cluster_scoped_with_status_and_columns() -> None:
+    """RunPolicy and Profile are the installation's, with a Loaded status; a project's
+    ProjectProfile lives in its namespace, judged per run, with no status."""
     for crd in policy_crds():
         spec = crd["spec"]
-        assert spec["scope"] == "Cluster" and spec["group"] == "runguard.io"
-        assert crd["metadata"]["name"] == f"{PLURALS[spec['names']['kind']]}.runguard.io"
+        kind = spec["names"]["kind"]
+        mirrored = kind != "ProjectProfile"
+        assert spec["scope"] == ("Cluster" if mirrored else "Namespaced")
+        assert spec["group"] == "runguard.io"
+        assert crd["metadata"]["name"] == f"{PLURALS[kind]}.runguard.io"
         (version,) = spec["versions"]
-        assert version["subresources"] == {"status": {}}
+        assert ("subresources" in version) == mirrored
         columns = [c["name"] for c in version["additionalPrinterColumns"]]
-        assert columns[-2:] == ["Loaded", "Age"]
+        assert columns[-2:] == (["Loaded", "Age"] if mirrored else ["Description", "Age"])
     description = crd_spec("RunPolicy")["properties"]["enforcement"]["description"]
     assert 'Default: "Deny".' in description  # defaults are said, never applied
 
@@ -239,7 +244,7 @@ def test_the_watch_mirrors_events_and_writes_each_status_once(tmp_path: Path) ->
     written: list[tuple[str, str, Any]] = []
     state = Mirror(tmp_path, lambda kind, name, status: written.append((kind, name, status)))
     docs = shipped()
-    for kind in PLURALS:
+    for kind in MIRRORED:
         state.replace(kind, [as_object(d) for d in docs if d["kind"] == kind])
     state.sync()
     assert sorted((k, n) for k, n, _ in written) == sorted(
@@ -356,7 +361,7 @@ def test_a_routing_edit_is_held_until_the_webhooks_route_it(tmp_path: Path) -> N
 def test_nothing_is_held_before_the_webhooks_are_registered(tmp_path: Path) -> None:
     state = Mirror(tmp_path, lambda *a: None, live=lambda: (None, "runguard"))
     docs = shipped()
-    for kind in PLURALS:
+    for kind in MIRRORED:
         state.replace(kind, [as_object(d) for d in docs if d["kind"] == kind])
     state.sync()
     for doc in with_an_operator(docs):

@@ -12,58 +12,34 @@ from __future__ import annotations
 
 import copy
 import os
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from harness.decisions import contexts, corpus  # nobody, a user, the platform
+from harness.fuzz import inputs as fuzz_texts
+from harness.workloads import gpu_pod
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_engine_properties import POLICY_SET, pods
 
 from webhook.clusterstate.static import StaticClusterState
 from webhook.engine import mutate, validate
 from webhook.engine import review as engine_review
 from webhook.engine.context import NO_CONTEXT, Context, Requester
-from webhook.engine.podspec import TEMPLATE_PATHS
 from webhook.engine.receipts import LocalReceipts, SharedReceipts, backstop_key
 from webhook.engine.types import Decision
 from webhook.policy.loader import load_policy
 from webhook.policy.model import Policy
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "bench"))
-
-from bench_engine import gpu_pod  # noqa: E402
-from decisions import contexts  # noqa: E402  (nobody, a user, the platform)
-from fuzz_inputs import inputs as fuzz_texts  # noqa: E402
-from test_engine_properties import POLICY_SET, pods  # noqa: E402
 
 POLICIES: list[Policy] = [
     *(load_policy(p) for p in sorted((ROOT / "tests/cases/_policies").iterdir()) if p.is_dir()),
     load_policy(ROOT / "policies"),
 ]
 PLATFORM = load_policy(ROOT / "tests/cases/_policies/platform")
-
-
-def _documents(path: Path) -> Iterator[Any]:
-    try:
-        yield from yaml.safe_load_all(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError:
-        return
-
-
-def corpus() -> list[dict[str, Any]]:
-    """Every workload object of the cases and the platform fixtures (Pods and pod
-    controllers, inputs and expected results alike)."""
-    found = []
-    paths = [*(ROOT / "tests/cases").rglob("*.yaml"), *(ROOT / "tests/platforms").rglob("*.yaml")]
-    for path in sorted(paths):
-        for doc in _documents(path):
-            if isinstance(doc, dict) and doc.get("kind") in TEMPLATE_PATHS:
-                found.append(doc)
-    return found
 
 
 def _seen(d: Decision) -> tuple[Any, ...]:

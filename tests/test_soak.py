@@ -1,7 +1,7 @@
 """The soak in a short form: a mixed load while the server is disturbed, then no leak.
 
-``bench/soak.py`` is the long form (200k requests, its figures printed); this runs its
-``soak()`` with a few thousand requests on the same server (``RunguardWorker``, 2
+``bench/soak.py`` is the long form (200k requests, its figures printed); this runs
+``harness.soak.soak()`` with a few thousand requests on the same server (``RunguardWorker``, 2
 workers x 2 threads, TLS, the repository's policies in a ConfigMap-style volume, the
 audit log a FIFO read at 512 bytes/s and a log queue of 64 lines): keep-alive and new
 connections, allowed, denied and malformed reviews to ``/mutate`` and ``/validate``,
@@ -12,15 +12,10 @@ count and time, and how long it took is not a result).
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
-from harness import REPO, RunguardServer, eventually
-
-sys.path.insert(0, str(REPO / "bench"))
-
-import soak  # noqa: E402
+from harness import RunguardServer, eventually, soak
 
 from webhook.serving.worker import REQUEST_TIMEOUT  # noqa: E402
 

@@ -1,23 +1,29 @@
-"""The shape of the package: no import circles, modules of a readable size, settings
-declared once."""
+"""The shape of the package: no import circles (``webhook/``, ``bench/`` and the tests'
+harness), modules of a readable size, settings declared once, an engine that loads no
+I/O layer, and tests that import nothing of ``bench/``."""
 
 from __future__ import annotations
 
 import ast
 import dataclasses
+import json
 import re
-from collections.abc import Iterator
+import subprocess
+import sys
+from collections.abc import Iterator, Set
 from pathlib import Path
 
 from webhook.serving.settings import SETTINGS, ServeSettings
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGE = REPO / "webhook"
+BENCH = REPO / "bench"
+TESTS = REPO / "tests"
 MAX_LINES = 400  # past this, a module says why in its docstring ("one job: ...")
 
 
-def module_name(path: Path) -> str:
-    parts = list(path.relative_to(REPO).with_suffix("").parts)
+def module_name(path: Path, root: Path = REPO) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
     if parts[-1] == "__init__":
         parts.pop()
     return ".".join(parts)
@@ -27,9 +33,28 @@ def package_modules() -> dict[str, Path]:
     return {module_name(path): path for path in sorted(PACKAGE.rglob("*.py"))}
 
 
-def imported(name: str, path: Path, modules: dict[str, Path]) -> Iterator[str]:
-    """Every ``webhook`` module that ``name`` imports, at any depth of the file
-    (function-level imports and ``if TYPE_CHECKING:`` blocks included)."""
+def bench_names() -> set[str]:
+    """What a bench script imports another by (``bench/`` is its import path): its stem."""
+    return {path.stem for path in BENCH.glob("*.py")}
+
+
+def all_modules() -> dict[str, Path]:
+    """``webhook``'s modules, the bench scripts (``bench.<stem>``) and the tests' harness
+    (``harness.*``, imported so from ``tests/``)."""
+    modules = package_modules()
+    modules.update({f"bench.{path.stem}": path for path in sorted(BENCH.glob("*.py"))})
+    harness = sorted((TESTS / "harness").rglob("*.py"))
+    modules.update({module_name(path, TESTS): path for path in harness})
+    return modules
+
+
+def imported(
+    name: str, path: Path, modules: dict[str, Path], top_level: Set[str] = frozenset()
+) -> Iterator[str]:
+    """Every module of ``modules`` that ``name`` imports, at any depth of the file
+    (function-level imports, ``if TYPE_CHECKING:`` blocks and ``importlib.import_module``
+    of a literal name included); ``import x`` of a name in ``top_level`` is ``bench.x``
+    (a bench script's import of another)."""
     is_package = path.name == "__init__.py"
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
         if isinstance(node, ast.Import):
@@ -45,19 +70,33 @@ def imported(name: str, path: Path, modules: dict[str, Path]) -> Iterator[str]:
                 f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base
                 for alias in node.names
             ]
+        elif (
+            isinstance(node, ast.Call)
+            and ast.unparse(node.func) in ("importlib.import_module", "import_module")
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str)
+        ):  # an import by name is an import all the same
+            targets = [node.args[0].value]
         else:
             continue
         for target in targets:
+            if target.partition(".")[0] in top_level:
+                target = f"bench.{target}"
             # ``import webhook.policy.loader`` names the module, or a name inside one
             while target and target not in modules:
                 target = target.rpartition(".")[0]
-            if target.startswith("webhook") and target != name:
+            if target and target != name:
                 yield target
 
 
 def import_graph() -> dict[str, set[str]]:
-    modules = package_modules()
-    return {name: set(imported(name, path, modules)) for name, path in modules.items()}
+    """Who imports whom among ``all_modules()``."""
+    modules, top_level = all_modules(), bench_names()
+    return {
+        name: set(imported(name, path, modules, top_level if name.startswith("bench.") else set()))
+        for name, path in modules.items()
+    }
 
 
 def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
@@ -83,16 +122,16 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
     return None
 
 
-def test_no_import_circles_among_webhook_modules() -> None:
+def test_no_import_circles_among_webhook_bench_and_harness_modules() -> None:
     graph = import_graph()
-    assert graph["webhook.serving.server"] >= {
-        "webhook.serving.policystore",
-        "webhook.serving.settings",
-        "webhook.serving.tls",
-    }
-    assert (
-        "webhook.serving.app" in graph["webhook.serving.server"]
-    )  # the function-level import is seen
+    serving = "webhook.serving"
+    wanted = {f"{serving}.{m}" for m in ("policystore", "settings", "tls")}
+    assert graph[f"{serving}.server"] >= wanted
+    assert f"{serving}.app" in graph[f"{serving}.server"]  # the function-level import is seen
+    # the bench scripts' imports of each other and of the harness are seen
+    assert graph["bench.bench_all"] >= {"bench.bench_opa", "bench.bench_config"}
+    assert "harness.slow_clients" in graph["bench.bench_all"]
+    assert "harness.workloads" in graph["harness.soak"]  # relative, inside the harness
     cycle = find_cycle(graph)
     assert cycle is None, "import circle: " + " -> ".join(cycle)
 
@@ -108,19 +147,21 @@ def test_relative_and_nested_imports_are_seen(tmp_path: Path) -> None:
         "from . import metrics\n"
         "from .policy.model import Policy\n"
         "def f():\n"
-        "    import webhook.app\n"
+        "    import webhook.serving.app\n"
         "    from webhook.policy import loader\n"
+        "    importlib.import_module('webhook.inputs.quantity')\n"
     )
-    modules = {
-        m: source for m in ("webhook.m", "webhook.metrics", "webhook.policy.model", "webhook.app")
-    }
+    names = ("webhook.m", "webhook.metrics", "webhook.policy.model", "webhook.serving.app")
+    modules = {m: source for m in names}
     modules["webhook.policy.loader"] = source
     modules["webhook.policy"] = source
+    modules["webhook.inputs.quantity"] = source
     assert set(imported("webhook.m", source, modules)) == {
         "webhook.metrics",
         "webhook.policy.model",
-        "webhook.app",
+        "webhook.serving.app",
         "webhook.policy.loader",
+        "webhook.inputs.quantity",
     }
 
 
@@ -203,3 +244,72 @@ def test_every_runguard_key_is_declared_once() -> None:
             ):
                 spelled.append(f"{path.relative_to(REPO)}:{node.lineno}: {node.value}")
     assert not spelled, spelled
+
+
+# The I/O layers the engine must not load: its callers (the server, the CLI, the watch)
+# bring them; ``import webhook.engine`` stays a pure import.
+IO_LAYERS = ("kubernetes", "jsonschema", "requests", "urllib3", "flask")
+
+
+def test_the_engine_imports_no_io_layer() -> None:
+    probe = (
+        "import json, sys\n"
+        "import webhook.engine\n"
+        "print(json.dumps(sorted({name.partition('.')[0] for name in sys.modules})))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    loaded = set(json.loads(done.stdout))
+    assert "webhook" in loaded and "pydantic" in loaded  # the probe saw the import
+    assert not loaded & set(IO_LAYERS), sorted(loaded & set(IO_LAYERS))
+
+
+def _targets(node: ast.Assign | ast.AugAssign) -> list[ast.expr]:
+    return node.targets if isinstance(node, ast.Assign) else [node.target]
+
+
+def _bench_imports(path: Path, bench: set[str]) -> Iterator[str]:
+    """Where the test file ``path`` imports ``bench/``: an import of ``bench`` or of a
+    bench script by its name, or ``bench/`` put on the import path."""
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            names = [node.module or ""]
+        elif isinstance(node, ast.Call | ast.Assign | ast.AugAssign):
+            changed = [node.func] if isinstance(node, ast.Call) else _targets(node)
+            names = []
+            text = ast.unparse(node)
+            if any(ast.unparse(c).startswith("sys.path") for c in changed) and "bench" in text:
+                yield f"{path.name}:{node.lineno}: {text[:80]}"
+        else:
+            continue
+        for imported_name in names:
+            top = imported_name.partition(".")[0]
+            if top == "bench" or top in bench:
+                yield f"{path.name}:{node.lineno}: import {imported_name}"
+
+
+def test_no_test_imports_bench() -> None:
+    """The benchmarks are not part of what the tests need: shared pieces live in
+    ``tests/harness`` (the benchmarks import them, never the other way)."""
+    bench = bench_names()
+    assert {"bench_config", "bench_http"} <= bench
+    found = [hit for path in sorted(TESTS.rglob("*.py")) for hit in _bench_imports(path, bench)]
+    assert not found, found
+
+
+def test_the_bench_import_finder_finds_them(tmp_path: Path) -> None:
+    source = tmp_path / "test_x.py"
+    source.write_text(
+        "import sys\n"
+        "sys.path.insert(0, str(REPO / 'bench'))\n"
+        "import bench_http\n"
+        "from bench.trivial_app import create_app\n"
+        "from harness import soak\n"
+    )
+    source.write_text(source.read_text() + "sys.path[:0] = ['bench']\nprint('bench')\n")
+    hits = list(_bench_imports(source, {"bench_http", "trivial_app"}))
+    assert sorted(int(hit.split(":")[1]) for hit in hits) == [2, 3, 4, 6], hits

@@ -90,7 +90,7 @@ def test_the_shipped_policy_files_apply_as_they_are(cluster: Cluster, served: Ru
         live = get(cluster, doc["kind"].lower() + ".runguard.io", doc["metadata"]["name"])
         assert live["spec"] == doc["spec"]  # nothing pruned, nothing defaulted
     table = cluster.kubectl("get", "profiles", check=True).stdout.splitlines()
-    assert table[0].split() == ["NAME", "CPU", "MEMORY", "GPU", "LOADED", "AGE"]
+    assert table[0].split() == ["NAME", "CPU", "MEMORY", "GPU", "SCOPE", "LOADED", "AGE"]
     names = sorted(line.split()[0] for line in table[1:])
     assert names == sorted(d["metadata"]["name"] for d in shipped if d["kind"] == "Profile")
 

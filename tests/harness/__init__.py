@@ -7,6 +7,11 @@
   ``tests/conftest.py``);
 * inputs: ``admission_review``, ``run_pod``, ``sample_policy``, ``write``
   (``harness.inputs``).
+
+Shared with the benchmarks (``bench/`` imports them; no test imports ``bench/``), each
+imported by its module: ``harness.workloads`` (the Pods they send, a process's memory),
+``harness.fuzz`` (fuzz inputs and checks), ``harness.slow_clients``, ``harness.soak``
+and ``harness.decisions`` (the record of every decision).
 """
 
 from .certs import TestCA, peer_certificate

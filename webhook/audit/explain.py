@@ -14,16 +14,23 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from webhook.audit.clusteraudit import label_selector
 from webhook.engine import Change, Decision, Violation, evaluate
-from webhook.engine.context import NO_CONTEXT, Context, namespace_labels
+from webhook.engine.context import (
+    NO_CONTEXT,
+    Context,
+    namespace_labels,
+    project_profile_names,
+    project_profile_spec,
+)
 from webhook.engine.rule_ids import RULES
 from webhook.engine.subject import review
 from webhook.policy.kube import LabelSelector, QuantityRange
 from webhook.policy.model import Policy, Profile
+from webhook.policy.project import ProjectProfileError, beyond, read_project_profile
 
 EDITS_SHOWN = 30  # JSON Patch operations the text lists
 SHOWN = ("cpu", "memory", "gpu")  # the columns of the text table (JSON has every resource)
@@ -165,12 +172,43 @@ def _said(warning: str, decision: Decision) -> bool:
 
 
 def profile_choices(policy: Policy, context: Context, namespace: str) -> tuple[ProfileChoice, ...]:
-    """Every profile of ``policy``, by name, with whether ``namespace`` may use it."""
+    """Every profile a run in ``namespace`` may name, by name, with whether it may use
+    it: the project's own (ProjectProfile, which wins over an installation-wide profile
+    of the same name there, as in the engine) and ``policy``'s."""
     labels = namespace_labels(context, namespace)
+    own = _project_choices(policy, context, namespace)
+    mine = {choice.name for choice in own}
     return tuple(
-        _choice(policy, profile, labels)
-        for _, profile in sorted(policy.profiles.items(), key=lambda item: item[0])
+        sorted(
+            [
+                *own,
+                *(
+                    _choice(policy, profile, labels)
+                    for name, profile in policy.profiles.items()
+                    if name not in mine
+                ),
+            ],
+            key=lambda choice: choice.name,
+        )
     )
+
+
+def _project_choices(policy: Policy, context: Context, namespace: str) -> list[ProfileChoice]:
+    """The project's own profiles the view holds; one that does not load or exceeds
+    the RunPolicy is listed as not usable, as the engine refuses it."""
+    gpu = policy.resources.gpu_resource_name
+    out = []
+    for name in project_profile_names(context, namespace):
+        spec = project_profile_spec(context, namespace, name)
+        try:
+            profile = read_project_profile(spec or "", namespace, name, gpu)
+        except ProjectProfileError:
+            out.append(ProfileChoice(name, "(does not load)", False, "this project", {}, {}))
+            continue
+        usable = not beyond(profile, policy, namespace)
+        choice = _choice(policy, profile, None)
+        out.append(replace(choice, usable=usable, scope=f"this project ({namespace})"))
+    return out
 
 
 def usable(profile: Profile, labels: Mapping[str, str] | None) -> bool | None:

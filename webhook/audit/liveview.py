@@ -19,6 +19,7 @@ import orjson
 from webhook.clusterstate.model import (
     CLUSTER_SCOPED,
     RESOURCES,
+    SPEC_KINDS,
     ClusterStateError,
     Meta,
     meta_from_object,
@@ -30,15 +31,29 @@ PAGE_SIZE = 500
 MAX_PAGES = 100_000  # per kind: far above any real cluster
 # What a what-if needs besides the runs: which namespaces may use which profile, and
 # whether the classes a profile names exist.
-WHATIF_KINDS = ("Namespace", "PriorityClass", "RuntimeClass")
+# A project's own profiles (ProjectProfile), read whole: a run may name one.
+WHATIF_KINDS = ("Namespace", "PriorityClass", "RuntimeClass", "ProjectProfile")
+# runguard's own namespaced kind, not in the cluster-state model's table.
+OWN_RESOURCES = {"ProjectProfile": ("runguard.io", "v1", "projectprofiles")}
 # Where a Pod's controller keeps the template it was made from.
 TEMPLATE_OWNERS = frozenset({"Job", "ReplicaSet", "StatefulSet", "DaemonSet"})
-API_VERSIONS = {"Pod": "v1", **{k: f"{g}/{v}" if g else v for k, (g, v, _) in RESOURCES.items()}}
+API_VERSIONS = {
+    "Pod": "v1",
+    **{k: f"{g}/{v}" if g else v for k, (g, v, _) in {**RESOURCES, **OWN_RESOURCES}.items()},
+}
+
+
+def group_resource(kind: str) -> tuple[str, str]:
+    """(API group, resource) of a kind read here: what RBAC grants ``list`` on."""
+    group, _, resource = OWN_RESOURCES.get(kind) or RESOURCES[kind]
+    return group, resource
 
 
 def path_of(kind: str, namespace: str | None = None, name: str | None = None) -> str:
     """The API path of a kind (in ``namespace`` when it is namespaced), or of one object."""
-    group, version, resource = ("", "v1", "pods") if kind == "Pod" else RESOURCES[kind]
+    group, version, resource = (
+        ("", "v1", "pods") if kind == "Pod" else OWN_RESOURCES.get(kind) or RESOURCES[kind]
+    )
     base = f"/apis/{group}/{version}" if group else f"/api/{version}"
     if namespace and kind not in CLUSTER_SCOPED:
         base += f"/namespaces/{namespace}"
@@ -106,8 +121,9 @@ def read_view(
 def _listed(api: Api, kind: str, path: str, query: dict[str, str]) -> Iterable[Meta]:
     token = ""
     for _ in range(MAX_PAGES):
+        accept = "application/json" if kind in SPEC_KINDS else LIST_ACCEPT  # spec kept
         response = api.get(path, {**query, "continue": token} if token else query,
-                           LIST_ACCEPT, READ_TIMEOUT)  # fmt: skip
+                           accept, READ_TIMEOUT)  # fmt: skip
         try:
             page = orjson.loads(response.read())
         except orjson.JSONDecodeError as exc:

@@ -35,7 +35,7 @@ def register(sub: Any) -> None:
         metavar="FILE",
         help="objects the decisions need (claims, secrets and configMaps by metadata, "
         "pod controllers with their stamps and uids, priority and runtime classes, "
-        "Namespaces with their labels), "
+        "Namespaces with their labels, projects' ProjectProfiles), "
         "multi-document YAML or JSON; absent: no cluster view",
     )
     p.add_argument(

@@ -40,7 +40,7 @@ from webhook.audit.clusteraudit import (
     policy_report,
     report_name,
 )
-from webhook.audit.liveview import WHATIF_KINDS, read_view
+from webhook.audit.liveview import WHATIF_KINDS, group_resource, read_view
 from webhook.audit.rbacreport import (
     RBAC_API,
     RbacReport,
@@ -52,7 +52,6 @@ from webhook.audit.rbacreport import (
 from webhook.audit.rbacreport import to_rows as rbac_rows
 from webhook.audit.rbacreport import to_table as rbac_table
 from webhook.cli import EXIT_BAD_INPUT, EXIT_DENIED, EXIT_OK, load_policy_or_report
-from webhook.clusterstate.model import RESOURCES
 from webhook.engine.context import Context
 from webhook.install.manifests import SHELLS_CONFIGURATION_NAME
 from webhook.keys import POLICY_LABEL
@@ -60,7 +59,7 @@ from webhook.policy.model import Policy
 
 LISTS = LISTINGS  # (kind, apiVersion, ...) per kind listed: the audit ClusterRole grants these
 # What is read beside the runs (``read_view``): (group, resource), listed too.
-VIEW_LISTS = tuple((RESOURCES[kind][0], RESOURCES[kind][2]) for kind in WHATIF_KINDS)
+VIEW_LISTS = tuple(group_resource(kind) for kind in WHATIF_KINDS)
 # What --write does to policyreports (server-side apply: create or patch; get to find
 # parts no longer needed): exactly what the audit CronJob's ClusterRole grants.
 REPORT_VERBS = ("get", "create", "patch")
@@ -309,12 +308,13 @@ def _mirror_policy_objects(api_client: Any, directory: str) -> None:
     """The cluster's RunPolicy and Profile objects as policy files in ``directory``."""
     from kubernetes import client
 
-    from webhook.policy.crd import GROUP, PLURALS, VERSION
+    from webhook.policy.crd import GROUP, MIRRORED, PLURALS, VERSION
     from webhook.policy.objects import mirror
 
     api: Any = client.CustomObjectsApi(api_client)
     items: list[dict[str, Any]] = []
-    for kind, plural in PLURALS.items():
+    for kind in MIRRORED:
+        plural = PLURALS[kind]
         listed: dict[str, Any] = api.list_cluster_custom_object(
             GROUP, VERSION, plural, _request_timeout=REQUEST_TIMEOUT
         )

@@ -140,7 +140,7 @@ def _run_cluster(args: argparse.Namespace, kind: str, name: str) -> int:
                     "listed are those the policy would make to it now"
                 )
             doing = "read the cluster view"
-            state, left_out = read_view(api_client, KINDS, namespace)
+            state, left_out = read_view(api_client, (*KINDS, "ProjectProfile"), namespace)
             notes += [f"not read ({line}): decisions needing it fail closed" for line in left_out]
     except ConfigException as exc:
         print(f"runguard explain: cannot {doing}: {_config_reason(exc)}", file=sys.stderr)

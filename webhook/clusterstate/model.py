@@ -4,9 +4,11 @@ Pure: no I/O, no clock, no Kubernetes client. The engine decides with a ``Cluste
 where it comes from (a file offline, the watch cache online) is not its business.
 
 Only metadata is ever kept, and not all of it: kind, namespace, name, uid, labels,
-annotations and ownerReferences. ``meta_from_object`` is the one door into a record:
-it drops everything else (a Secret's ``data`` and ``stringData``, a ConfigMap's
-``binaryData``, specs, status, ``managedFields``) and the
+annotations and ownerReferences; of one kind, a project's profile (``PROJECT_PROFILES``,
+runguard's own, holding no secret), its spec too, which the engine decides with.
+``meta_from_object`` is the one door into a record: it drops everything else (a
+Secret's ``data`` and ``stringData``, a ConfigMap's ``binaryData``, other specs, status,
+``managedFields``) and the
 ``kubectl.kubernetes.io/last-applied-configuration`` annotation, which holds the whole
 manifest ``kubectl apply`` sent, a Secret's data included.
 """
@@ -17,6 +19,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, NamedTuple, Protocol, runtime_checkable
+
+import orjson
 
 from webhook.keys import POLICY_LABEL
 
@@ -29,7 +33,9 @@ __all__ = [
     "MAX_ANNOTATION_VALUE",
     "MAX_OPERATOR_KINDS",
     "OPERATOR_CORE_KINDS",
+    "PROJECT_PROFILES",
     "RESOURCES",
+    "SPEC_KINDS",
     "ClusterState",
     "ClusterStateError",
     "KindStats",
@@ -92,6 +98,13 @@ OPERATOR_CORE_KINDS: dict[str, tuple[str, str, str]] = {
 # dynamic resource allocation is on); not served, it is marked so and Pods naming an
 # existing claim fail closed, as no such Pod is admitted by that apiserver anyway.
 DEVICE_CLAIMS = "resource.k8s.io/ResourceClaim"
+# Projects' own profiles, watched in an operator slot (the second) whatever the policy,
+# with their spec (``SPEC_KINDS``): a run names one of its namespace. Not installed (the
+# CRD absent), a run names installation-wide profiles only.
+PROJECT_PROFILES = "runguard.io/ProjectProfile"
+# Kinds whose spec is kept, as JSON text (``Meta.spec``), at most MAX_SPEC bytes of it.
+SPEC_KINDS = frozenset({"ProjectProfile"})
+MAX_SPEC = 65536
 LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 # An annotation value longer than this is not kept (memory stays bounded whatever other
 # tools write); runguard's own stamps are far shorter.
@@ -130,6 +143,7 @@ class Meta:
     labels: Mapping[str, str] = field(default_factory=lambda: _EMPTY)
     annotations: Mapping[str, str] = field(default_factory=lambda: _EMPTY)
     owners: tuple[OwnerRef, ...] = ()
+    spec: str = ""  # of a kind of SPEC_KINDS: its spec as JSON text ("": absent, too long)
 
     def controller(self) -> OwnerRef | None:
         """The owner reference marked ``controller: true`` (at most one is allowed)."""
@@ -248,7 +262,20 @@ def meta_from_object(obj: Any, kind: str | None = None) -> Meta:
         labels=_strings(metadata.get("labels"), where, "labels"),
         annotations=_annotations(metadata.get("annotations"), where),
         owners=_owners(metadata.get("ownerReferences"), where),
+        spec=_spec(obj.get("spec")) if kind in SPEC_KINDS else "",
     )
+
+
+def _spec(value: Any) -> str:
+    """A kept spec as JSON text (keys sorted: equal specs, equal text); "" when absent
+    or longer than MAX_SPEC (a decision naming it then fails closed)."""
+    if not isinstance(value, Mapping):
+        return ""
+    try:
+        text = orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
+    except TypeError:
+        return ""
+    return text if len(text) <= MAX_SPEC else ""
 
 
 def _strings(value: Any, where: str, key: str) -> Mapping[str, str]:

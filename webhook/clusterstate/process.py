@@ -35,6 +35,7 @@ from webhook.clusterstate.model import (
     KINDS,
     MAX_OPERATOR_KINDS,
     OPERATOR_CORE_KINDS,
+    PROJECT_PROFILES,
     RESOURCES,
     split_group_kind,
 )
@@ -70,8 +71,9 @@ def operator_kinds(policy: Policy | None) -> tuple[str, ...]:
 
 def watched_kinds(policy: Policy | None) -> tuple[str, ...]:
     """The kinds the watch keeps in its operator slots: ResourceClaims first (whose
-    claims are a Pod's own, ``model.DEVICE_CLAIMS``), then ``operator_kinds``."""
-    return tuple(dict.fromkeys((DEVICE_CLAIMS, *operator_kinds(policy))))
+    claims are a Pod's own, ``model.DEVICE_CLAIMS``), projects' profiles second
+    (``model.PROJECT_PROFILES``), then ``operator_kinds``."""
+    return tuple(dict.fromkeys((DEVICE_CLAIMS, PROJECT_PROFILES, *operator_kinds(policy))))
 
 
 class WatchProcess:

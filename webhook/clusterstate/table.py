@@ -7,7 +7,8 @@ process that maps it) holding the records and two sorted indexes::
                                                    | by uid:  u64 hash[n], u64 offset[n]
 
 A record is the JSON array ``[namespace, name, uid, labels, annotations, owners]``
-(``owners``: ``[kind, name, uid, controller]`` each); a ``Meta`` is decoded from it on
+(``owners``: ``[kind, name, uid, controller]`` each), and ``spec`` after them where the
+``Meta`` keeps one; a ``Meta`` is decoded from it on
 lookup. An index is 16 bytes per object, searched by ``bisect`` straight on the
 buffer. Hashes are 64-bit BLAKE2b of ``namespace NUL name`` and of the uid: the same in
 every process (Python's ``hash`` is not), and a match is always checked against the
@@ -57,15 +58,18 @@ _OFFSET_MASK = (1 << _OFFSET_BITS) - 1
 def encode_record(meta: Meta) -> Record:
     """The record of ``meta``: equal metadata, equal bytes (keys sorted)."""
     owners = [[o.kind, o.name, o.uid, o.controller] for o in meta.owners]
+    fields = [meta.namespace, meta.name, meta.uid, meta.labels, meta.annotations, owners]
+    if meta.spec:
+        fields.append(meta.spec)
     return orjson.dumps(
-        [meta.namespace, meta.name, meta.uid, meta.labels, meta.annotations, owners],
+        fields,
         option=orjson.OPT_SORT_KEYS | orjson.OPT_PASSTHROUGH_SUBCLASS,
         default=dict,  # the read-only mappings of a Meta
     )
 
 
 def decode_record(kind: str, record: Record | memoryview) -> Meta:
-    namespace, name, uid, labels, annotations, owners = orjson.loads(record)
+    namespace, name, uid, labels, annotations, owners, *spec = orjson.loads(record)
     return Meta(
         kind,
         namespace,
@@ -74,6 +78,7 @@ def decode_record(kind: str, record: Record | memoryview) -> Meta:
         MappingProxyType(labels),
         MappingProxyType(annotations),
         tuple(OwnerRef(*owner) for owner in owners),
+        spec[0] if spec else "",
     )
 
 

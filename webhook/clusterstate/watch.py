@@ -32,7 +32,8 @@ runguard governs, not every Pod of the cluster.
 
 Every request asks for ``PartialObjectMetadata`` (list: ``PartialObjectMetadataList``)
 and for nothing else, so the apiserver answers with metadata or with an error, never
-with a Secret's ``data``; the JSON is decoded straight into records
+with a Secret's ``data`` (but for runguard's own ProjectProfiles, ``SPEC_KINDS``, read
+whole: their spec is what the engine decides with); the JSON is decoded straight into records
 (``meta_from_object``), which drop the ``last-applied-configuration`` annotation where
 ``kubectl apply`` copies a whole manifest. Logs name kinds, counts and versions, never
 an object's content.
@@ -61,7 +62,9 @@ from webhook.clusterstate.model import (
     KINDS,
     MAX_OPERATOR_KINDS,
     OPERATOR_CORE_KINDS,
+    PROJECT_PROFILES,
     RESOURCES,
+    SPEC_KINDS,
     ClusterStateError,
     meta_from_object,
     split_group_kind,
@@ -254,6 +257,10 @@ class KindWatch:
         self.operator = self.kind not in KINDS
         self.path = "" if self.operator else resource_path(self.kind)  # "": discover first
         self.selector = ""  # a labelSelector narrowing what is listed and watched
+        # metadata only, but of a kind whose spec the engine reads (a project's profile)
+        full = publisher.table_kind in SPEC_KINDS
+        self.list_accept = "application/json" if full else LIST_ACCEPT
+        self.watch_accept = "application/json" if full else WATCH_ACCEPT
         if self.kind in OPERATOR_CORE_KINDS:
             self.find()
         self.page_size = page_size
@@ -346,6 +353,10 @@ class KindWatch:
             fails = "; Pods naming an existing ResourceClaim fail closed (ownership.unknown)"
             if problem == NOT_INSTALLED:  # no Pod names one on such an apiserver
                 return f" (dynamic resource allocation off, or before 1.34){fails}"
+        if self.kind == PROJECT_PROFILES:
+            fails = "; runs name installation-wide profiles only"
+            if problem == NOT_INSTALLED:  # the policy-objects component is not installed
+                return f" (its CRD not installed){fails}"
         if problem == NOT_INSTALLED:
             return f"; is its CustomResourceDefinition installed?{fails}"
         if problem == FORBIDDEN:
@@ -386,7 +397,7 @@ class KindWatch:
         }
         if self.selector:
             query["labelSelector"] = self.selector
-        response = self.api.get(self.path, query, WATCH_ACCEPT, seconds + 30)
+        response = self.api.get(self.path, query, self.watch_accept, seconds + 30)
         self._response = response
         try:
             pending = b""
@@ -472,7 +483,9 @@ class _Pages:
                 query["labelSelector"] = self.watch.selector
             if token:
                 query["continue"] = token
-            response = self.watch.api.get(self.watch.path, query, LIST_ACCEPT, READ_TIMEOUT)
+            response = self.watch.api.get(
+                self.watch.path, query, self.watch.list_accept, READ_TIMEOUT
+            )
             try:
                 page = orjson.loads(response.read())
             finally:

@@ -12,7 +12,8 @@ from typing import Protocol
 
 
 class ObjectMeta(Protocol):
-    """What the engine reads of an object in the cluster: never more than metadata."""
+    """What the engine reads of an object in the cluster: metadata, and of a project's
+    profile its spec (JSON text, ``spec``; "" for every other kind)."""
 
     @property
     def kind(self) -> str: ...
@@ -28,6 +29,8 @@ class ObjectMeta(Protocol):
     def annotations(self) -> Mapping[str, str]: ...
     @property
     def owners(self) -> Sequence[tuple[str, str, str, bool]]: ...  # kind, name, uid, controller
+    @property
+    def spec(self) -> str: ...
 
 
 class ClusterView(Protocol):
@@ -99,3 +102,24 @@ def namespace_labels(context: Context, namespace: str) -> Mapping[str, str] | No
         return None
     meta = state.get("Namespace", "", namespace)
     return None if meta is None else meta.labels
+
+
+PROJECT_PROFILE = "ProjectProfile"  # a project's own profile, in its namespace
+
+
+def project_profile_spec(context: Context, namespace: str, name: str) -> str | None:
+    """The spec (JSON text) of ProjectProfile ``namespace/name``; None when the view
+    holds none (no view, the kind not listed: CRD not installed, not synced yet)."""
+    state = context.state
+    if state is None or not namespace or not state.synced(PROJECT_PROFILE):
+        return None
+    meta = state.get(PROJECT_PROFILE, namespace, name)
+    return None if meta is None else meta.spec
+
+
+def project_profile_names(context: Context, namespace: str) -> list[str]:
+    """The names of the ProjectProfiles of ``namespace`` the view holds."""
+    state = context.state
+    if state is None or not namespace or not state.synced(PROJECT_PROFILE):
+        return []
+    return [meta.name for meta in state.in_namespace(PROJECT_PROFILE, namespace)]

@@ -19,11 +19,14 @@ from webhook.engine.context import (
     Context,
     Ownership,
     namespace_labels,
+    project_profile_spec,
 )
 from webhook.engine.types import JSON, Change
 from webhook.inputs.quantity import parse
 from webhook.keys import MAIN_CONTAINER_ANNOTATION
 from webhook.policy.model import Policy, Profile
+from webhook.policy.project import ProjectProfileError, beyond, read_project_profile
+from webhook.policy.source import format_key
 
 DEFAULT_CONTAINER_ANNOTATION = "kubectl.kubernetes.io/default-container"
 WARNING_LIMIT = 120
@@ -66,6 +69,9 @@ class Pod:
     # the profile the run names (or fell back to) when its namespace may not use it: not
     # applied (``profile`` is None), denied by ``profile.not-allowed``
     profile_refused: Profile | None = field(init=False, default=None)
+    # (name, why) of the project's profile the run names when it does not load or gives
+    # more than the RunPolicy allows: not applied, denied by ``profile.project-invalid``
+    profile_invalid: tuple[str, str] | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
         cfg = self.policy.profiles_config
@@ -73,17 +79,39 @@ class Pod:
         self.profile_asked = name
         if name is None:
             return
-        self.profile = self.policy.profiles.get(name)
+        self.profile = self.resolve(name)
         if (
             self.profile is None
+            and self.profile_invalid is None
             and cfg.unknown == "Default"
             and cfg.default is not None
-            and cfg.default in self.policy.profiles
         ):
-            self.profile = self.policy.profiles[cfg.default]
-            self.profile_fallback = True
+            self.profile = self.resolve(cfg.default)
+            self.profile_fallback = self.profile is not None
         if self.profile is not None and not self.may_use(self.profile):
             self.profile_refused, self.profile = self.profile, None
+
+    def resolve(self, name: str) -> Profile | None:
+        """The profile ``name`` means in this run's namespace: its project's own
+        (ProjectProfile) first, as a namespaced object wins over a cluster-wide one of the
+        same name in its namespace, else the installation-wide one. A project's profile
+        that does not load or gives more than this RunPolicy allows is None, and why is
+        kept (``profile_invalid``)."""
+        spec = project_profile_spec(self.context, self.namespace, name)
+        if spec is None:
+            return self.policy.profiles.get(name)
+        gpu = self.policy.resources.gpu_resource_name
+        try:
+            profile = read_project_profile(spec, self.namespace, name, gpu)
+        except ProjectProfileError as exc:
+            self.profile_invalid = (name, f"it does not load: {exc}")
+            return None
+        found = beyond(profile, self.policy, self.namespace)
+        if found:
+            problems = "; ".join(f"{format_key(('spec', *at))}: {why}" for at, why in found)
+            self.profile_invalid = (name, f"beyond RunPolicy {self.policy.name}: {problems}")
+            return None
+        return profile
 
     def may_use(self, profile: Profile) -> bool:
         """Whether this run's namespace may use ``profile`` (its ``namespaceSelector``);

@@ -276,7 +276,7 @@ def mutate(
             result, changes = _with_spec(obj, target, spec), [change]
         else:
             spec, pod, changes = _mutated(target, governing, _Who(r, governing))
-            profile = pod.profile.name if pod.profile else None
+            profile = pod.profile.title if pod.profile else None
             mutated = pod if r.old is None else None
             if spec == target.spec:
                 changes = []  # steps that undid each other changed nothing
@@ -493,7 +493,7 @@ def validate(
         applies=True,
         allowed=True,
         violations=violations,
-        profile=pod.profile.name if pod.profile else None,
+        profile=pod.profile.title if pod.profile else None,
         warnings=[*([TEMPLATE_KEPT] if mutations else []), *(c.warning for c in mutations)],
         mutations=mutations,
     )

@@ -122,6 +122,16 @@ PROFILE_NOT_ALLOWED = _rule(
         "the namespace may use"
     ),
 )
+PROFILE_PROJECT_INVALID = _rule(
+    "profile.project-invalid",
+    mutation="",
+    violation=(
+        "the run names its project's profile (ProjectProfile), which does not load or "
+        "gives more than the governing RunPolicy allows (a maximum, a device family, a "
+        "priority class it does not allow, a device variable, another namespace's Pods); "
+        "the message says which key, the profile is not applied"
+    ),
+)
 PROFILE_RANGE = _rule(
     "profile.range",
     mutation=(

@@ -1,16 +1,17 @@
 """Kubernetes quantities: parsing (cached) and rendering.
 
-Parsing is ``kubernetes.utils.parse_quantity``; the cache matters because the same few
-strings ("500m", "32Gi") are parsed on every review.
+Parsing is the kubernetes client's ``kubernetes.utils.quantity.parse_quantity``, kept
+here as ``parse_quantity`` (Apache-2.0, The Kubernetes Authors) so that the engine loads
+no kubernetes client (``import kubernetes`` costs 0.3 s and the HTTP stack);
+``tests/test_quantity.py`` holds it equal to the client's. The cache matters because the
+same few strings ("500m", "32Gi") are parsed on every review.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from decimal import ROUND_CEILING, Decimal
+from decimal import ROUND_CEILING, Decimal, DecimalException, InvalidOperation
 from functools import lru_cache
-
-from kubernetes.utils.quantity import parse_quantity
 
 __all__ = ["QuantityError", "parse", "is_quantity", "format_bytes_ceil_mi"]
 
@@ -22,7 +23,7 @@ class QuantityError(ValueError):
 @lru_cache(maxsize=4096)
 def _parse_str(text: str) -> Decimal:
     try:
-        value = parse_quantity(text)  # type: ignore[no-untyped-call]
+        value = parse_quantity(text)
     except (ValueError, TypeError, ArithmeticError) as exc:
         raise QuantityError(f"{text!r} is not a quantity") from exc
     if not isinstance(value, Decimal) or not value.is_finite():
@@ -35,6 +36,46 @@ def _parse_str(text: str) -> Decimal:
 
 
 _MAX_EXPONENT = 30
+
+# kubernetes.utils.quantity's (v37.0.2), unchanged but for types and names
+_EXPONENTS = {"n": -3, "u": -2, "m": -1, "K": 1, "k": 1, "M": 2, "G": 3, "T": 4, "P": 5, "E": 6}
+_BINARY_PREFIXES = "KMGTPE"  # only these exist in base 1024 (Ki, Mi, Gi, Ti, Pi, Ei)
+
+
+def parse_quantity(quantity: object) -> Decimal:
+    """A quantity (``200Mi``) as a Decimal; ValueError when it is none. The kubernetes
+    client's function: base 1024 ``Ki Mi Gi Ti Pi Ei``, base 1000 ``n u m k M G T P E``."""
+    if isinstance(quantity, int | float | Decimal):
+        return Decimal(quantity)
+    text = str(quantity)
+    number, suffix = text, None
+    if len(text) >= 2 and text[-1] == "i":
+        if text[-2] in _EXPONENTS:
+            number, suffix = text[:-2], text[-2:]
+    elif len(text) >= 1 and text[-1] in _EXPONENTS:
+        number, suffix = text[:-1], text[-1:]
+    try:
+        value = Decimal(number)
+    except InvalidOperation:
+        raise ValueError(f"Invalid number format: {number}") from None
+    if suffix is None:
+        return value
+    if suffix.endswith("i"):
+        # "ki", "mi", "ni" and "ui" are not binary suffixes
+        if suffix[0] not in _BINARY_PREFIXES:
+            raise ValueError(f"{text} has unknown suffix")
+        base = 1024
+    elif len(suffix) == 1:
+        base = 1000
+    else:
+        raise ValueError(f"{text} has unknown suffix")
+    if suffix[0] not in _EXPONENTS:
+        raise ValueError(f"{text} has unknown suffix")
+    exponent = Decimal(_EXPONENTS[suffix[0]])
+    try:
+        return value * (base**exponent)
+    except DecimalException as exc:
+        raise ValueError(f"Invalid quantity: {text}") from exc
 
 
 _seen: dict[str, Decimal] = {}

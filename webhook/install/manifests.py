@@ -1161,10 +1161,11 @@ def policy_object_webhook(
     ca_bundle: bytes | None = None,
     url: str | None = None,
 ) -> dict[str, Any]:
-    """The ValidatingWebhookConfiguration of the policy objects: every RunPolicy and
-    Profile created or updated is checked by runguard as ``runguard lint`` checks files
-    (``/validate-policy``), and refused with the errors, each naming its key."""
-    from webhook.policy.crd import GROUP, PLURALS, VERSION
+    """The ValidatingWebhookConfiguration of the policy objects: every RunPolicy,
+    Profile and project's ProjectProfile created or updated is checked by runguard as
+    ``runguard lint`` checks files (``/validate-policy``), and refused with the errors,
+    each naming its key."""
+    from webhook.policy.crd import GROUP, NAMESPACED, PLURALS, VERSION
 
     _check_inputs(ca_bundle, url)
     hook = {
@@ -1176,9 +1177,10 @@ def policy_object_webhook(
                 "apiGroups": [GROUP],
                 "apiVersions": [VERSION],
                 "operations": ["CREATE", "UPDATE"],
-                "resources": list(PLURALS.values()),
-                "scope": "Cluster",
+                "resources": [p for k, p in PLURALS.items() if (k in NAMESPACED) == namespaced],
+                "scope": "Namespaced" if namespaced else "Cluster",
             }
+            for namespaced in (False, True)
         ],
         "failurePolicy": "Fail",  # a policy object nobody checked never reaches the mirror
         "matchPolicy": "Equivalent",

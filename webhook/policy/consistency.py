@@ -14,7 +14,7 @@ from decimal import Decimal
 from typing import Any
 
 from webhook.inputs.quantity import parse
-from webhook.policy import model
+from webhook.policy import model, project
 from webhook.policy.declare import iter_keys
 from webhook.policy.errors import PolicyIssue
 from webhook.policy.formats import quantity_problem
@@ -121,7 +121,7 @@ def cross_document_issues(source: PolicySource) -> list[PolicyIssue]:
                 )
             )
 
-    for doc in source.profiles:
+    for doc in (*source.profiles, *source.project_profiles):
         issues.extend(_queue_profile_issues(doc))
     gpu = gpu_resource_name(source)
     for doc in source.documents:
@@ -131,7 +131,60 @@ def cross_document_issues(source: PolicySource) -> list[PolicyIssue]:
 
     for run_policy in run_policies:
         issues.extend(_run_policy_issues(run_policy, source.profiles, set(by_name), gpu))
+    issues.extend(_project_profile_issues(source, gpu))
     return issues
+
+
+def _project_profile_issues(source: PolicySource, gpu: str) -> list[PolicyIssue]:
+    """A ProjectProfile's name once in its namespace, and every value within each
+    RunPolicy that may govern runs there (``project.beyond``)."""
+    issues: list[PolicyIssue] = []
+    seen: dict[tuple[str, str], SourceDocument] = {}
+    built: list[tuple[SourceDocument, model.RunPolicySpec]] = []
+    for doc in source.run_policies:
+        try:
+            policy = model.RunPolicySpec.model_validate(doc.get("spec"), context={"gpu": gpu})
+            built.append((doc, policy))
+        except ValueError:
+            continue  # the schema reports what is wrong with it
+    for doc in source.project_profiles:
+        namespace, name = doc.get("metadata", "namespace"), doc.name
+        if not isinstance(namespace, str) or name is None:
+            continue  # the schema says a namespace and a name are required
+        first = seen.setdefault((namespace, name), doc)
+        if first is not doc:
+            issues.append(
+                doc.issue(
+                    ("metadata", "name"),
+                    f'duplicate profile name "{name}" in namespace {namespace} (also at '
+                    f"{first.file}:{first.line_of(('metadata', 'name'))})",
+                )
+            )
+        try:
+            spec = model.ProjectProfileSpec.model_validate(doc.get("spec"), context={"gpu": gpu})
+        except ValueError:
+            continue
+        for run_policy, policy in built:
+            if namespace in policy.exclude_namespaces:
+                continue
+            for where, problem in project.beyond(spec, policy, namespace):
+                at = _as_written(doc, ("spec", *where), gpu)
+                line = run_policy.line_of(("kind",))
+                if where[0] == "resources" and len(where) > 2:
+                    maximums = run_policy_path("resources", "maximums")
+                    key = where[2] if run_policy.get(*maximums, where[2]) is not None else "gpu"
+                    line = run_policy.line_of((*maximums, key))
+                issues.append(doc.issue(at, f"{problem} ({run_policy.file}:{line})"))
+    return issues
+
+
+def _as_written(doc: SourceDocument, path: Path_, gpu: str) -> Path_:
+    """``path`` with a resource named as the document writes it (``gpu`` for the gpu
+    resource when the document says ``gpu``)."""
+    if len(path) > 3 and path[1] == "resources" and path[3] == gpu:
+        if doc.get(*path[:3], "gpu") is not None:
+            return (*path[:3], "gpu", *path[4:])
+    return path
 
 
 # A profile's keys that place a run by node: a queue profile leaves placement to its flavors.

@@ -1,5 +1,6 @@
-"""RunPolicy and Profile as Kubernetes objects: their CustomResourceDefinitions, and the
-way between an object in the cluster and a policy document in a file.
+"""RunPolicy, Profile and ProjectProfile as Kubernetes objects: their
+CustomResourceDefinitions, and the way between an object in the cluster and a policy
+document in a file.
 
 The CRDs' ``openAPIV3Schema`` is the JSON Schema of ``schema.py`` (so the same
 pydantic model) rewritten into what the apiserver accepts, a *structural* schema:
@@ -21,9 +22,11 @@ pydantic model) rewritten into what the apiserver accepts, a *structural* schema
   silently: runguard's validating webhook then refuses them with the message ``runguard
   lint`` gives (``unknown key "runtimeClass" (did you mean "runtimeClassName"?)``).
 
-Both kinds are cluster-scoped, with a ``status`` subresource runguard writes (a
-``Loaded`` condition: true, or false with the errors naming the key) and printer
-columns. ``runguard manifests --write`` writes them to ``manifests/crds/``.
+RunPolicy and Profile are cluster-scoped, with a ``status`` subresource runguard writes
+(a ``Loaded`` condition: true, or false with the errors naming the key); a project's
+ProjectProfile is namespaced, without status (runguard reads it from its cache and
+judges it on each run). Each kind has printer columns. ``runguard manifests --write``
+writes them to ``manifests/policy-objects/``.
 """
 
 from __future__ import annotations
@@ -41,6 +44,8 @@ from webhook.policy.schema import policy_schema
 __all__ = [
     "CRD_FILES",
     "GROUP",
+    "MIRRORED",
+    "NAMESPACED",
     "PLURALS",
     "VERSION",
     "document_of",
@@ -49,8 +54,13 @@ __all__ = [
 ]
 
 GROUP, VERSION = API_VERSION.split("/")
-PLURALS = {"RunPolicy": "runpolicies", "Profile": "profiles"}
-SHORT_NAMES = {"RunPolicy": ["rpol"], "Profile": ["rprof"]}
+PLURALS = {"RunPolicy": "runpolicies", "Profile": "profiles", "ProjectProfile": "projectprofiles"}
+SHORT_NAMES = {"RunPolicy": ["rpol"], "Profile": ["rprof"], "ProjectProfile": ["pprof"]}
+# A project's profiles live in its namespace; the policy's kinds are cluster-scoped.
+NAMESPACED = frozenset({"ProjectProfile"})
+# The kinds the policy watch mirrors into the policy directory (a ProjectProfile is read
+# by the cluster-state watch instead: ``webhook.policy.project``).
+MIRRORED = ("RunPolicy", "Profile")
 CRD_FILES = {kind: f"{GROUP}_{plural}.yaml" for kind, plural in PLURALS.items()}
 LOADED = "Loaded"  # the condition runguard writes in each object's status
 LABELS = {"app.kubernetes.io/name": "runguard", "app.kubernetes.io/part-of": "runguard"}
@@ -60,17 +70,31 @@ _DROPPED = {"$schema", "$id", "title", "uniqueItems", "propertyNames", "format",
 _DROPPED |= {"allOf", "if", "then", "else"}  # conditions between keys: the webhook judges them
 _KUBE_FORMATS = {"int32", "int64", "float", "double", "byte", "date", "date-time"}
 
+# A request as written: a quantity, or a range {"default":..,"max":..,"min":..} (kubectl
+# prints a map as JSON), what a user may pick.
+_RESOURCE_COLUMNS = [
+    {"name": name, "type": "string", "jsonPath": f".spec.resources.requests.{key}"}
+    for name, key in (("CPU", "cpu"), ("Memory", "memory"), ("GPU", "gpu"))
+]
+_DESCRIPTION = {
+    "name": "Description",
+    "type": "string",
+    "jsonPath": ".spec.description",
+    "priority": 1,  # kubectl get -o wide: a sentence would crowd the table
+}
 PRINTER_COLUMNS: dict[str, list[dict[str, Any]]] = {
     "RunPolicy": [
         {"name": "Enforcement", "type": "string", "jsonPath": ".spec.enforcement"},
         {"name": "Default profile", "type": "string", "jsonPath": ".spec.profiles.default"},
     ],
     "Profile": [
-        {"name": "CPU", "type": "string", "jsonPath": ".spec.resources.requests.cpu"},
-        {"name": "Memory", "type": "string", "jsonPath": ".spec.resources.requests.memory"},
-        {"name": "GPU", "type": "string", "jsonPath": ".spec.resources.requests.gpu"},
-        {"name": "Description", "type": "string", "jsonPath": ".spec.description", "priority": 1},
+        *_RESOURCE_COLUMNS,
+        # the namespaces it is kept to; empty: every namespace
+        {"name": "Scope", "type": "string", "jsonPath": ".spec.namespaceSelector"},
+        _DESCRIPTION,
     ],
+    # its scope is its namespace (kubectl get -A shows it)
+    "ProjectProfile": [*_RESOURCE_COLUMNS, _DESCRIPTION],
 }
 COMMON_COLUMNS = [
     {
@@ -117,7 +141,7 @@ STATUS_SCHEMA: dict[str, Any] = {
 
 
 def policy_crds() -> list[dict[str, Any]]:
-    """The CustomResourceDefinitions of RunPolicy and Profile, in ``KINDS`` order."""
+    """The CustomResourceDefinitions of the policy kinds, in ``KINDS`` order."""
     schema = policy_schema()
     defs = schema["$defs"]
     return [_crd(kind, defs, spec.__name__) for kind, (spec, _) in KINDS.items()]
@@ -126,13 +150,35 @@ def policy_crds() -> list[dict[str, Any]]:
 def _crd(kind: str, defs: Mapping[str, Any], spec_name: str) -> dict[str, Any]:
     spec = _structural(defs[spec_name], defs, ())
     plural = PLURALS[kind]
+    properties: dict[str, Any] = {
+        "apiVersion": {"type": "string"},
+        "kind": {"type": "string"},
+        "metadata": {"type": "object"},
+        "spec": spec,
+    }
+    version: dict[str, Any] = {"name": VERSION, "served": True, "storage": True}
+    if kind in MIRRORED:  # runguard writes whether it loaded
+        properties["status"] = copy.deepcopy(STATUS_SCHEMA)
+        version["subresources"] = {"status": {}}
+        columns = PRINTER_COLUMNS[kind] + COMMON_COLUMNS
+    else:  # judged per run, read from runguard's cache: no status to write
+        columns = PRINTER_COLUMNS[kind] + COMMON_COLUMNS[1:]
+    version["additionalPrinterColumns"] = columns
+    version["schema"] = {
+        "openAPIV3Schema": {
+            "type": "object",
+            "description": defs[spec_name].get("description", kind),
+            "required": ["spec"],
+            "properties": properties,
+        }
+    }
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
         "metadata": {"name": f"{plural}.{GROUP}", "labels": dict(LABELS)},
         "spec": {
             "group": GROUP,
-            "scope": "Cluster",
+            "scope": "Namespaced" if kind in NAMESPACED else "Cluster",
             "names": {
                 "kind": kind,
                 "listKind": f"{kind}List",
@@ -141,29 +187,7 @@ def _crd(kind: str, defs: Mapping[str, Any], spec_name: str) -> dict[str, Any]:
                 "shortNames": SHORT_NAMES[kind],
                 "categories": ["runguard"],
             },
-            "versions": [
-                {
-                    "name": VERSION,
-                    "served": True,
-                    "storage": True,
-                    "subresources": {"status": {}},
-                    "additionalPrinterColumns": PRINTER_COLUMNS[kind] + COMMON_COLUMNS,
-                    "schema": {
-                        "openAPIV3Schema": {
-                            "type": "object",
-                            "description": defs[spec_name].get("description", kind),
-                            "required": ["spec"],
-                            "properties": {
-                                "apiVersion": {"type": "string"},
-                                "kind": {"type": "string"},
-                                "metadata": {"type": "object"},
-                                "spec": spec,
-                                "status": copy.deepcopy(STATUS_SCHEMA),
-                            },
-                        }
-                    },
-                }
-            ],
+            "versions": [version],
         },
     }
 
@@ -252,6 +276,8 @@ def document_of(obj: Mapping[str, Any]) -> dict[str, Any]:
     meta = obj.get("metadata") if isinstance(obj.get("metadata"), Mapping) else {}
     assert isinstance(meta, Mapping)
     metadata: dict[str, Any] = {"name": meta.get("name", "")}
+    if obj.get("kind") in NAMESPACED and meta.get("namespace"):
+        metadata["namespace"] = meta["namespace"]
     labels = meta.get("labels")
     if labels:
         metadata["labels"] = dict(labels)
@@ -276,5 +302,6 @@ _UNSAFE = re.compile(r"[^a-z0-9.-]")
 
 
 def object_file_name(kind: str, name: str) -> str:
-    """The file a mirrored object is written to: ``profile-1xt4.yaml``."""
+    """The file a mirrored object is written to: ``profile-1xt4.yaml`` (a namespaced
+    object's ``name`` is ``namespace/name``: ``projectprofile-team-a_small.yaml``)."""
     return f"{kind.lower()}-{_UNSAFE.sub('_', name.lower())}.yaml"

@@ -13,15 +13,17 @@ import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-from jsonschema import FormatChecker
 from pydantic import GetCoreSchemaHandler, GetJsonSchemaHandler
 from pydantic_core import PydanticCustomError, core_schema
 
 from webhook.inputs.quantity import is_quantity, parse
 from webhook.policy import patterns
 from webhook.policy.patterns import NamePattern
+
+if TYPE_CHECKING:  # jsonschema is the loader's, not the model's the engine reads
+    from jsonschema import FormatChecker
 
 __all__ = [
     "DNS_LABEL",
@@ -324,6 +326,8 @@ HostPath = Annotated[str, HOST_PATH]
 
 def format_checker() -> FormatChecker:
     """A checker knowing only runguard's formats (the standard ones are not used)."""
+    from jsonschema import FormatChecker
+
     checker = FormatChecker(formats=())
     for name, problem in FORMAT_PROBLEMS.items():
         checker.checks(name)(_is_ok(problem))

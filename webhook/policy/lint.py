@@ -160,6 +160,16 @@ def _warnings(source: PolicySource) -> Iterator[PolicyIssue]:
                         f"the default profile of RunPolicy {doc.name} is kept to some "
                         "namespaces: elsewhere a run naming no profile is denied",
                     )
+    installation = {doc.name for doc in source.profiles}
+    for profile in source.project_profiles:
+        yield from _profile_warnings(profile, run_policy, gpu)
+        yield from _range_warnings(profile, gpu)
+        if profile.name in installation:
+            yield profile.issue(
+                ("metadata", "name"),
+                f"also the name of an installation-wide profile: in namespace "
+                f"{profile.get('metadata', 'namespace')} this one wins",
+            )
 
 
 def _range_warnings(doc: SourceDocument, gpu: str) -> Iterator[PolicyIssue]:

@@ -65,7 +65,10 @@ __all__ = [
     "NamePattern",
     "Policy",
     "Profile",
+    "POLICY_KINDS",
     "ProfileSpec",
+    "ProfileValues",
+    "ProjectProfileSpec",
     "RunPolicySpec",
     "build_policy",
     "with_alternatives",
@@ -165,10 +168,18 @@ class DeviceFamily(Section):
         exact = self.members.get(resource)
         if exact is not None:
             return exact
-        for regex, weight in self.patterns:
-            if regex.fullmatch(resource):
-                return weight
-        return None
+        known = self._weights
+        if resource in known:
+            return known[resource]
+        found = next((w for regex, w in self.patterns if regex.fullmatch(resource)), None)
+        if len(known) < 1024:  # resource names are the user's: bounded
+            known[resource] = found
+        return found
+
+    @cached_property
+    def _weights(self) -> dict[str, Decimal | None]:
+        """The answers for names matched against the patterns, kept with the family."""
+        return {}
 
 
 class ResourcesConfig(Section):
@@ -731,17 +742,12 @@ class ProfileQueue(Section):
     )
 
 
-class ProfileSpec(Section):
-    """A hardware profile: its values win over the run's, key by key. It places the run by
-    node (nodeSelector, tolerations, affinity) or by queue (its queue), never both."""
+class ProfileValues(Section):
+    """What a hardware profile sets: its values win over the run's, key by key (the keys
+    an installation-wide Profile and a project's ProjectProfile share). It places the run
+    by node (nodeSelector, tolerations, affinity) or by queue (its queue), never both."""
 
     description: str = Field(default="", description="Shown to users choosing a profile.")
-    namespace_selector: LabelSelector | None = Field(
-        default=None,
-        description="The namespaces whose runs may use this profile, by the Namespace's "
-        "labels (a LabelSelector; kubernetes.io/metadata.name is each one's name); absent: "
-        "every namespace. A run naming it elsewhere is denied (profile.not-allowed).",
-    )
     resources: ProfileResources = Field(
         default_factory=ProfileResources,
         description="Requests and limits of the main container: a quantity is set as is, a "
@@ -856,22 +862,48 @@ class ProfileSpec(Section):
         )
 
 
+class ProfileSpec(ProfileValues):
+    """A hardware profile for the whole installation: its values win over the run's, key
+    by key."""
+
+    namespace_selector: LabelSelector | None = Field(
+        default=None,
+        description="The namespaces whose runs may use this profile, by the Namespace's "
+        "labels (a LabelSelector; kubernetes.io/metadata.name is each one's name); absent: "
+        "every namespace. A run naming it elsewhere is denied (profile.not-allowed).",
+    )
+
+
+class ProjectProfileSpec(ProfileValues):
+    """A project's own hardware profile, in its namespace: for the runs of that namespace
+    only, bounded by the RunPolicy that governs them (its maximums, device families and
+    allowed priority classes); where its name is also an installation-wide profile's,
+    this one wins in its namespace."""
+
+
 class Profile(ProfileSpec):
-    """A profile as the engine reads it: its spec and its name."""
+    """A profile as the engine reads it: its spec and its name; ``project`` is the
+    namespace of a project's profile (ProjectProfile), "" for an installation-wide one."""
 
     name: str
+    project: str = ""
+
+    @property
+    def title(self) -> str:
+        """How messages name it: ``1xt4``, or ``team-a/2xt4-small`` for a project's."""
+        return f"{self.project}/{self.name}" if self.project else self.name
 
 
 # --- documents -------------------------------------------------------------------------
 
-Kind = Literal["RunPolicy", "Profile"]
+Kind = Literal["RunPolicy", "Profile", "ProjectProfile"]
 
 
 class Document(Section):
-    """A RunPolicy (one or more per policy directory, tried in name order) or a Profile."""
+    """A RunPolicy (one or more per directory, tried in name order), Profile or ProjectProfile."""
 
     api_version: Literal["runguard.io/v1"] = Field(description="Always runguard.io/v1.")
-    kind: Kind = Field(description="RunPolicy or Profile.")
+    kind: Kind = Field(description="RunPolicy, Profile or ProjectProfile.")
     metadata: Metadata = Field(description="The document's name.")
     spec: dict[str, Any] = Field(description="Depends on kind.")
 
@@ -884,12 +916,24 @@ class ProfileMetadata(Metadata):
     )
 
 
+class ProjectProfileMetadata(ProfileMetadata):
+    """A ProjectProfile's metadata: its name, and the project (namespace) it is for."""
+
+    namespace: DnsLabel = Field(
+        description="The project's namespace: only its runs may name this profile."
+    )
+
+
 API_VERSION: str = get_args(Document.model_fields["api_version"].annotation)[0]
 # kind -> (its spec, its metadata): the schema checks each document against its kind's.
 KINDS: dict[str, tuple[type[Section], type[Metadata]]] = {
     "RunPolicy": (RunPolicySpec, Metadata),
     "Profile": (ProfileSpec, ProfileMetadata),
+    "ProjectProfile": (ProjectProfileSpec, ProjectProfileMetadata),
 }
+# The kinds a policy directory is built of; a ProjectProfile is read from the cluster
+# (runguard's cluster-state watch, or ``--cluster-state`` offline) and only checked there.
+POLICY_KINDS = ("RunPolicy", "Profile")
 assert set(KINDS) == set(get_args(Kind))
 
 

@@ -33,10 +33,12 @@ MAX_MESSAGE = 4000  # a condition's message, and a denial's, cut past this many 
 
 @dataclass(frozen=True)
 class Checked:
-    """What the webhook answers for a policy object: refused when ``errors``."""
+    """What the webhook answers for a policy object: refused when ``errors``; ``label``
+    names it (``Profile 1xt4``, ``ProjectProfile team-a/small``)."""
 
     errors: list[str]
     warnings: list[str]
+    label: str = "object"
 
 
 def object_files(objects: Iterable[Mapping[str, Any]]) -> dict[str, str]:
@@ -44,7 +46,7 @@ def object_files(objects: Iterable[Mapping[str, Any]]) -> dict[str, str]:
     files: dict[str, str] = {}
     for obj in objects:
         doc = document_of(obj)
-        name = object_file_name(str(doc.get("kind")), str(doc["metadata"].get("name", "")))
+        name = object_file_name(*_key(doc))
         files[name] = yaml.safe_dump(doc, sort_keys=False)
     return files
 
@@ -62,9 +64,11 @@ def _documents(directory: Path) -> list[dict[str, Any]]:
 
 
 def _key(doc: Mapping[str, Any]) -> tuple[str, str]:
+    """(kind, name), the name ``namespace/name`` for a namespaced object."""
     meta = doc.get("metadata")
     name = meta.get("name") if isinstance(meta, Mapping) else None
-    return str(doc.get("kind")), str(name)
+    namespace = meta.get("namespace") if isinstance(meta, Mapping) else None
+    return str(doc.get("kind")), f"{namespace}/{name}" if namespace else str(name)
 
 
 def _lint(files: Mapping[str, str]) -> tuple[LintReport, dict[str, str]]:
@@ -114,7 +118,7 @@ def check_object(obj: Mapping[str, Any], directory: Path | str) -> Checked:
         for said in dict.fromkeys(_said(i, labels) for i in after.warnings)
         if said.startswith(own_label + ":")
     ]
-    return Checked(errors, warnings)
+    return Checked(errors, warnings, own_label)
 
 
 def mirror(objects: Iterable[Mapping[str, Any]], directory: Path | str) -> bool:

@@ -52,50 +52,60 @@ class NamePattern:
         return cls(text, tuple(label_keys(text)))
 
     def matches(self, name: str, labels: Mapping[str, str]) -> bool:
-        """True when ``name`` matches; a pod lacking a label the pattern uses matches nothing."""
+        """True when ``name`` matches; a pod lacking a label the pattern uses matches nothing.
+
+        Matched as a glob, with no regex compiled per label value (each run brings a new
+        one); a value holding ``*`` (not a valid label value, but ``/mutate`` sees objects
+        before the apiserver validates them) is literal, through an escaped regex."""
         keys = self.label_keys
         if not keys:
-            return self._fixed.fullmatch(name) is not None
-        if len(keys) == 1:  # the usual pattern, v-{labels[run]}-*: no tuple to build
+            return _glob_match(name, self._parts)
+        literals = self._literals
+        if len(keys) == 1:  # the usual pattern, v-{labels[run]}-*: no list to build
             value = labels.get(keys[0])
             if not isinstance(value, str) or value == "":
                 return False
-            regex = self._by_value.get(value)
-            if regex is None:
-                regex = self._remember(value, (value,))
-            return regex.fullmatch(name) is not None
+            if "*" in value:
+                return _regex(self.text, (value,)).fullmatch(name) is not None
+            return _glob_match(name, (literals[0] + value + literals[1]).split("*"))
         values = []
         for key in keys:
             value = labels.get(key)
             if not isinstance(value, str) or value == "":
                 return False
             values.append(value)
-        found = tuple(values)
-        regex = self._by_value.get(found)
-        if regex is None:
-            regex = self._remember(found, found)
-        return regex.fullmatch(name) is not None
+        if any("*" in value for value in values):
+            return _regex(self.text, tuple(values)).fullmatch(name) is not None
+        text = literals[0] + "".join(v + lit for v, lit in zip(values, literals[1:], strict=True))
+        return _glob_match(name, text.split("*"))
 
     @cached_property
-    def _fixed(self) -> re.Pattern[str]:
-        """The regex of a pattern without placeholders, compiled once."""
-        return _regex(self.text, ())
+    def _parts(self) -> list[str]:
+        """A pattern without placeholders, split at its ``*``s once."""
+        return self.text.split("*")
 
     @cached_property
-    def _by_value(self) -> dict[str | tuple[str, ...], re.Pattern[str]]:
-        """The regexes for label values seen (one value: the string, else the tuple), kept
-        with the pattern, so that a review looks one up instead of hashing the text too."""
-        return {}
-
-    def _remember(self, key: str | tuple[str, ...], values: tuple[str, ...]) -> re.Pattern[str]:
-        cache = self._by_value
-        if len(cache) >= _CACHED_VALUES:  # label values are the user's: bounded
-            cache.clear()
-        regex = cache[key] = _regex(self.text, values)
-        return regex
+    def _literals(self) -> list[str]:
+        """The text around the placeholders (``split``), once."""
+        return split(self.text)[0]
 
 
-_CACHED_VALUES = 4096  # regexes kept per pattern, one per run (label value) seen
+def _glob_match(name: str, parts: list[str]) -> bool:
+    """Whether ``name`` is ``parts`` joined by runs of any characters (a ``*`` glob)."""
+    if len(parts) == 1:
+        return name == parts[0]
+    first, last = parts[0], parts[-1]
+    end = len(name) - len(last)
+    if end < len(first) or not name.startswith(first) or not name.endswith(last):
+        return False
+    pos = len(first)
+    for part in parts[1:-1]:  # each as early as it fits: leaves the most room for the rest
+        if part:
+            found = name.find(part, pos, end)
+            if found < 0:
+                return False
+            pos = found + len(part)
+    return True
 
 
 def _regex(text: str, label_values: tuple[str, ...]) -> re.Pattern[str]:

@@ -93,9 +93,15 @@ def _schema() -> dict[str, Any]:
     for definition in (*FORMATS, RESOURCE_LIST, RESOURCE_RANGE_LIST):
         defs[definition.ref] = definition.definition()
     branches = []
+    namespaced = [m for _, m in KINDS.values() if "namespace" in m.model_fields]
+    if namespaced:  # the envelope's metadata allows no namespace: each kind says its own
+        envelope["properties"]["metadata"] = {
+            "type": "object",
+            "description": envelope["properties"]["metadata"].get("description", ""),
+        }
     for kind, (spec, metadata) in KINDS.items():
         then = {"spec": {"$ref": DEFS + spec.__name__}}
-        if metadata is not Metadata:
+        if metadata is not Metadata or namespaced:
             then["metadata"] = {"$ref": DEFS + metadata.__name__}
         branches.append(
             {

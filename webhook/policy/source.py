@@ -107,6 +107,12 @@ class PolicySource:
         return [d for d in self.documents if d.kind == "Profile"]
 
     @property
+    def project_profiles(self) -> list[SourceDocument]:
+        """ProjectProfiles: checked with the RunPolicies, never part of the Policy built
+        (runguard reads them from the cluster)."""
+        return [d for d in self.documents if d.kind == "ProjectProfile"]
+
+    @property
     def run_policy(self) -> SourceDocument | None:
         """The first RunPolicy by name (a Pod is judged by the first whose
         selector matches), which also says what ``gpu`` means in profiles."""

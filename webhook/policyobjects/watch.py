@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from webhook.install import manifests
-from webhook.policy.crd import GROUP, LOADED, PLURALS, VERSION
+from webhook.policy.crd import GROUP, LOADED, MIRRORED, PLURALS, VERSION
 from webhook.policy.lint import lint
 from webhook.policy.model import Policy
 from webhook.policy.objects import conditions, mirror
@@ -289,7 +289,7 @@ def run(directory: Path, source: str, parent: int) -> int:
                 log.error("policy objects: %s: %s", plural, exc)
                 time.sleep(2.0)
 
-    for kind in PLURALS:
+    for kind in MIRRORED:
         threading.Thread(target=follow, args=(kind,), name=f"watch-{kind}", daemon=True).start()
     listed: set[str] = set()
     while os.getppid() == parent:
@@ -311,7 +311,7 @@ def run(directory: Path, source: str, parent: int) -> int:
                 listed.add(kind)
             elif obj is not None:
                 state.event(kind, what, obj)
-        if listed == set(PLURALS):
+        if listed == set(MIRRORED):
             state.sync()
             (directory / SYNCED).touch()
     return 0

@@ -53,7 +53,6 @@ CLIENT_CERTIFICATE_REQUIRED = {
     "code": 403,
     "message": "a client certificate signed by the webhook's client CA is required",
 }
-_ALLOWED = b'{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{"uid":"","allowed":true}}'  # noqa: E501
 
 
 @dataclass
@@ -76,8 +75,7 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
     """The runguard WSGI application.
 
     ``config``: settings by name (``webhook.serving.settings.SETTINGS``: ``policy_dir``,
-    ``max_body``, ``client_ca``, ``log_queue``, ``reload_interval``, ``bench_endpoint``
-    adding ``POST /bench/allowed``, a fixed answer for ``bench/bench_http.py``), each
+    ``max_body``, ``client_ca``, ``log_queue``, ``reload_interval``...), each
     one not given read from its environment variable; and ``policy_store`` /
     ``audit_stream`` to hand in a ready store or an audit stream. A policy that does not
     load leaves the app unready (503) until a good one appears.
@@ -181,11 +179,10 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
             response = admission.review_response(req["uid"], allowed=True)
             return 200, admission.encode_review(response)
         checked = check_object(obj, store.directory)
-        kind, name = obj.get("kind", "object"), req.get("name") or "?"
         if checked.errors:
-            log.info("validate-policy: %s %s refused: %s", kind, name, "; ".join(checked.errors))
+            log.info("validate-policy: %s refused: %s", checked.label, "; ".join(checked.errors))
         message = (
-            f"runguard: {kind} {name} does not load (fix these keys and apply again): "
+            f"runguard: {checked.label} does not load (fix these keys and apply again): "
             + "; ".join(checked.errors)
         )
         response = admission.review_response(
@@ -241,12 +238,6 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
         text = metrics.exposition(*cluster_metrics)
         return Response(text, 200, mimetype=metrics.CONTENT_TYPE_LATEST)
 
-    if settings.get("bench_endpoint"):
-
-        @app.post("/bench/allowed")
-        def bench_allowed() -> Response:
-            return Response(allowed(request.environ)[1], 200, mimetype=JSON_TYPE)
-
     @app.errorhandler(HTTPException)
     def http_error(exc: HTTPException) -> Response:
         code = exc.code or 500
@@ -266,8 +257,6 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
         "/validate": partial(answer, "validate"),
         "/validate-policy": judge_policy_object,
     }
-    if settings.get("bench_endpoint"):
-        endpoints["/bench/allowed"] = allowed
     flask_app = app.wsgi_app
     mtls = settings.get("client_ca") is not None
 
@@ -285,14 +274,6 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
 
     app.wsgi_app = wsgi_app  # type: ignore[method-assign]
     return app
-
-
-def allowed(environ: Mapping[str, Any]) -> tuple[int, bytes]:
-    """``POST /bench/allowed``: the body read, as a review's would be, and a fixed answer."""
-    stream = environ["wsgi.input"]
-    while stream.read(65536):
-        pass
-    return 200, _ALLOWED
 
 
 _JSON_HEADER = ("Content-Type", JSON_TYPE)

@@ -95,13 +95,6 @@ def _delay(value: object, name: str) -> float:
     return _seconds(value, name, zero=True, most=MAX_SHUTDOWN_DELAY)
 
 
-def _switch(value: object, name: str) -> bool:
-    text = str(value).strip().lower()
-    if text not in ("1", "true", "yes", "0", "false", "no"):
-        raise SettingsError(f"{name} must be 1/true/yes or 0/false/no, got {value!r}")
-    return text in ("1", "true", "yes")
-
-
 _SIZE_SUFFIXES = {"": 1, "k": 1000, "ki": 1024, "m": 1000**2, "mi": 1024**2}
 
 
@@ -199,12 +192,6 @@ SETTINGS: tuple[Setting, ...] = (
         None,
     ),
     Setting(
-        "bench_endpoint",
-        "1 adds POST /bench/allowed, a fixed answer for bench/bench_http.py",
-        _switch,
-        None,
-    ),
-    Setting(
         "cluster_state",
         "watch the cluster state ownership decides with (claims', secrets' and "
         "configMaps' metadata, classes, pod controllers): in-cluster (the pod's "
@@ -257,7 +244,6 @@ class ServeSettings:
     log_queue: int = DEFAULT_LOG_QUEUE
     shutdown_delay: float = 0.0
     reload_interval: float = RELOAD_INTERVAL
-    bench_endpoint: bool = False
     cluster_state: str | None = None
     policy_objects: str | None = None
 

@@ -1,12 +1,13 @@
-"""Step 1 and rules ``profile.unknown`` and ``profile.not-allowed``: the profile the run
-names wins over the user's values, where its namespace may use it."""
+"""Step 1 and rules ``profile.unknown``, ``profile.not-allowed`` and
+``profile.project-invalid``: the profile the run names (its project's own first, else the
+installation-wide one) wins over the user's values, where its namespace may use it."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from typing import Any
 
-from webhook.engine.context import cluster_lacks, namespace_labels
+from webhook.engine.context import cluster_lacks, namespace_labels, project_profile_names
 from webhook.engine.pod import (
     Pod,
     copy_value,
@@ -17,6 +18,7 @@ from webhook.engine.pod import (
 from webhook.engine.rule_ids import (
     PROFILE_APPLIED,
     PROFILE_NOT_ALLOWED,
+    PROFILE_PROJECT_INVALID,
     PROFILE_RANGE,
     PROFILE_UNKNOWN,
 )
@@ -116,7 +118,7 @@ def apply_profile(pod: Pod) -> Change | None:
         changed[:0] = [f"not set: the cluster has no {what}" for what in lacking]
     if not changed:
         return None
-    return kept_change(PROFILE_APPLIED, f"profile {profile.name} applied", tuple(changed))
+    return kept_change(PROFILE_APPLIED, f"profile {profile.title} applied", tuple(changed))
 
 
 def fill_range_defaults(
@@ -267,19 +269,38 @@ def merge_tolerations(spec: JSON, wanted: Iterable[Any]) -> bool:
 
 def check_profile(pod: Pod) -> list[Violation]:
     cfg = pod.policy.profiles_config
+    where = f"{pod.meta_path}.labels[{cfg.label}]"
+    if pod.profile_invalid is not None:
+        invalid, why = pod.profile_invalid
+        return [
+            Violation(
+                PROFILE_PROJECT_INVALID,
+                where,
+                f"project profile {invalid!r} of namespace {pod.namespace!r} is not applied: {why}",
+            )
+        ]
     if pod.profile_refused is not None:
         return [not_allowed(pod, pod.profile_refused.name)]
     name = pod.profile_asked
-    if name is None or name in pod.policy.profiles or cfg.unknown == "Default":
+    if name is None or pod.profile is not None or cfg.unknown == "Default":
         return []
-    known = ", ".join(sorted(pod.policy.profiles)) or "none"
+    if name in pod.policy.profiles:
+        return []
     return [
         Violation(
             PROFILE_UNKNOWN,
-            f"{pod.meta_path}.labels[{cfg.label}]",
-            f"profile {name!r} does not exist (known: {known})",
+            where,
+            f"profile {name!r} does not exist (known: {usable_profiles(pod)})",
         )
     ]
+
+
+def usable_profiles(pod: Pod) -> str:
+    """The profiles the run's namespace may use: the installation-wide ones open to it
+    and its project's own; "none" when there are none."""
+    names = {n for n, p in pod.policy.profiles.items() if pod.may_use(p)}
+    names.update(project_profile_names(pod.context, pod.namespace))
+    return ", ".join(sorted(names)) or "none"
 
 
 def not_allowed(pod: Pod, name: str) -> Violation:
@@ -287,7 +308,7 @@ def not_allowed(pod: Pod, name: str) -> Violation:
     message names the profiles it may use (only those open to every namespace when the
     cluster view lacks the Namespace)."""
     labels = namespace_labels(pod.context, pod.namespace)
-    usable = ", ".join(sorted(n for n, p in pod.policy.profiles.items() if pod.may_use(p)))
+    usable = usable_profiles(pod)
     if labels is None:
         why = (
             f"profile {name!r} is kept to some namespaces, and the cluster state holds no "
@@ -298,5 +319,5 @@ def not_allowed(pod: Pod, name: str) -> Violation:
     return Violation(
         PROFILE_NOT_ALLOWED,
         f"{pod.meta_path}.labels[{pod.policy.profiles_config.label}]",
-        f"{why} (it may use: {usable or 'none'})",
+        f"{why} (it may use: {usable})",
     )

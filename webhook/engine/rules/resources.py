@@ -181,6 +181,9 @@ def effective_totals(spec: JSON, part: str) -> dict[str, Decimal]:
     computes it: regular containers and sidecars (init containers with ``restartPolicy:
     Always``) summed; each other init container with the sidecars started before it; the
     larger of the two; pod-level ``spec.resources`` where it sets a resource."""
+    containers: list[JSON] = spec.get("containers") or []
+    if len(containers) == 1 and not spec.get("initContainers") and "resources" not in spec:
+        return _values(containers[0], part)  # the usual run: its one container is the run
     totals: dict[str, Decimal] = {}
     sidecars: dict[str, Decimal] = {}
     init_peak: dict[str, Decimal] = {}
@@ -196,7 +199,7 @@ def effective_totals(spec: JSON, part: str) -> dict[str, Decimal]:
                 during.setdefault(name, amount)
         for name, amount in during.items():
             init_peak[name] = max(init_peak.get(name, Decimal(0)), amount)
-    for container in spec.get("containers") or ():
+    for container in containers:
         for name, amount in _values(container, part).items():
             totals[name] = totals.get(name, Decimal(0)) + amount
     for name, amount in sidecars.items():
