@@ -1,7 +1,8 @@
 """Routing covers judgment: every request the engine would deny or change reaches a
 webhook, for any object under any set of RunPolicies.
 
-Objects (Pods and pod controllers, with or without run labels, naming the objects of one
+Objects (Pods, pod controllers and a RayJob whose templates are what ``/mutate`` writes
+the profile into, with or without run labels, naming the objects of one
 platform or another, running as a platform's account, carrying forged records) are
 created and then updated in namespaces that each RunPolicy may or may not exclude, under
 RunPolicy sets of two platforms with different identities (one with ``requesters``).
@@ -54,7 +55,12 @@ RESOURCES = {
     "CronJob": ("batch", "cronjobs"),
     "Deployment": ("apps", "deployments"),
     "Workflow": ("argoproj.io", "workflows"),  # an operator's kind (the Core's Argo)
+    "RayJob": ("ray.io", "rayjobs"),  # an operator's kind with pod templates (KubeRay's)
 }
+KUBERAY_ID = "system:serviceaccount:digitalhub:kuberay"
+RAY_TEMPLATES = {"kind": "ray.io/RayJob", "suspend": "spec.suspend",
+                 "paths": ["spec.rayClusterSpec.headGroupSpec.template",
+                           "spec.rayClusterSpec.workerGroupSpecs[*].template"]}  # fmt: skip
 
 
 def _run_policy(
@@ -67,7 +73,9 @@ def _run_policy(
     if platform == "core":
         spec["platform"] = {"identities": [CORE_ID],
                             "operators": [{"identity": ARGO_ID,
-                                           "kinds": ["argoproj.io/Workflow"]}]}  # fmt: skip
+                                           "kinds": ["argoproj.io/Workflow"]},
+                                          {"identity": KUBERAY_ID, "kinds": ["ray.io/RayJob"],
+                                           "templates": [RAY_TEMPLATES]}]}  # fmt: skip
         spec["secrets"] = {"allowed": ["sec-*-{labels[dhcore/run]}"], "onForbidden": "Strip"}
         spec["volumes"] = {"platformClaims": ["v-{labels[dhcore/run]}-*"],
                            "onPreExisting": "Strip"}  # fmt: skip
@@ -245,6 +253,11 @@ def objects(draw: st.DrawFn) -> dict[str, Any]:
                 "spec": spec}  # fmt: skip
     template = {"metadata": {"labels": dict(meta["labels"])}, "spec": spec}
     top = {"name": "c", "annotations": meta["annotations"]}
+    if kind == "RayJob":  # the run's labels on its templates, as KubeRay copies them
+        return {"apiVersion": "ray.io/v1", "kind": kind, "metadata": top,
+                "spec": {"rayClusterSpec": {
+                    "headGroupSpec": {"template": template},
+                    "workerGroupSpecs": [{"template": copy.deepcopy(template)}]}}}  # fmt: skip
     if kind == "CronJob":
         return {
             "apiVersion": "batch/v1",
@@ -262,6 +275,9 @@ def _template(obj: dict[str, Any]) -> dict[str, Any]:
     if obj["kind"] in ("Pod", "Workflow"):
         return obj
     spec = obj["spec"]
+    if obj["kind"] == "RayJob":
+        template: dict[str, Any] = spec["rayClusterSpec"]["headGroupSpec"]["template"]
+        return template
     return spec["jobTemplate"]["spec"]["template"] if obj["kind"] == "CronJob" else (
         spec["template"])  # fmt: skip
 
@@ -369,7 +385,7 @@ def test_every_request_the_engine_judges_reaches_a_webhook(
     for edited in updates:
         if edited != stored:
             _judged(cel, policy, edited, stored, namespace, editor)
-    if obj["kind"] != "Workflow":  # a custom resource's status keeps its metadata
+    if obj["kind"] not in ("Workflow", "RayJob"):  # a custom resource's status keeps its metadata
         for edited in (restatus(stored, new_labels, kept), restatus(stored, {}, {})):
             if edited != stored:
                 _judged(cel, policy, edited, stored, namespace, editor, "status")

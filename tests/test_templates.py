@@ -8,8 +8,10 @@ Pods made from such a template get no further change, and are still judged.
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 from typing import Any
 
+import pytest
 from test_manifests import Cel
 from test_ownership import Meta, State, owner
 from test_trust import ALICE, CORE, JOBS, RUN, SHIPPED, created, pod, update
@@ -17,6 +19,8 @@ from test_trust import ALICE, CORE, JOBS, RUN, SHIPPED, created, pod, update
 from webhook.engine import evaluate, mutate, validate
 from webhook.engine.context import Context, Requester
 from webhook.install import manifests
+from webhook.policy.errors import PolicyError
+from webhook.policy.loader import load_policy
 from webhook.policy.model import Operator, Profile
 
 GPU = {**RUN, "dhcore/template": "1xa100"}
@@ -247,6 +251,28 @@ def test_a_queue_profiles_job_is_labelled_suspended_and_not_placed() -> None:
     assert QUEUE not in pod_mutation.object["metadata"]["labels"]
 
 
+def test_a_queue_profiles_run_that_skipped_mutate_is_refused() -> None:
+    """The backstop: without the queue's label and suspension the run would start
+    unqueued, on capacity nobody admitted."""
+    policy = queue_policy()
+    job = created_with(policy, run_job(QUEUED))
+    job["metadata"]["labels"].pop(QUEUE)
+    job["spec"]["suspend"] = False
+    judged = validate(job, policy, namespace="ml", context=Context(CORE, State([])))
+    assert not judged.allowed
+    (violation,) = [v for v in judged.violations if v.path == "metadata.labels"]
+    assert violation.rule == "profile.applied" and violation.backstop, violation
+    assert "label kueue.x-k8s.io/queue-name=team-a" in violation.message
+    assert "spec.suspend true" in violation.message
+
+
+def created_with(policy: Any, obj: dict[str, Any]) -> dict[str, Any]:
+    decision = evaluate(obj, policy, namespace="ml", context=Context(CORE, State([])))
+    assert decision.allowed, decision.message()
+    stored: dict[str, Any] = decision.object
+    return stored
+
+
 def test_a_queue_profile_overrides_the_runs_own_queue_and_unsuspension() -> None:
     job = run_job(QUEUED)
     job["metadata"]["labels"][QUEUE] = "the-fast-one"
@@ -433,3 +459,15 @@ def test_a_users_operator_object_with_a_runs_templates_reaches_mutate() -> None:
             "workerGroupSpecs": ["not-a-group"]
         }
         assert not routed(hook, odd, ALICE)  # judged, never an error
+
+
+def test_an_operators_templates_are_in_one_of_its_kinds(tmp_path: Path) -> None:
+    repo = Path(__file__).resolve().parents[1]
+    text = (repo / "policies" / "runpolicy.yaml").read_text(encoding="utf-8")
+    (tmp_path / "profiles.yaml").write_text((repo / "policies" / "profiles.yaml").read_text())
+    broken = text.replace("- kind: ray.io/RayCluster\n            paths:", "- kind: x.io/Job\n"
+                          "            paths:")  # fmt: skip
+    assert broken != text
+    (tmp_path / "runpolicy.yaml").write_text(broken)
+    with pytest.raises(PolicyError, match=r"templates\[1\]\.kind: \"x.io/Job\" is not one of"):
+        load_policy(tmp_path)

@@ -168,6 +168,34 @@ def test_a_users_rayjob_on_the_platforms_raycluster_is_refused(served: Served, s
     served.core.kubectl(*create, input=json.dumps(rayjob("platform-ray")), check=True)
 
 
+def ray_template(labels: JSON) -> JSON:
+    return {"metadata": {"labels": labels},
+            "spec": {"containers": [{"name": "ray", "image": "rayproject/ray:2.9.0"}]}}  # fmt: skip
+
+
+def test_a_rayjobs_run_templates_are_stored_with_the_profile(served: Served, space: str) -> None:
+    """Her RayJob whose head and worker templates are a run's (its own metadata names no
+    run) reaches /mutate through the operators' webhook (cel-go evaluating the template
+    terms, [*] over the worker groups): stored with the profile where Kueue counts it.
+    One whose templates are no run's is stored as sent."""
+    run = {**RUN, "dhcore/template": "1xa100"}
+    spec = {"entrypoint": "python main.py",
+            "rayClusterSpec": {"headGroupSpec": {"template": ray_template(run)},
+                               "workerGroupSpecs": [{"groupName": "gpu",
+                                                     "template": ray_template(run)}]}}  # fmt: skip
+    custom(served.user, space, RAYJOB, "gpu-run", spec)
+    cluster = stored(served.user, space, RAYJOB, "gpu-run")["spec"]["rayClusterSpec"]
+    for template in (cluster["headGroupSpec"]["template"],
+                     cluster["workerGroupSpecs"][0]["template"]):  # fmt: skip
+        main = template["spec"]["containers"][0]
+        assert main["resources"]["requests"]["nvidia.com/gpu"] == "1", main
+        assert template["spec"]["runtimeClassName"] == "nvidia"
+    mine = {**spec, "rayClusterSpec": {"headGroupSpec": {"template": ray_template({"app": "x"})},
+                                       "workerGroupSpecs": [{"groupName": "cpu"}]}}  # fmt: skip
+    custom(served.user, space, RAYJOB, "mine", mine)
+    assert stored(served.user, space, RAYJOB, "mine")["spec"] == mine
+
+
 def failed_calling(served: Served, done: Any) -> bool:
     """The request failed because an operators' webhook of this runguard is unreachable."""
     webhooks = (manifests.MUTATING_OPERATORS_WEBHOOK, manifests.OPERATORS_WEBHOOK)

@@ -481,6 +481,8 @@ def validate(
             mutations = []  # a template /mutate changed already, or nothing to change
     violations = run_checks(pod)
     violations.extend(ownership.check_ownership(pod))
+    if r.old is None and not admitted and isinstance(obj, dict):
+        violations.extend(_not_queued(obj, target, pod, r))
     if target.kind == "Pod" and r.old is None and not _has_receipt(pod, receipts):
         drifted = admitted and ownership.records(r.metadata)[2] == governing.name
         violations.extend(_not_mutated(target, governing, violations, who, drifted))
@@ -506,6 +508,29 @@ def validate(
         )
     decision.violations.extend(trust)
     return _finish(decision, governing)
+
+
+def _not_queued(obj: JSON, target: Target, pod: Pod, r: Review) -> list[Violation]:
+    """The backstop of a queue profile: a run created without its queue's label (or, a
+    Job-like one, not suspended) skipped ``/mutate``, and would start unqueued."""
+    if pod.profile is None or pod.profile.queue is None:
+        return []
+    if target.kind not in ("Pod", *TEMPLATES_MUTATED):
+        return []
+    _, change = send_to_queue(
+        obj, target.kind, pod.profile, pod.policy, _owner_references(r.metadata)
+    )
+    if change is None:
+        return []
+    return [
+        Violation(
+            change.rule,
+            "metadata.labels",
+            f"not applied: {change.warning.removeprefix('runguard: ')} "
+            "(runguard's mutating webhook does this: was it bypassed?)",
+            backstop=True,
+        )
+    ]
 
 
 def _has_receipt(pod: Pod, receipts: Receipts | None) -> bool:

@@ -296,8 +296,9 @@ def _run_policy_issues(
 
 
 def _reference_issues(run_policy: SourceDocument) -> list[PolicyIssue]:
-    """An operator's reference is in one of its own kinds, and names a kind of the
-    platform's operators: runguard records who created those, and its cache keeps them."""
+    """An operator's reference (and its templates) is in one of its own kinds, and names a
+    kind of the platform's operators: runguard records who created those, and its cache
+    keeps them."""
     operators_path = run_policy_path("platform", "operators")
     operators = run_policy.get(*operators_path)
     if not isinstance(operators, list):
@@ -313,6 +314,16 @@ def _reference_issues(run_policy: SourceDocument) -> list[PolicyIssue]:
     for i, operator in enumerate(operators):
         references = operator.get("references") if isinstance(operator, dict) else None
         own = operator.get("kinds") if isinstance(operator, dict) else None
+        templates = operator.get("templates") if isinstance(operator, dict) else None
+        for j, entry in enumerate(templates if isinstance(templates, list) else ()):
+            kind = entry.get("kind") if isinstance(entry, dict) else None
+            if isinstance(kind, str) and kind not in (own if isinstance(own, list) else ()):
+                issues.append(
+                    run_policy.issue(
+                        (*operators_path, i, "templates", j, "kind"),
+                        f'"{kind}" is not one of this operator\'s kinds',
+                    )
+                )
         for j, reference in enumerate(references if isinstance(references, list) else ()):
             if not isinstance(reference, dict):
                 continue
