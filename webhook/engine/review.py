@@ -336,8 +336,9 @@ def _queued(
     """At CREATE, a run of a queue profile sent to its queue (``rules.queue_profile``)."""
     if pod.profile is None or pod.profile.queue is None or target is None:
         return result
+    owners = _owner_references(r.metadata)
     result, change = send_to_queue(
-        result, target.kind, pod.profile, pod.policy, _owner_references(r.metadata), suspend
+        result, target.kind, pod.profile, pod.policy, owners, suspend, r.context.requester
     )
     if change is not None:
         changes.append(change)
@@ -517,9 +518,9 @@ def _not_queued(obj: JSON, target: Target, pod: Pod, r: Review) -> list[Violatio
         return []
     if target.kind not in ("Pod", *TEMPLATES_MUTATED):
         return []
-    _, change = send_to_queue(
-        obj, target.kind, pod.profile, pod.policy, _owner_references(r.metadata)
-    )
+    owners = _owner_references(r.metadata)
+    requester = r.context.requester
+    _, change = send_to_queue(obj, target.kind, pod.profile, pod.policy, owners, None, requester)
     if change is None:
         return []
     return [

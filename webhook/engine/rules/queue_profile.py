@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from webhook.engine.context import Requester
 from webhook.engine.pod import kept_change
 from webhook.engine.rule_ids import PROFILE_APPLIED
 from webhook.engine.types import JSON, Change
@@ -48,11 +49,20 @@ def queue_labels(profile: Profile, policy: Policy) -> dict[str, str]:
     return labels
 
 
-def queued_as_a_whole(owner_references: tuple[Any, ...], policy: Policy) -> bool:
-    """An object whose controller owner is a Job or an operator's object (a Job's Pod, a
-    RayJob's RayCluster or submitter Job, a JobSet's Jobs): its owner is what the queue
-    admits, so the object itself names no queue and is not suspended."""
-    kinds = {"Job"} | {k.rpartition("/")[2] for k in policy.platform.operator_kinds}
+def queued_as_a_whole(
+    owner_references: tuple[Any, ...], policy: Policy, requester: Requester | None
+) -> bool:
+    """An object a controller or operator makes for its controller owner (a Job's Pod by
+    the job-controller, a RayJob's RayCluster or submitter Job by KubeRay, a JobSet's
+    Jobs): its owner is what the queue admits, so the object itself names no queue and is
+    not suspended. Only the owner's own controller is believed: ``ownerReferences`` are
+    anyone's to write, and a user's object naming a Job as its owner is queued itself."""
+    if requester is None:
+        return False
+    owned = policy.platform.owner_kinds.get(requester.username)
+    if not owned:
+        return False
+    kinds = {k.rpartition("/")[2] for k in owned}
     return any(
         isinstance(ref, dict) and ref.get("controller") is True and ref.get("kind") in kinds
         for ref in owner_references
@@ -66,6 +76,7 @@ def send_to_queue(
     policy: Policy,
     owner_references: tuple[Any, ...] = (),
     suspend: tuple[str, ...] | None = None,
+    requester: Requester | None = None,
 ) -> tuple[JSON, Change | None]:
     """``obj`` with its queue profile's labels (and suspended, for a Job-like kind), and
     the change; ``obj`` itself and None when it has them already. ``suspend``: the keys to
@@ -75,7 +86,7 @@ def send_to_queue(
         where, suspend = _QUEUED[kind]
     else:
         where = ("metadata",)
-    if not labels or queued_as_a_whole(owner_references, policy):
+    if not labels or queued_as_a_whole(owner_references, policy, requester):
         return obj, None
     out = dict(obj)
     node = _copied(out, where)
