@@ -172,6 +172,12 @@ def test_a_profile_with_ranges_and_a_namespace_selector_is_stored_as_written(
         )
     finally:
         cluster.kubectl("delete", "profile.runguard.io", "ranged", "--ignore-not-found")
+        # served without it before the next test reads the digest (it would see this
+        # change, not its own)
+        until(
+            "the ranged profile gone from what runguard serves",
+            lambda: "ranged" not in served.readyz()[1]["policy"]["profiles"],
+        )
 
 
 def test_a_patch_reaches_admission_within_seconds(cluster: Cluster, served: Runguard) -> None:
@@ -180,9 +186,16 @@ def test_a_patch_reaches_admission_within_seconds(cluster: Cluster, served: Rung
     cluster.kubectl(
         "patch", "profile", "1xt4", "--type", "merge", "-p", json.dumps(patch), check=True
     )
-    until("the new digest", lambda: served.readyz()[1]["policy"]["digest"] != before, 15)
-    mirrored = yaml.safe_load((served.policy_dir / "profile-1xt4.yaml").read_text())
-    assert mirrored["spec"]["resources"]["requests"]["cpu"] == "6"
+
+    def mirrored_cpu() -> object:
+        mirrored = yaml.safe_load((served.policy_dir / "profile-1xt4.yaml").read_text())
+        return mirrored["spec"]["resources"]["requests"]["cpu"]
+
+    until(
+        "the patch mirrored and served",
+        lambda: mirrored_cpu() == "6" and served.readyz()[1]["policy"]["digest"] != before,
+        15,
+    )
     live = get(cluster, "profile", "1xt4")
     until(
         "the status of the new generation",
