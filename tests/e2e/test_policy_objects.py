@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -236,6 +237,26 @@ def condition_message(cluster: Cluster, kind: str, name: str) -> str:
     return ""
 
 
+def held_objects(cluster: Cluster) -> list[str]:
+    """The policy objects whose Loaded condition says their edit is held."""
+    held = []
+    for kind in ("runpolicy", "profile.runguard.io"):
+        names = cluster.kubectl(
+            "get", kind, "-o", "jsonpath={.items[*].metadata.name}", check=True
+        ).stdout.split()
+        held += [
+            f"{kind}/{n}" for n in names if condition_message(cluster, kind, n).startswith("held:")
+        ]
+    return held
+
+
+def settled_digest(served: Runguard) -> str | None:
+    """The served policy's digest when it is the same a recheck of held edits later."""
+    first = served.readyz()[1]["policy"]["digest"]
+    time.sleep(4)  # one HELD_RECHECK (3 s) of the policy watch, and the reload after it
+    return first if served.readyz()[1]["policy"]["digest"] == first else None
+
+
 def test_a_routing_edit_waits_for_the_webhooks(
     cluster: Cluster, served: Runguard, runguard: Webhook, tmp_path: Path
 ) -> None:
@@ -245,7 +266,10 @@ def test_a_routing_edit_waits_for_the_webhooks(
     try:
         registered = served.manifests_with("--policy-objects")  # routing of policies/
         cluster.kubectl("apply", "-f", "-", input=registered, check=True)
-        before = served.readyz()[1]["policy"]["digest"]
+        # An edit of an earlier test held until these configurations route it is served
+        # now: the digest before this test's edit is the one after that, once settled.
+        until("no policy object held", lambda: not held_objects(cluster))
+        before = until("the served policy settled", lambda: settled_digest(served), 60)
         patch = [{"op": "add", "path": "/spec/platform/operators/-", "value": OPERATOR}]
         cluster.kubectl("patch", "runpolicy", "digitalhub", "--type", "json",
                         "-p", json.dumps(patch), check=True)  # fmt: skip
