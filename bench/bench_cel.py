@@ -25,7 +25,7 @@ from __future__ import annotations
 import argparse
 import copy
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from fractions import Fraction
 from typing import Any
 
@@ -311,8 +311,8 @@ def mutations(policy: Policy) -> list[JSON]:
         gone.append(f"e.name in {_cel(list(res.device_env))}")
     if policy.secrets.on_forbidden == "Strip":
         name = "e.valueFrom.secretKeyRef.name"
-        gone.append(f"(e.?valueFrom.?secretKeyRef.hasValue() && "
-                    f"!{_name_matches(name, policy.secrets.allowed)})")  # fmt: skip
+        gone.append(f"(e.?valueFrom.?secretKeyRef.hasValue() && (!variables.platform || "
+                    f"!{_name_matches(name, policy.secrets.allowed)}))")  # fmt: skip
     if gone:
         at = f"c.env.transformList(j, e, {' || '.join(gone)}, j)"
         out.append(
@@ -324,10 +324,7 @@ def mutations(policy: Policy) -> list[JSON]:
             )
         )
     if vol.on_pre_existing == "Strip":
-        claim = _name_matches("v.persistentVolumeClaim.claimName", vol.platform_claims)
-        config_map = _name_matches("v.configMap.name", vol.platform_config_maps)
-        foreign = (f"(has(v.persistentVolumeClaim) && !{claim}) || "
-                   f"(has(v.configMap) && !{config_map})")  # fmt: skip
+        foreign = _foreign_volume(policy)
         names = "variables.foreignVolumes"
         volumes = f"object.spec.volumes.transformList(j, v, {foreign}, j)"
         mounts = f"c.volumeMounts.transformList(j, m, m.name in {names}, j)"
@@ -339,11 +336,24 @@ def mutations(policy: Policy) -> list[JSON]:
     return out
 
 
-def mutation_variables(policy: Policy) -> list[JSON]:
-    label = policy.profiles_config.label
+def _foreign_volume(policy: Policy) -> str:
+    """CEL, of a volume ``v``: a claim or ConfigMap the platform did not make for this run
+    (by its name patterns; any, when the requester is not the platform)."""
     vol = policy.volumes
     claim = _name_matches("v.persistentVolumeClaim.claimName", vol.platform_claims)
     config_map = _name_matches("v.configMap.name", vol.platform_config_maps)
+    return (f"(has(v.persistentVolumeClaim) && (!variables.platform || !{claim})) || "
+            f"(has(v.configMap) && (!variables.platform || !{config_map}))")  # fmt: skip
+
+
+def mutation_variables(policy: Policy) -> list[JSON]:
+    label = policy.profiles_config.label
+    users = [i for i in policy.platform.identities if not i.startswith("group:")]
+    groups = [
+        i.removeprefix("group:") for i in policy.platform.identities if i.startswith("group:")
+    ]
+    platform = (f"request.userInfo.username in {_cel(users)} || "
+                f"request.userInfo.?groups.orValue([]).exists(g, g in {_cel(groups)})")  # fmt: skip
     main = f"object.metadata.?annotations[?{_cel(MAIN_CONTAINER_ANNOTATION)}]"
     return [
         {"name": "profile",
@@ -353,10 +363,10 @@ def mutation_variables(policy: Policy) -> list[JSON]:
         {"name": "mainIndex",
          "expression": "variables.mainIndexes.size() > 0 ? variables.mainIndexes[0] : 0"},
         {"name": "mainContainer", "expression": f"{C}[variables.mainIndex]"},
+        {"name": "platform", "expression": platform},
         {"name": "foreignVolumes",
          "expression": "object.spec.?volumes.orValue([]).filter(v, "
-                       f"(has(v.persistentVolumeClaim) && !{claim}) || "
-                       f"(has(v.configMap) && !{config_map})).map(v, v.name)"},
+                       f"{_foreign_volume(policy)}).map(v, v.name)"},
     ]  # fmt: skip
 
 
@@ -449,35 +459,31 @@ def _header(command: str, what: str, policy: Policy) -> str:
     )
 
 
-def kyverno_cel_text(policy: Policy) -> str:
-    what = (
-        "# Kyverno's CEL policies (MutatingPolicy + ValidatingPolicy, policies.kyverno.io/v1,\n"
-        "# stable since Kyverno 1.17) doing what bench/kyverno/policy.yaml's ClusterPolicies\n"
-        "# do to a run Pod, for bench/bench_peers.py (namespace bench-kyverno-cel). The same\n"
-        "# CEL as bench/map/policy.yaml: Kyverno's own CEL libraries are not needed here.\n"
-    )
+KYVERNO_CEL_WHAT = (
+    "# Kyverno's CEL policies (MutatingPolicy + ValidatingPolicy, policies.kyverno.io/v1,\n"
+    "# stable since Kyverno 1.17) doing what bench/kyverno/policy.yaml's ClusterPolicies\n"
+    "# do to a run Pod, for bench/bench_peers.py (namespace bench-kyverno-cel). The same\n"
+    "# CEL as bench/map/policy.yaml: Kyverno's own CEL libraries are not needed here.\n"
+)
+MAP_WHAT = (
+    "# Kubernetes' own MutatingAdmissionPolicy + ValidatingAdmissionPolicy\n"
+    "# (admissionregistration.k8s.io/v1; MAP GA and on by default since 1.36, no flag on\n"
+    "# 1.37), evaluated in the apiserver, for bench/bench_peers.py (namespace bench-map).\n"
+    "# They carry the whole of bench/kyverno/cel-policy.yaml's CEL, which covers the\n"
+    "# subset asked of them (profile by label, defaults and clamps, root stripped, Pod\n"
+    "# Security restricted, the maximums) and more.\n"
+)
+
+
+def text(policy: Policy, documents: Callable[[Policy], list[JSON]], what: str) -> str:
     header = _header("--write-policy", what, policy)
-    return header + yaml.dump_all(
-        kyverno_cel_documents(policy), Dumper=_Dumper, sort_keys=False, width=100
-    )
+    return header + yaml.dump_all(documents(policy), Dumper=_Dumper, sort_keys=False, width=100)
 
 
-def map_text(policy: Policy) -> str:
-    what = (
-        "# Kubernetes' own MutatingAdmissionPolicy + ValidatingAdmissionPolicy\n"
-        "# (admissionregistration.k8s.io/v1; MAP GA and on by default since 1.36, no flag on\n"
-        "# 1.37), evaluated in the apiserver, for bench/bench_peers.py (namespace bench-map).\n"
-        "# They carry the whole of bench/kyverno/cel-policy.yaml's CEL, which covers the\n"
-        "# subset asked of them (profile by label, defaults and clamps, root stripped, Pod\n"
-        "# Security restricted, the maximums) and more.\n"
-    )
-    header = _header("--write-policy", what, policy)
-    return header + yaml.dump_all(
-        map_vap_documents(policy), Dumper=_Dumper, sort_keys=False, width=100
-    )
-
-
-FILES = ((KYVERNO_CEL_FILE, kyverno_cel_text), (MAP_FILE, map_text))
+FILES = (
+    (KYVERNO_CEL_FILE, kyverno_cel_documents, KYVERNO_CEL_WHAT),
+    (MAP_FILE, map_vap_documents, MAP_WHAT),
+)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -489,13 +495,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     policy = load_policy(POLICY_DIR)
     stale = []
-    for path, render in FILES:
-        text = render(policy)
+    for path, documents, what in FILES:
+        rendered = text(policy, documents, what)
         if args.write_policy:
             path.parent.mkdir(exist_ok=True)
-            path.write_text(text)
+            path.write_text(rendered)
             print(f"wrote {path.relative_to(REPO)}")
-        elif (path.read_text() if path.is_file() else "") != text:
+        elif (path.read_text() if path.is_file() else "") != rendered:
             stale.append(path)
     for path in stale:
         print(f"{path.relative_to(REPO)}: differs from what policies/ renders "

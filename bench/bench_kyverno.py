@@ -36,6 +36,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import bench_cel
 import bench_create
 import yaml
 from bench_config import BENCH
@@ -54,6 +55,7 @@ POLICY_FILE = BENCH / "kyverno" / "policy.yaml"
 KYVERNO_NS = "kyverno"  # Kyverno's own: its configuration, certificates, leases
 BENCH_NS = "bench-kyverno"  # where its webhooks and policies apply
 CASE = "kyverno"
+CEL_CASE = "kyverno_cel"
 MUTATE_NAME, VALIDATE_NAME = "runguard-bench-mutate", "runguard-bench-validate"
 RUN = 'request.object.metadata.labels."dhcore/run"'
 MAIN = (
@@ -521,9 +523,13 @@ class KyvernoSide:
     starts ``kyverno`` (its webhooks only for ``bench-kyverno``), applies the policies
     and adds the ``kyverno`` case to ``create``'s rounds; ``stop()`` ends the process."""
 
-    def __init__(self, create: CreateLatency, log: Callable[[str], None] = print) -> None:
+    def __init__(
+        self, create: CreateLatency, log: Callable[[str], None] = print, cel: bool = False
+    ) -> None:
         self.create = create
         self.log = log
+        # with cel, Kyverno's CEL pair too (bench_cel.py), in its own namespace
+        self.namespaces = [BENCH_NS, *([bench_cel.KYVERNO_CEL_NS] if cel else [])]
         self.proc: subprocess.Popen[bytes] | None = None
         self.build_seconds: float | None = None
 
@@ -538,15 +544,10 @@ class KyvernoSide:
             raise KyvernoUnavailable(f"no CRDs beside {binary}")
         for path in sorted(crds.rglob("*.yaml")):
             cluster.kubectl("apply", "--server-side", "-f", str(path), check=True)
-        for namespace in (KYVERNO_NS, BENCH_NS):
+        for namespace in (KYVERNO_NS, *self.namespaces):
             cluster.kubectl("create", "namespace", namespace, check=True)
-        selector = {
-            "namespaceSelector": {
-                "matchExpressions": [
-                    {"key": bench_create.NAMESPACE_LABEL, "operator": "In", "values": [BENCH_NS]}
-                ]
-            }
-        }
+        term = {"key": bench_create.NAMESPACE_LABEL, "operator": "In", "values": self.namespaces}
+        selector = {"namespaceSelector": {"matchExpressions": [term]}}
         config = [
             {"apiVersion": "v1", "kind": "ConfigMap",
              "metadata": {"name": "kyverno", "namespace": KYVERNO_NS},
@@ -594,7 +595,10 @@ class KyvernoSide:
                 args, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                 cwd=workdir, env=env, start_new_session=True,
             )  # fmt: skip
-        docs = {"apiVersion": "v1", "kind": "List", "items": kyverno_documents(self.create.policy)}
+        items = kyverno_documents(self.create.policy)
+        if bench_cel.KYVERNO_CEL_NS in self.namespaces:
+            items += bench_cel.kyverno_cel_documents(self.create.policy)
+        docs = {"apiVersion": "v1", "kind": "List", "items": items}
         deadline = time.monotonic() + timeout
         while True:  # the CRDs are served a moment after they are created
             done = cluster.kubectl("apply", "-f", "-", input=json.dumps(docs), check=False)
@@ -605,23 +609,28 @@ class KyvernoSide:
             time.sleep(1)
         self.create.cases[CASE] = (BENCH_NS, "valid")
         self.create.added["create_added_ms_kyverno_pair"] = (CASE, "none")
-        self.create.stamped_namespaces.add(BENCH_NS)
-        self._wait_for_admission(deadline)
+        if bench_cel.KYVERNO_CEL_NS in self.namespaces:
+            self.create.cases[CEL_CASE] = (bench_cel.KYVERNO_CEL_NS, "valid")
+            self.create.added["create_added_ms_kyverno_cel_pair"] = (CEL_CASE, "none")
+        self.create.stamped_namespaces.update(self.namespaces)
+        for namespace in self.namespaces:
+            self._wait_for_admission(deadline, namespace)
         self.log(f"kyverno ready in {time.monotonic() - started:.1f}s "
                  f"(build or cache {self.build_seconds:.1f}s)")  # fmt: skip
 
-    def _wait_for_admission(self, deadline: float) -> None:
+    def _wait_for_admission(self, deadline: float, namespace: str) -> None:
         bad = json.dumps(noncompliant_pods(self.create.pods["stamped"])["hostNetwork"]).encode()
         valid = self.create._bodies["valid"]
         while True:
             self._alive()
-            denied = self.create.create(BENCH_NS, bad)[0] != 201
-            status, answer, _ = self.create.create(BENCH_NS, valid)
+            denied = self.create.create(namespace, bad)[0] != 201
+            status, answer, _ = self.create.create(namespace, valid)
             if denied and status == 201 and self.create._stamped(answer):
                 return
             if time.monotonic() > deadline:
                 raise KyvernoUnavailable(
-                    f"Kyverno's admission not active: hostNetwork denied {denied}, valid pod "
+                    f"Kyverno's admission not active in {namespace}: hostNetwork denied "
+                    f"{denied}, valid pod "
                     f"{status} {bench_create._reason(answer)}"
                 )
             time.sleep(1)
@@ -644,25 +653,10 @@ class KyvernoSide:
 
     # -- the comparisons --
 
-    def agreement(self) -> dict[str, Any]:
+    def agreement(self, namespace: str = BENCH_NS) -> dict[str, Any]:
         """The same Pods through runguard's pair (``bench-pair``) and Kyverno's
-        (``bench-kyverno``): allowed or denied by each, and the share that agree."""
-        valid, stamped = self.create.pods["valid"], self.create.pods["stamped"]
-        pods = {"valid": valid, "as written": self.create.pods["full"],
-                "stamped": stamped, **noncompliant_pods(stamped)}  # fmt: skip
-        rows = []
-        for name, pod in pods.items():
-            body = json.dumps(pod).encode()
-            as_admin = name == "not-platform"
-            runguard = self.create.create(NS["pair"], body, as_admin)
-            kyverno = self.create.create(BENCH_NS, body, as_admin)
-            said = (
-                bench_create._reason(runguard[1]) if runguard[0] != 201 else "allowed",
-                _kyverno_reason(kyverno[1]) if kyverno[0] != 201 else "allowed",
-            )
-            rows.append((name, runguard[0] == 201, kyverno[0] == 201, *said))
-        same = sum(1 for row in rows if row[1] == row[2])
-        return {"rows": rows, "same": same, "total": len(rows), "share": same / len(rows)}
+        (``namespace``): allowed or denied by each, and the share that agree."""
+        return agreement(self.create, namespace, _kyverno_reason)
 
     def cpu_round(self, creates: int = 100) -> dict[str, float]:
         """CPU per create of Kyverno's process and of runguard's process tree, each
@@ -685,22 +679,54 @@ class KyvernoSide:
         first = batch(BENCH_NS, kyverno)
         runguard = batch(NS["pair"], process_tree(runguard_pid))
         second = batch(BENCH_NS, kyverno)
-        return {"kyverno_cpu_us_pair": (first + second) / 2, "runguard_cpu_us_pair": runguard}
+        out = {"kyverno_cpu_us_pair": (first + second) / 2, "runguard_cpu_us_pair": runguard}
+        if bench_cel.KYVERNO_CEL_NS in self.namespaces:
+            out["kyverno_cel_cpu_us_pair"] = batch(bench_cel.KYVERNO_CEL_NS, kyverno)
+        return out
+
+
+def agreement(
+    create: CreateLatency, namespace: str, reason: Callable[[JSON], str]
+) -> dict[str, Any]:
+    """The same Pods (the valid run, the run as written, the stamped run, the
+    non-compliant ones; ``not-platform`` as cluster-admin) through runguard's pair and
+    through ``namespace``: allowed or denied by each, and the share that agree."""
+    valid, stamped = create.pods["valid"], create.pods["stamped"]
+    pods = {"valid": valid, "as written": create.pods["full"],
+            "stamped": stamped, **noncompliant_pods(stamped)}  # fmt: skip
+    rows = []
+    for name, pod in pods.items():
+        body = json.dumps(pod).encode()
+        as_admin = name == "not-platform"
+        runguard = create.create(NS["pair"], body, as_admin)
+        other = create.create(namespace, body, as_admin)
+        said = (
+            bench_create._reason(runguard[1]) if runguard[0] != 201 else "allowed",
+            reason(other[1]) if other[0] != 201 else "allowed",
+        )
+        rows.append((name, runguard[0] == 201, other[0] == 201, *said))
+    same = sum(1 for row in rows if row[1] == row[2])
+    return {"rows": rows, "same": same, "total": len(rows), "share": same / len(rows)}
 
 
 def _kyverno_reason(answer: JSON) -> str:
     message = str(answer.get("message", answer))
+    ids = sorted(set(re.findall(r"\[([a-z]+\.[a-z-]+)\]", message)))  # the CEL pair's messages
+    if ids:
+        return f"denied (kyverno): {', '.join(ids)}"
     rules = sorted(set(re.findall(r"\b(?:runguard-bench-validate|" + VALIDATE_NAME + r"):\s*\n?\s*"
                                   r"([a-z0-9-]+)", message)))  # fmt: skip
     return f"denied (kyverno): {', '.join(rules) or message[:60]}"
 
 
-def print_agreement(agreement: dict[str, Any], log: Callable[[str], None] = print) -> None:
-    log(f"decision agreement with Kyverno, the same Pods through both pairs: "
+def print_agreement(
+    agreement: dict[str, Any], log: Callable[[str], None] = print, peer: str = "Kyverno"
+) -> None:
+    log(f"decision agreement with {peer}, the same Pods through both: "
         f"{agreement['same']}/{agreement['total']} on allowed/denied")  # fmt: skip
     width = max(len(row[0]) for row in agreement["rows"])
-    for name, _, _, runguard, kyverno in agreement["rows"]:
-        log(f"  {name:<{width}}  runguard {runguard[:50]:<50} | kyverno {kyverno[:60]}")
+    for name, _, _, runguard, other in agreement["rows"]:
+        log(f"  {name:<{width}}  runguard {runguard[:50]:<50} | {peer} {other[:60]}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -20,8 +20,9 @@ REPO = Path(__file__).resolve().parents[1]
     [
         ["bench/bench_create.py", "--check-vap"],  # and the VAP says the rules it carries
         ["bench/bench_kyverno.py", "--check-policy"],
+        ["bench/bench_cel.py", "--check-policy"],  # Kyverno's CEL pair, and MAP + VAP
     ],
-    ids=["vap", "kyverno"],
+    ids=["vap", "kyverno", "cel"],
 )
 def test_the_generated_file_is_the_one_policies_renders(command: list[str]) -> None:
     done = subprocess.run(

@@ -1,0 +1,223 @@
+"""runguard beside the peers an admin picks in 2026, on the same 1.37 apiserver (not a test).
+
+One ``bench_create.CreateLatency`` cluster (the e2e build of ``RUNGUARD_E2E_KUBERNETES``,
+1.37 unless set: MutatingAdmissionPolicy is GA and on by default from 1.36, no flag),
+and in it, each in its own namespace, the same valid run Pod created by dry run as the
+platform, the namespaces alternating create by create (``CreateLatency.round``):
+
+* ``bench-pair``: runguard's two webhooks (``create_added_ms_pair``);
+* ``bench-kyverno``: Kyverno's ClusterPolicy pair, ``bench/kyverno/policy.yaml``
+  (``create_added_ms_kyverno_pair``);
+* ``bench-kyverno-cel``: Kyverno's CEL pair, a MutatingPolicy + ValidatingPolicy,
+  ``bench/kyverno/cel-policy.yaml`` (``create_added_ms_kyverno_cel_pair``), in the same
+  Kyverno process (``bench_kyverno.KyvernoSide(cel=True)``);
+* ``bench-map``: a MutatingAdmissionPolicy + ValidatingAdmissionPolicy in the apiserver,
+  ``bench/map/policy.yaml`` (``create_added_ms_map_vap``), by ``MapSide``;
+* and ``bench_create``'s own (no admission, runguard's validating webhook alone, the VAP).
+
+Each figure is the case's median (and p99) minus no admission's, per round. CPU per
+create, each namespace alone for a batch (``--creates``): Kyverno's process for each of
+its pairs, runguard's process tree, and the apiserver's own CPU in ``bench-map``,
+``bench-pair`` and ``bench-none`` (what MAP+VAP and the webhook calls cost it: the delta
+over no admission). Decision agreement: the same Pods through runguard's pair and through
+each peer. Prints a table and, last, one JSON object.
+
+    .venv/bin/python bench/bench_peers.py [--rounds 3] [--creates 100] [--no-kyverno]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import bench_cel
+import bench_create
+import bench_kyverno
+from bench_create import NS, CreateLatency, noncompliant_pods
+from e2e.cluster import ClusterError
+
+JSON = dict[str, Any]
+KUBERNETES = "1.37"  # the release MAP is measured on (GA from 1.36)
+MAP_CASE = "map_vap"
+PEERS = (  # figure -> what it is, in the table
+    ("create_added_ms_pair", "runguard (both webhooks)"),
+    ("create_added_ms_kyverno_pair", "Kyverno ClusterPolicy pair"),
+    ("create_added_ms_kyverno_cel_pair", "Kyverno CEL pair"),
+    ("create_added_ms_map_vap", "MAP + VAP (in the apiserver)"),
+    ("create_added_ms_vap", "VAP alone (validation only)"),
+)
+CPU_KEYS = (
+    "runguard_cpu_us_pair",
+    "kyverno_cpu_us_pair",
+    "kyverno_cel_cpu_us_pair",
+    "apiserver_cpu_us_pair",
+    "apiserver_cpu_us_map_vap",
+)
+
+
+def use_kubernetes(release: str = KUBERNETES) -> str:
+    """The e2e build ``CreateLatency`` starts: ``release`` unless
+    ``RUNGUARD_E2E_KUBERNETES`` says otherwise (set before the cluster starts)."""
+    return os.environ.setdefault("RUNGUARD_E2E_KUBERNETES", release)
+
+
+class MapSide:
+    """The MutatingAdmissionPolicy + ValidatingAdmissionPolicy of ``bench_cel`` bound to
+    ``bench-map`` in ``create``'s apiserver, one more case of its rounds."""
+
+    def __init__(self, create: CreateLatency, log: Callable[[str], None] = print) -> None:
+        self.create = create
+        self.log = log
+
+    def start(self, timeout: float = 60.0) -> None:
+        cluster = self.create.cluster
+        if cluster is None:
+            raise ClusterError("the e2e apiserver is not running")
+        served = cluster.kubectl("api-resources", "--api-group=admissionregistration.k8s.io")
+        if "MutatingAdmissionPolicy" not in served.stdout:
+            raise ClusterError("this apiserver serves no MutatingAdmissionPolicy (before 1.36?)")
+        cluster.kubectl("create", "namespace", bench_cel.MAP_NS, check=True)
+        items = bench_cel.map_vap_documents(self.create.policy)
+        listed = {"apiVersion": "v1", "kind": "List", "items": items}
+        cluster.kubectl("apply", "-f", "-", input=json.dumps(listed), check=True)
+        self.create.cases[MAP_CASE] = (bench_cel.MAP_NS, "valid")
+        self.create.added["create_added_ms_map_vap"] = (MAP_CASE, "none")
+        self.create.stamped_namespaces.add(bench_cel.MAP_NS)
+        bad = json.dumps(noncompliant_pods(self.create.pods["stamped"])["hostNetwork"]).encode()
+        deadline = time.monotonic() + timeout
+        while True:  # the policies and bindings are seen through informers
+            denied = self.create.create(bench_cel.MAP_NS, bad)[0] != 201
+            status, answer, _ = self.create.create(bench_cel.MAP_NS, self.create._bodies["valid"])
+            if denied and status == 201 and self.create._stamped(answer):
+                break
+            if time.monotonic() > deadline:
+                raise ClusterError(f"MAP+VAP not active: hostNetwork denied {denied}, valid "
+                                   f"pod {status} {bench_create._reason(answer)}")  # fmt: skip
+            time.sleep(0.5)
+        self.log("MAP + VAP ready")
+
+    def agreement(self) -> dict[str, Any]:
+        return bench_kyverno.agreement(self.create, bench_cel.MAP_NS, bench_create._reason)
+
+    def cpu_round(self, creates: int = 100) -> dict[str, float]:
+        """The apiserver's own CPU per create (us), each namespace alone for a batch:
+        no admission (before and after, averaged), MAP+VAP, runguard's pair."""
+        assert self.create.cluster is not None
+        apiserver = self.create.cluster.pids["kube-apiserver"]
+        body = self.create._bodies["valid"]
+
+        def batch(namespace: str) -> float:
+            pids = bench_kyverno.process_tree(apiserver)
+            before = bench_kyverno._cpu_seconds(pids)
+            for _ in range(creates):
+                status, answer, _ = self.create.create(namespace, body)
+                if status != 201:
+                    raise ClusterError(f"{namespace}: {status} {bench_create._reason(answer)}")
+            return (bench_kyverno._cpu_seconds(pids) - before) / creates * 1e6
+
+        first = batch(NS["none"])
+        map_vap = batch(bench_cel.MAP_NS)
+        pair = batch(NS["pair"])
+        none = (first + batch(NS["none"])) / 2
+        return {
+            "apiserver_cpu_us_none": none,
+            "apiserver_cpu_us_map_vap": map_vap - none,
+            "apiserver_cpu_us_pair": pair - none,
+        }
+
+
+def table(medians: dict[str, float], ranges: dict[str, list[float]]) -> str:
+    lines = [f"  {'ms added per create':<34} {'p50':>8} {'[min - max]':>16} {'p99':>8}"]
+    for key, title in PEERS:
+        if key not in medians:
+            continue
+        low, high = ranges[key]
+        p99 = medians.get(f"{key}_p99", float("nan"))
+        lines.append(f"  {title:<34} {medians[key]:8.2f} {f'[{low:.2f} - {high:.2f}]':>16} "
+                     f"{p99:8.2f}")  # fmt: skip
+    lines.append("  CPU per create, us (apiserver: over no admission)")
+    for key in CPU_KEYS:
+        if key in medians:
+            low, high = ranges[key]
+            lines.append(f"  {key:<34} {medians[key]:8.0f} {f'[{low:.0f} - {high:.0f}]':>16}")
+    return "\n".join(lines)
+
+
+def verdicts(figures: dict[str, float]) -> dict[str, float]:
+    """runguard's pair against the peers: the two ratios the targets name."""
+    out = {}
+    pair = figures["create_added_ms_pair"]
+    for peer, key in (("kyverno_cel", "create_added_ms_kyverno_cel_pair"),
+                      ("map_vap", "create_added_ms_map_vap")):  # fmt: skip
+        if figures.get(key):
+            out[f"create_added_pair_vs_{peer}"] = round(pair / figures[key], 3)
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--creates", type=int, default=100)
+    parser.add_argument("--no-kyverno", dest="kyverno", action="store_false")
+    args = parser.parse_args(argv)
+    release = use_kubernetes()
+    load = os.getloadavg()
+    print(f"Kubernetes {release}; load average before: {load[0]:.2f} {load[1]:.2f} "
+          f"{load[2]:.2f} ({os.cpu_count()} cores)", flush=True)  # fmt: skip
+    rounds: list[dict[str, float]] = []
+    agreements: dict[str, dict[str, Any]] = {}
+    with CreateLatency(log=lambda line: print(line, flush=True)) as create:
+        peers = MapSide(create)
+        peers.start()
+        kyverno = bench_kyverno.KyvernoSide(create, cel=True) if args.kyverno else None
+        try:
+            if kyverno is not None:
+                kyverno.start()
+                agreements["kyverno"] = kyverno.agreement()
+                agreements["kyverno_cel"] = kyverno.agreement(bench_cel.KYVERNO_CEL_NS)
+            agreements["map_vap"] = peers.agreement()
+            for name, agreement in agreements.items():
+                bench_kyverno.print_agreement(agreement, peer=name)
+            for i in range(max(1, args.rounds)):
+                result = create.round(args.creates, 90.0)
+                result.update(peers.cpu_round(args.creates))
+                if kyverno is not None:
+                    result.update(kyverno.cpu_round(args.creates))
+                rounds.append(result)
+                print(f"round {i + 1}: " + ", ".join(
+                    f"{key.removeprefix('create_added_ms_')} +{result[key]:.2f}"
+                    for key, _ in PEERS if key in result) + f" ms (load {result['load_1m']:.2f})",
+                    flush=True)  # fmt: skip
+        finally:
+            if kyverno is not None:
+                kyverno.stop()
+    load_after = os.getloadavg()
+    medians, ranges = bench_create.summarize(rounds)
+    print(f"\nPod create (dry run) through the {release} apiserver, median over "
+          f"{len(rounds)} interleaved rounds:")  # fmt: skip
+    print(table(medians, ranges))
+    keys = [key for key, _ in PEERS] + [f"{key}_p99" for key, _ in PEERS] + list(CPU_KEYS)
+    figures = {key: medians[key] for key in keys if key in medians}
+    figures.update(verdicts(figures))
+    for name, agreement in agreements.items():
+        figures[f"{name}_agreement"] = round(agreement["share"], 3)
+    print(f"load average after: {load_after[0]:.2f} {load_after[1]:.2f} {load_after[2]:.2f}")
+    summary = {
+        **figures,
+        "kubernetes": release,
+        "ranges": {key: ranges[key] for key in figures if key in ranges},
+        "rounds": len(rounds),
+        "loadavg_before": [round(x, 2) for x in load],
+        "loadavg_after": [round(x, 2) for x in load_after],
+    }
+    print(json.dumps(summary))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
