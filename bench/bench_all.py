@@ -19,9 +19,12 @@ And per round, beside them:
 * OPA (``bench_opa.OpaSide``, built at a pinned version by ``bench/opa/build.sh``) against
   the default configuration's ``/validate`` on the same rules (``bench/opa/runguard.rego``),
   after their decision agreement on a shared set of reviews is printed;
-* Pod create latency through the e2e kube-apiserver (``bench_create.CreateLatency``):
-  runguard's validating webhook only, both webhooks, a ValidatingAdmissionPolicy with
-  the same rules (``bench/vap/policy.yaml``), each minus no admission.
+* Pod create latency through the e2e kube-apiserver (``bench_create.CreateLatency``, the
+  1.37 build unless ``RUNGUARD_E2E_KUBERNETES`` names another): runguard's validating
+  webhook only, both webhooks, a ValidatingAdmissionPolicy with the same rules
+  (``bench/vap/policy.yaml``), and the peers (``bench_peers.py``): Kyverno's ClusterPolicy
+  pair and its CEL pair (one Kyverno process), MutatingAdmissionPolicy + VAP; each minus no
+  admission (p50 and p99), CPU per create, and each peer's decision agreement with runguard.
 
 Prints a table (median [min-max] over rounds), the load average before and after, and
 as its last line one JSON object: the default configuration's figures (medians), their
@@ -52,6 +55,7 @@ import bench_engine
 import bench_http
 import bench_kyverno
 import bench_opa
+import bench_peers
 from bench_config import (
     CONFIGS,
     CONNECTIONS,
@@ -177,6 +181,9 @@ def main() -> int:
     kyverno: bench_kyverno.KyvernoSide | None = None
     kyverno_agreement: dict[str, Any] = {}
     kyverno_cpu: list[dict[str, float]] = []
+    map_side: bench_peers.MapSide | None = None
+    peer_cpu: list[dict[str, float]] = []  # per round: Kyverno's, runguard's, the apiserver's
+    peer_agreements: dict[str, dict[str, Any]] = {}
     results: dict[str, list[dict[str, float]]] = {name: [] for name, *_ in CONFIGS}
     memory: dict[str, list[float]] = {}
     servers: dict[str, tuple[Any, int, str]] = {}
@@ -201,19 +208,32 @@ def main() -> int:
                     opa = None
             create = None
             if args.create:
+                bench_peers.use_kubernetes()  # 1.37 unless RUNGUARD_E2E_KUBERNETES says
                 create = bench_create.CreateLatency(log=lambda line: print(f"create: {line}"))
                 create.start()
+                map_side = bench_peers.MapSide(create, log=lambda line: print(f"map: {line}"))
+                try:
+                    map_side.start()
+                    peer_agreements["map_vap"] = map_side.agreement()
+                except bench_create.ClusterError as exc:
+                    print(f"MAP + VAP side skipped: {exc}")
+                    map_side = None
                 kyverno = bench_kyverno.KyvernoSide(
-                    create, log=lambda line: print(f"kyverno: {line}")
+                    create, log=lambda line: print(f"kyverno: {line}"), cel=True
                 )
                 try:
                     kyverno.start()
                     kyverno_agreement = kyverno.agreement()
                     bench_kyverno.print_agreement(kyverno_agreement)
+                    peer_agreements["kyverno_cel"] = kyverno.agreement(
+                        bench_peers.bench_cel.KYVERNO_CEL_NS
+                    )
                 except (bench_kyverno.KyvernoUnavailable, bench_create.ClusterError) as exc:
                     print(f"Kyverno side skipped: {exc}")
                     kyverno.stop()
                     kyverno = None
+                for peer, said in peer_agreements.items():
+                    bench_kyverno.print_agreement(said, peer=peer)
             for number in range(rounds):
                 engine.append(engine_round(policy, min(seconds, 3.0)))
                 order = list(servers.items())
@@ -225,8 +245,14 @@ def main() -> int:
                     opa_rounds.append(opa.round(seconds))
                 if create is not None:
                     create_rounds.append(create.round(args.creates, 6 * seconds))
+                cpu: dict[str, float] = {}
                 if kyverno is not None:
                     kyverno_cpu.append(kyverno.cpu_round(args.creates))
+                    cpu.update(kyverno_cpu[-1])
+                if map_side is not None:
+                    cpu.update(map_side.cpu_round(args.creates))
+                if cpu:
+                    peer_cpu.append(cpu)
             for name, (proc, _, _) in servers.items():
                 workers = bench_http.workers_of(proc.pid)
                 memory[name] = [memory_mb(pid)[0] for pid in workers]
@@ -345,6 +371,9 @@ def main() -> int:
         print(f"  target create_added_ms_pair <= 0.5 x kyverno's: {ratio:.2f} x  {verdict}")
     if kyverno_agreement:
         figures["kyverno_agreement"] = round(kyverno_agreement["share"], 3)
+    if create_rounds:
+        figures.update(peer_figures(medians, spans, peer_cpu, peer_agreements))
+        ranges.update(figures.pop("ranges"))
     if args.whatif:
         figures.update(whatif_figures())
     summary = {
@@ -361,6 +390,34 @@ def main() -> int:
     }
     print(json.dumps(summary, separators=(",", ":")))
     return 0
+
+
+def peer_figures(
+    medians: dict[str, float],
+    spans: dict[str, list[float]],
+    cpu_rounds: list[dict[str, float]],
+    agreements: dict[str, dict[str, Any]],
+) -> dict[str, Any]:
+    """The peers of 2026 on the same apiserver (bench/bench_peers.py): ms added per create
+    (p50, p99) by Kyverno's CEL pair and MAP+VAP beside runguard's pair, CPU per create,
+    agreements; a ``ranges`` entry of their [min, max]."""
+    keys = [key for key, _ in bench_peers.PEERS]
+    figures: dict[str, Any] = {}
+    ranges: dict[str, list[float]] = {}
+    for key in [*keys, *(f"{key}_p99" for key in keys)]:
+        if key in medians:
+            figures[key], ranges[key] = medians[key], spans[key]
+    if cpu_rounds:
+        cpu_medians, cpu_spans = bench_create.summarize(cpu_rounds)
+        for key in bench_peers.CPU_KEYS:
+            if key in cpu_medians:
+                figures[key], ranges[key] = round(cpu_medians[key], 1), cpu_spans[key]
+    figures.update(bench_peers.verdicts(figures))
+    for name, said in agreements.items():
+        figures[f"{name}_agreement"] = round(said["share"], 3)
+    print("beside the peers of 2026, the same valid run Pod (bench/bench_peers.py):")
+    print(bench_peers.table({**medians, **figures}, {**spans, **ranges}))
+    return {**figures, "ranges": ranges}
 
 
 def whatif_figures(count: int = 10_000) -> dict[str, float]:
