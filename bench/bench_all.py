@@ -215,6 +215,9 @@ def main() -> int:
                 try:
                     map_side.start()
                     peer_agreements["map_vap"] = map_side.agreement()
+                    peer_agreements["map_vap_subset"] = map_side.agreement(
+                        bench_peers.bench_cel.MAP_SUBSET_NS
+                    )
                 except bench_create.ClusterError as exc:
                     print(f"MAP + VAP side skipped: {exc}")
                     map_side = None

@@ -41,8 +41,10 @@ from webhook.policy.model import Policy
 JSON = dict[str, Any]
 KYVERNO_CEL_FILE = BENCH / "kyverno" / "cel-policy.yaml"
 MAP_FILE = BENCH / "map" / "policy.yaml"
+MAP_SUBSET_FILE = BENCH / "map" / "subset.yaml"
 KYVERNO_CEL_NS = "bench-kyverno-cel"
 MAP_NS = "bench-map"
+MAP_SUBSET_NS = "bench-map-subset"
 MUTATE_NAME, VALIDATE_NAME = "runguard-bench-cel-mutate", "runguard-bench-cel-validate"
 MAP_NAME = "runguard-bench-map"
 MAP_VAP_NAME = "runguard-bench-map-validate"
@@ -204,7 +206,17 @@ def _jsonpatch(expression: str) -> JSON:
     return {"patchType": "JSONPatch", "jsonPatch": {"expression": " ".join(expression.split())}}
 
 
-def mutations(policy: Policy) -> list[JSON]:
+SUBSET_STEPS = ("profile", "defaults", "clamp", "root")  # what MAP is asked for at least
+SUBSET_RULES = ("profile.", "resources.defaults", "resources.exceeded", "security.",
+                "volumes.forbidden-type")  # fmt: skip  # its VAP: Pod Security, the maximums
+
+
+def mutations(policy: Policy, only: Sequence[str] | None = None) -> list[JSON]:
+    """runguard's mutation steps of a run Pod (``only`` these, if given)."""
+    return [mutation for step, mutation in steps(policy) if only is None or step in only]
+
+
+def steps(policy: Policy) -> list[tuple[str, JSON]]:
     """runguard's mutation steps of a run Pod, as far as JSON Patches built by CEL go."""
     res, sec, vol = policy.resources, policy.security, policy.volumes
     gpu = res.gpu_resource_name
@@ -214,29 +226,32 @@ def mutations(policy: Policy) -> list[JSON]:
         f"[{_add(['metadata', 'annotations', REQUESTED_BY], user)}] : "
         f"[{_add(['metadata', 'annotations'], '{' + _cel(REQUESTED_BY) + ': ' + user + '}')}]"
     )
-    out = [_jsonpatch(stamp), *_profile(policy)]
+    out: list[tuple[str, JSON]] = [
+        ("stamp", _jsonpatch(stamp)),
+        *(("profile", m) for m in _profile(policy)),
+    ]
     ci = ["spec", "containers", "{i}"]
     wanted = {r: str(v) for r, v in res.defaults.requests.items()}
     if wanted:
         missing = " || ".join(f"!c.?resources.?requests[?{_cel(r)}].hasValue()" for r in wanted)
-        out.append(_jsonpatch(_per_container(missing, " + ".join([
+        out.append(("defaults", _jsonpatch(_per_container(missing, " + ".join([
             _ensure("c.?resources", _path(*ci, "resources")),
             _set_keys("c.?resources", [*ci, "resources"], "requests", {}).rsplit(" + ", 1)[0],
             *(f"(c.?resources.?requests[?{_cel(r)}].hasValue() ? [] : "
               f"[{_patch('add', _path(*ci, 'resources', 'requests', r), _cel(v))}])"
               for r, v in wanted.items()),
-        ]))))  # fmt: skip
+        ])))))  # fmt: skip
     if res.memory_limit_factor is not None:
         factor = Fraction(str(res.memory_limit_factor))
         bytes_ = "quantity(c.resources.requests['memory']).asInteger()"
         limit = (f"string(({bytes_} * {factor.numerator} + {factor.denominator * MI - 1}) / "
                  f"{factor.denominator * MI}) + 'Mi'")  # fmt: skip
-        out.append(_jsonpatch(_per_container(
+        out.append(("memory-limit", _jsonpatch(_per_container(
             "c.?resources.?requests[?'memory'].hasValue() && "
             "!c.?resources.?limits[?'memory'].hasValue()",
             f"(has(c.resources.limits) ? [] : [{_add([*ci, 'resources', 'limits'], '{}')}]) + "
             f"[{_add([*ci, 'resources', 'limits', 'memory'], limit)}]",
-        )))  # fmt: skip
+        ))))  # fmt: skip
     if res.maximums and res.on_exceed == "Clamp":
         clamps = []
         for resource, maximum in sorted(res.maximums.items()):
@@ -249,7 +264,7 @@ def mutations(policy: Policy) -> list[JSON]:
                     f"quantity({_cel(str(maximum))})) ? "
                     f"[{_patch('replace', path, _cel(str(maximum)))}] : [])"
                 )
-        out.append(_jsonpatch(_per_container("true", " + ".join(clamps))))
+        out.append(("clamp", _jsonpatch(_per_container("true", " + ".join(clamps)))))
     if sec.on_root == "Strip":
         ids = {"runAsUser": sec.run_as_user, "runAsGroup": sec.run_as_group,
                "fsGroup": sec.fs_group}  # fmt: skip
@@ -266,7 +281,8 @@ def mutations(policy: Policy) -> list[JSON]:
             for field in ("runAsUser", "runAsGroup")
             if ids[field] is not None
         ]
-        out.append(_jsonpatch(" + ".join([*pod, _per_container("true", " + ".join(per))])))
+        root = " + ".join([*pod, _per_container("true", " + ".join(per))])
+        out.append(("root", _jsonpatch(root)))
     # hardening: runAsNonRoot and seccomp on the pod; escalation and privilege off, the
     # capabilities dropped, added ones removed, in every container
     pod_fields = {"runAsNonRoot": "true"}
@@ -304,7 +320,8 @@ def mutations(policy: Policy) -> list[JSON]:
     if not sec.allowed_capabilities:
         added = _path(*ci, "securityContext", "capabilities", "add")
         per.append(f"({sc}.?capabilities.?add.hasValue() ? [{_patch('remove', added)}] : [])")
-    out.append(_jsonpatch(" + ".join([*harden, _per_container("true", " + ".join(per))])))
+    harden.append(_per_container("true", " + ".join(per)))
+    out.append(("harden", _jsonpatch(" + ".join(harden))))
     # removed rather than denied: device variables, env secrets outside secrets.allowed
     gone = []
     if res.device_env:
@@ -315,24 +332,20 @@ def mutations(policy: Policy) -> list[JSON]:
                     f"!{_name_matches(name, policy.secrets.allowed)}))")  # fmt: skip
     if gone:
         at = f"c.env.transformList(j, e, {' || '.join(gone)}, j)"
+        condition = f"c.?env.orValue([]).exists(e, {' || '.join(gone)})"
         out.append(
-            _jsonpatch(
-                _per_container(
-                    f"c.?env.orValue([]).exists(e, {' || '.join(gone)})",
-                    _removals(at, [*ci, "env"]),
-                )
-            )
+            ("strip-env", _jsonpatch(_per_container(condition, _removals(at, [*ci, "env"]))))
         )
     if vol.on_pre_existing == "Strip":
         foreign = _foreign_volume(policy)
         names = "variables.foreignVolumes"
         volumes = f"object.spec.volumes.transformList(j, v, {foreign}, j)"
         mounts = f"c.volumeMounts.transformList(j, m, m.name in {names}, j)"
-        out.append(_jsonpatch(
+        out.append(("strip-volumes", _jsonpatch(
             f"{names}.size() == 0 ? [] : {_removals(volumes, ['spec', 'volumes'])} + "
             + _per_container(f"c.?volumeMounts.orValue([]).exists(m, m.name in {names})",
                              _removals(mounts, [*ci, "volumeMounts"]))
-        ))  # fmt: skip
+        )))  # fmt: skip
     return out
 
 
@@ -383,7 +396,7 @@ def _constraints(full: Policy, namespaces: Sequence[str]) -> tuple[JSON, list[JS
     return constraints, copy.deepcopy(vap.get("matchConditions", []))
 
 
-def _spec(full: Policy, namespaces: Sequence[str], mutating: bool) -> JSON:
+def _spec(full: Policy, namespaces: Sequence[str], mutating: bool, subset: bool = False) -> JSON:
     policy = run_policy(full)
     constraints, conditions = _constraints(full, namespaces)
     spec: JSON = {"failurePolicy": "Fail", "matchConstraints": constraints}
@@ -392,11 +405,14 @@ def _spec(full: Policy, namespaces: Sequence[str], mutating: bool) -> JSON:
     if mutating:
         spec["reinvocationPolicy"] = "Never"
         spec["variables"] = mutation_variables(policy)
-        spec["mutations"] = mutations(policy)
+        spec["mutations"] = mutations(policy, SUBSET_STEPS if subset else None)
     else:
         vap = vap_documents(full, namespaces)[0]["spec"]
         spec["variables"] = vap["variables"]
-        spec["validations"] = vap["validations"]
+        spec["validations"] = [
+            v for v in vap["validations"]
+            if not subset or v["message"].lstrip("[").startswith(SUBSET_RULES)
+        ]  # fmt: skip
     return spec
 
 
@@ -418,14 +434,18 @@ def kyverno_cel_documents(full: Policy) -> list[JSON]:
     return docs
 
 
-def map_vap_documents(full: Policy) -> list[JSON]:
-    """The MutatingAdmissionPolicy and ValidatingAdmissionPolicy, bound to ``bench-map``."""
+def map_vap_documents(full: Policy, subset: bool = False) -> list[JSON]:
+    """The MutatingAdmissionPolicy and ValidatingAdmissionPolicy, bound to ``bench-map``;
+    with ``subset``, only the steps and rules the issue asks of them at least (the profile
+    by label, defaults and clamps, root stripped; Pod Security restricted, the maximums),
+    bound to ``bench-map-subset``."""
     docs = []
+    suffix, namespace = ("-subset", MAP_SUBSET_NS) if subset else ("", MAP_NS)
     for kind, name, mutating in (
-        ("MutatingAdmissionPolicy", MAP_NAME, True),
-        ("ValidatingAdmissionPolicy", MAP_VAP_NAME, False),
+        ("MutatingAdmissionPolicy", MAP_NAME + suffix, True),
+        ("ValidatingAdmissionPolicy", MAP_VAP_NAME + suffix, False),
     ):
-        spec = _spec(full, (MAP_NS,), mutating)
+        spec = _spec(full, (namespace,), mutating, subset)
         selector = spec["matchConstraints"].pop("namespaceSelector")
         binding: JSON = {"policyName": name, "matchResources": {"namespaceSelector": selector}}
         if not mutating:
@@ -440,20 +460,27 @@ def map_vap_documents(full: Policy) -> list[JSON]:
 RUN_POLICY = bench_create.RUN_POLICY
 
 
-def _header(command: str, what: str, policy: Policy) -> str:
+MUTATIONS_SAID = (
+    "# Mutations, JSON Patches built by CEL, in runguard's order: the requester stamped;\n"
+    "# the profile by label (main container's requests, limits, env; nodeSelector,\n"
+    "# tolerations, classes, the priority computed from the old class removed); request\n"
+    "# defaults; memory limits ceil(request x factor) Mi; clamps to the maximums; root ids\n"
+    "# replaced on the pod and containers; runAsNonRoot, seccomp, escalation and privilege\n"
+    "# off, capabilities dropped and added ones removed; device variables and foreign env\n"
+    "# secrets removed; claims and ConfigMaps the platform did not make for the run removed\n"
+    "# with their mounts. Validations: bench/vap/policy.yaml's, runguard rule ids:\n"
+)
+
+
+def _header(what: str, policy: Policy, subset: bool) -> str:
     rules = sorted({rule for rule, _, _ in vap_rules(run_policy(policy))})
+    if subset:
+        rules = [rule for rule in rules if rule.startswith(SUBSET_RULES)]
     return (
-        f"# Generated by bench/bench_cel.py {command} from policies/ (RunPolicy "
+        "# Generated by bench/bench_cel.py --write-policy from policies/ (RunPolicy "
         f"{RUN_POLICY!r}): do not edit.\n"
         + what
-        + "# Mutations, JSON Patches built by CEL, in runguard's order: the requester stamped;\n"
-        "# the profile by label (main container's requests, limits, env; nodeSelector,\n"
-        "# tolerations, classes, the priority computed from the old class removed); request\n"
-        "# defaults; memory limits ceil(request x factor) Mi; clamps to the maximums; root ids\n"
-        "# replaced on the pod and containers; runAsNonRoot, seccomp, escalation and privilege\n"
-        "# off, capabilities dropped and added ones removed; device variables and foreign env\n"
-        "# secrets removed; claims and ConfigMaps the platform did not make for the run removed\n"
-        "# with their mounts. Validations: bench/vap/policy.yaml's, runguard rule ids:\n"
+        + ("# Validations, runguard rule ids:\n" if subset else MUTATIONS_SAID)
         + "".join(f"#   {rule}\n" for rule in rules)
         + NOT_EXPRESSED
     )
@@ -476,13 +503,27 @@ MAP_WHAT = (
 
 
 def text(policy: Policy, documents: Callable[[Policy], list[JSON]], what: str) -> str:
-    header = _header("--write-policy", what, policy)
+    header = _header(what, policy, subset=documents is map_vap_subset_documents)
     return header + yaml.dump_all(documents(policy), Dumper=_Dumper, sort_keys=False, width=100)
+
+
+MAP_SUBSET_WHAT = (
+    "# Kubernetes' own MutatingAdmissionPolicy + ValidatingAdmissionPolicy as in\n"
+    "# bench/map/policy.yaml, with only the subset asked of them at least, for\n"
+    "# bench/bench_peers.py (namespace bench-map-subset: MAP's cost with fewer steps).\n"
+    "# Mutations: the profile by label, request defaults, clamps to the maximums, root ids\n"
+    "# replaced (no requester stamp, no hardening, nothing stripped).\n"
+)
+
+
+def map_vap_subset_documents(full: Policy) -> list[JSON]:
+    return map_vap_documents(full, subset=True)
 
 
 FILES = (
     (KYVERNO_CEL_FILE, kyverno_cel_documents, KYVERNO_CEL_WHAT),
     (MAP_FILE, map_vap_documents, MAP_WHAT),
+    (MAP_SUBSET_FILE, map_vap_subset_documents, MAP_SUBSET_WHAT),
 )
 
 

@@ -783,7 +783,12 @@ APISERVER_HISTOGRAMS = (
     "apiserver_admission_match_condition_evaluation_seconds",
 )
 RUNGUARD_HISTOGRAMS = ("runguard_admission_review_duration_seconds",)
-PLUGINS = ("MutatingAdmissionWebhook", "ValidatingAdmissionWebhook", "ValidatingAdmissionPolicy")
+PLUGINS = (
+    "MutatingAdmissionWebhook",
+    "ValidatingAdmissionWebhook",
+    "MutatingAdmissionPolicy",
+    "ValidatingAdmissionPolicy",
+)
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*?)_sum(\{[^}]*\})? (\S+)$")
 
 

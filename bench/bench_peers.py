@@ -12,7 +12,9 @@ platform, the namespaces alternating create by create (``CreateLatency.round``):
   ``bench/kyverno/cel-policy.yaml`` (``create_added_ms_kyverno_cel_pair``), in the same
   Kyverno process (``bench_kyverno.KyvernoSide(cel=True)``);
 * ``bench-map``: a MutatingAdmissionPolicy + ValidatingAdmissionPolicy in the apiserver,
-  ``bench/map/policy.yaml`` (``create_added_ms_map_vap``), by ``MapSide``;
+  ``bench/map/policy.yaml`` (``create_added_ms_map_vap``), by ``MapSide``; and
+  ``bench-map-subset``: the same with only the subset asked of them at least
+  (``bench/map/subset.yaml``, ``create_added_ms_map_vap_subset``);
 * and ``bench_create``'s own (no admission, runguard's validating webhook alone, the VAP).
 
 Each figure is the case's median (and p99) minus no admission's, per round. CPU per
@@ -43,12 +45,13 @@ from e2e.cluster import ClusterError
 
 JSON = dict[str, Any]
 KUBERNETES = "1.37"  # the release MAP is measured on (GA from 1.36)
-MAP_CASE = "map_vap"
+MAP_CASE, MAP_SUBSET_CASE = "map_vap", "map_vap_subset"
 PEERS = (  # figure -> what it is, in the table
     ("create_added_ms_pair", "runguard (both webhooks)"),
     ("create_added_ms_kyverno_pair", "Kyverno ClusterPolicy pair"),
     ("create_added_ms_kyverno_cel_pair", "Kyverno CEL pair"),
     ("create_added_ms_map_vap", "MAP + VAP (in the apiserver)"),
+    ("create_added_ms_map_vap_subset", "MAP + VAP, the subset"),
     ("create_added_ms_vap", "VAP alone (validation only)"),
 )
 CPU_KEYS = (
@@ -57,6 +60,7 @@ CPU_KEYS = (
     "kyverno_cel_cpu_us_pair",
     "apiserver_cpu_us_pair",
     "apiserver_cpu_us_map_vap",
+    "apiserver_cpu_us_map_vap_subset",
 )
 
 
@@ -81,28 +85,35 @@ class MapSide:
         served = cluster.kubectl("api-resources", "--api-group=admissionregistration.k8s.io")
         if "MutatingAdmissionPolicy" not in served.stdout:
             raise ClusterError("this apiserver serves no MutatingAdmissionPolicy (before 1.36?)")
-        cluster.kubectl("create", "namespace", bench_cel.MAP_NS, check=True)
-        items = bench_cel.map_vap_documents(self.create.policy)
+        items = [*bench_cel.map_vap_documents(self.create.policy),
+                 *bench_cel.map_vap_documents(self.create.policy, subset=True)]  # fmt: skip
+        for namespace in (bench_cel.MAP_NS, bench_cel.MAP_SUBSET_NS):
+            cluster.kubectl("create", "namespace", namespace, check=True)
         listed = {"apiVersion": "v1", "kind": "List", "items": items}
         cluster.kubectl("apply", "-f", "-", input=json.dumps(listed), check=True)
-        self.create.cases[MAP_CASE] = (bench_cel.MAP_NS, "valid")
-        self.create.added["create_added_ms_map_vap"] = (MAP_CASE, "none")
-        self.create.stamped_namespaces.add(bench_cel.MAP_NS)
+        for case, namespace in ((MAP_CASE, bench_cel.MAP_NS),
+                                (MAP_SUBSET_CASE, bench_cel.MAP_SUBSET_NS)):  # fmt: skip
+            self.create.cases[case] = (namespace, "valid")
+            self.create.added[f"create_added_ms_{case}"] = (case, "none")
+        self.create.stamped_namespaces.add(bench_cel.MAP_NS)  # the subset does not stamp
         bad = json.dumps(noncompliant_pods(self.create.pods["stamped"])["hostNetwork"]).encode()
         deadline = time.monotonic() + timeout
-        while True:  # the policies and bindings are seen through informers
-            denied = self.create.create(bench_cel.MAP_NS, bad)[0] != 201
-            status, answer, _ = self.create.create(bench_cel.MAP_NS, self.create._bodies["valid"])
-            if denied and status == 201 and self.create._stamped(answer):
-                break
-            if time.monotonic() > deadline:
-                raise ClusterError(f"MAP+VAP not active: hostNetwork denied {denied}, valid "
-                                   f"pod {status} {bench_create._reason(answer)}")  # fmt: skip
-            time.sleep(0.5)
-        self.log("MAP + VAP ready")
+        for namespace in (bench_cel.MAP_NS, bench_cel.MAP_SUBSET_NS):
+            while True:  # the policies and bindings are seen through informers
+                denied = self.create.create(namespace, bad)[0] != 201
+                status, answer, _ = self.create.create(namespace, self.create._bodies["valid"])
+                stamped = namespace != bench_cel.MAP_NS or self.create._stamped(answer)
+                if denied and status == 201 and stamped:
+                    break
+                if time.monotonic() > deadline:
+                    raise ClusterError(f"MAP+VAP not active in {namespace}: hostNetwork denied "
+                                       f"{denied}, valid pod {status} "
+                                       f"{bench_create._reason(answer)}")  # fmt: skip
+                time.sleep(0.5)
+        self.log("MAP + VAP ready (the whole pair, and the subset)")
 
-    def agreement(self) -> dict[str, Any]:
-        return bench_kyverno.agreement(self.create, bench_cel.MAP_NS, bench_create._reason)
+    def agreement(self, namespace: str = bench_cel.MAP_NS) -> dict[str, Any]:
+        return bench_kyverno.agreement(self.create, namespace, bench_create._reason)
 
     def cpu_round(self, creates: int = 100) -> dict[str, float]:
         """The apiserver's own CPU per create (us), each namespace alone for a batch:
@@ -122,11 +133,13 @@ class MapSide:
 
         first = batch(NS["none"])
         map_vap = batch(bench_cel.MAP_NS)
+        subset = batch(bench_cel.MAP_SUBSET_NS)
         pair = batch(NS["pair"])
         none = (first + batch(NS["none"])) / 2
         return {
             "apiserver_cpu_us_none": none,
             "apiserver_cpu_us_map_vap": map_vap - none,
+            "apiserver_cpu_us_map_vap_subset": subset - none,
             "apiserver_cpu_us_pair": pair - none,
         }
 
@@ -153,7 +166,8 @@ def verdicts(figures: dict[str, float]) -> dict[str, float]:
     out = {}
     pair = figures["create_added_ms_pair"]
     for peer, key in (("kyverno_cel", "create_added_ms_kyverno_cel_pair"),
-                      ("map_vap", "create_added_ms_map_vap")):  # fmt: skip
+                      ("map_vap", "create_added_ms_map_vap"),
+                      ("map_vap_subset", "create_added_ms_map_vap_subset")):  # fmt: skip
         if figures.get(key):
             out[f"create_added_pair_vs_{peer}"] = round(pair / figures[key], 3)
     return out
@@ -181,6 +195,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 agreements["kyverno"] = kyverno.agreement()
                 agreements["kyverno_cel"] = kyverno.agreement(bench_cel.KYVERNO_CEL_NS)
             agreements["map_vap"] = peers.agreement()
+            agreements["map_vap_subset"] = peers.agreement(bench_cel.MAP_SUBSET_NS)
             for name, agreement in agreements.items():
                 bench_kyverno.print_agreement(agreement, peer=name)
             for i in range(max(1, args.rounds)):
@@ -201,6 +216,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"\nPod create (dry run) through the {release} apiserver, median over "
           f"{len(rounds)} interleaved rounds:")  # fmt: skip
     print(table(medians, ranges))
+    where = bench_create.breakdown_table(medians)
+    print("where the time goes, ms per create, each case alone (the apiserver's histograms):")
+    for case in ("none", "pair", "kyverno", "kyverno_cel", MAP_CASE, MAP_SUBSET_CASE):
+        parts = where.get(case, {})
+        print(f"  {case}: " + ", ".join(f"{part} {ms:.2f}" for part, ms in sorted(parts.items())))
     keys = [key for key, _ in PEERS] + [f"{key}_p99" for key, _ in PEERS] + list(CPU_KEYS)
     figures = {key: medians[key] for key in keys if key in medians}
     figures.update(verdicts(figures))
@@ -211,6 +231,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         **figures,
         "kubernetes": release,
         "ranges": {key: ranges[key] for key in figures if key in ranges},
+        "breakdown_ms": where,
         "rounds": len(rounds),
         "loadavg_before": [round(x, 2) for x in load],
         "loadavg_after": [round(x, 2) for x in load_after],
