@@ -55,6 +55,13 @@ POLICY_FILE = BENCH / "kyverno" / "policy.yaml"
 KYVERNO_NS = "kyverno"  # Kyverno's own: its configuration, certificates, leases
 BENCH_NS = "bench-kyverno"  # where its webhooks and policies apply
 CASE = "kyverno"
+# Kyverno's webhooks for its ClusterPolicies take their namespaceSelector from its
+# configuration (here: both namespaces, since a CEL policy's own selector is ANDed with
+# it) and also its matchConditions, which its CEL policies' webhooks do not: so a Pod in
+# the CEL pair's namespace is not sent to the ClusterPolicies' webhooks as well.
+ONLY_CLUSTER_POLICY_NS = [
+    {"name": "runguard-bench-clusterpolicies", "expression": f"request.namespace == '{BENCH_NS}'"}
+]
 CEL_CASE = "kyverno_cel"
 MUTATE_NAME, VALIDATE_NAME = "runguard-bench-mutate", "runguard-bench-validate"
 RUN = 'request.object.metadata.labels."dhcore/run"'
@@ -551,7 +558,8 @@ class KyvernoSide:
         config = [
             {"apiVersion": "v1", "kind": "ConfigMap",
              "metadata": {"name": "kyverno", "namespace": KYVERNO_NS},
-             "data": {"webhooks": json.dumps(selector), "defaultRegistry": "localhost"}},
+             "data": {"webhooks": json.dumps(selector), "defaultRegistry": "localhost",
+                      "matchConditions": json.dumps(ONLY_CLUSTER_POLICY_NS)}},
             {"apiVersion": "v1", "kind": "ConfigMap",
              "metadata": {"name": "kyverno-metrics", "namespace": KYVERNO_NS}, "data": {}},
         ]  # fmt: skip
