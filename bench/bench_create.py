@@ -1033,7 +1033,8 @@ class CreateLatency:
     def round(self, creates: int = 200, seconds: float = 30.0) -> dict[str, float]:
         """``creates`` dry-run creates per case, the cases alternating create by create
         (their order rotated each round), bounded by ``seconds``; then as many reviews
-        sent straight to runguard. Medians in ms, and the added figures."""
+        sent straight to runguard. Medians in ms, and the added figures (each also as
+        ``<figure>_p99``: the case's p99 minus its baseline's)."""
         assert self.client is not None and self.runguard is not None and self.direct is not None
         creates = max(1, min(creates, MAX_CREATES))
         cases = list(self.cases)

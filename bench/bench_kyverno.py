@@ -19,6 +19,11 @@ setting), where the policies match run Pods at CREATE.
   runguard's process tree per create, each namespace alone for a batch, alternating:
   ``kyverno_cpu_us_pair``, ``runguard_cpu_us_pair``.
 
+``KyvernoSide(create, cel=True)`` also serves Kyverno's CEL pair (``bench_cel.py``'s
+MutatingPolicy + ValidatingPolicy) in namespace ``bench-kyverno-cel`` from the same
+process: case ``kyverno_cel``, ``create_added_ms_kyverno_cel_pair``,
+``kyverno_cel_cpu_us_pair`` (``bench_peers.py``, ``make bench``).
+
     .venv/bin/python bench/bench_kyverno.py [--rounds 3] [--creates 100]
     .venv/bin/python bench/bench_kyverno.py --write-policy   # re-render bench/kyverno/policy.yaml
 """
