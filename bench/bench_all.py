@@ -418,6 +418,8 @@ def peer_figures(
     figures.update(bench_peers.verdicts(figures))
     for name, said in agreements.items():
         figures[f"{name}_agreement"] = round(said["share"], 3)
+        alike = [not parts for parts in said["differs"].values()]
+        figures[f"{name}_same_objects"] = round(sum(alike) / max(1, len(alike)), 3)
     print("beside the peers of 2026, the same valid run Pod (bench/bench_peers.py):")
     print(bench_peers.table({**medians, **figures}, {**spans, **ranges}))
     return {**figures, "ranges": ranges}

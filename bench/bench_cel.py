@@ -34,7 +34,7 @@ import yaml
 from bench_config import BENCH, POLICY_DIR, REPO
 from bench_create import _cel, _Dumper, _name_matches, run_policy, vap_documents, vap_rules
 
-from webhook.keys import MAIN_CONTAINER_ANNOTATION, REQUESTED_BY
+from webhook.keys import MAIN_CONTAINER_ANNOTATION, POLICY_LABEL, REQUESTED_BY
 from webhook.policy.loader import load_policy
 from webhook.policy.model import Policy
 
@@ -226,6 +226,10 @@ def steps(policy: Policy) -> list[tuple[str, JSON]]:
         f"[{_add(['metadata', 'annotations', REQUESTED_BY], user)}] : "
         f"[{_add(['metadata', 'annotations'], '{' + _cel(REQUESTED_BY) + ': ' + user + '}')}]"
     )
+    # the RunPolicy's label (a run Pod has labels: its selector matched them)
+    label = f"object.metadata.labels[?{_cel(POLICY_LABEL)}] == optional.of({_cel(policy.name)})"
+    set_label = _add(["metadata", "labels", POLICY_LABEL], _cel(policy.name))
+    stamp = f"({stamp}) + ({label} ? [] : [{set_label}])"
     out: list[tuple[str, JSON]] = [
         ("stamp", _jsonpatch(stamp)),
         *(("profile", m) for m in _profile(policy)),
@@ -461,7 +465,8 @@ RUN_POLICY = bench_create.RUN_POLICY
 
 
 MUTATIONS_SAID = (
-    "# Mutations, JSON Patches built by CEL, in runguard's order: the requester stamped;\n"
+    "# Mutations, JSON Patches built by CEL, in runguard's order: the requester stamped and\n"
+    "# the RunPolicy's label;\n"
     "# the profile by label (main container's requests, limits, env; nodeSelector,\n"
     "# tolerations, classes, the priority computed from the old class removed); request\n"
     "# defaults; memory limits ceil(request x factor) Mi; clamps to the maximums; root ids\n"

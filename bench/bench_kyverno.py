@@ -49,7 +49,7 @@ from bench_create import NS, CreateLatency, noncompliant_pods, run_policy
 from e2e.cluster import ClusterError
 
 from webhook.engine.rules.pod_security import RESTRICTED_VOLUME_TYPES
-from webhook.keys import REQUESTED_BY
+from webhook.keys import PLATFORM_POLICY, PLATFORM_RECORD, REQUESTED_BY
 from webhook.policy.loader import load_policy
 from webhook.policy.model import NamePattern, Policy
 from webhook.policy.patterns import split
@@ -703,11 +703,14 @@ def agreement(
 ) -> dict[str, Any]:
     """The same Pods (the valid run, the run as written, the stamped run, the
     non-compliant ones; ``not-platform`` as cluster-admin) through runguard's pair and
-    through ``namespace``: allowed or denied by each, and the share that agree."""
+    through ``namespace``: allowed or denied by each, and the share that agree; and where
+    both allowed, which parts of the two objects differ (``differs``: the spec's fields,
+    labels, annotations but runguard's platform records, which no peer writes)."""
     valid, stamped = create.pods["valid"], create.pods["stamped"]
     pods = {"valid": valid, "as written": create.pods["full"],
             "stamped": stamped, **noncompliant_pods(stamped)}  # fmt: skip
     rows = []
+    differs: dict[str, list[str]] = {}
     for name, pod in pods.items():
         body = json.dumps(pod).encode()
         as_admin = name == "not-platform"
@@ -718,8 +721,39 @@ def agreement(
             reason(other[1]) if other[0] != 201 else "allowed",
         )
         rows.append((name, runguard[0] == 201, other[0] == 201, *said))
+        if runguard[0] == other[0] == 201:
+            differs[name] = _differences(runguard[1], other[1])
     same = sum(1 for row in rows if row[1] == row[2])
-    return {"rows": rows, "same": same, "total": len(rows), "share": same / len(rows)}
+    return {"rows": rows, "same": same, "total": len(rows), "share": same / len(rows),
+            "differs": differs}  # fmt: skip
+
+
+def _differences(ours: JSON, theirs: JSON) -> list[str]:
+    """The parts of two created Pods that differ: spec fields (containers by name and
+    field), labels, annotations (runguard's platform records left out)."""
+    out = []
+
+    def meta(pod: JSON, part: str) -> JSON:
+        found: JSON = dict(pod.get("metadata", {}).get(part) or {})
+        for key in (PLATFORM_RECORD, PLATFORM_POLICY):
+            found.pop(key, None)
+        return found
+
+    for part in ("labels", "annotations"):
+        if meta(ours, part) != meta(theirs, part):
+            out.append(f"metadata.{part}")
+    spec, other = ours.get("spec", {}), theirs.get("spec", {})
+    for field in sorted(set(spec) | set(other)):
+        if field in ("containers", "initContainers"):
+            mine = {c["name"]: c for c in spec.get(field) or []}
+            yours = {c["name"]: c for c in other.get(field) or []}
+            for cname in sorted(set(mine) | set(yours)):
+                a, b = mine.get(cname, {}), yours.get(cname, {})
+                out += [f"{field}[{cname}].{k}" for k in sorted(set(a) | set(b))
+                        if a.get(k) != b.get(k)]  # fmt: skip
+        elif spec.get(field) != other.get(field):
+            out.append(f"spec.{field}")
+    return out
 
 
 def _kyverno_reason(answer: JSON) -> str:
@@ -740,6 +774,12 @@ def print_agreement(
     width = max(len(row[0]) for row in agreement["rows"])
     for name, _, _, runguard, other in agreement["rows"]:
         log(f"  {name:<{width}}  runguard {runguard[:50]:<50} | {peer} {other[:60]}")
+    differs = agreement.get("differs", {})
+    alike = sum(1 for parts in differs.values() if not parts)
+    log(f"  allowed by both: {len(differs)}, the same object {alike}; where they differ:")
+    for name, parts in differs.items():
+        if parts:
+            log(f"    {name}: {', '.join(parts)}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

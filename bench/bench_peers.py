@@ -226,6 +226,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     figures.update(verdicts(figures))
     for name, agreement in agreements.items():
         figures[f"{name}_agreement"] = round(agreement["share"], 3)
+        alike = [not parts for parts in agreement["differs"].values()]
+        figures[f"{name}_same_objects"] = round(sum(alike) / max(1, len(alike)), 3)
     print(f"load average after: {load_after[0]:.2f} {load_after[1]:.2f} {load_after[2]:.2f}")
     summary = {
         **figures,
