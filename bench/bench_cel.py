@@ -56,9 +56,9 @@ NOT_EXPRESSED = """\
 #   anything decided by other objects: who created a run through a controller (the owner
 #     chain by uid, in runguard's cluster cache: ownership.*, the platform's names being
 #     the platform's runs' only), claims shared with a project; a MAP or VAP sees the
-#     request, its namespace and one parameter object (Kyverno's CEL has a resource
-#     library for lookups, at a call per request: not used here); names decide, for the
-#     requester alone;
+#     request, its namespace and the parameter objects its binding names, none chosen
+#     per request (Kyverno's CEL has a resource library for lookups, at a call per
+#     request: not used here); names decide, for the requester alone;
 #   state across requests: the mutation backstop's receipts (runguard denies a Pod that
 #     bypassed its mutating webhook by running every step again; CEL validates the
 #     outcome's fields: profile.applied and the rest of the list above);
