@@ -1034,7 +1034,8 @@ class CreateLatency:
         """``creates`` dry-run creates per case, the cases alternating create by create
         (their order rotated each round), bounded by ``seconds``; then as many reviews
         sent straight to runguard. Medians in ms, and the added figures (each also as
-        ``<figure>_p99``: the case's p99 minus its baseline's)."""
+        ``<figure>_p99``: the p99 of each create minus its baseline's create of the same
+        iteration)."""
         assert self.client is not None and self.runguard is not None and self.direct is not None
         creates = max(1, min(creates, MAX_CREATES))
         cases = list(self.cases)
@@ -1075,7 +1076,9 @@ class CreateLatency:
             out[f"create_p99_ms_{case}"] = _p99(values)
         for key, (case, base) in self.added.items():
             out[key] = out[f"create_ms_{case}"] - out[f"create_ms_{base}"]
-            out[f"{key}_p99"] = out[f"create_p99_ms_{case}"] - out[f"create_p99_ms_{base}"]
+            # paired: each create minus its baseline's create of the same iteration
+            paired = [a - b for a, b in zip(times[case], times[base], strict=False)]
+            out[f"{key}_p99"] = _p99(paired)
         for path, values in direct.items():
             out[f"runguard_direct_{path}_ms"] = statistics.median(values)
         out.update(where)

@@ -17,7 +17,8 @@ platform, the namespaces alternating create by create (``CreateLatency.round``):
   (``bench/map/subset.yaml``, ``create_added_ms_map_vap_subset``);
 * and ``bench_create``'s own (no admission, runguard's validating webhook alone, the VAP).
 
-Each figure is the case's median (and p99) minus no admission's, per round. CPU per
+Each figure is the case's median minus no admission's, per round, and the p99 of each
+create minus no admission's create of the same iteration. CPU per
 create, each namespace alone for a batch (``--creates``): Kyverno's process for each of
 its pairs, runguard's process tree, and the apiserver's own CPU in ``bench-map``,
 ``bench-pair`` and ``bench-none`` (what MAP+VAP and the webhook calls cost it: the delta
