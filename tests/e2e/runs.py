@@ -371,6 +371,11 @@ def apply(cluster: Cluster, namespace: str, obj: JSON, *args: str) -> Any:
     return cluster.kubectl("apply", "-n", namespace, "-f", "-", *args, input=json.dumps(obj))
 
 
+def create(cluster: Cluster, namespace: str, obj: JSON, *args: str) -> Any:
+    """``kubectl create -n NS -f -`` of one object, sent as JSON."""
+    return cluster.kubectl("create", "-n", namespace, "-f", "-", *args, input=json.dumps(obj))
+
+
 def get(cluster: Cluster, namespace: str, kind: str, name: str) -> JSON:
     done = cluster.kubectl("get", "-n", namespace, kind, name, "-o", "json", check=True)
     got: JSON = json.loads(done.stdout)
