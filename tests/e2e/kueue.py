@@ -45,17 +45,11 @@ from typing import Any
 
 import yaml
 
-from .cluster import (
-    E2E_DIR,
-    Cluster,
-    ClusterError,
-    Identity,
-    _die_with_parent,
-    _free_port,
-    _kill_group,
-    _tail,
-)
+from .build import E2E_DIR, ClusterError
+from .cluster import Cluster
 from .devcluster import runguard_command
+from .identities import Identity
+from .processes import die_with_parent, free_port, kill_group, tail
 from .runs import until
 
 __all__ = [
@@ -146,8 +140,8 @@ class Kueue:
         self.log = self.directory / "kueue.log"
         self.binary = build_kueue()
         self.module = kueue_module()
-        self.webhook_port = _free_port()
-        self.health_port = _free_port()
+        self.webhook_port = free_port()
+        self.health_port = free_port()
         self.identity: Identity | None = None
         self._proc: subprocess.Popen[bytes] | None = None
         self.registered = False
@@ -181,7 +175,7 @@ class Kueue:
                       lambda: self._probe_job() is False or None, START_TIMEOUT)  # fmt: skip
         finally:
             if self._proc is not None:
-                _kill_group(self._proc.pid, timeout)
+                kill_group(self._proc.pid, timeout)
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     self._proc.wait(timeout=1)
                 self._proc = None
@@ -264,14 +258,14 @@ class Kueue:
                 stderr=subprocess.STDOUT,
                 cwd=self.directory,
                 start_new_session=True,
-                preexec_fn=_die_with_parent,  # SIGKILLed if pytest dies, however it dies
+                preexec_fn=die_with_parent,  # SIGKILLed if pytest dies, however it dies
             )
 
     def _check_alive(self) -> None:
         if self._proc is not None and self._proc.poll() is not None:
             raise ClusterError(
                 f"kueue exited with code {self._proc.returncode}; last lines of {self.log}:\n"
-                + _tail(self.log)
+                + tail(self.log)
             )
 
     def _ready(self) -> bool | None:

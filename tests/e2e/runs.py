@@ -21,8 +21,10 @@ from typing import Any, TypeVar
 import yaml
 from harness import eventually
 
-from .cluster import Cluster, ClusterError, Identity
+from .build import ClusterError
+from .cluster import Cluster
 from .devcluster import Runguard
+from .identities import Identity
 
 REPO = Path(__file__).resolve().parents[2]
 PLATFORM_POLICY = REPO / "tests" / "cases" / "_policies" / "platform" / "policy.yaml"

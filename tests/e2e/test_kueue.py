@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 import yaml
 
-from .cluster import A100_PRODUCT, GPU_PRODUCT_LABEL, GPU_RESOURCE, Cluster
+from .cluster import Cluster
 from .devcluster import Runguard, prepare_cluster
 from .kueue import (
     QUEUE_LABEL,
@@ -36,6 +36,7 @@ from .kueue import (
     resource_flavor,
     wait_active,
 )
+from .nodes import A100_PRODUCT, GPU_PRODUCT_LABEL, GPU_RESOURCE
 from .runs import (
     REPO,
     Webhook,

@@ -28,8 +28,9 @@ from typing import Any
 import pytest
 import yaml
 
-from .cluster import Cluster, Identity
+from .cluster import Cluster
 from .devcluster import Runguard
+from .identities import Identity
 from .runs import REPO, Webhook, instead_of_the_session, poll, wait_for_policy_label
 
 pytestmark = pytest.mark.e2e

@@ -34,8 +34,9 @@ from webhook.clusterstate import KINDS
 from webhook.clusterstate.process import WatchProcess
 from webhook.clusterstate.publication import SharedClusterState, create_directory
 
-from .cluster import Cluster, Identity
+from .cluster import Cluster
 from .devcluster import Runguard, prepare_cluster
+from .identities import Identity
 from .runs import (
     REPO,
     Webhook,
