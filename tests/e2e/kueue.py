@@ -333,18 +333,35 @@ def resource_flavor(name: str, node_labels: dict[str, str],
             "spec": {"nodeLabels": node_labels, "tolerations": tolerations}}  # fmt: skip
 
 
-def cluster_queue(name: str, namespace: str, quotas: dict[str, dict[str, str]]) -> dict[str, Any]:
+def cluster_queue(
+    name: str,
+    namespace: str,
+    quotas: dict[str, dict[str, str]],
+    preemption: dict[str, str] | None = None,
+) -> dict[str, Any]:
     """A ClusterQueue for ``namespace``'s LocalQueues, one resource group covering every
-    resource named in ``quotas`` (flavor -> resource -> nominal quota), flavors in order."""
+    resource named in ``quotas`` (flavor -> resource -> nominal quota), flavors in order;
+    ``preemption``: its preemption settings (e.g. ``{"withinClusterQueue":
+    "LowerPriority"}``), else Kueue's default (none)."""
     resources = sorted({r for quota in quotas.values() for r in quota})
     flavors = [{"name": flavor,
                 "resources": [{"name": r, "nominalQuota": quota[r]} for r in resources]}
                for flavor, quota in quotas.items()]  # fmt: skip
     selector = {"matchLabels": {"kubernetes.io/metadata.name": namespace}}
+    spec = {"namespaceSelector": selector,
+            "resourceGroups": [{"coveredResources": resources, "flavors": flavors}]}  # fmt: skip
+    if preemption is not None:
+        spec["preemption"] = dict(preemption)
     return {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue",
-            "metadata": {"name": name},
-            "spec": {"namespaceSelector": selector, "resourceGroups": [
-                {"coveredResources": resources, "flavors": flavors}]}}  # fmt: skip
+            "metadata": {"name": name}, "spec": spec}  # fmt: skip
+
+
+def workload_priority_class(name: str, value: int) -> dict[str, Any]:
+    """A WorkloadPriorityClass: a Job labelled ``kueue.x-k8s.io/priority-class: name``
+    is admitted (and preempts) by ``value``."""
+    return {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "WorkloadPriorityClass",
+            "metadata": {"name": name}, "value": value,
+            "description": "e2e: Kueue's preemption of runs"}  # fmt: skip
 
 
 def local_queue(name: str, namespace: str, cluster_queue_name: str) -> dict[str, Any]:
