@@ -1356,9 +1356,7 @@ def test_audit_cronjob_rbac_is_least_privilege() -> None:
         for kind, api_version, *_ in LISTS
     } | {(group, resource, "list") for group, resource in VIEW_LISTS} | {
         (REPORT_GROUP, REPORT_PLURAL, verb) for verb in REPORT_VERBS
-    } | {
-        (REPORT_GROUP, CLUSTER_REPORT_PLURAL, verb) for verb in CLUSTER_REPORT_VERBS
-    }
+    } | {(REPORT_GROUP, CLUSTER_REPORT_PLURAL, verb) for verb in CLUSTER_REPORT_VERBS}
     for role in roles:
         for rule in role["rules"]:
             assert "resourceNames" not in rule and "nonResourceURLs" not in rule

@@ -599,7 +599,7 @@ def test_an_empty_report_renders() -> None:
 
 
 def test_the_rule_ids_page_names_every_door_in_order() -> None:
-    from webhook.engine.rule_ids import rules_markdown
+    from webhook.cli.rules import rules_markdown
 
     text = rules_markdown()
     places = [text.find(f"`{d.id}`") for d in DOORS]

@@ -34,13 +34,17 @@ from typing import Any, NamedTuple, TextIO
 
 import orjson
 
-from webhook.engine import Decision, Violation, validate
+from webhook.engine import Decision, Violation, registry, validate
 from webhook.engine.context import NO_CONTEXT, Context
-from webhook.engine.rule_ids import CONCERNS, POLICY_LINT, POLICY_LOADED
+from webhook.engine.rule import CONCERNS, Declarations
 from webhook.keys import POLICY_LABEL
 from webhook.policy.kube import LabelSelector
 from webhook.policy.model import API_VERSION as POLICY_API
 from webhook.policy.model import Policy
+
+RULES = Declarations(__name__)
+POLICY_LOADED = RULES.report("policy.loaded", "a RunPolicy or Profile object that loads (pass)")
+POLICY_LINT = RULES.report("policy.lint", "a lint warning about a RunPolicy or Profile object")
 
 REPORT_GROUP, REPORT_VERSION, REPORT_PLURAL = "wgpolicyk8s.io", "v1alpha2", "policyreports"
 REPORT_API = f"{REPORT_GROUP}/{REPORT_VERSION}"
@@ -467,14 +471,14 @@ def timestamp(now: float) -> dict[str, int]:
 
 
 def rule_severity(rule: str) -> str:
-    """A failure's severity: its concern's (``webhook.engine.rule_ids.CONCERNS``)."""
-    concern = CONCERNS.get(rule.partition(".")[0])
-    return concern.severity if concern else "medium"
+    """A failure's severity: its rule's, as ``webhook.engine.registry`` declares it."""
+    declared = registry.RULES.get(rule)
+    return declared.severity if declared else "medium"
 
 
 def rule_category(rule: str) -> str:
-    concern = CONCERNS.get(rule.partition(".")[0])
-    return concern.category if concern else PASS_CATEGORY
+    declared = registry.RULES.get(rule)
+    return declared.category if declared else PASS_CATEGORY
 
 
 def report_name(policy: str, part: int) -> str:

@@ -45,26 +45,32 @@ from webhook.audit.clusteraudit import (
     SOURCE,
     timestamp,
 )
-from webhook.engine.rule_ids import (
-    CONCERNS,
-    RBAC_CONNECT,
-    RBAC_EXPOSE,
-    RBAC_GRANT,
-    RBAC_IMPERSONATE,
-    RBAC_NODE_PROXY,
-    RBAC_PLATFORM_DATA,
-    RBAC_READ_CONFIG_MAPS,
-    RBAC_READ_SECRETS,
-    RBAC_SNAPSHOT,
-    RBAC_TOKEN,
-    REPORT_RULES,
-)
+from webhook.engine.rule import CONCERNS, Declarations
 from webhook.engine.rules.ownership import service_account_identities
 from webhook.inputs.documents import is_list, list_items
 from webhook.install.manifests import SHELLS_CONFIGURATION_NAME as SHELLS_CONFIGURATION
 from webhook.keys import REPORT_LABEL
 from webhook.policy.model import Policy
 from webhook.policy.patterns import split
+
+RULES = Declarations(__name__)
+RBAC_READ_SECRETS = RULES.report("rbac.read-secrets", "read Secrets")
+RBAC_READ_CONFIG_MAPS = RULES.report("rbac.read-config-maps", "read platform-named ConfigMaps")
+RBAC_PLATFORM_DATA = RULES.report(
+    "rbac.platform-data", "change the data of platform-named ConfigMaps and Secrets"
+)
+RBAC_NODE_PROXY = RULES.report("rbac.node-proxy", "the kubelet's API of every Pod on a node")
+RBAC_CONNECT = RULES.report("rbac.connect", "connect into Pods (exec, attach, port-forward, proxy)")
+RBAC_TOKEN = RULES.report("rbac.token", "tokens for ServiceAccounts")
+RBAC_SNAPSHOT = RULES.report(
+    "rbac.snapshot", "snapshot the platform's volumes into claims of one's own"
+)
+RBAC_GRANT = RULES.report("rbac.grant", "grant oneself any door (bind or escalate roles)")
+RBAC_IMPERSONATE = RULES.report("rbac.impersonate", "impersonate users, groups or ServiceAccounts")
+RBAC_EXPOSE = RULES.report(
+    "rbac.expose",
+    "Services, Ingresses, routes and NetworkPolicies that can expose the platform's Pods",
+)
 
 __all__ = [
     "CLUSTER_WIDE",
@@ -117,7 +123,7 @@ class Resource:
 class Door:
     """A way to the platform's objects that no admission request is made for."""
 
-    id: str  # declared in ``webhook.engine.rule_ids``, with its title
+    id: str  # declared above (``RULES``), with its title
     resources: tuple[Resource, ...]
     needs_shells_off: bool = False  # judged by admission when the shells webhook is on
     # Held only when the verbs granted, by resource, open it together (``bind`` is of
@@ -126,7 +132,7 @@ class Door:
 
     @property
     def title(self) -> str:
-        return REPORT_RULES[self.id].description
+        return next(r.description for r in RULES.reported if r.id == self.id)
 
 
 def _r(group: str, resource: str, verbs: Iterable[str], **kw: Any) -> Resource:

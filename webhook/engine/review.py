@@ -20,8 +20,9 @@ from webhook.engine.pod import WARNING_LIMIT, Pod, copy_json, spec_prefix
 from webhook.engine.pod import warning as warning_text
 from webhook.engine.podspec import Target, object_meta
 from webhook.engine.receipts import LocalReceipts, Receipts, backstop_key, state_version
-from webhook.engine.rule_ids import OWNERSHIP_STAMP, UPDATE_SPEC_KEPT
+from webhook.engine.rule import Declarations
 from webhook.engine.rules import ownership, podclaims, run_checks, run_steps
+from webhook.engine.rules.ownership import OWNERSHIP_STAMP
 from webhook.engine.rules.profile import PRIORITY_COMPUTED
 from webhook.engine.rules.queue_profile import send_to_queue
 from webhook.engine.rules.security import harden_debug_containers
@@ -36,9 +37,25 @@ from webhook.engine.subject import (
     review,
     stamps_owner,
 )
-from webhook.engine.types import ENGINE_ERROR, INVALID, JSON, Change, Decision, Violation
+from webhook.engine.types import INVALID, JSON, Change, Decision, Violation
 from webhook.keys import POLICY_LABEL, REQUESTED_BY
 from webhook.policy.model import Policy
+
+RULES = Declarations(__name__)
+UPDATE_SPEC_KEPT = RULES.rule(
+    "update.spec-kept",
+    mutation=(
+        "on UPDATE, a Pod's running spec or a Job's or CronJob's stored pod template put back "
+        "(`kubectl apply` of the same manifest)"
+    ),
+    violation="",
+)
+# A bug in runguard: denied (fail closed), logged with its traceback, counted.
+ENGINE_ERROR = RULES.rule(
+    "engine.error",
+    mutation="",
+    violation="a bug in runguard (always denied, logged with its traceback, counted)",
+)
 
 P = ParamSpec("P")
 UPDATE_KEPT = "a running pod's spec cannot change: kept the values runguard set at creation"

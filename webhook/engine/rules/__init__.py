@@ -9,9 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from webhook.engine.doors import Door
 from webhook.engine.pod import Pod
 from webhook.engine.rules import (
     devices,
+    ownership,
     pod_security,
     profile,
     resources,
@@ -77,3 +79,20 @@ def run_checks(pod: Pod) -> list[Violation]:
     for check in CHECKS:
         out.extend(check(pod))
     return out
+
+
+def judge(door: Door) -> str:
+    """The rule that strips or denies what a run may not use through ``door`` (a field
+    of ``webhook.engine.doors``): ``tests/test_doors.py`` holds every door to it."""
+    if door.kind == "ConfigMap":  # as a volume, pre-existing data; in the env, ownership's
+        return volumes.VOLUMES_PRE_EXISTING if door.path[0] == "volumes" else _NOT_A_RUN
+    return _JUDGES[door.kind]
+
+
+_NOT_A_RUN = ownership.OWNERSHIP_NOT_A_RUN
+_JUDGES = {
+    "Secret": secrets.SECRETS_FORBIDDEN,  # stripped or denied alike, whatever the door
+    "PersistentVolumeClaim": volumes.VOLUMES_PRE_EXISTING,
+    "ServiceAccount": ownership.OWNERSHIP_SERVICE_ACCOUNT,
+    "ResourceClaim": devices.RESOURCES_DEVICE_CLAIM,
+}

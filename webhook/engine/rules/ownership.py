@@ -33,19 +33,79 @@ from typing import Any
 from webhook.engine import doors
 from webhook.engine.context import OWNERSHIP_OFF, Context, ObjectMeta, Ownership, Requester
 from webhook.engine.pod import spec_prefix
-from webhook.engine.rule_ids import (
-    OWNERSHIP_NOT_A_RUN,
-    OWNERSHIP_OWNER_CHANGED,
-    OWNERSHIP_RESERVED_NAME,
-    OWNERSHIP_SERVICE_ACCOUNT,
-    OWNERSHIP_STAMP,
-    OWNERSHIP_UNKNOWN,
-)
+from webhook.engine.rule import Declarations
 from webhook.engine.rules.volumes import project_claim
 from webhook.engine.types import JSON, Violation
 from webhook.keys import PLATFORM_POLICY, PLATFORM_RECORD, POLICY_LABEL, REQUESTED_BY
 from webhook.policy.model import NamePattern, Policy
 from webhook.policy.patterns import split
+
+RULES = Declarations(__name__)
+OWNERSHIP_STAMP = RULES.rule(
+    "ownership.stamp",
+    mutation=(
+        "at CREATE: `runguard.io/requested-by` (the user), `runguard.io/platform` (whether the "
+        "platform created it, directly or through its controllers) with "
+        "`runguard.io/platform-policy` (the RunPolicy whose platform that is) and the label "
+        "`runguard.io/policy` (its RunPolicy) written, anything sent overwritten; on UPDATE: put "
+        "back as they were"
+    ),
+    violation=(
+        "at CREATE, records that are not what `/mutate` writes (a Pod that skipped it); on "
+        "UPDATE, records changed; an object entering the platform's scope by an update"
+    ),
+)
+OWNERSHIP_OWNER_CHANGED = RULES.rule(
+    "ownership.owner-changed",
+    mutation="",
+    violation=(
+        "on UPDATE, `ownerReferences` of an object runguard stamped rewritten or added by someone"
+        " else than a platform identity or a controller (removing one, the garbage collector "
+        "orphaning, is allowed)"
+    ),
+)
+OWNERSHIP_SERVICE_ACCOUNT = RULES.rule(
+    "ownership.service-account",
+    mutation="",
+    violation=(
+        "a Pod not created by the platform running as a ServiceAccount that is a platform identity"
+        "; a Secret of type `kubernetes.io/service-account-token` for such a ServiceAccount (or "
+        "an operator's) created, or updated to name it, by someone else than the platform or "
+        "`platform.installers`"
+    ),
+)
+OWNERSHIP_RESERVED_NAME = RULES.rule(
+    "ownership.reserved-name",
+    mutation="",
+    violation=(
+        "a PVC, Secret, ConfigMap or ResourceClaim created with a platform name (per run, or "
+        "installation-wide) "
+        "by someone else than the platform (or, for an installation-wide name, "
+        "`platform.installers`)"
+    ),
+)
+OWNERSHIP_NOT_A_RUN = RULES.rule(
+    "ownership.not-a-run",
+    mutation="",
+    violation=(
+        "a pod outside every selector using the platform's objects through any door (volumes of "
+        "every type and their secret references, claim templates' data sources, env, envFrom, "
+        "projected sources, imagePullSecrets), not created by the platform (`kubectl debug "
+        "--copy-to`); a pod, or a new claim, not created by the platform naming a claim whose "
+        "controller owner is a Pod (an ephemeral volume's PersistentVolumeClaim, a "
+        "ResourceClaim made from a Pod's template: that Pod's alone) by `claimName`, a data "
+        "source or `resourceClaimName`; a platform configMap read into the environment of a "
+        "run the platform did not create; a PVC cloning, or a VolumeSnapshot of, a "
+        "platform-named claim by someone else than the platform"
+    ),
+)
+OWNERSHIP_UNKNOWN = RULES.rule(
+    "ownership.unknown",
+    mutation="",
+    violation=(
+        "a decision needs an object the cluster cache has not synced (fails closed, naming it)"
+    ),
+)
 
 _MAX_DEPTH = 6  # Pod -> ReplicaSet -> Deployment is 2; anything longer is not a controller chain
 GROUP = "group:"

@@ -27,8 +27,9 @@ from typing import TYPE_CHECKING
 from webhook.engine.context import Context, Ownership
 from webhook.engine.doors import Reference, item_text, located
 from webhook.engine.pod import spec_prefix
-from webhook.engine.rule_ids import OWNERSHIP_NOT_A_RUN, OWNERSHIP_UNKNOWN
 from webhook.engine.rules.ownership import (
+    OWNERSHIP_NOT_A_RUN,
+    OWNERSHIP_UNKNOWN,
     claim_specs,
     enabled,
     is_platform_identity,

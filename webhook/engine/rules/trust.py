@@ -16,20 +16,17 @@ from typing import Any
 from webhook.engine import scope
 from webhook.engine.context import Context
 from webhook.engine.pod import spec_prefix
-from webhook.engine.rule_ids import (
-    OWNERSHIP_CHANGED,
-    OWNERSHIP_DEBUG,
-    OWNERSHIP_REFERENCE,
-    OWNERSHIP_RESERVED_LABEL,
+from webhook.engine.rule import Declarations
+from webhook.engine.rules import ownership, podclaims
+from webhook.engine.rules.operators import named_objects, plural, reference_values
+from webhook.engine.rules.ownership import (
     OWNERSHIP_SERVICE_ACCOUNT,
     OWNERSHIP_STAMP,
     OWNERSHIP_UNKNOWN,
-    SCOPE_LABELS,
 )
-from webhook.engine.rules import ownership, podclaims
-from webhook.engine.rules.operators import named_objects, plural, reference_values
 from webhook.engine.rules.queue import QUEUE_CHECKS, changed_message, queue_kept, queue_of
 from webhook.engine.rules.scope import (
+    SCOPE_LABELS,
     check_scope_annotations,
     check_scope_labels,
     scope_label_keys,
@@ -39,6 +36,46 @@ from webhook.engine.subject import Review, expected_records
 from webhook.engine.types import JSON, Violation
 from webhook.keys import PLATFORM_POLICY, PLATFORM_RECORD, POLICY_LABEL, REQUESTED_BY
 from webhook.policy.model import OperatorReference, Policy
+
+RULES = Declarations(__name__)
+OWNERSHIP_CHANGED = RULES.rule(
+    "ownership.changed",
+    mutation="",
+    violation=(
+        "on UPDATE, what an object the platform created runs changed (a controller's pod "
+        "template spec, a Pod's images, an operator's custom resource's spec or its scale "
+        "subresource) by someone else than a platform identity, a controller or an operator"
+    ),
+)
+OWNERSHIP_DEBUG = RULES.rule(
+    "ownership.debug",
+    mutation="",
+    violation=(
+        "an ephemeral container added to a Pod the platform created or that holds the "
+        "platform's objects, or a door opened into one (kubectl exec, attach, "
+        "port-forward, pods/proxy, services/proxy, a token bound to it), by someone "
+        "else than a platform identity"
+    ),
+)
+OWNERSHIP_RESERVED_LABEL = RULES.rule(
+    "ownership.reserved-label",
+    mutation="",
+    violation=(
+        "a custom resource of an operator's kinds, created or changed by someone else than the "
+        "platform or that operator, that writes a label the operator keys on to find an "
+        "object's owner (`platform.operators[].reservedLabels`)"
+    ),
+)
+OWNERSHIP_REFERENCE = RULES.rule(
+    "ownership.reference",
+    mutation="",
+    violation=(
+        "a custom resource of an operator's kinds, created or changed by someone else than the "
+        "platform or that operator, that names or selects an object the platform created "
+        "through a field the operator acts on (`platform.operators[].references`: a RayJob's "
+        "`spec.clusterSelector` naming the platform's RayCluster)"
+    ),
+)
 
 TrustCheck = Callable[[Review], list[Violation]]
 
