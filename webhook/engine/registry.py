@@ -14,7 +14,9 @@ from __future__ import annotations
 from webhook.engine import review, types
 from webhook.engine.rule import CONCERNS, Concern, Declarations, Rule, collect
 from webhook.engine.rules import (
+    debug,
     devices,
+    operator_objects,
     ownership,
     pod_security,
     profile,
@@ -45,6 +47,8 @@ DECLARATIONS: tuple[Declarations, ...] = tuple(
         scope,
         ownership,
         trust,
+        operator_objects,
+        debug,
         queue,
         review,
         types,

@@ -22,11 +22,12 @@ from webhook.engine.podspec import Target, object_meta
 from webhook.engine.receipts import LocalReceipts, Receipts, backstop_key, state_version
 from webhook.engine.rule import Declarations
 from webhook.engine.rules import ownership, podclaims, run_checks, run_steps
+from webhook.engine.rules.debug import check_shell
 from webhook.engine.rules.ownership import OWNERSHIP_STAMP
 from webhook.engine.rules.profile import PRIORITY_COMPUTED
 from webhook.engine.rules.queue_profile import send_to_queue
 from webhook.engine.rules.security import harden_debug_containers
-from webhook.engine.rules.trust import check_shell, run_object_checks, run_trust_checks
+from webhook.engine.rules.trust import run_object_checks, run_trust_checks
 from webhook.engine.shape import check_shape
 from webhook.engine.subject import (
     Review,
