@@ -13,9 +13,10 @@ from webhook.engine.doors import Door
 from webhook.engine.pod import Pod
 from webhook.engine.rules import (
     devices,
-    ownership,
+    not_a_run,
     pod_security,
     profile,
+    reserved,
     resources,
     scheduling,
     secrets,
@@ -89,10 +90,10 @@ def judge(door: Door) -> str:
     return _JUDGES[door.kind]
 
 
-_NOT_A_RUN = ownership.OWNERSHIP_NOT_A_RUN
+_NOT_A_RUN = not_a_run.OWNERSHIP_NOT_A_RUN
 _JUDGES = {
     "Secret": secrets.SECRETS_FORBIDDEN,  # stripped or denied alike, whatever the door
     "PersistentVolumeClaim": volumes.VOLUMES_PRE_EXISTING,
-    "ServiceAccount": ownership.OWNERSHIP_SERVICE_ACCOUNT,
+    "ServiceAccount": reserved.OWNERSHIP_SERVICE_ACCOUNT,
     "ResourceClaim": devices.RESOURCES_DEVICE_CLAIM,
 }

@@ -17,8 +17,8 @@ from typing import Any
 
 from webhook.engine.rule import Declarations
 from webhook.engine.rules import ownership
+from webhook.engine.rules.not_a_run import OWNERSHIP_UNKNOWN
 from webhook.engine.rules.operators import named_objects, reference_values
-from webhook.engine.rules.ownership import OWNERSHIP_UNKNOWN
 from webhook.engine.subject import Review
 from webhook.engine.types import Violation
 from webhook.keys import PLATFORM_RECORD

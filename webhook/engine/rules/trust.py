@@ -16,8 +16,9 @@ from typing import Any
 from webhook.engine import scope
 from webhook.engine.pod import spec_prefix
 from webhook.engine.rule import Declarations
-from webhook.engine.rules import ownership, podclaims
+from webhook.engine.rules import ownership, podclaims, reserved, stamp
 from webhook.engine.rules.debug import check_debug_container
+from webhook.engine.rules.not_a_run import OWNERSHIP_UNKNOWN
 from webhook.engine.rules.operator_objects import (
     check_operator_references,
     check_reserved_labels,
@@ -25,18 +26,15 @@ from webhook.engine.rules.operator_objects import (
     unknown_object,
 )
 from webhook.engine.rules.operators import plural
-from webhook.engine.rules.ownership import (
-    OWNERSHIP_SERVICE_ACCOUNT,
-    OWNERSHIP_STAMP,
-    OWNERSHIP_UNKNOWN,
-)
 from webhook.engine.rules.queue import QUEUE_CHECKS, changed_message, queue_kept, queue_of
+from webhook.engine.rules.reserved import OWNERSHIP_SERVICE_ACCOUNT
 from webhook.engine.rules.scope import (
     SCOPE_LABELS,
     check_scope_annotations,
     check_scope_labels,
     scope_label_keys,
 )
+from webhook.engine.rules.stamp import OWNERSHIP_STAMP
 from webhook.engine.scope import service_account
 from webhook.engine.subject import Review, expected_records
 from webhook.engine.types import Violation
@@ -271,7 +269,7 @@ def check_owners(r: Review) -> list[Violation]:
     """``ownership.owner-changed``: owners of a stamped object are not rewritten."""
     if r.old is None:
         return []
-    return ownership.check_owner_change(r.metadata, r.old_metadata or {}, r.root, r.context)
+    return stamp.check_owner_change(r.metadata, r.old_metadata or {}, r.root, r.context)
 
 
 def check_service_account(r: Review) -> list[Violation]:
@@ -397,10 +395,10 @@ TRUST_CHECKS: tuple[TrustCheck, ...] = (
 # Checks of any object under review (a Pod, a claim, a Secret, a snapshot...) before it
 # is located as a run: what only the platform may create. Any violation denies at once.
 OBJECT_CHECKS: tuple[TrustCheck, ...] = (
-    lambda r: ownership.check_reserved_name(r.obj, r.root, r.context),
-    lambda r: ownership.check_claim_clones(r.obj, r.root, r.context),
-    lambda r: ownership.check_claim_snapshots(r.obj, r.root, r.context),
-    lambda r: ownership.check_token_secret(r.obj, r.root, r.namespace, r.old, r.context),
+    lambda r: reserved.check_reserved_name(r.obj, r.root, r.context),
+    lambda r: reserved.check_claim_clones(r.obj, r.root, r.context),
+    lambda r: reserved.check_claim_snapshots(r.obj, r.root, r.context),
+    lambda r: reserved.check_token_secret(r.obj, r.root, r.namespace, r.old, r.context),
     lambda r: podclaims.check_pod_claim_clones(r.obj, r.root, r.context, r.namespace),
     lambda r: podclaims.check_pod_claim_snapshots(r.obj, r.root, r.context, r.namespace),
 )
