@@ -25,10 +25,10 @@ from webhook.audit.clusteraudit import (
     judged_pages,
     label_selector,
     list_query,
-    to_policy_reports,
     to_rows,
     to_table,
 )
+from webhook.audit.policyreport import to_policy_reports
 from webhook.engine import mutate
 from webhook.policy.loader import load_policy
 from webhook.policy.model import Policy, build_policy
@@ -484,7 +484,7 @@ def test_every_result_has_what_policy_reporter_sorts_by() -> None:
 
 
 def test_the_cluster_policy_report_lists_the_policy_objects() -> None:
-    from webhook.audit.clusteraudit import cluster_policy_report
+    from webhook.audit.policyreport import cluster_policy_report
     from webhook.policy.errors import PolicyIssue
 
     policy = load_policy(SHIPPED)

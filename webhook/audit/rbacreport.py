@@ -38,13 +38,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from webhook.audit.clusteraudit import (
-    REPORT_API,
-    REPORT_LABELS,
-    RESULTS,
-    SOURCE,
-    timestamp,
-)
+from webhook.audit.policyreport import REPORT_API, REPORT_LABELS, RESULTS, SOURCE, timestamp
 from webhook.engine.rule import CONCERNS, Declarations
 from webhook.engine.rules.ownership import service_account_identities
 from webhook.inputs.documents import is_list, list_items

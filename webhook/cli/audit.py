@@ -20,27 +20,29 @@ from collections.abc import Iterable, Mapping
 from typing import Any, TextIO
 
 from webhook.audit.clusteraudit import (
-    CLUSTER_REPORT_PLURAL,
     LISTINGS,
     PAGE_SIZE,
-    REPORT_GROUP,
-    REPORT_PLURAL,
-    REPORT_VERSION,
-    RESULTS_PER_REPORT,
     AuditError,
     ContinueExpired,
     Fetch,
     JsonRowsWriter,
     Listing,
     Page,
-    ReportBook,
     TableWriter,
-    cluster_policy_report,
     judged_pages,
+)
+from webhook.audit.liveview import WHATIF_KINDS, group_resource, read_view
+from webhook.audit.policyreport import (
+    CLUSTER_REPORT_PLURAL,
+    REPORT_GROUP,
+    REPORT_PLURAL,
+    REPORT_VERSION,
+    RESULTS_PER_REPORT,
+    ReportBook,
+    cluster_policy_report,
     policy_report,
     report_name,
 )
-from webhook.audit.liveview import WHATIF_KINDS, group_resource, read_view
 from webhook.audit.rbacreport import (
     RBAC_API,
     RbacReport,
