@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 import yaml
 
+from webhook.audit.rbac import CLUSTER_WIDE
+from webhook.audit.rbacdoors import DOORS
 from webhook.audit.rbacreport import (
-    CLUSTER_WIDE,
-    DOORS,
     Platform,
     RbacReport,
     platform_of,

@@ -43,8 +43,8 @@ from webhook.audit.policyreport import (
     policy_report,
     report_name,
 )
+from webhook.audit.rbacdoors import RBAC_API
 from webhook.audit.rbacreport import (
-    RBAC_API,
     RbacReport,
     platform_of,
     rbac_policy_reports,
