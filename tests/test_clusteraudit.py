@@ -531,10 +531,10 @@ def test_audit_without_a_kubeconfig_says_where_to_put_one(
 def test_writing_reports_without_their_crd_says_how_to_install_it() -> None:
     from kubernetes.client.exceptions import ApiException
 
-    from webhook.cli.audit import _reason
+    from webhook.cli.cluster import failure_reason
 
     bare = ApiException(status=404, reason="Not Found")  # a group the apiserver lacks
-    assert _reason(bare) == "Not Found"  # listing: nothing to do with reports
-    said = _reason(bare, writing=True)
+    assert failure_reason(bare) == "Not Found"  # listing: nothing to do with reports
+    said = failure_reason(bare, writing=True)
     assert said.startswith("404: the cluster serves no wgpolicyk8s.io/v1alpha2 PolicyReports")
     assert "kubectl apply -k manifests/policyreport-crd" in said and "without --write" in said
