@@ -7,6 +7,10 @@ fsGroup and supplemental group 0. The rest of the standard is ``pod_security.py`
 What the level requires and the policy leaves out (``seccompProfile: null``,
 ``dropCapabilities: []``) is filled anyway: the level is a floor the policy's keys add
 to. A Windows Pod gets only the fields the apiserver accepts for Windows.
+
+One job, hence some 560 lines: the standard's root and privilege checks with the
+mutation step repairing exactly what they refuse, side by side so the two cannot
+drift (the rule every module of ``rules/`` keeps); its other half is ``pod_security``.
 """
 
 from __future__ import annotations
