@@ -59,6 +59,5 @@ DECLARATIONS: tuple[Declarations, ...] = tuple(
     )
 )
 
-RULES: dict[str, Rule]
 RULES, _reported = collect(DECLARATIONS)
 assert not _reported, "the engine only reports through its webhooks' rules"
