@@ -16,6 +16,8 @@ import re
 from pathlib import Path
 from typing import NamedTuple
 
+import yaml
+
 from webhook.cli import main
 from webhook.cli.rules import registered, rules_markdown
 from webhook.engine import registry
@@ -199,6 +201,20 @@ def test_every_id_the_engine_can_emit_is_registered() -> None:
                 unregistered.append(f"{module}:{node.lineno}: {ast.unparse(arg or node)}")
     assert not unregistered, unregistered
     assert passed_on < 10, "most rules are named by their constant"
+
+
+def test_every_id_the_cases_expect_of_the_engine_is_registered() -> None:
+    """The other side, from the engine's answers: every rule id a declarative case
+    expects among the violations or mutations (``tests/test_cases.py`` holds the engine
+    to each) is in the registry."""
+    ids: set[str] = set()
+    for path in sorted((REPO / "tests" / "cases").rglob("case.yaml")):
+        expect = (yaml.safe_load(path.read_text(encoding="utf-8")) or {}).get("expect") or []
+        for each in expect if isinstance(expect, list) else [expect]:
+            ids.update(each.get("violations") or [])
+            ids.update(each.get("mutations") or [])
+    assert len(ids) >= 20, sorted(ids)
+    assert ids <= RULES.keys(), sorted(ids - RULES.keys())
 
 
 def test_the_pipeline_runs_only_the_registrys_modules() -> None:
