@@ -14,7 +14,7 @@ from harness import write
 from pydantic import ValidationError
 
 from webhook.engine import evaluate, mutate, validate
-from webhook.engine.rule_ids import PROFILE_RANGE
+from webhook.engine.rules.profile import PROFILE_RANGE
 from webhook.policy.errors import PolicyError
 from webhook.policy.kube import ProfileResources, QuantityRange
 from webhook.policy.loader import load_policy

@@ -19,7 +19,11 @@ from webhook.clusterstate.model import DEVICE_CLAIMS, MAX_SPEC, PROJECT_PROFILES
 from webhook.clusterstate.table import decode_record, encode_record
 from webhook.engine import evaluate, mutate
 from webhook.engine.context import Context
-from webhook.engine.rule_ids import PROFILE_NOT_ALLOWED, PROFILE_PROJECT_INVALID, PROFILE_UNKNOWN
+from webhook.engine.rules.profile import (
+    PROFILE_NOT_ALLOWED,
+    PROFILE_PROJECT_INVALID,
+    PROFILE_UNKNOWN,
+)
 from webhook.install import manifests
 from webhook.policy.crd import CRD_FILES
 from webhook.policy.lint import lint

@@ -1,7 +1,7 @@
 """The watch process's cluster state, published in files every gunicorn worker maps.
 
 One job: the file protocol, writer and reader side by side (each side's guarantees are
-what the other relies on), hence a little over 550 lines.
+what the other relies on), hence a little under 600 lines.
 
 One writer (the watch process, ``Publisher``) and any number of readers
 (``SharedClusterState``, one per worker) share a private directory (``mkdtemp``: 0700),

@@ -1,6 +1,10 @@
 """The watch: each kind listed, then watched, on the apiserver, metadata only, into a
 ``Publisher``. The one module of runguard that talks to Kubernetes.
 
+One job, hence some 600 lines: everything the watch process asks the apiserver (the
+requests, metadata only; discovery; errors; backoff and relists) in one place, so a
+reader sees at a glance that nothing else is asked and nothing else is read.
+
 Runs in a process of its own (``python -m webhook.clusterstate.watch --dir DIR``),
 started and restarted by the gunicorn master (``process.py``): the ``kubernetes``
 package costs ~33 MB per process that imports it, so neither the master nor the

@@ -20,12 +20,14 @@ from webhook.engine.pod import WARNING_LIMIT, Pod, copy_json, spec_prefix
 from webhook.engine.pod import warning as warning_text
 from webhook.engine.podspec import Target, object_meta
 from webhook.engine.receipts import LocalReceipts, Receipts, backstop_key, state_version
-from webhook.engine.rule_ids import OWNERSHIP_STAMP, UPDATE_SPEC_KEPT
-from webhook.engine.rules import ownership, podclaims, run_checks, run_steps
+from webhook.engine.rule import Declarations
+from webhook.engine.rules import not_a_run, ownership, podclaims, run_checks, run_steps, stamp
+from webhook.engine.rules.debug import check_shell
 from webhook.engine.rules.profile import PRIORITY_COMPUTED
 from webhook.engine.rules.queue_profile import send_to_queue
 from webhook.engine.rules.security import harden_debug_containers
-from webhook.engine.rules.trust import check_shell, run_object_checks, run_trust_checks
+from webhook.engine.rules.stamp import OWNERSHIP_STAMP
+from webhook.engine.rules.trust import run_object_checks, run_trust_checks
 from webhook.engine.shape import check_shape
 from webhook.engine.subject import (
     Review,
@@ -36,9 +38,25 @@ from webhook.engine.subject import (
     review,
     stamps_owner,
 )
-from webhook.engine.types import ENGINE_ERROR, INVALID, JSON, Change, Decision, Violation
+from webhook.engine.types import INVALID, JSON, Change, Decision, Violation
 from webhook.keys import POLICY_LABEL, REQUESTED_BY
 from webhook.policy.model import Policy
+
+RULES = Declarations(__name__)
+UPDATE_SPEC_KEPT = RULES.rule(
+    "update.spec-kept",
+    mutation=(
+        "on UPDATE, a Pod's running spec or a Job's or CronJob's stored pod template put back "
+        "(`kubectl apply` of the same manifest)"
+    ),
+    violation="",
+)
+# A bug in runguard: denied (fail closed), logged with its traceback, counted.
+ENGINE_ERROR = RULES.rule(
+    "engine.error",
+    mutation="",
+    violation="a bug in runguard (always denied, logged with its traceback, counted)",
+)
 
 P = ParamSpec("P")
 UPDATE_KEPT = "a running pod's spec cannot change: kept the values runguard set at creation"
@@ -481,7 +499,7 @@ def validate(
         if spec == target.spec:
             mutations = []  # a template /mutate changed already, or nothing to change
     violations = run_checks(pod)
-    violations.extend(ownership.check_ownership(pod))
+    violations.extend(not_a_run.check_ownership(pod))
     if r.old is None and not admitted and isinstance(obj, dict):
         violations.extend(_not_queued(obj, target, pod, r))
     if target.kind == "Pod" and r.old is None and not _has_receipt(pod, receipts):
@@ -563,7 +581,7 @@ def _not_a_run(r: Review) -> list[Violation]:
     found: list[Violation] = []
     for policy in scope.platforms(r.root, r.namespace):  # each by its own exclusions
         who = _Who(r, policy)
-        violations = ownership.check_not_a_run(
+        violations = not_a_run.check_not_a_run(
             r.target.spec, r.target.spec_path, who.ownership, policy
         )
         if violations and r.old_target is not None:
@@ -593,7 +611,7 @@ def _stamp_violations(r: Review) -> list[Violation]:
     owner = stamps_owner(r)
     if owner is None:
         return []
-    return ownership.check_stamp(
+    return stamp.check_stamp(
         r.metadata, r.old_metadata or {}, in_scope(r), owner, r.context, adopts(r) is not None
     )
 

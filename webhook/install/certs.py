@@ -4,6 +4,10 @@ The core is pure: every function takes PEM bytes and a ``now`` and returns PEM b
 touching no files and reading no clock. A small file layer at the end
 (``read_cert_set``/``write_cert_set``) is what ``runguard certs`` uses.
 
+One job, hence some 600 lines: a certificate directory's life (issue, the three-step
+rotation, inspection, its files), whose one guarantee (the apiserver never sees a
+serving certificate it does not trust) is only checked by reading the steps together.
+
 A certificate directory holds four files, named so that ``kubectl create secret tls``
 takes them as they are, and a fifth, the Secret the kustomize base in ``manifests/``
 applies:

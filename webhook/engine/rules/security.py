@@ -7,6 +7,10 @@ fsGroup and supplemental group 0. The rest of the standard is ``pod_security.py`
 What the level requires and the policy leaves out (``seccompProfile: null``,
 ``dropCapabilities: []``) is filled anyway: the level is a floor the policy's keys add
 to. A Windows Pod gets only the fields the apiserver accepts for Windows.
+
+One job, hence some 560 lines: the standard's root and privilege checks with the
+mutation step repairing exactly what they refuse, side by side so the two cannot
+drift (the rule every module of ``rules/`` keeps); its other half is ``pod_security``.
 """
 
 from __future__ import annotations
@@ -14,24 +18,59 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from webhook.engine.pod import CONTAINER_LISTS, Pod, kept_change, made_once, set_list, warning
-from webhook.engine.rule_ids import (
-    SECURITY_CAPABILITIES,
-    SECURITY_DEBUG_CONTAINER,
-    SECURITY_DEFAULTS,
-    SECURITY_HOST_NAMESPACE,
-    SECURITY_PRIVILEGED,
-    SECURITY_ROOT,
-    SECURITY_SECCOMP,
-)
+from webhook.engine.rule import Declarations
 from webhook.engine.rules.operators import operator_capabilities
 from webhook.engine.rules.pod_security import (
     CONFINED_PROFILES,
     HINTED_LISTS,
+    SECURITY_PRIVILEGED,
     allowed_capabilities,
     is_windows,
 )
 from webhook.engine.types import JSON, Change, Violation
 from webhook.policy.model import Policy, SecurityConfig
+
+RULES = Declarations(__name__)
+SECURITY_ROOT = RULES.rule(
+    "security.root",
+    mutation=(
+        "uid/gid/fsGroup 0 replaced or removed, supplemental group 0 removed, `runAsNonRoot` set"
+    ),
+    violation="root ids, `runAsNonRoot` false or (restricted) missing",
+)
+SECURITY_DEFAULTS = RULES.rule(
+    "security.defaults",
+    mutation="absent hardening filled (runAsNonRoot, seccomp, drop ALL, no escalation)",
+    violation="a Pod created without `/mutate` lacking it",
+)
+SECURITY_CAPABILITIES = RULES.rule(
+    "security.capabilities",
+    mutation=(
+        "unlisted added capabilities removed (listed under `security.root`); a `NET_ADMIN` "
+        "removed is named here, with what to do instead (a mesh's CNI mode)"
+    ),
+    violation=(
+        "added capabilities outside `allowedCapabilities` within the level; (restricted) drop "
+        "lacks ALL"
+    ),
+)
+SECURITY_HOST_NAMESPACE = RULES.rule(
+    "security.host-namespace",
+    mutation="",
+    violation="hostNetwork, hostPID, hostIPC",
+)
+SECURITY_SECCOMP = RULES.rule(
+    "security.seccomp",
+    mutation="seccomp `Unconfined` to `RuntimeDefault`",
+    violation="`Unconfined`; (restricted) no profile",
+)
+SECURITY_DEBUG_CONTAINER = RULES.rule(
+    "security.debug-container",
+    mutation=(
+        "an ephemeral container added with `kubectl debug` hardened as `--profile=restricted` would"
+    ),
+    violation="a debug container that is not (Pod Security, like any container)",
+)
 
 RUNTIME_DEFAULT = "RuntimeDefault"
 # The SecurityConfig setting that replaces an id 0, by securityContext key.
