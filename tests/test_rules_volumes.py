@@ -80,6 +80,9 @@ def test_strip_leaves_the_platforms_and_the_shared_volumes(tmp_path: Path) -> No
     assert check_volumes(run) == []
 
 
+LABELS = {"fieldPath": "metadata.labels"}
+
+
 def test_strip_drops_only_the_foreign_source_of_a_projected_volume(tmp_path: Path) -> None:
     projected = {
         "name": "bundle",
@@ -87,7 +90,7 @@ def test_strip_drops_only_the_foreign_source_of_a_projected_volume(tmp_path: Pat
             "sources": [
                 {"configMap": {"name": "kube-root-ca.crt"}},
                 {"configMap": {"name": "kube-proxy"}},
-                {"downwardAPI": {"items": [{"path": "l", "fieldRef": {"fieldPath": "metadata.labels"}}]}},
+                {"downwardAPI": {"items": [{"path": "l", "fieldRef": LABELS}]}},
             ]
         },
     }  # fmt: skip
@@ -131,7 +134,8 @@ def test_the_platforms_claim_in_a_run_it_did_not_create_is_pre_existing(
 
 
 def test_a_type_outside_allowed_types_is_forbidden(tmp_path: Path) -> None:
-    spec = mounted({"name": "node", "hostPath": {"path": "/var/run"}}, {"name": "t", "emptyDir": {}})
+    node = {"name": "node", "hostPath": {"path": "/var/run"}}
+    spec = mounted(node, {"name": "t", "emptyDir": {}})
     run = pod_of(policy(tmp_path), spec, labels=RUN)
     assert [(v.rule, v.path) for v in check_volumes(run)] == [
         (VOLUMES_FORBIDDEN_TYPE, "spec.volumes[0]")
