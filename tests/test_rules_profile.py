@@ -41,8 +41,12 @@ RANGED = {"resources": {"requests": {"cpu": {"min": "1", "default": "2", "max": 
 def policy(
     tmp_path: Path, *, unknown: str = "Deny", on_exceed: str = "Clamp", **extra: Any
 ) -> Policy:
-    profiles = {"small": {"resources": {"requests": {"cpu": "1"}}}, "a100": A100,
-                "ranged": RANGED, **extra}  # fmt: skip
+    profiles = {
+        "small": {"resources": {"requests": {"cpu": "1"}}},
+        "a100": A100,
+        "ranged": RANGED,
+        **extra,
+    }
     return policy_of(
         tmp_path,
         {
@@ -59,13 +63,18 @@ def named(profile: str) -> dict[str, str]:
 
 def test_the_profile_wins_over_the_runs_values(tmp_path: Path) -> None:
     spec = {
-        "containers": [container(resources={"requests": {"cpu": "1"}},
-                                 env=[{"name": "NVIDIA_DRIVER_CAPABILITIES", "value": "all"}])],
-        "tolerations": [{"key": "nvidia.com/gpu", "operator": "Equal", "value": "x",
-                         "effect": "NoSchedule"}],
+        "containers": [
+            container(
+                resources={"requests": {"cpu": "1"}},
+                env=[{"name": "NVIDIA_DRIVER_CAPABILITIES", "value": "all"}],
+            )
+        ],
+        "tolerations": [
+            {"key": "nvidia.com/gpu", "operator": "Equal", "value": "x", "effect": "NoSchedule"}
+        ],
         "priorityClassName": "low",
         "priority": 10,
-    }  # fmt: skip
+    }
     run = pod_of(policy(tmp_path), spec, labels=named("a100"))
     change = apply_profile(run)
     assert change is not None and change.rule == PROFILE_APPLIED
@@ -170,8 +179,9 @@ def test_a_value_inside_the_range_is_kept(tmp_path: Path) -> None:
 def test_deny_keeps_a_value_outside_the_range_and_the_check_says_how_far(
     tmp_path: Path,
 ) -> None:
-    spec = {"containers": [container("istio-proxy"),
-                           container(resources={"requests": {"cpu": "500m"}})]}  # fmt: skip
+    spec = {
+        "containers": [container("istio-proxy"), container(resources={"requests": {"cpu": "500m"}})]
+    }
     run = pod_of(policy(tmp_path, on_exceed="Deny"), spec, labels=named("ranged"))
     assert clamp_to_profile_ranges(run) is None
     assert run.spec == spec

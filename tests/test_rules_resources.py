@@ -57,8 +57,7 @@ def sized(
 
 
 def test_defaults_fill_what_a_container_does_not_ask(tmp_path: Path) -> None:
-    spec = {"initContainers": [container("init")],
-            "containers": [sized({"cpu": "2"})]}  # fmt: skip
+    spec = {"initContainers": [container("init")], "containers": [sized({"cpu": "2"})]}
     run = pod_of(policy(tmp_path), spec)
     change = fill_defaults(run)
     assert change is not None and change.rule == RESOURCES_DEFAULTS
@@ -142,8 +141,9 @@ def test_deny_clamps_nothing_above_a_maximum(tmp_path: Path) -> None:
 
 
 def test_values_within_the_maximums_pass_unchanged(tmp_path: Path) -> None:
-    spec = {"containers": [sized({"cpu": "4", "memory": "2Gi", GPU: "1"},
-                                 {"memory": "8Gi", GPU: "1"})]}  # fmt: skip
+    spec = {
+        "containers": [sized({"cpu": "4", "memory": "2Gi", GPU: "1"}, {"memory": "8Gi", GPU: "1"})]
+    }
     run = pod_of(policy(tmp_path), spec)
     assert clamp_to_maximums(run) is None
     assert run.spec == spec
@@ -163,8 +163,10 @@ def test_a_run_total_above_a_maximum_is_denied_where_no_container_is(tmp_path: P
 def test_an_init_container_runs_before_the_others_and_is_not_summed_with_them(
     tmp_path: Path,
 ) -> None:
-    spec = {"initContainers": [sized({"cpu": "3"}, name="init")],
-            "containers": [sized({"cpu": "3"}), sized({"cpu": "1"}, name="b")]}  # fmt: skip
+    spec = {
+        "initContainers": [sized({"cpu": "3"}, name="init")],
+        "containers": [sized({"cpu": "3"}), sized({"cpu": "1"}, name="b")],
+    }
     assert check_run_totals(pod_of(policy(tmp_path), spec)) == []
     sidecar = {**sized({"cpu": "1"}, name="proxy"), "restartPolicy": "Always"}
     spec["initContainers"] = [sidecar]  # a sidecar runs beside them: counted
@@ -173,14 +175,21 @@ def test_an_init_container_runs_before_the_others_and_is_not_summed_with_them(
     ]
 
 
-FAMILY = {"name": "a100", "max": 1, "members": {"nvidia.com/mig-1g.10gb": 0.25,
-                                               "nvidia.com/mig-3g.40gb": 0.5}}  # fmt: skip
+FAMILY = {
+    "name": "a100",
+    "max": 1,
+    "members": {"nvidia.com/mig-1g.10gb": 0.25, "nvidia.com/mig-3g.40gb": 0.5},
+}
 
 
 def test_a_device_familys_weighted_total_above_its_maximum_is_denied(tmp_path: Path) -> None:
     families = policy(tmp_path, families=[FAMILY])
-    spec = {"containers": [sized(limits={"nvidia.com/mig-3g.40gb": "1"}),
-                           sized(limits={"nvidia.com/mig-1g.10gb": "3"}, name="b")]}  # fmt: skip
+    spec = {
+        "containers": [
+            sized(limits={"nvidia.com/mig-3g.40gb": "1"}),
+            sized(limits={"nvidia.com/mig-1g.10gb": "3"}, name="b"),
+        ]
+    }
     [violation] = check_device_families(pod_of(families, spec))
     assert (violation.rule, violation.path) == (
         RESOURCES_EXCEEDED,
