@@ -9,8 +9,9 @@ from typing import Any
 
 from harness.pods import NOT_PLATFORM, container, pod_of, policy_of
 
-from webhook.engine.rule_ids import RESOURCES_DEVICE_CLAIM, RESOURCES_DEVICE_ENV
 from webhook.engine.rules.devices import (
+    RESOURCES_DEVICE_CLAIM,
+    RESOURCES_DEVICE_ENV,
     check_device_claims,
     check_device_env,
     drop_device_claims,

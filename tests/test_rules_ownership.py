@@ -13,24 +13,22 @@ import pytest
 from harness.pods import NOT_PLATFORM, container, pod_of, policy_of
 
 from webhook.engine.context import Context, Ownership, Requester
-from webhook.engine.rule_ids import (
+from webhook.engine.rules.not_a_run import (
     OWNERSHIP_NOT_A_RUN,
-    OWNERSHIP_RESERVED_NAME,
-    OWNERSHIP_SERVICE_ACCOUNT,
-    OWNERSHIP_STAMP,
     OWNERSHIP_UNKNOWN,
-)
-from webhook.engine.rules.ownership import (
-    TOKEN_ACCOUNT_ANNOTATION,
-    TOKEN_SECRET_TYPE,
-    check_claim_clones,
-    check_claim_snapshots,
     check_not_a_run,
     check_ownership,
+)
+from webhook.engine.rules.ownership import TOKEN_ACCOUNT_ANNOTATION, TOKEN_SECRET_TYPE
+from webhook.engine.rules.reserved import (
+    OWNERSHIP_RESERVED_NAME,
+    OWNERSHIP_SERVICE_ACCOUNT,
+    check_claim_clones,
+    check_claim_snapshots,
     check_reserved_name,
-    check_stamp,
     check_token_secret,
 )
+from webhook.engine.rules.stamp import OWNERSHIP_STAMP, check_stamp
 from webhook.keys import REQUESTED_BY
 from webhook.policy.model import Policy
 

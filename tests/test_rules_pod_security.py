@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 from harness.pods import container, pod_of, policy_of
 
-from webhook.engine.rule_ids import (
+from webhook.engine.rules.pod_security import (
+    APPARMOR_ANNOTATION,
     SECURITY_APPARMOR,
     SECURITY_HOST_PORTS,
     SECURITY_PRIVILEGED,
@@ -19,9 +20,6 @@ from webhook.engine.rule_ids import (
     SECURITY_PROC_MOUNT,
     SECURITY_SELINUX,
     SECURITY_SYSCTLS,
-)
-from webhook.engine.rules.pod_security import (
-    APPARMOR_ANNOTATION,
     check_pod_security,
     confine_apparmor,
     confine_selinux,

@@ -13,7 +13,7 @@ from harness.pods import NOT_PLATFORM, container, policy_of
 
 from webhook.clusterstate.static import StaticClusterState
 from webhook.engine.context import Context, Ownership, Requester
-from webhook.engine.rule_ids import OWNERSHIP_NOT_A_RUN, OWNERSHIP_UNKNOWN
+from webhook.engine.rules.not_a_run import OWNERSHIP_NOT_A_RUN, OWNERSHIP_UNKNOWN
 from webhook.engine.rules.podclaims import (
     check_pod_claim_clones,
     check_pod_claim_snapshots,

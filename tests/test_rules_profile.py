@@ -10,13 +10,11 @@ from typing import Any
 
 from harness.pods import container, pod_of, policy_of
 
-from webhook.engine.rule_ids import (
+from webhook.engine.rules.profile import (
     PROFILE_APPLIED,
     PROFILE_NOT_ALLOWED,
     PROFILE_RANGE,
     PROFILE_UNKNOWN,
-)
-from webhook.engine.rules.profile import (
     apply_profile,
     check_profile,
     check_profile_ranges,

@@ -11,8 +11,13 @@ from typing import Any
 from harness.pods import container, policy_of
 
 from webhook.engine.context import Context, Requester
-from webhook.engine.rule_ids import QUEUE_BYPASSED, QUEUE_RESERVED_LABEL
-from webhook.engine.rules.queue import check_queue_bypass, check_queue_labels, queue_kept
+from webhook.engine.rules.queue import (
+    QUEUE_BYPASSED,
+    QUEUE_RESERVED_LABEL,
+    check_queue_bypass,
+    check_queue_labels,
+    queue_kept,
+)
 from webhook.engine.subject import review
 from webhook.keys import PLATFORM_POLICY, PLATFORM_RECORD, POLICY_LABEL, REQUESTED_BY
 from webhook.policy.model import Policy

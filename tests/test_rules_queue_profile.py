@@ -11,7 +11,7 @@ from typing import Any
 from harness.pods import policy_of
 
 from webhook.engine.context import Requester
-from webhook.engine.rule_ids import PROFILE_APPLIED
+from webhook.engine.rules.profile import PROFILE_APPLIED
 from webhook.engine.rules.queue_profile import (
     PRIORITY_LABEL,
     QUEUE_LABEL,

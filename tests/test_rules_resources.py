@@ -10,14 +10,12 @@ from typing import Any
 
 from harness.pods import container, pod_of, policy_of
 
-from webhook.engine.rule_ids import (
+from webhook.engine.rules.resources import (
     RESOURCES_CLAMPED,
     RESOURCES_DEFAULTS,
     RESOURCES_EXCEEDED,
     RESOURCES_GPU_MISMATCH,
     RESOURCES_MEMORY_LIMIT,
-)
-from webhook.engine.rules.resources import (
     check_device_families,
     check_resources,
     check_run_totals,

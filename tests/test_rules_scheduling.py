@@ -10,9 +10,10 @@ from typing import Any
 import pytest
 from harness.pods import container, pod_of, policy_of
 
-from webhook.engine.rule_ids import SCHEDULING_PREEMPTION_MODE, SCHEDULING_PRIORITY_CLASS
 from webhook.engine.rules.scheduling import (
     REQUIRED,
+    SCHEDULING_PREEMPTION_MODE,
+    SCHEDULING_PRIORITY_CLASS,
     apply_preemption_mode,
     check_scheduling,
     default_priority_class,

@@ -8,8 +8,8 @@ from pathlib import Path
 
 from harness.pods import policy_of
 
-from webhook.engine.rule_ids import SCOPE_LABELS
 from webhook.engine.rules.scope import (
+    SCOPE_LABELS,
     check_scope_annotations,
     check_scope_labels,
     scope_label_keys,

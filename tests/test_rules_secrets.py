@@ -9,8 +9,7 @@ from typing import Any
 from harness.pods import NOT_PLATFORM, container, pod_of, policy_of
 
 from webhook.engine.context import Ownership
-from webhook.engine.rule_ids import SECRETS_FORBIDDEN
-from webhook.engine.rules.secrets import check_secrets, drop_forbidden_secrets
+from webhook.engine.rules.secrets import SECRETS_FORBIDDEN, check_secrets, drop_forbidden_secrets
 from webhook.policy.model import Policy
 
 RUN = {"dhcore/run": "r1"}

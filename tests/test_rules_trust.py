@@ -14,18 +14,14 @@ from harness.pods import container, policy_of
 
 from webhook.clusterstate.static import StaticClusterState
 from webhook.engine.context import Context, Requester
-from webhook.engine.rule_ids import (
-    OWNERSHIP_CHANGED,
-    OWNERSHIP_DEBUG,
-    OWNERSHIP_OWNER_CHANGED,
-    OWNERSHIP_REFERENCE,
-    OWNERSHIP_RESERVED_LABEL,
-    OWNERSHIP_SERVICE_ACCOUNT,
-    OWNERSHIP_STAMP,
-    OWNERSHIP_UNKNOWN,
-    SCOPE_LABELS,
-)
+from webhook.engine.rules.debug import OWNERSHIP_DEBUG
+from webhook.engine.rules.not_a_run import OWNERSHIP_UNKNOWN
+from webhook.engine.rules.operator_objects import OWNERSHIP_REFERENCE, OWNERSHIP_RESERVED_LABEL
+from webhook.engine.rules.reserved import OWNERSHIP_SERVICE_ACCOUNT
+from webhook.engine.rules.scope import SCOPE_LABELS
+from webhook.engine.rules.stamp import OWNERSHIP_OWNER_CHANGED, OWNERSHIP_STAMP
 from webhook.engine.rules.trust import (
+    OWNERSHIP_CHANGED,
     TRUST_CHECKS,
     check_debug_container,
     check_operator_references,

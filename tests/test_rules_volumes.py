@@ -9,8 +9,12 @@ from typing import Any
 
 from harness.pods import NOT_PLATFORM, container, pod_of, policy_of
 
-from webhook.engine.rule_ids import VOLUMES_FORBIDDEN_TYPE, VOLUMES_PRE_EXISTING
-from webhook.engine.rules.volumes import check_volumes, drop_preexisting_volumes
+from webhook.engine.rules.volumes import (
+    VOLUMES_FORBIDDEN_TYPE,
+    VOLUMES_PRE_EXISTING,
+    check_volumes,
+    drop_preexisting_volumes,
+)
 from webhook.policy.model import Policy
 
 RUN = {"dhcore/run": "r1"}
