@@ -29,8 +29,6 @@ SPLIT_ELSEWHERE = "split in its own change"
 LONG_MODULES: dict[str, str] = {
     "webhook.policy.model": SPLIT_ELSEWHERE,
     "webhook.install.manifests": SPLIT_ELSEWHERE,
-    # the engine's entry points, on the hot path being tuned in a change of its own
-    "webhook.engine.review": SPLIT_ELSEWHERE,
     "webhook.engine.rules.security": "a step and the checks it repairs, side by side",
     "webhook.clusterstate.publication": "the file protocol, writer and reader together",
     "webhook.clusterstate.watch": "all the watch process asks the apiserver",

@@ -11,7 +11,7 @@ exactly once, in a module of this list whose code emits it.
 
 from __future__ import annotations
 
-from webhook.engine import review, types
+from webhook.engine import decide, mutation, types
 from webhook.engine.rule import CONCERNS, Concern, Declarations, Rule, collect
 from webhook.engine.rules import (
     debug,
@@ -54,7 +54,8 @@ DECLARATIONS: tuple[Declarations, ...] = tuple(
         operator_objects,
         debug,
         queue,
-        review,
+        mutation,
+        decide,
         types,
     )
 )
