@@ -349,7 +349,7 @@ def test_a_namespaces_admin_writes_them_its_viewers_read_them_edit_does_not_writ
 def test_the_policy_webhook_checks_them_in_every_namespace() -> None:
     (hook,) = manifests.policy_object_webhook()["webhooks"]
     assert [(r["resources"], r["scope"]) for r in hook["rules"]] == [
-        (["runpolicies", "profiles"], "Cluster"),
+        (["runpolicies", "profiles", "platforms"], "Cluster"),
         (["projectprofiles"], "Namespaced"),
     ]
     assert "namespaceSelector" not in hook  # no namespace is left out

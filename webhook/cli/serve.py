@@ -109,7 +109,7 @@ def _mirror_policy_objects(settings: Any) -> bool:
         return True
     print(
         f"runguard serve: policy objects: not listed within {SYNC_TIMEOUT:.0f}s: check that "
-        "the runpolicies.runguard.io and profiles.runguard.io CRDs are installed and that "
+        "the runpolicies, profiles and platforms.runguard.io CRDs are installed and that "
         "runguard's ServiceAccount may get, list and watch them (the watch's log above "
         "says which)",
         file=sys.stderr,

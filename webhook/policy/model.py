@@ -66,6 +66,8 @@ __all__ = [
     "Policy",
     "Profile",
     "POLICY_KINDS",
+    "PlatformConfig",
+    "PlatformName",
     "ProfileSpec",
     "ProfileValues",
     "ProjectProfileSpec",
@@ -595,7 +597,8 @@ class QueueController(Section):
 
 
 class PlatformConfig(Section):
-    """Who the platform is: ownership of its volumes and secrets."""
+    """Who the platform is: ownership of its volumes and secrets. A Platform document's
+    spec, written once for every RunPolicy that names it (``platform: NAME``)."""
 
     identities: Annotated[tuple[Identity, ...], UNIQUE] = Field(
         default=(),
@@ -682,6 +685,10 @@ def _username(identity: str) -> str:
     return identity
 
 
+# A Platform document's name, as a RunPolicy names it (``spec.platform: digitalhub``).
+PlatformName = DnsSubdomain
+
+
 class RunPolicySpec(Section):
     """What runguard enforces on platform runs."""
 
@@ -710,8 +717,14 @@ class RunPolicySpec(Section):
     volumes: VolumesConfig = Field(default_factory=VolumesConfig)
     secrets: SecretsConfig = Field(default_factory=SecretsConfig)
     scheduling: SchedulingConfig = Field(default_factory=SchedulingConfig)
-    platform: PlatformConfig = Field(
-        default_factory=PlatformConfig, description="Who the platform is (ownership checks)."
+    # The engine reads a PlatformConfig (``Policy.platform``): the loader puts the named
+    # Platform document's spec here (``platforms.resolved``) before the Policy is built.
+    platform: PlatformName | PlatformConfig = Field(
+        default_factory=PlatformConfig,
+        description="The Platform document this RunPolicy reads (its metadata.name): who the "
+        "platform is, for the ownership checks. Absent: no platform (no identities: names "
+        "alone decide). A mapping written here (the platform's keys inline) is the older "
+        "form, still read; runguard lint says to move it to a Platform document.",
     )
     requesters: Annotated[tuple[Identity, ...], UNIQUE] = Field(
         default=(),
@@ -896,14 +909,15 @@ class Profile(ProfileSpec):
 
 # --- documents -------------------------------------------------------------------------
 
-Kind = Literal["RunPolicy", "Profile", "ProjectProfile"]
+Kind = Literal["RunPolicy", "Profile", "ProjectProfile", "Platform"]
 
 
 class Document(Section):
-    """A RunPolicy (one or more per directory, tried in name order), Profile or ProjectProfile."""
+    """A RunPolicy (one or more per directory, tried in name order), Profile,
+    ProjectProfile or Platform."""
 
     api_version: Literal["runguard.io/v1"] = Field(description="Always runguard.io/v1.")
-    kind: Kind = Field(description="RunPolicy, Profile or ProjectProfile.")
+    kind: Kind = Field(description="RunPolicy, Profile, ProjectProfile or Platform.")
     metadata: Metadata = Field(description="The document's name.")
     spec: dict[str, Any] = Field(description="Depends on kind.")
 
@@ -924,16 +938,25 @@ class ProjectProfileMetadata(ProfileMetadata):
     )
 
 
+class PlatformMetadata(Metadata):
+    """A Platform's metadata: its name, as RunPolicies name it (platform: NAME)."""
+
+    name: PlatformName = Field(
+        description="The platform's name, as a RunPolicy names it (platform: NAME)."
+    )
+
+
 API_VERSION: str = get_args(Document.model_fields["api_version"].annotation)[0]
 # kind -> (its spec, its metadata): the schema checks each document against its kind's.
 KINDS: dict[str, tuple[type[Section], type[Metadata]]] = {
     "RunPolicy": (RunPolicySpec, Metadata),
     "Profile": (ProfileSpec, ProfileMetadata),
     "ProjectProfile": (ProjectProfileSpec, ProjectProfileMetadata),
+    "Platform": (PlatformConfig, PlatformMetadata),
 }
 # The kinds a policy directory is built of; a ProjectProfile is read from the cluster
 # (runguard's cluster-state watch, or ``--cluster-state`` offline) and only checked there.
-POLICY_KINDS = ("RunPolicy", "Profile")
+POLICY_KINDS = ("RunPolicy", "Profile", "Platform")
 assert set(KINDS) == set(get_args(Kind))
 
 
@@ -947,6 +970,7 @@ class Policy(RunPolicySpec):
     and the others are its ``alternatives``, in name order: a Pod is judged by the first
     of them whose selector matches it (``choose``)."""
 
+    platform: PlatformConfig = Field(default_factory=PlatformConfig)  # resolved at load
     name: str = "runguard"
     profiles: Mapping[str, Profile] = Field(default_factory=dict)
     digest: str = ""  # sha256 of the source documents, for /readyz and the audit log

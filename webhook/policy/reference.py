@@ -23,6 +23,7 @@ __all__ = ["policy_reference"]
 _OUR_TYPES = {
     definition.ref: definition for definition in (*FORMATS, RESOURCE_LIST, RESOURCE_RANGE_LIST)
 }
+_SPECS = {spec.__name__: kind for kind, (spec, _) in KINDS.items()}
 _HEADER = "| key | type | default | description |\n|---|---|---|---|\n"
 
 
@@ -99,8 +100,12 @@ def _default(key: Key, prop: dict[str, Any], owner: dict[str, Any], section: Any
 
 
 def _type(prop: dict[str, Any], defs: dict[str, Any], shapes: dict[str, None]) -> str:
+    if "anyOf" in prop:  # a RunPolicy's platform: a Platform's name, or its keys inline
+        return " or ".join(_type(branch, defs, shapes) for branch in prop["anyOf"])
     if "$ref" in prop:
         name = prop["$ref"].removeprefix(DEFS)
+        if name in _SPECS:
+            return f"mapping: the keys of a {_SPECS[name]}'s `spec`"
         if name in _OUR_TYPES:
             return f"[{_words(name)}](#types)"
         shapes[name] = None

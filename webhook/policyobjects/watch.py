@@ -1,4 +1,4 @@
-"""The policy watch: RunPolicy and Profile objects mirrored into the policy directory.
+"""The policy watch: RunPolicy, Profile and Platform objects mirrored into the policy directory.
 
 ``runguard serve --policy-objects in-cluster|FILE`` runs it as its own process (a fresh
 interpreter, ``python -m webhook.policyobjects.watch``, supervised like the cluster-state
@@ -6,10 +6,10 @@ watch: ``process.PolicyWatch``), started before the first load, so that the serv
 what it is: a directory of policy files, reloaded when they change, the last good policy
 kept when they do not load. The process
 
-* lists both kinds, writes each object as a file (``objects.mirror``: what a file in
-  ``policies/`` holds, the same YAML) and marks the first sync (``.synced``, a hidden
-  file the loader skips);
-* watches both kinds from the listed resourceVersion, mirroring each change as it comes
+* lists the three kinds (``crd.MIRRORED``), writes each object as a file
+  (``objects.mirror``: what a file in ``policies/`` holds, the same YAML) and marks
+  the first sync (``.synced``, a hidden file the loader skips);
+* watches them from the listed resourceVersion, mirroring each change as it comes
   (a 410 Gone, or a watch that ends, lists again);
 * after each change loads the directory as the server will (``objects.conditions``) and
   writes every object's ``status``: a ``Loaded`` condition, True, or False with the
