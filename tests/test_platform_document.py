@@ -19,7 +19,7 @@ from webhook.engine.context import Context, Requester
 from webhook.policy.crd import CRD_FILES, policy_crds
 from webhook.policy.lint import lint
 from webhook.policy.loader import load_policy, read_policy
-from webhook.policy.objects import check_object, conditions, mirror
+from webhook.policy.mirror.objects import check_object, conditions, mirror
 from webhook.serving.app import create_app
 
 REPO = Path(__file__).resolve().parent.parent

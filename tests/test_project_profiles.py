@@ -24,8 +24,8 @@ from webhook.install import manifests
 from webhook.policy.crd import CRD_FILES
 from webhook.policy.lint import lint
 from webhook.policy.loader import load_policy
+from webhook.policy.mirror.objects import check_object
 from webhook.policy.model import Policy
-from webhook.policy.objects import check_object
 
 RUN_POLICY = """\
     apiVersion: runguard.io/v1

@@ -309,7 +309,7 @@ def _mirror_policy_objects(api_client: Any, directory: str) -> None:
     from kubernetes import client
 
     from webhook.policy.crd import GROUP, MIRRORED, PLURALS, VERSION
-    from webhook.policy.objects import mirror
+    from webhook.policy.mirror.objects import mirror
 
     api: Any = client.CustomObjectsApi(api_client)
     items: list[dict[str, Any]] = []

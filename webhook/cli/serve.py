@@ -95,11 +95,11 @@ SYNC_TIMEOUT = 60.0  # seconds for the policy watch's first list
 
 
 def _mirror_policy_objects(settings: Any) -> bool:
-    """Start the policy watch (``webhook.policyobjects``) and wait for its first mirror of
+    """Start the policy watch (``webhook.policy.mirror``) and wait for its first mirror of
     the cluster's RunPolicy and Profile objects into the policy directory."""
     import atexit
 
-    from webhook.policyobjects.process import SYNCED, PolicyWatch, wait_synced
+    from webhook.policy.mirror.process import SYNCED, PolicyWatch, wait_synced
 
     (settings.policy_dir / SYNCED).unlink(missing_ok=True)
     watch = PolicyWatch(settings.policy_dir, settings.policy_objects)
