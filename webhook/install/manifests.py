@@ -1399,7 +1399,7 @@ _RUN_USER_HEADER = (
     "# `runguard audit --rbac` lists none of its verbs (docs/threat-model.md).\n"
 )
 _CRD_HEADER = (
-    "# Generated from the policy model (webhook/policy/model.py, the same as\n"
+    "# Generated from the policy model (webhook/policy/model/, the same as\n"
     "# webhook/policy/runguard.schema.json) by `runguard manifests --write manifests`.\n"
     "# Do not edit: tests/test_manifests.py checks it.\n"
 )

@@ -35,7 +35,7 @@ def policy_reference() -> str:
     spec_description = schema["properties"]["spec"]["description"]
     out = [
         "# Policy reference\n",
-        "<!-- Generated from webhook/policy/model.py by `runguard schema --format markdown "
+        "<!-- Generated from webhook/policy/model/ by `runguard schema --format markdown "
         "-o docs/policy-reference.md`; do not edit (tests/test_policy_reference.py). -->\n",
         f"{schema['description']} Every key is optional unless its default says "
         "*required*; a key left out takes its default, and \u2014 means absent (that part "
