@@ -363,23 +363,22 @@ def test_what_a_selector_picks_is_read_widest() -> None:
 def test_a_reference_must_be_in_its_operators_kind_and_name_a_recorded_kind(
     tmp_path: Path,
 ) -> None:
-    text = (REPO / "policies" / "runpolicy.yaml").read_text(encoding="utf-8")
-    (tmp_path / "profiles.yaml").write_text(
-        (REPO / "policies" / "profiles.yaml").read_text(encoding="utf-8")
-    )
+    text = (REPO / "policies" / "platform.yaml").read_text(encoding="utf-8")
+    for name in ("profiles.yaml", "runpolicy.yaml"):
+        (tmp_path / name).write_text((REPO / "policies" / name).read_text(encoding="utf-8"))
     for wrong, message in (
         ("kind: ray.io/RayJob", "is not one of this operator's kinds"),
         ("names: ray.io/RayCluster", "is no kind of the platform's"),
     ):
         key, _, _ = wrong.partition(":")
         broken = text.replace(wrong, f"{key}: argoproj.io/WorkflowTemplate")
-        (tmp_path / "runpolicy.yaml").write_text(broken)
+        (tmp_path / "platform.yaml").write_text(broken)
         with pytest.raises(PolicyError, match=message):
             load_policy(tmp_path)  # fmt: skip
     # a path is keys, [KEY] and [*]: anything else is refused where it is written
     broken = text.replace("spec.clusterSelector[ray.io/cluster]", "spec..clusterSelector")
-    (tmp_path / "runpolicy.yaml").write_text(broken)
-    with pytest.raises(PolicyError, match=r"runpolicy.yaml:\d+: .*references\[0\]\.path"):
+    (tmp_path / "platform.yaml").write_text(broken)
+    with pytest.raises(PolicyError, match=r"platform.yaml:\d+: .*references\[0\]\.path"):
         load_policy(tmp_path)
 
 

@@ -55,13 +55,13 @@ TRAINING = Requester("system:serviceaccount:kubeflow:training-operator")
 
 
 def edited_policies(tmp_path: Path) -> Policy:
-    """The shipped policies as an admin edits them live (``kubectl edit runpolicy``): one
+    """The shipped policies as an admin edits them live (``kubectl edit platform``): one
     more operator, Kubeflow's training-operator for PyTorchJobs."""
     for path in (REPO / "policies").glob("*.yaml"):
         docs = list(yaml.safe_load_all(path.read_text(encoding="utf-8")))
         for doc in docs:
-            if doc.get("kind") == "RunPolicy":  # every RunPolicy names it, as the shipped do
-                doc["spec"]["platform"]["operators"].append(
+            if doc.get("kind") == "Platform":  # every RunPolicy names it, as the shipped do
+                doc["spec"]["operators"].append(
                     {"identity": TRAINING.username, "kinds": ["kubeflow.org/PyTorchJob"]}
                 )
         (tmp_path / path.name).write_text(yaml.safe_dump_all(docs), encoding="utf-8")
@@ -71,7 +71,7 @@ def edited_policies(tmp_path: Path) -> Policy:
 def test_a_live_policy_edit_is_routed_before_it_is_relied_on(tmp_path: Path) -> None:
     """Chain: with RunPolicy and Profile as objects watched live, an admin adds an operator
     (Kubeflow's training-operator, ``kubeflow.org/PyTorchJob``) with ``kubectl edit
-    runpolicy digitalhub``. The policy watch mirrors it and the server serves it within
+    platform digitalhub``. The policy watch mirrors it and the server serves it within
     seconds; nothing renders the webhook configurations again (``runguard manifests
     --check`` compares them with ``policies/`` in Git, not with the objects). The
     operators webhooks still list only the old kinds, so a user's PyTorchJob created with
@@ -112,7 +112,7 @@ def test_a_live_policy_edit_is_routed_before_it_is_relied_on(tmp_path: Path) -> 
     assert PLATFORM_RECORD not in stamped["metadata"]["annotations"]
     # Closed: the policy watch holds an edit that changes what the webhooks route until
     # the cluster's configurations route it, and serves the policy before it meanwhile.
-    from webhook.policyobjects.watch import held_because, policy_routing
+    from webhook.policy.mirror.watch import held_because, policy_routing
 
     ns = manifests.DEFAULT_NAMESPACE
     before = policy_routing(DIGITALHUB, ns)

@@ -216,9 +216,11 @@ def test_another_platforms_model_is_not_scaled_through_the_first_platforms_exemp
     shutil.copytree(REPO / "policies", tmp_path, dirs_exist_ok=True)
     shutil.rmtree(tmp_path / "examples")
     other = yaml.safe_load((REPO / "policies" / "runpolicy.yaml").read_text())
-    other["metadata"]["name"] = "other"
-    other["spec"]["platform"]["identities"] = ["system:serviceaccount:other:api"]
-    (tmp_path / "other.yaml").write_text(yaml.safe_dump(other))
+    other["metadata"]["name"] = other["spec"]["platform"] = "other"
+    other_platform = yaml.safe_load((REPO / "policies" / "platform.yaml").read_text())
+    other_platform["metadata"]["name"] = "other"
+    other_platform["spec"]["identities"] = ["system:serviceaccount:other:api"]
+    (tmp_path / "other.yaml").write_text(yaml.safe_dump_all([other, other_platform]))
     two = load_policy(tmp_path)
     others_model = model({REQUESTED_BY: "system:serviceaccount:other:api", PLATFORM_RECORD: "true",
                           PLATFORM_POLICY: "other"})  # fmt: skip

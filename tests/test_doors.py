@@ -144,6 +144,7 @@ def _policy(**modes: str) -> Any:
     platform's device claims; ``modes``: volumes.onPreExisting and secrets.onForbidden."""
     doc = yaml.safe_load((REPO / "policies" / "runpolicy.yaml").read_text())
     spec = doc["spec"]
+    spec["platform"] = yaml.safe_load((REPO / "policies" / "platform.yaml").read_text())["spec"]
     spec["security"]["level"] = "baseline"
     spec["volumes"]["allowedTypes"] = [t for t in VOLUME_TYPES if t not in ("name", "hostPath")]
     spec["resources"]["platformDeviceClaims"] = ["gpu-{labels[dhcore/run]}"]

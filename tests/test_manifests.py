@@ -955,6 +955,7 @@ def test_cli_write_then_check_catches_a_policy_edit(
         "shells-webhook.yaml",
     ]
     assert sorted(p.name for p in (out / "policy-objects").iterdir()) == [
+        "runguard.io_platforms.yaml",
         "runguard.io_profiles.yaml",
         "runguard.io_projectprofiles.yaml",
         "runguard.io_runpolicies.yaml",

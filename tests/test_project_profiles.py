@@ -28,8 +28,8 @@ from webhook.install import manifests
 from webhook.policy.crd import CRD_FILES
 from webhook.policy.lint import lint
 from webhook.policy.loader import load_policy
+from webhook.policy.mirror.objects import check_object
 from webhook.policy.model import Policy
-from webhook.policy.objects import check_object
 
 RUN_POLICY = """\
     apiVersion: runguard.io/v1
@@ -353,7 +353,7 @@ def test_a_namespaces_admin_writes_them_its_viewers_read_them_edit_does_not_writ
 def test_the_policy_webhook_checks_them_in_every_namespace() -> None:
     (hook,) = manifests.policy_object_webhook()["webhooks"]
     assert [(r["resources"], r["scope"]) for r in hook["rules"]] == [
-        (["runpolicies", "profiles"], "Cluster"),
+        (["runpolicies", "profiles", "platforms"], "Cluster"),
         (["projectprofiles"], "Namespaced"),
     ]
     assert "namespaceSelector" not in hook  # no namespace is left out

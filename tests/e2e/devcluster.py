@@ -564,7 +564,8 @@ def apply_policy_objects(cluster: Cluster, policy: Path, mirror: Path) -> None:
         cluster.kubectl("apply", "--server-side", "-f", str(crd), check=True)
     cluster.kubectl(
         "wait", "--for=condition=Established",
-        "crd/runpolicies.runguard.io", "crd/profiles.runguard.io", check=True,
+        "crd/runpolicies.runguard.io", "crd/profiles.runguard.io",
+        "crd/platforms.runguard.io", check=True,
     )  # fmt: skip
     cluster.kubectl("apply", "-f", str(policy), check=True)
 

@@ -3,7 +3,7 @@ and ``whatif`` with ``--kubeconfig``/``--context``, or in a Pod its ServiceAccou
 
 The ``kubernetes`` client's connection (``connect``), one list request per page with
 its body left undecoded (``kube_fetch``: raw JSON, ``_preload_content=False``, no
-typed-model round trip), the policy the cluster's RunPolicy and Profile objects make
+typed-model round trip), the policy the cluster's RunPolicy, Platform and Profile objects make
 (``policy_from_objects``), and a failure in a line that says what to do
 (``failure_reason``, ``config_reason``); and what ``runguard audit`` and ``audit
 --rbac`` both write with: server-side apply as ``runguard-audit``, reports as YAML, a
@@ -85,11 +85,11 @@ def kube_fetch(api_client: Any) -> Fetch:
 
 
 def mirror_policy_objects(api_client: Any, directory: str) -> None:
-    """The cluster's RunPolicy and Profile objects as policy files in ``directory``."""
+    """The cluster's RunPolicy, Platform and Profile objects as policy files in ``directory``."""
     from kubernetes import client
 
     from webhook.policy.crd import GROUP, MIRRORED, PLURALS, VERSION
-    from webhook.policy.objects import mirror
+    from webhook.policy.mirror.objects import mirror
 
     api: Any = client.CustomObjectsApi(api_client)
     items: list[dict[str, Any]] = []
@@ -103,7 +103,8 @@ def mirror_policy_objects(api_client: Any, directory: str) -> None:
 
 
 def policy_from_objects(api_client: Any, scratch: str) -> Policy | None:
-    """The policy the cluster's RunPolicy and Profile objects make (None: errors printed)."""
+    """The policy the cluster's RunPolicy, Platform and Profile objects make (None:
+    errors printed)."""
     mirror_policy_objects(api_client, scratch)
     return load_policy_or_report(scratch)
 

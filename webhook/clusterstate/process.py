@@ -80,7 +80,7 @@ class WatchProcess:
     """One watch process publishing into ``directory``, from ``source`` (``in-cluster``
     or a kubeconfig path), kept running until ``stop()``. A subclass runs another
     watch (``module``, ``arguments()``) under the same supervision
-    (``webhook.policyobjects``)."""
+    (``webhook.policy.mirror``)."""
 
     label = "cluster state"  # how the log names this watch
 
