@@ -29,10 +29,6 @@ SPLIT_ELSEWHERE = "split in its own change"
 LONG_MODULES: dict[str, str] = {
     "webhook.policy.model": SPLIT_ELSEWHERE,
     "webhook.install.manifests": SPLIT_ELSEWHERE,
-    "webhook.engine.rules.security": "a step and the checks it repairs, side by side",
-    "webhook.clusterstate.publication": "the file protocol, writer and reader together",
-    "webhook.clusterstate.watch": "all the watch process asks the apiserver",
-    "webhook.install.certs": "one certificate directory's life: issue, rotation, files",
 }
 
 
