@@ -360,8 +360,10 @@ def test_the_policy_webhook_checks_them_in_every_namespace() -> None:
 
 
 def test_the_watch_reads_them_whole_and_everything_else_as_metadata(tmp_path: Path) -> None:
-    from webhook.clusterstate.publication import Publisher, create_directory
-    from webhook.clusterstate.watch import LIST_ACCEPT, KindWatch
+    from webhook.clusterstate.api import LIST_ACCEPT
+    from webhook.clusterstate.publication import create_directory
+    from webhook.clusterstate.watch import KindWatch
+    from webhook.clusterstate.writer import Publisher
 
     directory = create_directory(str(tmp_path), [DEVICE_CLAIMS, PROJECT_PROFILES])
     publisher = Publisher(directory, [DEVICE_CLAIMS, PROJECT_PROFILES])

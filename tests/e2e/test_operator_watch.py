@@ -32,7 +32,8 @@ import yaml
 
 from webhook.clusterstate import KINDS
 from webhook.clusterstate.process import WatchProcess
-from webhook.clusterstate.publication import SharedClusterState, create_directory
+from webhook.clusterstate.publication import create_directory
+from webhook.clusterstate.reader import SharedClusterState
 
 from .cluster import Cluster
 from .devcluster import Runguard, prepare_cluster

@@ -98,7 +98,7 @@ def _run_cluster(args: argparse.Namespace, kind: str, name: str) -> int:
 
     from webhook.audit.liveview import read_object, read_view
     from webhook.cli.cluster import config_reason, connect, failure_reason, policy_from_objects
-    from webhook.clusterstate.watch import ApiError
+    from webhook.clusterstate.api import ApiError
 
     if args.cluster_state or args.as_user or args.as_group:
         print("runguard explain: --cluster-state, --as and --as-group go with files; "

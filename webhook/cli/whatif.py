@@ -157,7 +157,7 @@ def _live(
         kube_fetch,
         policy_from_objects,
     )
-    from webhook.clusterstate.watch import ApiError
+    from webhook.clusterstate.api import ApiError
 
     doing = "connect"
     name = "the cluster's policy objects" if args.policy_objects else args.policy

@@ -39,7 +39,8 @@ from webhook.clusterstate.model import (
     RESOURCES,
     split_group_kind,
 )
-from webhook.clusterstate.publication import SharedClusterState, create_directory
+from webhook.clusterstate.publication import create_directory
+from webhook.clusterstate.reader import SharedClusterState
 
 if TYPE_CHECKING:
     from webhook.policy.model import Policy

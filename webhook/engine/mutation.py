@@ -27,9 +27,9 @@ from webhook.engine.podspec import Target
 from webhook.engine.receipts import Receipts, backstop_key, state_version
 from webhook.engine.rule import Declarations
 from webhook.engine.rules import ownership
+from webhook.engine.rules.hardening import harden_debug_containers
 from webhook.engine.rules.profile import PRIORITY_COMPUTED
 from webhook.engine.rules.queue_profile import send_to_queue
-from webhook.engine.rules.security import harden_debug_containers
 from webhook.engine.shape import check_shape
 from webhook.engine.subject import (
     Review,

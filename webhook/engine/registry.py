@@ -16,6 +16,7 @@ from webhook.engine.rule import CONCERNS, Concern, Declarations, Rule, collect
 from webhook.engine.rules import (
     debug,
     devices,
+    hardening,
     not_a_run,
     operator_objects,
     pod_security,
@@ -42,6 +43,7 @@ DECLARATIONS: tuple[Declarations, ...] = tuple(
         resources,
         devices,
         security,
+        hardening,
         pod_security,
         volumes,
         secrets,

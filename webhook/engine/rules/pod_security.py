@@ -152,7 +152,7 @@ HINTED_LISTS = tuple((name, hint(name)) for name in ALL_CONTAINER_LISTS)
 def _carrying(pod: Pod, key: str, pod_level: bool = True) -> list[tuple[str, JSON]]:
     """(``pod`` or container name, securityContext) of the pod (unless ``pod_level`` is
     False), init containers and containers whose securityContext sets ``key``; ephemeral
-    containers are only ever added, see ``security.harden_debug_containers``. Plain loops:
+    containers are only ever added, see ``hardening.harden_debug_containers``. Plain loops:
     this runs for every pod, which almost never sets any of these keys."""
     spec = pod.spec
     out = []
