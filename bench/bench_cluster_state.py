@@ -42,14 +42,11 @@ import bench_config  # noqa: F401  (the import path: webhook)
 import orjson
 
 from webhook.clusterstate import KINDS, meta_from_object
-from webhook.clusterstate.publication import (
-    PUT,
-    Publisher,
-    SharedClusterState,
-    create_directory,
-)
+from webhook.clusterstate.publication import PUT, create_directory
+from webhook.clusterstate.reader import SharedClusterState
 from webhook.clusterstate.table import encode_record
 from webhook.clusterstate.watch import _release_memory as release_memory
+from webhook.clusterstate.writer import Publisher
 
 PAGE = 500
 NAMESPACES = 200
@@ -322,8 +319,9 @@ def naive_dict(count: int) -> int:
 
 
 def real_apiserver(kubeconfig: str, objects: int) -> dict[str, Any]:
+    from webhook.clusterstate.api import LIST_ACCEPT, Api, api_client, resource_path
     from webhook.clusterstate.process import WatchProcess
-    from webhook.clusterstate.watch import LIST_ACCEPT, Api, Watcher, api_client, resource_path
+    from webhook.clusterstate.watch import Watcher
 
     env = {**os.environ, "KUBECONFIG": kubeconfig}
     namespace = f"rg-bench-{os.urandom(3).hex()}"

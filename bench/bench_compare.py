@@ -28,7 +28,8 @@ root = sys.argv[1]
 sys.path[:0] = [root, root + "/bench"]
 import bench_engine
 from webhook.policy.loader import load_policy
-policy = load_policy(root + "/tests/cases/_policies/platform")
+policy = load_policy(sys.argv[3] if len(sys.argv) > 3 and sys.argv[3] else
+                     root + "/tests/cases/_policies/platform")
 pod = bench_engine.gpu_pod(1)
 served = getattr(bench_engine, "server_review", None)  # receipts, where the tree has them
 def review():
@@ -47,9 +48,10 @@ print(bench_engine.summary(bench_engine.measure(review, 20000, float(sys.argv[2]
 )
 
 
-def p50(root: Path, seconds: float) -> float:
+def p50(root: Path, seconds: float, policy: Path | None = None) -> float:
+    """``root``'s engine_us_p50, with its own platform test policy or ``policy``."""
     done = subprocess.run(
-        [sys.executable, "-c", ROUND, str(root), str(seconds)],
+        [sys.executable, "-c", ROUND, str(root), str(seconds), str(policy or "")],
         capture_output=True, text=True, check=True, timeout=120 + seconds,
     )  # fmt: skip
     return float(done.stdout.strip())

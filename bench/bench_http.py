@@ -230,19 +230,27 @@ def start_server(
     proc = subprocess.Popen(
         cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=open(workdir / "stderr", "wb")
     )
-    context = ssl.create_default_context(cafile=str(certs / "ca.crt"))
-    deadline = time.monotonic() + 30
+    wait_for_tls(proc, port, certs / "ca.crt", workdir / "stderr", 30.0)
+    return proc, port
+
+
+def wait_for_tls(proc: Any, port: int, ca_file: Path, stderr: Path, timeout: float) -> None:
+    """Until the server ``proc`` completes a TLS handshake on ``port`` (then a second for
+    every worker to boot); exits with its stderr when it stops or does not answer."""
+    context = ssl.create_default_context(cafile=str(ca_file))
+    deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise SystemExit(f"server exited:\n{(workdir / 'stderr').read_text()}")
+            raise SystemExit(f"server exited:\n{stderr.read_text()}")
         try:
             with socket.create_connection(("127.0.0.1", port), timeout=2) as raw:
                 with context.wrap_socket(raw, server_hostname="127.0.0.1"):
                     break
         except OSError:
             time.sleep(0.1)
+    else:
+        raise SystemExit(f"server not answering after {timeout:.0f} s:\n{stderr.read_text()}")
     time.sleep(1.0)  # let every worker boot
-    return proc, port
 
 
 def workers_of(master: int) -> list[int]:

@@ -56,8 +56,8 @@ from bench_config import BENCH, CONNECTIONS, POLICY_DIR, default_config
 from harness import slow_clients
 from harness.workloads import typical_run_pod
 
+from webhook.engine.rules.hardening import drop_fill, seccomp_fill  # noqa: E402
 from webhook.engine.rules.pod_security import allowed_capabilities  # noqa: E402
-from webhook.engine.rules.security import drop_fill, seccomp_fill  # noqa: E402
 from webhook.policy.loader import load_policy  # noqa: E402
 from webhook.policy.model import NamePattern, Policy  # noqa: E402
 from webhook.policy.patterns import split  # noqa: E402

@@ -1,24 +1,63 @@
-"""Every connection into a Pod, judged on the Pods it reaches (``webhook/serving/shells.py``).
+"""Attacks through every connection into a Pod (``webhook/serving/shells.py``,
+``webhook/serving/reach.py``, ``engine.connect``): ``kubectl exec`` / ``attach``,
+``port-forward``, ``pods/proxy``, ``services/proxy``, ``nodes/proxy``, a CONNECT that is no
+door, and a debug container added to a platform Pod.
 
-The attacker has ``edit`` in run namespaces: ``create`` on ``pods/proxy`` and
-``services/proxy`` among the rest. Each chain below got through, or refused a user her
-own Pod, before this file; its docstring keeps the chain and the fix made. The reads
-of the cluster are functions here (``Namespace``); the server's reads and the
-apiserver's routing are tested through the real apiserver in ``tests/e2e/test_trust.py``.
+The attacker is a data scientist with the ``edit`` ClusterRole in run namespaces: it
+grants ``create`` on ``pods/exec``, ``pods/attach``, ``pods/portforward``, ``pods/proxy``,
+``services/proxy``, ``serviceaccounts/token`` and ``impersonate`` on serviceaccounts,
+nothing on ``userextras``. Each chain below got through, or refused a user her own Pod,
+before it was mended; its docstring keeps the chain and the fix made. The reads of the
+cluster are functions here (``Namespace``); the server's reads and the apiserver's
+routing are tested through the real apiserver in ``tests/e2e/test_trust.py``.
+
+Known race, not tested (offline it cannot be): a ``services/proxy`` is judged on the
+Service, its Endpoints and EndpointSlices as read at the moment of the request
+(``webhook.serving.reach.reached_pods``); a Service whose selector she changes between
+runguard's answer and the apiserver's own read of the Endpoints (milliseconds later)
+is proxied to Pods runguard did not judge. The endpoints controller lags the selector
+too, so the window is the controller's reaction time plus the webhook's round trip.
 """
 
 from __future__ import annotations
 
 import copy
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
-from test_shells import Cluster, Reads, as_pod, connect_request, token_of, users_own_pod
-from test_trust import ALICE, CORE, REPO, SHIPPED, created, pod
+from attacks_support import DH_NS, DIGITALHUB, _routes, platform_run
+from test_ownership import Meta, State
+from test_shells import (
+    Cluster,
+    Reads,
+    answer,
+    as_pod,
+    connect_request,
+    shell,
+    token_of,
+    users_own_pod,
+)
+from test_trust import (
+    ALICE,
+    ARGO,
+    CORE,
+    REPO,
+    SHIPPED,
+    created,
+    pod,
+    rules,
+    update,
+    workflow,
+)
 
+from webhook import engine
+from webhook.engine import connect, evaluate, validate
+from webhook.engine.context import Context, Requester
 from webhook.install import manifests
+from webhook.keys import PLATFORM_RECORD, REQUESTED_BY
 from webhook.serving import admission, shells
 from webhook.serving.app import create_app
 from webhook.serving.reach import Listed, proxied_name, reached_pods
@@ -151,7 +190,244 @@ def routed(resource: str) -> bool:
     return any(resource in r["resources"] and "CONNECT" in r["operations"] for r in hook["rules"])
 
 
-# --- the name forms of a proxy ---------------------------------------------------------------
+# --- exec and attach: who the opener is, what the review says ---------------------------
+
+
+@pytest.mark.parametrize(
+    "who",
+    [
+        Requester("serviceaccount:digitalhub:core", ("system:authenticated",)),  # no system:
+        Requester("core", ("system:authenticated",)),
+        Requester("group:system:serviceaccounts", ("system:authenticated",)),
+        Requester("alice", ("system:serviceaccount:digitalhub:core", "system:serviceaccounts")),
+        Requester("system:serviceaccount:ml:core", ("system:serviceaccounts",)),  # her "core"
+    ],
+)
+def test_identity_strings_typed_like_the_platform_are_not_it(who: Requester) -> None:
+    reads = Reads(PodLookup(platform_run()))
+    denied = answer(connect_request(who), reads)
+    assert reads.asked == [("ml", "train")]
+    assert denied["allowed"] is False and "[ownership.debug]" in denied["status"]["message"]
+
+
+def _odd(**change: Any) -> dict[str, Any]:
+    request = connect_request(ALICE)
+    for key, value in change.items():
+        if value is None:
+            request.pop(key, None)
+        else:
+            request[key] = value
+    return request
+
+
+@pytest.mark.parametrize(
+    "request_",
+    [
+        _odd(userInfo=None),  # no user: not the platform
+        _odd(userInfo={"username": "", "groups": []}),
+        _odd(userInfo={"username": ["system:serviceaccount:digitalhub:core"]}),
+        _odd(name=None),
+        _odd(namespace=None),
+        _odd(requestResource={"group": "", "version": "v1", "resource": "pods"},
+             requestSubResource="exec", requestKind={"group": "", "version": "v1",
+                                                     "kind": "PodExecOptions"}),
+        _odd(object={"kind": "PodExecOptions", "command": ["tar", "cf", "-", "/data"]}),  # cp
+        _odd(object=None, kind=None),
+        _odd(dryRun=True),
+    ],
+)  # fmt: skip
+def test_odd_connect_reviews_never_open_a_platform_pod(request_: dict[str, Any]) -> None:
+    assert shells.shell_of(request_) == "exec"
+    outcome = shells.review(request_, SHIPPED, None, Reads(PodLookup(platform_run())))
+    assert outcome.response["response"]["allowed"] is False
+
+
+def test_a_read_that_raises_or_a_pod_of_odd_shape_is_denied_not_crashed() -> None:
+    def boom(namespace: str, name: str) -> PodLookup:
+        raise RuntimeError("apiserver exploded")
+
+    outcome = shells.review(connect_request(ALICE), SHIPPED, None, boom)
+    assert outcome.response["response"]["allowed"] is False
+    assert isinstance(outcome.error, RuntimeError)
+    assert "exploded" not in str(outcome.response)  # the reason is logged, not sent
+    odd = {"kind": "Pod", "metadata": ["x"], "spec": {"containers": "x", "volumes": [1, None]}}
+    decision = shell(ALICE, odd)
+    assert decision.error is None
+    huge = platform_run()
+    huge["metadata"]["annotations"].update({f"k{i}": "v" * 1000 for i in range(1000)})
+    assert rules(shell(ALICE, huge)) == {"ownership.debug"}
+
+
+def test_an_operators_own_pod_is_judged_by_its_account() -> None:
+    """KubeRay's operator Pod, installed by the chart (record "installer"), running as an
+    operator account: a shell there is its token."""
+    op: dict[str, Any] = {"apiVersion": "v1", "kind": "Pod",
+          "metadata": {"name": "kuberay-operator-1", "namespace": "digitalhub",
+                       "annotations": {PLATFORM_RECORD: "installer"}},
+          "spec": {"serviceAccountName": "kuberay-operator",
+                   "containers": [{"name": "op", "image": "kuberay"}]}}  # fmt: skip
+    assert rules(shell(ALICE, op, namespace="digitalhub")) == {"ownership.debug"}
+    assert rules(shell(ALICE, op, "attach", namespace="digitalhub")) == {"ownership.debug"}
+
+
+def test_stripping_a_platform_pods_record_first_is_refused() -> None:
+    """The judgment reads the Pod's record: she cannot remove it before the shell (the
+    mutating webhook puts it back, the validating one refuses it gone)."""
+    run = platform_run()
+    stripped = copy.deepcopy(run)
+    del stripped["metadata"]["annotations"][PLATFORM_RECORD]
+    stripped["metadata"]["annotations"][REQUESTED_BY] = "alice"
+    mutation, _ = update(stripped, run, ALICE)
+    assert mutation.object["metadata"]["annotations"][PLATFORM_RECORD] == "true"
+    context = Context(ALICE, State([]), "UPDATE")
+    unpatched = validate(stripped, SHIPPED, namespace="ml", old=run, context=context)
+    assert not unpatched.allowed and "ownership.stamp" in rules(unpatched)
+
+
+def test_the_platform_still_opens_shells_everywhere_without_a_read() -> None:
+    for how in ("exec", "attach"):
+        reads = Reads(PodLookup(None, "must not be asked"))
+        assert answer(connect_request(CORE, how), reads)["allowed"] is True
+        assert reads.asked == []
+
+
+def test_a_failed_read_does_not_send_the_token_to_the_user(tmp_path: Path) -> None:
+    """PodReader's error goes into the denial the user reads: never the credentials."""
+    secret = "s3cr3t-bearer-token-do-not-leak"
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: x\n"
+        "clusters: [{name: c, cluster: {server: 'https://127.0.0.1:1'}}]\n"
+        f"users: [{{name: u, user: {{token: {secret}}}}}]\n"
+        "contexts: [{name: x, context: {cluster: c, user: u}}]\n",
+        encoding="utf-8",
+    )
+    found = PodReader(str(kubeconfig), timeout=1.0).read("ml", "train")
+    assert found.pod is None and found.error
+    assert secret not in found.error
+    denied = answer(connect_request(ALICE), lambda ns, name: found)
+    assert denied["allowed"] is False and secret not in denied["status"]["message"]
+
+
+def test_a_shell_in_a_platform_pod_by_exec_is_judged_like_a_debug_container() -> None:
+    """Chain: ``ownership.debug`` refuses a user's ephemeral container in a Pod the
+    platform created ("a shell in the run, with its secrets"). The ``edit`` ClusterRole
+    also grants ``create pods/exec`` and ``pods/attach``: ``kubectl exec`` into the same
+    Pod (an Argo step of the Core's Workflow, the Core's run, KubeRay's head, or an
+    operator's own Pod for its token) is the same shell, and no webhook of runguard had a
+    rule for CONNECT. Why it matters: the property ownership.debug protects held only
+    against the harder of two equivalent doors.
+
+    Closed: the cluster-state component routes CONNECT of ``pods/exec`` and
+    ``pods/attach`` (no objectSelector: the object is PodExecOptions) to ``/validate``,
+    runguard reads the Pod with that component's credentials and judges it as it judges
+    a debug container (``tests/test_shells.py``; through the real apiserver and kubectl
+    in ``tests/e2e/test_trust.py``)."""
+    operations = {
+        (resource, op)
+        for h in manifests.shells_webhook_configuration(DIGITALHUB)["webhooks"]
+        for rule in h["rules"]
+        for resource in rule["resources"]
+        for op in rule["operations"]
+    }
+    assert {("pods/exec", "CONNECT"), ("pods/attach", "CONNECT")} <= operations
+    run = {"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"name": "step-1", "namespace": DH_NS},
+           "spec": {"serviceAccountName": "core",
+                    "containers": [{"name": "main", "image": "python:3.11"}]}}  # fmt: skip
+    user = Context(Requester("mallory", ("developers",)), None, "CONNECT", "exec")
+    decision = engine.connect(run, DIGITALHUB, namespace=DH_NS, context=user)
+    assert not decision.allowed and {v.rule for v in decision.violations} == {"ownership.debug"}
+
+
+def test_argo_signals_the_step_pods_of_the_cores_workflow() -> None:
+    """False refusal. Argo's workflow-controller stops a step (``argo stop``/
+    ``terminate``, ``activeDeadlineSeconds``, sidecars left running) by exec'ing
+    ``kill`` into the step Pod's containers (``workflow/signal.SignalContainer``, its
+    ClusterRole grants ``pods/exec``). The step Pod of the Core's Workflow is the
+    platform's (record "true"), and the controller is an operator, not a platform
+    identity: ``shell_judged``/``_platform_pod_for`` (rules/trust.py) refuse it
+    ``ownership.debug`` (the ``_opener`` exemption needs the controller's Pod in the
+    step's namespace). The errors are ignored by Argo: the step keeps running past its
+    deadline. SPEC section 8: "everything ... a platform operator does to the objects it
+    owns is allowed". Fix: an operator identity may open a shell into a Pod whose
+    controller ownerReference is of one of its kinds (owner references of stamped
+    objects cannot be rewritten)."""
+    made = evaluate(workflow("wf-1"), SHIPPED, namespace="ml", context=Context(CORE))
+    annotations = made.object["metadata"]["annotations"]
+    state = State([Meta("Workflow", "ml", "pipeline", "wf-1", {}, annotations)])
+    by_uid = {"apiVersion": "argoproj.io/v1alpha1", "kind": "Workflow", "name": "pipeline",
+              "uid": "wf-1", "controller": True}  # fmt: skip
+    step = evaluate(
+        pod(labels={"workflows.argoproj.io/workflow": "pipeline"}, ownerReferences=[by_uid]),
+        SHIPPED, namespace="ml", context=Context(ARGO, state),
+    ).object  # fmt: skip
+    assert step["metadata"]["annotations"][PLATFORM_RECORD] == "true"
+    assert rules(shell(ALICE, step)) == {"ownership.debug"}  # her shell stays refused
+    decision = connect(
+        step, SHIPPED, namespace="ml", context=Context(ARGO, state, "CONNECT", "exec")
+    )
+    assert decision.allowed, decision.message()
+
+
+# --- a debug container in a platform Pod ------------------------------------------------
+
+
+def test_a_debug_container_cannot_reach_a_project_shared_volume_of_a_platform_run() -> None:
+    """Chain: the Core's run mounts ``shared-data``, a claim with no platform name that
+    carries the run's ``dhcore/project`` (a project-shared volume: usable only by that
+    project's platform runs; alice's own run has it stripped). alice ``kubectl debug``s
+    the run with a container mounting ``data``: ``ownership.debug`` only looks for
+    platform-*named* references, so it is allowed and she reads the project's volume.
+
+    Fix: ``ownership.debug`` applies to any Pod recorded as the platform's (its record,
+    not its references), or at least counts project-shared claims and the platform's
+    ServiceAccount as holdings."""
+    state = State([Meta("PersistentVolumeClaim", "ml", "shared-data", "uid-pvc",
+                        {"dhcore/project": "p1"})])  # fmt: skip
+    spec = pod()["spec"]
+    spec["containers"][0].pop("envFrom")
+    spec["volumes"] = [{"name": "data", "persistentVolumeClaim": {"claimName": "shared-data"}}]
+    run = created({**pod(), "spec": spec}, CORE, state)
+    assert run["spec"]["volumes"]  # the platform's run keeps it
+    mine = evaluate({**pod(), "spec": spec}, SHIPPED, namespace="ml",
+                    context=Context(ALICE, state))  # fmt: skip
+    assert not mine.object["spec"].get("volumes")  # alice's own run does not
+    debugged = copy.deepcopy(run)
+    debugged["spec"]["ephemeralContainers"] = [
+        {"name": "dbg", "image": "busybox", "command": ["sh"],
+         "volumeMounts": [{"name": "data", "mountPath": "/d"}]}
+    ]  # fmt: skip
+    _, validation = update(debugged, run, ALICE, state, subresource="ephemeralcontainers")
+    assert "ownership.debug" in rules(validation)
+
+
+# --- the network doors: port-forward and the name forms of a proxy ----------------------
+
+
+@pytest.mark.parametrize("subresource", ["portforward", "proxy"])
+def test_the_network_door_into_a_platform_ray_head_runs_code_there(subresource: str) -> None:
+    """Chain: the Core's RayJob makes a RayCluster whose head Pod is the platform's (record
+    "true", its secrets). ``kubectl port-forward pod/<head> 8265`` (CONNECT pods/
+    portforward, into the Pod's network namespace: NetworkPolicies do not apply), or
+    POST through ``/api/v1/namespaces/ml/pods/<head>:8265/proxy/api/jobs/`` (CONNECT
+    pods/proxy), reaches Ray's unauthenticated job API: ``ray job submit -- python -c
+    ...`` runs her code as the job driver in the head Pod, with its env, secrets and
+    claims: a shell by a third door. shells.shell_of (webhook/serving/shells.py) and the rules of
+    runguard-shells (webhook/install/manifests.py SHELL_SUBRESOURCES) cover exec and attach only.
+    Fix: route CONNECT of pods/portforward and pods/proxy too and judge them as shells
+    (ownership.debug), or document that RBAC must withhold them in run namespaces."""
+    request = connect_request(ALICE, subresource, name="raycluster-head")
+    routed = _routes(
+        [manifests.shells_webhook_configuration(SHIPPED)], f"pods/{subresource}", "CONNECT"
+    )
+    head = Reads(PodLookup(platform_run()))
+    outcome = (
+        shells.review(request, SHIPPED, None, head)
+        if shells.shell_of(request)
+        else admission.review("validate", request, SHIPPED, None)
+    )
+    assert routed and outcome.response["response"]["allowed"] is False
 
 
 @pytest.mark.parametrize(
@@ -204,7 +480,7 @@ def test_a_proxy_name_the_apiserver_refuses_is_refused_unread(name: str) -> None
     assert reads.asked == []
 
 
-# --- services/proxy ----------------------------------------------------------------------------
+# --- services/proxy ---------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("name", ["core-ray-head-svc", "core-ray-head-svc:8265",
@@ -288,6 +564,23 @@ def test_a_service_without_selector_is_judged_by_the_pods_its_endpoints_name(
     assert judged(service_proxy(ALICE, "manual"), cluster)["allowed"] is False
 
 
+def test_a_service_proxy_through_a_headless_or_external_name_service_is_refused() -> None:
+    """A headless Service (``clusterIP: None``) selecting the platform's Ray head, and an
+    ExternalName Service whose Endpoints someone wrote naming the head: the apiserver
+    proxies to an endpoint's address whatever the Service's type, and runguard judges
+    the Pods either names."""
+    headless = service("headless", {"ray.io/node-type": "head", "ray.io/cluster": "core-ray"})
+    headless["spec"]["clusterIP"] = "None"
+    external = service("external", None)
+    external["spec"].update({"type": "ExternalName", "externalName": "example.com"})
+    cluster = Namespace([platform_head(), her_pod()], [headless, external],
+                        [endpoints("external", ("ml", "core-ray-head"))])  # fmt: skip
+    for name in ("headless", "external:8265", "https:headless:8443"):
+        answer = judged(service_proxy(ALICE, name), cluster)
+        assert answer["allowed"] is False, name
+        assert "reaches Pod ml/core-ray-head" in answer["status"]["message"]
+
+
 def test_what_the_apiserver_never_proxies_to_is_not_judged() -> None:
     """An address without a targetRef, or naming a Pod of another namespace, is never
     proxied to (``isValidAddress``); a Service that reaches no Pod opens nothing."""
@@ -357,7 +650,7 @@ def test_the_servers_reads_say_why_they_failed_never_raise(tmp_path: Any) -> Non
         assert found.items == () and found.error
 
 
-# --- a CONNECT that is no door, and nodes/proxy ------------------------------------------------
+# --- a CONNECT that is no door, and nodes/proxy -----------------------------------------
 
 
 def node_proxy(who: Any) -> dict[str, Any]:

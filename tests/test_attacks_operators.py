@@ -1,19 +1,22 @@
-"""Attacks through the platform's operators and the profile annotation, against the shipped
-policies: an operator's object naming a platform object (``ownership.reference``), the
-``scale`` subresource of an operator's kind, the narrowed routing of the operators'
-webhooks, and the profile named by an annotation instead of the label.
+"""Attacks through the platform's operators (``rules/operators.py``, the operators'
+webhooks of ``webhook/install/manifests.py``): a user rewriting the custom resource that
+is an operator's pod template, forging records or owners on her own, an operator's
+object naming a platform object (``ownership.reference``), the ``scale`` subresource of
+an operator's kind, an operator's Pod created with no owner yet, a label another
+webhook reads owners by, and the narrowed routing of the operators' webhooks.
 
-The attacker is a user with the ``edit`` ClusterRole in a run namespace (she may create
-and update RayJobs, Models, Workflows and Deployments, and ``kubectl scale`` them). Each
-test keeps the chain it stops in its docstring. The same chains go through the real
-apiserver in ``tests/e2e/test_operator_routing.py``.
+The attacker is a data scientist with the ``edit`` ClusterRole in run namespaces (and,
+where a chart aggregates them into ``edit``, the operators' custom resources: she may
+create and update RayJobs, Models, Workflows and Deployments, and ``kubectl scale``
+them). An attack that is stopped is a plain test; each keeps its chain in its
+docstring. The same chains go through the real apiserver in
+``tests/e2e/test_operator_routing.py``.
 """
 
 from __future__ import annotations
 
 import copy
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -21,30 +24,44 @@ from typing import Any
 
 import pytest
 import yaml
-from test_attacks_operators_and_records import ALICE, ARGO, CORE, KUBERAY, MLRUN, REPO
+from attacks_support import (
+    AUTH,
+    DH_NS,
+    DIGITALHUB,
+    KUBERAY,
+    ML_NS,
+    MLRUN,
+    MLRUN_API,
+    NS,
+    RUN_SECRET,
+    SPARK,
+    _hook,
+    env_names,
+    fixture,
+    model,
+    owned_by,
+    scale_request,
+    state,
+    step_pod,
+    stored,
+    update,
+)
 from test_manifests import Cel
 from test_ownership import Meta, State
+from test_trust import ALICE, ARGO, CORE, REPO, RUN, SHIPPED, rules
 
 from webhook.clusterstate import StaticClusterState
 from webhook.engine import evaluate, mutate, validate
 from webhook.engine.context import Context, Requester
 from webhook.engine.rules.operators import selects
 from webhook.install import manifests
-from webhook.keys import PLATFORM_POLICY, PLATFORM_RECORD, REQUESTED_BY
+from webhook.keys import PLATFORM_RECORD, REQUESTED_BY
 from webhook.policy.loader import PolicyError, load_policy
 from webhook.policy.model import Operator, OperatorReference, Policy
 from webhook.serving import admission
 
-SHIPPED = load_policy(REPO / "policies")
 KUBEAI = Requester("system:serviceaccount:digitalhub:digitalhub-kubeai")
-NS = "digitalhub"
-RUN = {"app.kubernetes.io/managed-by": "dhcore", "dhcore/run": "r1", "dhcore/project": "p1"}
 PLATFORMS = {REQUESTED_BY: KUBERAY.username, PLATFORM_RECORD: "true"}  # KubeRay's, for the Core
-
-
-def rules(decision: Any) -> set[str]:
-    assert decision.error is None, decision.message()
-    return {v.rule for v in decision.violations}
 
 
 def raycluster(name: str, annotations: dict[str, str], uid: str) -> dict[str, Any]:
@@ -83,7 +100,145 @@ def updated(new: Any, old: Any, who: Requester, state: Any = None, sub: str = ""
     return validate(mutation.object, SHIPPED, namespace=NS, old=old, context=context)
 
 
-# --- 1. an operator's object naming a platform object ---------------------------------------
+def core_workflow() -> dict[str, Any]:
+    return stored(fixture("digitalhub/argo-workflow.yaml"), "wf-1", CORE, platform=True)
+
+
+# --- the platform's custom resources are the operators' pod templates -------------------
+
+
+def test_a_user_rewrites_the_cores_workflow_and_argo_runs_her_code_as_the_platforms() -> None:
+    """Chain: Argo's chart aggregates ``workflows`` into ``edit`` (its aggregate-to-edit
+    ClusterRole), so a data scientist may UPDATE the Workflow the Core created for a run.
+    She changes the step's image (and its ``serviceAccountName`` to
+    ``argo-workflow-controller``). runguard's operators webhook routes the UPDATE, but no
+    trust check looks at a custom resource's spec: ``check_platform_change`` only compares
+    a *pod controller's* template (``r.target``), which a Workflow has not. Argo then
+    creates the step Pod for the Core's Workflow: its owner by uid is the platform's, so
+    the Pod is the platform's, keeps the run's secret and the common credentials, and may
+    run as the Argo controller's ServiceAccount (an operator's account is allowed to the
+    platform's own Pods). Her code now holds the platform's secrets and the controller's
+    token, with which it can create Pods "as Argo" owned by any of the Core's Workflows.
+    The same holds for KubeAI's Model and KubeRay's RayJob/RayCluster (DigitalHub) and for
+    the mpi-operator's MPIJob and the spark-operator's SparkApplication (MLRun, where the
+    operators also grant IPC_LOCK, their ConfigMaps and the V3IO node directories).
+
+    Why it matters: ownership is decided at CREATE "and cannot be gained later" and "the
+    platform's objects keep running what the platform asked" (SPEC 8); for operators the
+    custom resource *is* the pod template.
+
+    Fix: extend ``check_platform_change`` to operator objects
+    (``ownership.is_operator_object``): on UPDATE of an object recorded as the platform's,
+    a requester that is not a platform identity, installer, controller or operator may not
+    change ``spec`` (metadata, e.g. annotations and scaling fields named per kind, may
+    stay writable). Argo's ``templateRef``/``workflowTemplateRef`` to WorkflowTemplates in
+    the namespace are the same door one step removed: the Core should inline them, or the
+    policy should reserve their names.
+    """
+    workflow = core_workflow()
+    # the consequence, by design once the Workflow is the platform's: her step keeps it all
+    pod = step_pod(workflow)
+    pod["spec"]["serviceAccountName"] = "argo-workflow-controller"
+    main = next(c for c in pod["spec"]["containers"] if c["name"] == "main")
+    main["image"] = "ghcr.io/alice/exfiltrate:latest"
+    decision = evaluate(pod, DIGITALHUB, namespace=DH_NS, context=Context(ARGO, state(workflow)))
+    assert decision.allowed, decision.message()
+    assert decision.object["metadata"]["annotations"][PLATFORM_RECORD] == "true"
+    kept = next(c for c in decision.object["spec"]["containers"] if c["name"] == "main")
+    assert kept["image"] == "ghcr.io/alice/exfiltrate:latest"
+    assert {"secretRef": {"name": RUN_SECRET}} in kept.get("envFrom", [])
+    # the door: her UPDATE of the Core's Workflow
+    edited = copy.deepcopy(workflow)
+    train = next(t for t in edited["spec"]["templates"] if t["name"] == "train")
+    train["container"]["image"] = "ghcr.io/alice/exfiltrate:latest"
+    train["serviceAccountName"] = "argo-workflow-controller"
+    verdict = update(edited, workflow, DIGITALHUB, ALICE, state(workflow))
+    assert not verdict.allowed and "ownership.changed" in rules(verdict), verdict.message()
+
+
+def test_a_user_rewrites_the_platforms_mpijob() -> None:
+    """The MLRun side of the attack above: the MPIJob the MLRun API created is recorded as
+    the platform's; a user UPDATE of its worker template (image, command) is not refused,
+    and the workers the mpi-operator builds from it are the platform's (secrets, IPC_LOCK,
+    ``<job>-config``). Fix: as above, ``ownership.changed`` for operator objects."""
+    mpijob = {"apiVersion": "kubeflow.org/v1", "kind": "MPIJob",
+              "metadata": {"name": "train-1", "namespace": ML_NS},
+              "spec": {"slotsPerWorker": 1, "mpiReplicaSpecs": {"Worker": {"replicas": 2,
+                       "template": {"spec": {"containers": [
+                           {"name": "base", "image": "mlrun/mlrun-gpu:1.7.0"}]}}}}}}  # fmt: skip
+    old = stored(mpijob, "mpi-1", MLRUN_API, platform=True)
+    new = copy.deepcopy(old)
+    template = new["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]
+    template["containers"][0]["image"] = "alice/miner:latest"
+    verdict = update(new, old, MLRUN, ALICE, state(old))
+    assert "ownership.changed" in rules(verdict), verdict.message()
+
+
+def test_a_user_cannot_forge_runguards_records_on_her_own_operator_object() -> None:
+    """Stopped: a user's Workflow created with the Core's records copied is recorded as
+    hers (the operators webhook routes every CREATE and UPDATE of the operators' kinds);
+    adding the record later, or an owner in the platform's chain, is refused."""
+    forged = fixture("digitalhub/argo-workflow.yaml")
+    forged["metadata"]["annotations"] = {REQUESTED_BY: CORE.username, PLATFORM_RECORD: "true"}
+    context = Context(ALICE, state())
+    created = mutate(forged, DIGITALHUB, namespace=DH_NS, context=context).object
+    assert created["metadata"]["annotations"][REQUESTED_BY] == "alice"
+    assert PLATFORM_RECORD not in created["metadata"]["annotations"]
+    assert validate(created, DIGITALHUB, namespace=DH_NS, context=context).allowed
+    # validation alone (mutation bypassed) refuses the forged records
+    bypass = validate(forged, DIGITALHUB, namespace=DH_NS, context=context)
+    assert not bypass.allowed and "ownership.stamp" in rules(bypass)
+    hers = stored(created, "wf-2", ALICE, platform=False)
+    relabelled = copy.deepcopy(hers)
+    relabelled["metadata"]["annotations"][PLATFORM_RECORD] = "true"
+    sent = Context(ALICE, state(hers), "UPDATE")
+    raw = validate(relabelled, DIGITALHUB, namespace=DH_NS, old=hers, context=sent)
+    assert not raw.allowed and "ownership.stamp" in rules(raw)
+    adopted = owned_by(hers, core_workflow())
+    verdict = update(adopted, hers, DIGITALHUB, ALICE, state(hers, core_workflow()))
+    assert not verdict.allowed and "ownership.owner-changed" in rules(verdict)
+    # and her Workflow's step Pod gets nothing of the platform's
+    pod = step_pod(hers)
+    decision = evaluate(pod, DIGITALHUB, namespace=DH_NS, context=Context(ARGO, state(hers)))
+    assert not decision.allowed and "ownership.not-a-run" in rules(decision)
+
+
+def test_a_users_raycluster_naming_the_cores_rayjob_as_owner_is_hers() -> None:
+    """Stopped: KubeRay trusts a RayCluster's owner chain; a user creates a RayCluster
+    whose controller owner is the Core's RayJob (by its real uid). Only KubeRay itself
+    creating it would make the owner count: hers is recorded as not the platform's, and the
+    head Pod KubeRay makes from it gets no secret."""
+    rayjob = stored({"apiVersion": "ray.io/v1", "kind": "RayJob",
+                     "metadata": {"name": "r1", "namespace": DH_NS}},
+                    "rj-1", CORE, True)  # fmt: skip
+    cluster = owned_by({"apiVersion": "ray.io/v1", "kind": "RayCluster",
+                        "metadata": {"name": "r1-raycluster", "namespace": DH_NS}},
+                       rayjob)  # fmt: skip
+    context = Context(ALICE, state(rayjob))
+    created = mutate(cluster, DIGITALHUB, namespace=DH_NS, context=context).object
+    assert created["metadata"].get("annotations", {}).get(PLATFORM_RECORD) is None
+    hers = stored(created, "rc-1", ALICE, platform=False)
+    head = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "r1-head", "namespace": DH_NS, "labels": {"ray.io/node-type": "head"}},
+        "spec": {
+            "containers": [
+                {
+                    "name": "ray-head",
+                    "image": "rayproject/ray:2.9.0",
+                    "envFrom": [{"secretRef": {"name": RUN_SECRET}}],
+                }
+            ]
+        },
+    }
+    decision = evaluate(
+        owned_by(head, hers), DIGITALHUB, namespace=DH_NS, context=Context(KUBERAY, state(hers))
+    )
+    assert not decision.allowed and "ownership.not-a-run" in rules(decision)
+
+
+# --- an operator's object naming a platform object --------------------------------------
 
 
 def test_a_users_rayjob_submitted_to_the_platforms_raycluster_is_refused() -> None:
@@ -208,53 +363,53 @@ def test_what_a_selector_picks_is_read_widest() -> None:
 def test_a_reference_must_be_in_its_operators_kind_and_name_a_recorded_kind(
     tmp_path: Path,
 ) -> None:
-    text = (REPO / "policies" / "runpolicy.yaml").read_text(encoding="utf-8")
-    (tmp_path / "profiles.yaml").write_text(
-        (REPO / "policies" / "profiles.yaml").read_text(encoding="utf-8")
-    )
+    text = (REPO / "policies" / "platform.yaml").read_text(encoding="utf-8")
+    for name in ("profiles.yaml", "runpolicy.yaml"):
+        (tmp_path / name).write_text((REPO / "policies" / name).read_text(encoding="utf-8"))
     for wrong, message in (
         ("kind: ray.io/RayJob", "is not one of this operator's kinds"),
         ("names: ray.io/RayCluster", "is no kind of the platform's"),
     ):
         key, _, _ = wrong.partition(":")
         broken = text.replace(wrong, f"{key}: argoproj.io/WorkflowTemplate")
-        (tmp_path / "runpolicy.yaml").write_text(broken)
+        (tmp_path / "platform.yaml").write_text(broken)
         with pytest.raises(PolicyError, match=message):
             load_policy(tmp_path)  # fmt: skip
     # a path is keys, [KEY] and [*]: anything else is refused where it is written
     broken = text.replace("spec.clusterSelector[ray.io/cluster]", "spec..clusterSelector")
-    (tmp_path / "runpolicy.yaml").write_text(broken)
-    with pytest.raises(PolicyError, match=r"runpolicy.yaml:\d+: .*references\[0\]\.path"):
+    (tmp_path / "platform.yaml").write_text(broken)
+    with pytest.raises(PolicyError, match=r"platform.yaml:\d+: .*references\[0\]\.path"):
         load_policy(tmp_path)
 
 
-# --- 2. the scale subresource of an operator's kind -----------------------------------------
+def test_a_users_spark_application_naming_the_platforms_driver_is_refused() -> None:
+    """Stopped: the spark-operator takes the Pod named by ``spec.driver.podName`` (or the
+    ``spark.kubernetes.driver.pod.name`` conf) as the application's driver: it reports its
+    state as hers and deletes it with her application. MLRun's driver Pod is the
+    platform's; only MLRun names it there."""
+    driver = {"apiVersion": "v1", "kind": "Pod",
+              "metadata": {"name": "spark-etl-4c1d8e2a-driver", "namespace": "default-tenant",
+                           "uid": "p-1", "labels": {"runguard.io/policy": "mlrun"},
+                           "annotations": {PLATFORM_RECORD: "true"}}}  # fmt: skip
+    state = StaticClusterState.from_documents([driver])
+    api = Requester("system:serviceaccount:mlrun:mlrun-api")
+    for spec in (
+        {"driver": {"podName": "spark-etl-4c1d8e2a-driver"}},
+        {"sparkConf": {"spark.kubernetes.driver.pod.name": "spark-etl-4c1d8e2a-driver"}},
+    ):
+        app = {"apiVersion": "sparkoperator.k8s.io/v1beta2", "kind": "SparkApplication",
+               "metadata": {"name": "mine", "namespace": "default-tenant"},
+               "spec": {"type": "Python", **spec}}  # fmt: skip
+        decision = evaluate(app, MLRUN, namespace="default-tenant", context=Context(ALICE, state))
+        assert not decision.allowed and rules(decision) == {"ownership.reference"}, spec
+        mine = evaluate(app, MLRUN, namespace="default-tenant", context=Context(api, state))
+        assert "ownership.reference" not in rules(mine), spec
 
 
-def model(annotations: dict[str, str]) -> dict[str, Any]:
-    return {"apiVersion": "kubeai.org/v1", "kind": "Model",
-            "metadata": {"name": "llama-r1", "namespace": NS, "uid": "m-1",
-                         "annotations": annotations},
-            "spec": {"replicas": 1, "url": "hf://meta-llama/Llama-3.2-1B-Instruct"}}  # fmt: skip
+# --- the scale subresource of an operator's kind ----------------------------------------
 
 
 CORES_MODEL = model({REQUESTED_BY: CORE.username, PLATFORM_RECORD: "true"})
-
-
-def scale_request(who: Requester, replicas: int = 4, name: str = "llama-r1") -> dict[str, Any]:
-    """What the apiserver sends for ``kubectl scale model llama-r1 --replicas=4``."""
-
-    def scale(n: int) -> dict[str, Any]:
-        return {"apiVersion": "autoscaling/v1", "kind": "Scale",
-                "metadata": {"name": name, "namespace": NS, "uid": "m-1"},
-                "spec": {"replicas": n}, "status": {"replicas": 1}}  # fmt: skip
-
-    return {"uid": "u-1", "operation": "UPDATE",
-            "kind": {"group": "autoscaling", "version": "v1", "kind": "Scale"},
-            "resource": {"group": "kubeai.org", "version": "v1", "resource": "models"},
-            "subResource": "scale", "namespace": NS, "name": name,
-            "object": scale(replicas), "oldObject": scale(1),
-            "userInfo": {"username": who.username, "groups": list(who.groups)}}  # fmt: skip
 
 
 def answer(request: dict[str, Any], state: Any, endpoint: str = "validate") -> dict[str, Any]:
@@ -296,7 +451,134 @@ def test_an_update_of_the_platforms_model_spec_is_refused_as_its_scale() -> None
     assert not verdict.allowed and rules(verdict) == {"ownership.changed"}
 
 
-# --- 3. the operators' webhooks, narrowed by CEL --------------------------------------------
+# --- the undecided operator Pod ----------------------------------------------------------
+
+
+def spark_driver() -> dict[str, Any]:
+    """The driver as spark-submit (inside the spark-operator, as its account) creates it,
+    naming MLRun's auth secret and adding IPC_LOCK, before any owner is set."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "etl-1-driver", "namespace": ML_NS,
+                     "labels": {"mlrun/class": "spark", "mlrun/project": "fraud",
+                                "spark-role": "driver"}},
+        "spec": {"containers": [{"name": "spark-kubernetes-driver", "image": "alice/spark:evil",
+                                 "env": [{"name": "V3IO_ACCESS_KEY", "valueFrom": {
+                                     "secretKeyRef": {"name": AUTH, "key": "accessKey"}}}]}],
+                 "volumes": [{"name": "conf", "configMap": {
+                     "name": "spark-drv-0123456789abcdef-conf-map"}}]},
+    }  # fmt: skip
+
+
+def users_spark_application() -> dict[str, Any]:
+    app = {"apiVersion": "sparkoperator.k8s.io/v1beta2", "kind": "SparkApplication",
+           "metadata": {"name": "etl-1", "namespace": ML_NS}}  # fmt: skip
+    return stored(app, "app-1", ALICE, platform=False)
+
+
+def test_an_ownerless_driver_from_a_users_spark_application_keeps_mlruns_secret_under_warn() -> (
+    None
+):
+    """Chain: the user creates her own SparkApplication (sparkoperator.k8s.io is in the
+    MLRun CE users' roles) whose driver spec names MLRun's auth secret (``secretKeyRef``
+    through ``spark.kubernetes.driver.secretKeyRef.*`` or the driver's env). spark-submit,
+    inside the spark-operator and as its account, creates the driver with no owner: the
+    spark-operator's own mutating webhook is what adds the SparkApplication as owner, and
+    it is skipped when it is down or times out (its failurePolicy is Ignore unless
+    ``webhook.failOnError``), or when the driver lacks the label its objectSelector wants.
+    runguard's /mutate sees an operator's Pod with no controller owner: undecided, so it
+    strips nothing (secret, operator ConfigMaps). /validate reports ``ownership.unknown``,
+    but the MLRun example enforces ``Warn``, and under Warn that only warns: the driver
+    starts with MLRun's access key. Under Warn a user's own Pod naming the secret is
+    stripped by mutation, so the property held there before the undecided state existed.
+
+    Fix: ``ownership.unknown`` on a Pod that mutation left undecided must deny whatever the
+    enforcement (treat it like ``input.invalid`` in ``_finish``: runguard could not judge
+    it, so it fails closed), or under Warn/Audit /mutate must not keep anything undecided.
+    """
+    view = state(users_spark_application())
+    decision = evaluate(spark_driver(), MLRUN, namespace=ML_NS, context=Context(SPARK, view))
+    assert "ownership.unknown" in rules(decision)  # judged, but only as a warning
+    assert not decision.allowed or env_names(decision) == [], decision.message()
+
+
+def test_an_ownerless_driver_is_refused_under_deny() -> None:
+    """Stopped: the same driver under a Deny policy fails closed (ownership.unknown)."""
+    run = MLRUN.named("mlrun")
+    assert run is not None
+    deny = run.model_copy(update={"enforcement": "Deny", "alternatives": ()})
+    view = state(users_spark_application())
+    decision = evaluate(spark_driver(), deny, namespace=ML_NS, context=Context(SPARK, view))
+    assert not decision.allowed and "ownership.unknown" in rules(decision)
+
+
+def test_an_owner_of_another_kind_decides_at_once() -> None:
+    """Stopped: the operator's Pod naming an owner of a kind it does not own (a user's
+    ConfigMap as ``controller: true``) is decided (not the platform's) and stripped by the
+    mutation itself, not left for /validate."""
+    pod = spark_driver()
+    pod["metadata"]["ownerReferences"] = [
+        {"apiVersion": "v1", "kind": "ConfigMap", "name": "x", "uid": "cm-1", "controller": True}
+    ]
+    view = state(users_spark_application())
+    decision = evaluate(pod, MLRUN, namespace=ML_NS, context=Context(SPARK, view))
+    assert env_names(decision) == []
+    assert "ownership.unknown" not in rules(decision)
+
+
+# --- an owner another webhook adds, chosen by a label the user writes --------------------
+
+
+def platform_spark_application() -> dict[str, Any]:
+    app = {"apiVersion": "sparkoperator.k8s.io/v1beta2", "kind": "SparkApplication",
+           "metadata": {"name": "etl-1", "namespace": ML_NS}}  # fmt: skip
+    return stored(app, "app-1", MLRUN_API, platform=True)
+
+
+def test_a_users_spark_application_may_not_write_the_label_the_operator_finds_owners_by() -> None:
+    """Chain (the spark-operator's side as read in its v1beta2 sources,
+    ``pkg/controller/sparkapplication/submission.go`` and ``pkg/webhook/webhook.go``): the
+    user creates her own SparkApplication whose ``spec.driver.labels`` (or ``sparkConf``
+    ``spark.kubernetes.driver.label.sparkoperator.k8s.io/app-name``) set
+    ``sparkoperator.k8s.io/app-name: etl-1``, the name of the MLRun API's application.
+    spark-submit, run by the operator as ``spark-operator``, creates her driver with that
+    label; the spark-operator's mutating webhook looks the application up by it and makes
+    the MLRun API's SparkApplication the controller owner. runguard, trusting an owner by
+    uid of the operator's kind recorded as the platform's, would make her driver the
+    platform's (MLRun's auth secret, the V3IO node directories) even under Deny: the
+    operator's webhook turned "ownership by uid" back into "ownership by label".
+
+    Closed at the door: the MLRun example reserves the spark-operator's labels
+    (``reservedLabels: [sparkoperator.k8s.io/]``), so a SparkApplication that writes one,
+    by anyone but the MLRun API or the operator, is ``ownership.reserved-label``, at
+    CREATE and UPDATE, whatever the enforcement mode."""
+    mine = {"apiVersion": "sparkoperator.k8s.io/v1beta2", "kind": "SparkApplication",
+            "metadata": {"name": "mine", "namespace": ML_NS},
+            "spec": {"driver": {"labels": {"sparkoperator.k8s.io/app-name": "etl-1"}},
+                     "executor": {"labels": {"team": "a"}}}}  # fmt: skip
+    created = evaluate(mine, MLRUN, namespace=ML_NS, context=Context(ALICE, state()))
+    assert not created.allowed and rules(created) == {"ownership.reserved-label"}
+    by_conf = copy.deepcopy(mine)
+    by_conf["spec"] = {"sparkConf": {
+        "spark.kubernetes.driver.label.sparkoperator.k8s.io/app-name": "etl-1"}}  # fmt: skip
+    created = evaluate(by_conf, MLRUN, namespace=ML_NS, context=Context(ALICE, state()))
+    assert not created.allowed and rules(created) == {"ownership.reserved-label"}
+    # her own application without it is hers, as before; adding it later is refused too
+    clean = copy.deepcopy(mine)
+    clean["spec"]["driver"]["labels"] = {"team": "a"}
+    created = evaluate(clean, MLRUN, namespace=ML_NS, context=Context(ALICE, state()))
+    assert created.allowed, created.message()
+    old = stored(clean, "app-9", ALICE, platform=False)
+    verdict = update({**copy.deepcopy(old), "spec": mine["spec"]}, old, MLRUN, ALICE, state(old))
+    assert not verdict.allowed and "ownership.reserved-label" in rules(verdict)
+    # the MLRun API and the operator itself may write them
+    for who in (MLRUN_API, SPARK):
+        created = evaluate(mine, MLRUN, namespace=ML_NS, context=Context(who, state()))
+        assert "ownership.reserved-label" not in rules(created), who
+
+
+# --- the operators' webhooks, narrowed by CEL -------------------------------------------
 
 
 class Routing(Cel):
@@ -350,6 +632,24 @@ def workflow(labels: dict[str, str] | None = None, **meta: Any) -> dict[str, Any
             "spec": {"entrypoint": "main",
                      "templates": [{"name": "main",
                                     "container": {"image": "busybox"}}]}}  # fmt: skip
+
+
+def test_the_operators_kinds_are_routed_on_every_create_and_update() -> None:
+    """Stopped: every operator kind of the shipped policies reaches both operator webhooks,
+    with its ``/status`` and ``/scale``, narrowed by the same conditions: what the platform
+    creates (recorded), what carries or claims a record, runs and references reach
+    runguard; a user's own object does not (the routing tests below evaluate them)."""
+    for policy, kinds in ((DIGITALHUB, {"workflows", "models", "rayjobs", "rayclusters"}),
+                          (MLRUN, {"mpijobs", "sparkapplications"})):  # fmt: skip
+        for name in (manifests.MUTATING_OPERATORS_WEBHOOK, manifests.OPERATORS_WEBHOOK):
+            hook = _hook(policy, name)
+            assert [c["name"] for c in hook["matchConditions"]] == [
+                "run-records-platform-or-references",
+                "status-changes-metadata",
+            ]
+            routed = {r for rule in hook["rules"] for r in rule["resources"]}
+            assert kinds | {f"{k}/scale" for k in kinds} <= routed, (name, routed)
+            assert all(set(rule["operations"]) == {"CREATE", "UPDATE"} for rule in hook["rules"])
 
 
 def test_a_users_own_workflow_and_argos_updates_never_wait_on_runguard(routing: Routing) -> None:
@@ -431,6 +731,8 @@ def test_what_runguard_judges_on_an_operators_objects_reaches_it(routing: Routin
 PLATFORM_RAYJOB = {**rayjob(), "metadata": {"name": "r1", "namespace": NS, "uid": "rj-1",
                                             "annotations": dict(PLATFORMS)}}  # fmt: skip
 ADMIN = Requester("admin", ("system:masters",))
+
+
 # metadata variants: nothing, a forged record, run labels, a forged RunPolicy label
 METADATA = ({}, {"annotations": {PLATFORM_RECORD: "true"}}, {"labels": dict(RUN)},
             {"labels": {"runguard.io/policy": "digitalhub"}})  # fmt: skip
@@ -508,108 +810,3 @@ def test_every_spark_application_reaches_runguard(routing: Routing) -> None:
     mpi = {"apiVersion": "kubeflow.org/v1", "kind": "MPIJob",
            "metadata": {"name": "mine", "namespace": NS}, "spec": {}}  # fmt: skip
     assert not routing.sent(MLRUN, manifests.OPERATORS_WEBHOOK, request_of(mpi, ALICE))
-
-
-# --- 4. the profile, by annotation ----------------------------------------------------------
-
-
-def deployment(annotations: dict[str, str]) -> dict[str, Any]:
-    return {"apiVersion": "apps/v1", "kind": "Deployment",
-            "metadata": {"name": "serve", "namespace": "ml", "uid": "d-1"},
-            "spec": {"replicas": 1, "selector": {"matchLabels": RUN},
-                     "template": {"metadata": {"labels": dict(RUN),
-                                               "annotations": dict(annotations)},
-                                  "spec": {"containers": [{"name": "main",
-                                                           "image": "python:3.11"}]}}}}  # fmt: skip
-
-
-def test_the_profile_annotation_of_the_platforms_deployment_is_frozen() -> None:
-    """Stopped: the profile label was frozen on a run, not its annotation form (the policy
-    reads the label, else the annotation): alice moved the Core's Deployment to a GPU
-    profile by annotating its template, and its next Pods got it."""
-    label = SHIPPED.profiles_config.label
-    stored = evaluate(deployment({label: "cpu-large"}), SHIPPED, namespace="ml",
-                      context=Context(CORE, State([]))).object  # fmt: skip
-    for written in ({label: "2xa100"}, {}):
-        moved = copy.deepcopy(stored)
-        moved["spec"]["template"]["metadata"]["annotations"] = written
-        context = Context(ALICE, State([]), "UPDATE")
-        verdict = validate(moved, SHIPPED, namespace="ml", old=stored, context=context)
-        assert not verdict.allowed and rules(verdict) == {"scope.labels"}, written
-        assert f"spec.template.metadata.annotations[{label}]" in verdict.message()
-    # adding one where the run named no profile is refused too; other annotations are not
-    plain = evaluate(deployment({}), SHIPPED, namespace="ml",
-                     context=Context(CORE, State([]))).object  # fmt: skip
-    added = copy.deepcopy(plain)
-    added["spec"]["template"]["metadata"]["annotations"] = {label: "2xa100"}
-    context = Context(ALICE, State([]), "UPDATE")
-    assert "scope.labels" in rules(validate(added, SHIPPED, namespace="ml", old=plain,
-                                            context=context))  # fmt: skip
-    other = copy.deepcopy(stored)
-    other["spec"]["template"]["metadata"]["annotations"]["kubectl.kubernetes.io/restartedAt"] = (
-        "2026-11-28T09:00:00Z"
-    )
-    assert validate(other, SHIPPED, namespace="ml", old=stored, context=context).allowed
-
-
-def test_the_profile_annotation_of_a_run_pod_is_frozen() -> None:
-    label = SHIPPED.profiles_config.label
-    run = {"apiVersion": "v1", "kind": "Pod",
-           "metadata": {"name": "train", "namespace": "ml", "labels": dict(RUN),
-                        "annotations": {label: "cpu-large"}},
-           "spec": {"containers": [{"name": "main", "image": "python:3.11"}]}}  # fmt: skip
-    stored = evaluate(run, SHIPPED, namespace="ml", context=Context(CORE, State([]))).object
-    moved = copy.deepcopy(stored)
-    moved["metadata"]["annotations"][label] = "1xt4"
-    verdict = validate(moved, SHIPPED, namespace="ml", old=stored,
-                       context=Context(ALICE, State([]), "UPDATE"))  # fmt: skip
-    assert not verdict.allowed and rules(verdict) == {"scope.labels"}
-
-
-def test_a_users_spark_application_naming_the_platforms_driver_is_refused() -> None:
-    """Stopped: the spark-operator takes the Pod named by ``spec.driver.podName`` (or the
-    ``spark.kubernetes.driver.pod.name`` conf) as the application's driver: it reports its
-    state as hers and deletes it with her application. MLRun's driver Pod is the
-    platform's; only MLRun names it there."""
-    driver = {"apiVersion": "v1", "kind": "Pod",
-              "metadata": {"name": "spark-etl-4c1d8e2a-driver", "namespace": "default-tenant",
-                           "uid": "p-1", "labels": {"runguard.io/policy": "mlrun"},
-                           "annotations": {PLATFORM_RECORD: "true"}}}  # fmt: skip
-    state = StaticClusterState.from_documents([driver])
-    api = Requester("system:serviceaccount:mlrun:mlrun-api")
-    for spec in (
-        {"driver": {"podName": "spark-etl-4c1d8e2a-driver"}},
-        {"sparkConf": {"spark.kubernetes.driver.pod.name": "spark-etl-4c1d8e2a-driver"}},
-    ):
-        app = {"apiVersion": "sparkoperator.k8s.io/v1beta2", "kind": "SparkApplication",
-               "metadata": {"name": "mine", "namespace": "default-tenant"},
-               "spec": {"type": "Python", **spec}}  # fmt: skip
-        decision = evaluate(app, MLRUN, namespace="default-tenant", context=Context(ALICE, state))
-        assert not decision.allowed and rules(decision) == {"ownership.reference"}, spec
-        mine = evaluate(app, MLRUN, namespace="default-tenant", context=Context(api, state))
-        assert "ownership.reference" not in rules(mine), spec
-
-
-def test_another_platforms_model_is_not_scaled_through_the_first_platforms_exemption(
-    tmp_path: Path,
-) -> None:
-    """Two platforms declaring KubeAI: the first RunPolicy's exemption (its own identity,
-    or none applying) once decided for both, so a user, or the Core, scaled the second
-    platform's Model. Each platform's Model is judged by its own RunPolicy."""
-    shutil.copytree(REPO / "policies", tmp_path, dirs_exist_ok=True)
-    shutil.rmtree(tmp_path / "examples")
-    other = yaml.safe_load((REPO / "policies" / "runpolicy.yaml").read_text())
-    other["metadata"]["name"] = "other"
-    other["spec"]["platform"]["identities"] = ["system:serviceaccount:other:api"]
-    (tmp_path / "other.yaml").write_text(yaml.safe_dump(other))
-    two = load_policy(tmp_path)
-    others_model = model({REQUESTED_BY: "system:serviceaccount:other:api", PLATFORM_RECORD: "true",
-                          PLATFORM_POLICY: "other"})  # fmt: skip
-    state = StaticClusterState.from_documents([others_model])
-    for who in (ALICE, CORE):
-        outcome = admission.review("validate", scale_request(who), two, state)  # type: ignore[arg-type]
-        assert outcome.response["response"]["allowed"] is False, who
-        assert "[ownership.changed]" in outcome.response["response"]["status"]["message"]
-    other_api = Requester("system:serviceaccount:other:api")
-    outcome = admission.review("validate", scale_request(other_api), two, state)  # type: ignore[arg-type]
-    assert outcome.response["response"]["allowed"] is True

@@ -1,39 +1,34 @@
-"""Attacks on the scope decision: RunPolicies whose exclusions differ, and two platforms
-in one cluster (``webhook/engine/scope.py``, ``rules/trust.py``, the rendered run
-conditions of ``webhook/install/manifests.py``).
+"""Attacks on which RunPolicy judges an object (``webhook/engine/scope.py``, the rendered
+run conditions and namespace selectors of ``webhook/install/manifests.py``): RunPolicies
+whose exclusions differ, an object from before the policy label, a template carrying the
+label, and the profile named by an annotation instead of the label.
 
 The attacker has ``edit`` in a run namespace. A chain passes only when every step
-passes; each test refuses at least one step, and says which got through before.
+passes; each test refuses at least one step, and its docstring says which got through
+before and the fix made.
 """
 
 from __future__ import annotations
 
 import copy
-from pathlib import Path
 from typing import Any
 
+from attacks_support import LAUNCHER, _alone, _controller_ref, _meta, admitted, door
 from test_manifests import Cel
 from test_ownership import State
 from test_scope_routing import calls
-from test_trust import ALICE, ARGO, CORE, SHIPPED, pod, rules
+from test_trust import ALICE, BUILD, CORE, RS, RUN, SHIPPED, created, pod, rules, update
 
-from webhook.engine import connect, evaluate, mutate, validate
-from webhook.engine.context import Context, Requester
+from webhook.engine import evaluate, mutate, validate
+from webhook.engine.context import Context
 from webhook.install import manifests
 from webhook.keys import PLATFORM_RECORD, POLICY_LABEL, REQUESTED_BY
-from webhook.policy.loader import load_policy
 from webhook.policy.model import LabelSelector, Policy, with_alternatives
 
-REPO = Path(__file__).resolve().parents[1]
-MLRUN = load_policy(REPO / "policies" / "examples" / "mlrun")
-MLRUN_API = Requester("system:serviceaccount:mlrun:mlrun-api", ("system:serviceaccounts",))
-# A run Pod's own token (its account, bound to it): what a user's code in a Pod holds.
-LAUNCHER = Requester("system:serviceaccount:ml:launcher", ("system:serviceaccounts",))
+# --- RunPolicies whose exclusions differ ------------------------------------------------
+
+
 BATCH = {"app": "batch"}
-
-
-def _alone(p: Policy) -> Policy:
-    return p.model_copy(update={"alternatives": ()})
 
 
 def _excluding_ml() -> Policy:
@@ -51,18 +46,6 @@ def _excluding_ml() -> Policy:
 
 
 EXCLUDING = _excluding_ml()
-TWO = with_alternatives([_alone(p) for p in (*SHIPPED.run_policies(), *MLRUN.run_policies())])
-
-
-def admitted(obj: dict[str, Any], policy: Policy, who: Requester) -> dict[str, Any]:
-    decision = evaluate(obj, policy, namespace="ml", context=Context(who, State([])))
-    assert decision.allowed, decision.message()
-    return decision.object
-
-
-def door(target: Any, policy: Policy, who: Requester, by: Any = None, how: str = "exec") -> Any:
-    context = Context(who, State([]), "CONNECT", how)
-    return connect(target, policy, namespace="ml", context=context, by=by)
 
 
 def _batch_copy_of_a_run() -> dict[str, Any]:
@@ -143,84 +126,156 @@ def test_a_run_policy_excluding_the_namespace_judges_nothing_there() -> None:
         assert validate(copy_, EXCLUDING, namespace=namespace, context=context).allowed
 
 
-# --- two platforms ---------------------------------------------------------------------
-
-
-def mlrun_run() -> dict[str, Any]:
-    """MLRun's run Pod in ml, created by its API: MLRun's."""
-    labels = {"mlrun/class": "job", "mlrun/project": "p1", "mlrun/uid": "u1"}
-    made = copy.deepcopy(pod(labels=labels))
-    made["spec"] = {"serviceAccountName": "launcher",
-                    "containers": [{"name": "main", "image": "python:3.11"}]}  # fmt: skip
-    return admitted(made, TWO, MLRUN_API)
-
-
-def test_one_platforms_pod_token_opens_no_shell_into_the_others_pod() -> None:
-    """Two platforms. The exemption for a Pod-bound token (``by``: a platform Pod opening
-    a shell into another, as an MPI launcher does) accepted a Pod of any platform: the
-    code in MLRun's run, holding its Pod's token, opened ``kubectl exec`` into the
-    Core's run and read its secrets. Now the opener must be the platform of every
-    RunPolicy the target is the platform's for."""
-    core_run = admitted(pod(), TWO, CORE)
-    theirs = mlrun_run()
-    assert theirs["metadata"]["labels"][POLICY_LABEL] == "mlrun"
-    assert theirs["metadata"]["annotations"][PLATFORM_RECORD] == "true"
-    for how in ("exec", "attach", "portforward", "proxy", "token"):
-        denied = door(core_run, TWO, LAUNCHER, by=theirs, how=how)
-        assert rules(denied) == {"ownership.debug"}, how
-        denied = door(theirs, TWO, LAUNCHER, by=core_run, how=how)
-        assert rules(denied) == {"ownership.debug"}, how
-    # within one platform the exemption holds: the Core's Pod opens the Core's
-    launcher = admitted(pod(), TWO, CORE)
-    assert door(core_run, TWO, LAUNCHER, by=launcher).allowed
-    assert door(theirs, TWO, LAUNCHER, by=mlrun_run()).allowed
-
-
-def test_one_platform_changes_none_of_the_others_objects() -> None:
-    """Two platforms. ``ownership.changed`` let any platform identity change the images of
-    a Pod or the template of a controller whose record said "a platform created it":
-    the Core's ServiceAccount swapped the image of MLRun's run. Now only the platform
-    that recorded it (its governing RunPolicy's), or its controllers, may."""
-    theirs = mlrun_run()
-    swapped = copy.deepcopy(theirs)
-    swapped["spec"]["containers"][0]["image"] = "evil:latest"
-    context = Context(CORE, State([]), "UPDATE")
-    denied = validate(swapped, TWO, namespace="ml", old=theirs, context=context)
-    assert "ownership.changed" in rules(denied) and not denied.allowed
-    own = Context(MLRUN_API, State([]), "UPDATE")
-    assert "ownership.changed" not in rules(
-        validate(swapped, TWO, namespace="ml", old=theirs, context=own)
-    )
-    core_run = admitted(pod(), TWO, CORE)
-    mine = copy.deepcopy(core_run)
-    mine["spec"]["containers"][0]["image"] = "python:3.12"
-    theirs_context = Context(MLRUN_API, State([]), "UPDATE")
-    denied = validate(mine, TWO, namespace="ml", old=core_run, context=theirs_context)
-    assert "ownership.changed" in rules(denied)
-    assert "ownership.changed" not in rules(
-        validate(mine, TWO, namespace="ml", old=core_run, context=Context(CORE, State([]),
-                                                                          "UPDATE"))
+def test_a_namespace_only_the_first_run_policy_excludes_is_still_judged() -> None:
+    """Chain: two RunPolicies (the shipped ``builds`` first, ``digitalhub``); ``builds``
+    also excludes ``team-a``, where ``digitalhub`` governs the Core's runs (its own Pod
+    webhook, per RunPolicy, judges and records them there). runguard-shells takes its
+    namespaceSelector from the root policy only (``_Target.webhook`` ->
+    ``namespace_selector(self.policy)``, webhook/install/manifests.py, before it took what every
+    RunPolicy excludes), so CONNECT in ``team-a``
+    never reaches runguard: exec into the Core's run there opens unjudged. Fix: exclude
+    only the namespaces every ownership-enabled RunPolicy excludes (the same holds for
+    the references and controllers webhooks)."""
+    builds, digitalhub = SHIPPED.run_policies()
+    assert builds.name == "builds"
+    excluded = builds.exclude_namespaces | {"team-a"}
+    policy = with_alternatives(
+        [builds.model_copy(update={"exclude_namespaces": excluded, "alternatives": ()}),
+         digitalhub]
     )  # fmt: skip
+    pod_hooks = [
+        h for h in manifests.validating_webhook_configuration(policy)["webhooks"]
+        if h["name"] == "validate-digitalhub.runguard.io"
+    ]  # fmt: skip
+    assert pod_hooks and all(
+        "team-a" not in e["values"]
+        for h in pod_hooks
+        for e in h["namespaceSelector"]["matchExpressions"]
+    )  # fmt: skip: the Core's runs in team-a are judged and recorded
+    hooks = manifests.shells_webhook_configuration(policy)["webhooks"]
+    assert len(hooks) == 2  # the doors, and tokens bound to a Pod
+    shared = [  # the controllers', references' and reserved names' webhooks too
+        h
+        for config in manifests.webhook_configurations(policy)
+        for h in config["webhooks"]
+        if "objectSelector" not in h
+    ]
+    assert len(shared) >= 4
+    for hook in [*hooks, *shared]:
+        values = {v for e in hook["namespaceSelector"]["matchExpressions"] for v in e["values"]}
+        assert "team-a" not in values and "runguard" in values
 
 
-def test_one_platforms_identity_opens_no_shell_into_the_others_pod() -> None:
-    """Two platforms, directly: each platform's identity is the platform of its own Pods
-    only (it always was; kept with the exemption narrowed)."""
-    core_run, theirs = admitted(pod(), TWO, CORE), mlrun_run()
-    assert rules(door(core_run, TWO, MLRUN_API)) == {"ownership.debug"}
-    assert rules(door(theirs, TWO, CORE)) == {"ownership.debug"}
-    assert door(core_run, TWO, CORE).allowed and door(theirs, TWO, MLRUN_API).allowed
+# --- the policy label -------------------------------------------------------------------
 
 
-def test_one_platforms_operator_opens_none_of_the_others_pods() -> None:
-    """Two platforms: the operator exemption (Argo's controller signalling its step Pods
-    by exec) holds for the operators of the platform whose Pod it is: MLRun's Pod owned
-    by a Workflow is not Argo's to open, as Argo is the Core's operator, not MLRun's."""
-    workflow = {"apiVersion": "argoproj.io/v1alpha1", "kind": "Workflow", "name": "wf",
-                "uid": "wf-1", "controller": True}  # fmt: skip
-    theirs = mlrun_run()
-    theirs["metadata"]["ownerReferences"] = [workflow]
-    assert rules(door(theirs, TWO, ARGO)) == {"ownership.debug"}
-    core_step = admitted(pod(), TWO, CORE)
-    core_step["metadata"]["ownerReferences"] = [workflow]
-    assert door(core_step, TWO, ARGO).allowed
+def test_an_object_from_before_the_policy_label_is_not_governed_by_a_lax_policy() -> None:
+    """Chain: alice's Pod with the build labels, created before ``runguard.io/policy``
+    existed (stamp ``alice``, no policy label; then judged by ``digitalhub``). After the
+    upgrade, ``_governing`` on UPDATE chooses by the old labels with ``lambda _p: True``,
+    skipping ``requesters``: ``builds`` governs it, and alice adds a root debug container
+    (``kubectl debug --profile=sysadmin``-style, ``runAsUser: 0``), allowed by builds'
+    ``onRoot: Allow``. The same Pod with the label is denied (``security.root``).
+
+    Fix: for an object without a recorded policy, choose with ``requesters`` applied to
+    its stamp/record (the platform record, or the stamp as a user name), never ``True``."""
+    build = pod(labels=BUILD)
+    build["spec"] = {"containers": [{"name": "c", "image": "busybox"}]}
+    old = created(build, ALICE)
+    del old["metadata"]["labels"][POLICY_LABEL]  # as stored before the label existed
+    new = copy.deepcopy(old)
+    new["spec"]["ephemeralContainers"] = [
+        {"name": "dbg", "image": "busybox", "securityContext": {"runAsUser": 0}}
+    ]
+    _, validation = update(new, old, ALICE, subresource="ephemeralcontainers")
+    assert not validation.allowed
+
+
+def test_a_template_carrying_the_policy_label_is_refused_not_relabelled() -> None:
+    """Chain: alice creates a ReplicaSet (or Deployment) whose selector and template
+    labels include ``runguard.io/policy: builds`` (or, outside every selector,
+    ``runguard.io/policy: digitalhub``). Both are allowed; each Pod the
+    replicaset-controller creates is relabelled by ``/mutate`` (``digitalhub``, resp. the
+    label removed), so it no longer matches the ReplicaSet's selector: the controller
+    releases it (an orphan that keeps running, not deleted with the ReplicaSet) and
+    creates another, forever, up to the namespace's quota.
+
+    Why it matters: SPEC section 8, "controllers keep working"; an unbounded,
+    self-sustaining Pod flood (and orphans outside any owner) from one object.
+
+    Fix: ``/validate`` denies (``scope.labels``) a pod controller whose selector or
+    template labels carry ``runguard.io/policy`` with a value other than the one its
+    Pods will get (simplest: the key at all); or ``/mutate`` writes the governing value
+    into the template too, at the controller's CREATE."""
+    labels = {**RUN, POLICY_LABEL: "builds"}
+    rs = {"apiVersion": "apps/v1", "kind": "ReplicaSet",
+          "metadata": {"name": "bomb", "namespace": "ml"},
+          "spec": {"replicas": 1, "selector": {"matchLabels": labels},
+                   "template": {"metadata": {"labels": labels},
+                                "spec": {"containers": [{"name": "c",
+                                                         "image": "busybox"}]}}}}  # fmt: skip
+    decision = evaluate(rs, SHIPPED, namespace="ml", context=Context(ALICE, State([])))
+    stored = decision.object
+    state = State([_meta("ReplicaSet", stored, "uid-bomb")])
+    child = pod(labels=labels, ownerReferences=[_controller_ref("ReplicaSet", "bomb", "uid-bomb")])
+    child["spec"] = copy.deepcopy(rs["spec"]["template"]["spec"])
+    child_labels = created(child, RS, state)["metadata"]["labels"]
+    selector = stored["spec"]["selector"]["matchLabels"]
+    matches = all(child_labels.get(k) == v for k, v in selector.items())
+    assert not decision.allowed or matches
+
+
+# --- the profile, by annotation ---------------------------------------------------------
+
+
+def deployment(annotations: dict[str, str]) -> dict[str, Any]:
+    return {"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "serve", "namespace": "ml", "uid": "d-1"},
+            "spec": {"replicas": 1, "selector": {"matchLabels": RUN},
+                     "template": {"metadata": {"labels": dict(RUN),
+                                               "annotations": dict(annotations)},
+                                  "spec": {"containers": [{"name": "main",
+                                                           "image": "python:3.11"}]}}}}  # fmt: skip
+
+
+def test_the_profile_annotation_of_the_platforms_deployment_is_frozen() -> None:
+    """Stopped: the profile label was frozen on a run, not its annotation form (the policy
+    reads the label, else the annotation): alice moved the Core's Deployment to a GPU
+    profile by annotating its template, and its next Pods got it."""
+    label = SHIPPED.profiles_config.label
+    stored = evaluate(deployment({label: "cpu-large"}), SHIPPED, namespace="ml",
+                      context=Context(CORE, State([]))).object  # fmt: skip
+    for written in ({label: "2xa100"}, {}):
+        moved = copy.deepcopy(stored)
+        moved["spec"]["template"]["metadata"]["annotations"] = written
+        context = Context(ALICE, State([]), "UPDATE")
+        verdict = validate(moved, SHIPPED, namespace="ml", old=stored, context=context)
+        assert not verdict.allowed and rules(verdict) == {"scope.labels"}, written
+        assert f"spec.template.metadata.annotations[{label}]" in verdict.message()
+    # adding one where the run named no profile is refused too; other annotations are not
+    plain = evaluate(deployment({}), SHIPPED, namespace="ml",
+                     context=Context(CORE, State([]))).object  # fmt: skip
+    added = copy.deepcopy(plain)
+    added["spec"]["template"]["metadata"]["annotations"] = {label: "2xa100"}
+    context = Context(ALICE, State([]), "UPDATE")
+    assert "scope.labels" in rules(validate(added, SHIPPED, namespace="ml", old=plain,
+                                            context=context))  # fmt: skip
+    other = copy.deepcopy(stored)
+    other["spec"]["template"]["metadata"]["annotations"]["kubectl.kubernetes.io/restartedAt"] = (
+        "2026-11-28T09:00:00Z"
+    )
+    assert validate(other, SHIPPED, namespace="ml", old=stored, context=context).allowed
+
+
+def test_the_profile_annotation_of_a_run_pod_is_frozen() -> None:
+    label = SHIPPED.profiles_config.label
+    run = {"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"name": "train", "namespace": "ml", "labels": dict(RUN),
+                        "annotations": {label: "cpu-large"}},
+           "spec": {"containers": [{"name": "main", "image": "python:3.11"}]}}  # fmt: skip
+    stored = evaluate(run, SHIPPED, namespace="ml", context=Context(CORE, State([]))).object
+    moved = copy.deepcopy(stored)
+    moved["metadata"]["annotations"][label] = "1xt4"
+    verdict = validate(moved, SHIPPED, namespace="ml", old=stored,
+                       context=Context(ALICE, State([]), "UPDATE"))  # fmt: skip
+    assert not verdict.allowed and rules(verdict) == {"scope.labels"}

@@ -25,7 +25,7 @@ from cryptography.hazmat.primitives.serialization import Encoding
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
 from webhook.cli import main
-from webhook.install import certs
+from webhook.install import certs, rotation
 
 T0 = datetime(2026, 1, 15, 12, 0, 0, tzinfo=UTC)
 SERVICE_NAMES = [
@@ -48,7 +48,7 @@ def trusted(
     bundle: bytes, cert: bytes, when: datetime, host: str = "runguard.runguard.svc"
 ) -> bool:
     try:
-        certs.verify_serving_cert(bundle, cert, host, when)
+        rotation.verify_serving_cert(bundle, cert, host, when)
     except certs.CertError:
         return False
     return True
@@ -163,7 +163,7 @@ def test_real_tls_handshake_with_the_ca_bundle(tmp_path: Path) -> None:
 def test_rotate_with_a_healthy_ca_renews_only_the_serving_cert() -> None:
     cs = certs.new_cert_set("runguard", "runguard", ["127.0.0.1"], T0)
     later = T0 + timedelta(days=300)
-    result = certs.rotate(cs, later)
+    result = rotation.rotate(cs, later)
     assert result.step == "renewed"
     assert result.certs.ca_bundle == cs.ca_bundle and result.certs.ca_key == cs.ca_key
     old, new = leaf_of(cs), leaf_of(result.certs)
@@ -188,7 +188,7 @@ def test_ca_rotation_keeps_both_cas_then_drops_the_old_one() -> None:
     t = T0 + timedelta(days=1)
     for hours in (0, 1, 25, 26, 50, 51):
         now = t + timedelta(hours=hours)
-        result = certs.rotate(cs, now)
+        result = rotation.rotate(cs, now)
         steps.append(result.step)
         assert trusted(cs.ca_bundle, result.certs.cert, now), result.step
         assert trusted(result.certs.ca_bundle, cs.cert, now), result.step
@@ -212,7 +212,7 @@ def test_rotate_new_ca_on_request_and_zero_grace() -> None:
     cs = certs.new_cert_set("runguard", "runguard", [], T0)
     steps = []
     for _ in range(4):
-        result = certs.rotate(cs, T0, new_ca=not steps, grace=timedelta(0))
+        result = rotation.rotate(cs, T0, new_ca=not steps, grace=timedelta(0))
         steps.append(result.step)
         cs = result.certs
     assert steps == ["staged-ca", "switched-ca", "retired-ca", "renewed"]
@@ -222,7 +222,7 @@ def test_rotate_new_ca_on_request_and_zero_grace() -> None:
 def test_rotate_with_an_expired_ca_signs_with_the_new_ca_at_once() -> None:
     cs = cert_set_with_ca_days(10)
     now = T0 + timedelta(days=11)
-    result = certs.rotate(cs, now)
+    result = rotation.rotate(cs, now)
     assert result.step == "staged-ca"
     assert len(cas_of(result.certs)) == 2
     assert trusted(result.certs.ca_bundle, result.certs.cert, now)
@@ -234,7 +234,7 @@ def test_rotate_repairs_a_serving_cert_from_a_foreign_ca() -> None:
     other = certs.new_cert_set("runguard", "runguard", [], T0)
     broken = certs.CertSet(cs.ca_bundle, cs.ca_key, other.cert, other.key)
     assert not trusted(broken.ca_bundle, broken.cert, T0)
-    result = certs.rotate(broken, T0)
+    result = rotation.rotate(broken, T0)
     assert result.step == "renewed"
     assert trusted(result.certs.ca_bundle, result.certs.cert, T0)
 
@@ -243,27 +243,27 @@ def test_rotate_refuses_a_key_of_no_ca_in_the_bundle() -> None:
     cs = certs.new_cert_set("runguard", "runguard", [], T0)
     other = certs.new_cert_set("runguard", "runguard", [], T0)
     with pytest.raises(certs.CertError, match="ca.key"):
-        certs.rotate(certs.CertSet(cs.ca_bundle, other.ca_key, cs.cert, cs.key), T0)
+        rotation.rotate(certs.CertSet(cs.ca_bundle, other.ca_key, cs.cert, cs.key), T0)
 
 
 def test_reissue_keeps_the_ca_and_refuses_during_a_rotation() -> None:
     cs = certs.new_cert_set("runguard", "runguard", [], T0)
-    again = certs.reissue_serving_cert(cs, "runguard", "runguard", ["127.0.0.1"], T0)
+    again = rotation.reissue_serving_cert(cs, "runguard", "runguard", ["127.0.0.1"], T0)
     assert (again.ca_bundle, again.ca_key) == (cs.ca_bundle, cs.ca_key)
     assert trusted(again.ca_bundle, again.cert, T0, "127.0.0.1")
-    staged = certs.rotate(cs, T0, new_ca=True).certs
+    staged = rotation.rotate(cs, T0, new_ca=True).certs
     with pytest.raises(certs.CertError, match="rotation is in progress"):
-        certs.reissue_serving_cert(staged, "runguard", "runguard", [], T0)
+        rotation.reissue_serving_cert(staged, "runguard", "runguard", [], T0)
 
 
 def test_inspect_reports_days_left_and_an_untrusted_serving_cert() -> None:
     cs = certs.new_cert_set("runguard", "runguard", [], T0)
-    statuses, problems = certs.inspect(cs, T0 + timedelta(days=100))
+    statuses, problems = rotation.inspect(cs, T0 + timedelta(days=100))
     assert problems == []
     assert [s.file for s in statuses] == ["ca.crt[0]", "tls.crt"]
     assert statuses[1].days_left == pytest.approx(265)
     other = certs.new_cert_set("runguard", "runguard", [], T0)
-    _, problems = certs.inspect(certs.CertSet(cs.ca_bundle, cs.ca_key, other.cert, cs.key), T0)
+    _, problems = rotation.inspect(certs.CertSet(cs.ca_bundle, cs.ca_key, other.cert, cs.key), T0)
     assert any("not signed by any CA" in p for p in problems)
     assert any("tls.key is not the key" in p for p in problems)
 
@@ -483,7 +483,7 @@ def test_lost_ca_key_recovery_from_the_docs() -> None:
     now = T0 + timedelta(days=1)
     # Pods still serving the old certificate and pods serving the new one are both trusted.
     assert trusted(both.ca_bundle, old.cert, now) and trusted(both.ca_bundle, both.cert, now)
-    assert certs.rotate(both, now + timedelta(hours=1)).step == "waiting"
-    result = certs.rotate(both, now + timedelta(hours=25))
+    assert rotation.rotate(both, now + timedelta(hours=1)).step == "waiting"
+    result = rotation.rotate(both, now + timedelta(hours=25))
     assert result.step == "retired-ca"
     assert cas_of(result.certs) == cas_of(forced)

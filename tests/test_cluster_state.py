@@ -27,16 +27,13 @@ from webhook.clusterstate import (
     publication,
     table,
 )
+from webhook.clusterstate.api import LIST_ACCEPT, WATCH_ACCEPT, ApiError, Gone
 from webhook.clusterstate.model import LAST_APPLIED, MAX_ANNOTATION_VALUE
-from webhook.clusterstate.publication import (
-    DELETE,
-    PUT,
-    Publisher,
-    SharedClusterState,
-    create_directory,
-)
+from webhook.clusterstate.publication import DELETE, PUT, create_directory
+from webhook.clusterstate.reader import SharedClusterState
 from webhook.clusterstate.table import Table, decode_record, encode_record
-from webhook.clusterstate.watch import LIST_ACCEPT, WATCH_ACCEPT, ApiError, Gone, KindWatch
+from webhook.clusterstate.watch import KindWatch
+from webhook.clusterstate.writer import Publisher
 
 SECRET_VALUE = "aHVudGVyMg-never-kept"
 
@@ -324,7 +321,7 @@ def test_readers_follow_bases_and_deltas(shared: tuple[Publisher, SharedClusterS
 def test_compaction_writes_a_new_base(
     shared: tuple[Publisher, SharedClusterState], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(publication, "MIN_COMPACTION", 4)
+    monkeypatch.setattr("webhook.clusterstate.writer.MIN_COMPACTION", 4)
     writer, reader = shared
     jobs = writer.kinds["Job"]
     jobs.replace([record(f"j{i}", f"u{i}") for i in range(8)], "1", relist=False)
@@ -405,7 +402,7 @@ def test_an_entry_being_written_is_read_once_complete(
     jobs = writer.kinds["Job"]
     jobs.replace([], "1", relist=False)
     assert reader.get("Job", "ml", "a") is None
-    entry = publication._ENTRY.pack(len(record("a", "ua")), PUT) + record("a", "ua")
+    entry = publication.ENTRY.pack(len(record("a", "ua")), PUT) + record("a", "ua")
     delta = writer.directory / "Job.1.delta"
     with open(delta, "ab") as file:
         file.write(entry[:9])  # the writer is mid-write; the control block moved on

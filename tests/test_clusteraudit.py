@@ -25,10 +25,10 @@ from webhook.audit.clusteraudit import (
     judged_pages,
     label_selector,
     list_query,
-    to_policy_reports,
     to_rows,
     to_table,
 )
+from webhook.audit.policyreport import to_policy_reports
 from webhook.engine import mutate
 from webhook.policy.loader import load_policy
 from webhook.policy.model import Policy, build_policy
@@ -484,7 +484,7 @@ def test_every_result_has_what_policy_reporter_sorts_by() -> None:
 
 
 def test_the_cluster_policy_report_lists_the_policy_objects() -> None:
-    from webhook.audit.clusteraudit import cluster_policy_report
+    from webhook.audit.policyreport import cluster_policy_report
     from webhook.policy.errors import PolicyIssue
 
     policy = load_policy(SHIPPED)
@@ -531,10 +531,10 @@ def test_audit_without_a_kubeconfig_says_where_to_put_one(
 def test_writing_reports_without_their_crd_says_how_to_install_it() -> None:
     from kubernetes.client.exceptions import ApiException
 
-    from webhook.cli.audit import _reason
+    from webhook.cli.cluster import failure_reason
 
     bare = ApiException(status=404, reason="Not Found")  # a group the apiserver lacks
-    assert _reason(bare) == "Not Found"  # listing: nothing to do with reports
-    said = _reason(bare, writing=True)
+    assert failure_reason(bare) == "Not Found"  # listing: nothing to do with reports
+    said = failure_reason(bare, writing=True)
     assert said.startswith("404: the cluster serves no wgpolicyk8s.io/v1alpha2 PolicyReports")
     assert "kubectl apply -k manifests/policyreport-crd" in said and "without --write" in said

@@ -13,26 +13,26 @@ import orjson
 import pytest
 
 from webhook.clusterstate import KINDS, Meta, OwnerRef, StaticClusterState, controller_chain
+from webhook.clusterstate.api import (
+    LIST_ACCEPT,
+    WATCH_ACCEPT,
+    ApiError,
+    NotInstalled,
+    Resource,
+    discover,
+)
 from webhook.clusterstate.model import MAX_OPERATOR_KINDS
 from webhook.clusterstate.process import WatchProcess, operator_kinds
 from webhook.clusterstate.publication import (
     FORBIDDEN,
     NOT_INSTALLED,
     PUT,
-    Publisher,
-    SharedClusterState,
     create_directory,
 )
+from webhook.clusterstate.reader import SharedClusterState
 from webhook.clusterstate.table import encode_record
-from webhook.clusterstate.watch import (
-    LIST_ACCEPT,
-    WATCH_ACCEPT,
-    ApiError,
-    KindWatch,
-    NotInstalled,
-    Resource,
-    discover,
-)
+from webhook.clusterstate.watch import KindWatch
+from webhook.clusterstate.writer import Publisher
 from webhook.engine import evaluate, validate
 from webhook.engine.context import Context, Requester
 from webhook.keys import PLATFORM_RECORD

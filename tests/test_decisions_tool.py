@@ -4,6 +4,9 @@ gives the same record twice."""
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
+
 import pytest
 from harness import decisions
 
@@ -31,3 +34,19 @@ def test_a_step_left_out_changes_the_record(monkeypatch: pytest.MonkeyPatch) -> 
     after = _records()
     changed = [a for a, b in zip(before, after, strict=True) if a != b]
     assert changed, "no decision changed without the root stripping step"
+
+
+def test_policies_from_another_checkout_are_read_there_and_a_missing_one_skipped(
+    tmp_path: Path,
+) -> None:
+    """``--policies-from``: the directories are read from that checkout; one it lacks
+    gives its inputs no policy (skipped on both sides, not a difference)."""
+    directory = INPUTS[0][2]
+    shutil.copytree(decisions.ROOT / directory, tmp_path / directory)
+    other = ("elsewhere", INPUTS[0][1], "tests/cases/_policies/not-there", 0)
+    judged = list(decisions.cases([INPUTS[0], other], tmp_path))
+    assert (
+        judged[0][2] is not None
+        and judged[0][2].digest == next(decisions.cases(INPUTS[:1]))[2].digest
+    )
+    assert judged[1][2:] == (None, None)

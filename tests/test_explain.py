@@ -17,7 +17,8 @@ from webhook.cli import main
 from webhook.cli.explain import _submitted
 from webhook.clusterstate.model import LAST_APPLIED
 from webhook.engine import evaluate
-from webhook.engine.rule_ids import PROFILE_APPLIED, PROFILE_NOT_ALLOWED, PROFILE_RANGE, RULES
+from webhook.engine.registry import RULES
+from webhook.engine.rules.profile import PROFILE_APPLIED, PROFILE_NOT_ALLOWED, PROFILE_RANGE
 from webhook.policy.loader import load_policy
 from webhook.policy.model import Policy
 

@@ -38,6 +38,12 @@ spec:
 
 # Every test policy below names platform objects without platform.identities: lint
 # says names alone can be forged, on the line of ``spec:``.
+PLATFORM = """\
+apiVersion: runguard.io/v1
+kind: Platform
+metadata: {{name: {name}}}
+spec: {spec}
+"""
 NAMES_ALONE = (
     "spec: no platform.identities: platform names alone decide what a run may use, and "
     "names and labels are written by whoever writes the manifest (a Pod labelled with "
@@ -303,7 +309,8 @@ def test_names_alone_are_a_warning_until_the_platform_is_named(pol: Path) -> Non
     write(pol, "runpolicy.yaml", named)
     write(pol, "profiles.yaml", PROFILE)
     assert warnings_of() == [f"pol/runpolicy.yaml:4: {NAMES_ALONE}"]
-    write(pol, "runpolicy.yaml", named + "  platform: {identities: [core]}\n")
+    write(pol, "runpolicy.yaml", named + "  platform: dhcore\n")
+    write(pol, "platform.yaml", PLATFORM.format(name="dhcore", spec="{identities: [core]}"))
     assert warnings_of() == []
 
 
@@ -341,21 +348,31 @@ def test_node_paths_and_operator_patterns_that_give_too_much(pol: Path) -> None:
           volumes:
             allowedHostPaths:
               [/var, /var/lib/kubelet/pods, /etc/ssl, "/var/run/iguazio/dayman/{namespace}"]
-          platform:
-            identities: [platform]
-            operators:
-              - {identity: op, kinds: [example.com/Job], configMaps: ["*", "{labels[run]}-x"]}
+          platform: example
+        """,
+    )
+    write(
+        pol,
+        "platform.yaml",
+        """\
+        apiVersion: runguard.io/v1
+        kind: Platform
+        metadata: {name: example}
+        spec:
+          identities: [platform]
+          operators:
+            - {identity: op, kinds: [example.com/Job], configMaps: ["*", "{labels[run]}-x"]}
         """,
     )
     assert warnings_of() == [
+        'pol/platform.yaml:7: spec.operators[0].configMaps[0]: pattern "*" '
+        "matches every name: the operator's Pods could mount any ConfigMap",
         "pol/runpolicy.yaml:8: spec.volumes.allowedHostPaths[0]: /var reaches the node's "
         "own /var/lib/kubelet: a run mounting it can read or change the node",
         "pol/runpolicy.yaml:8: spec.volumes.allowedHostPaths[1]: /var/lib/kubelet/pods "
         "reaches the node's own /var/lib/kubelet: a run mounting it can read or change the node",
         "pol/runpolicy.yaml:8: spec.volumes.allowedHostPaths[2]: /etc/ssl reaches the node's "
         "own /etc: a run mounting it can read or change the node",
-        'pol/runpolicy.yaml:12: spec.platform.operators[0].configMaps[0]: pattern "*" '
-        "matches every name: the operator's Pods could mount any ConfigMap",
     ]
 
 

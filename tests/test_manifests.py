@@ -955,6 +955,7 @@ def test_cli_write_then_check_catches_a_policy_edit(
         "shells-webhook.yaml",
     ]
     assert sorted(p.name for p in (out / "policy-objects").iterdir()) == [
+        "runguard.io_platforms.yaml",
         "runguard.io_profiles.yaml",
         "runguard.io_projectprofiles.yaml",
         "runguard.io_runpolicies.yaml",
@@ -1334,7 +1335,7 @@ def granted(roles: list[dict[str, Any]]) -> set[tuple[str, str, str]]:
 
 
 def test_audit_cronjob_rbac_is_least_privilege() -> None:
-    from webhook.audit.clusteraudit import CLUSTER_REPORT_PLURAL, REPORT_GROUP, REPORT_PLURAL
+    from webhook.audit.policyreport import CLUSTER_REPORT_PLURAL, REPORT_GROUP, REPORT_PLURAL
     from webhook.cli.audit import CLUSTER_REPORT_VERBS, LISTS, REPORT_VERBS, VIEW_LISTS
 
     objects = component_objects("audit-cronjob")
@@ -1356,9 +1357,7 @@ def test_audit_cronjob_rbac_is_least_privilege() -> None:
         for kind, api_version, *_ in LISTS
     } | {(group, resource, "list") for group, resource in VIEW_LISTS} | {
         (REPORT_GROUP, REPORT_PLURAL, verb) for verb in REPORT_VERBS
-    } | {
-        (REPORT_GROUP, CLUSTER_REPORT_PLURAL, verb) for verb in CLUSTER_REPORT_VERBS
-    }
+    } | {(REPORT_GROUP, CLUSTER_REPORT_PLURAL, verb) for verb in CLUSTER_REPORT_VERBS}
     for role in roles:
         for rule in role["rules"]:
             assert "resourceNames" not in rule and "nonResourceURLs" not in rule
@@ -1391,12 +1390,12 @@ def test_audit_cronjob_runs_audit_write_like_the_webhook_runs_serve() -> None:
 def test_the_crd_accepts_the_reports_audit_writes() -> None:
     import jsonschema
 
-    from webhook.audit.clusteraudit import (
+    from webhook.audit.clusteraudit import audit
+    from webhook.audit.policyreport import (
         CLUSTER_REPORT_PLURAL,
         REPORT_GROUP,
         REPORT_PLURAL,
         REPORT_VERSION,
-        audit,
         cluster_policy_report,
         to_policy_reports,
     )

@@ -79,13 +79,27 @@ def worker(owner_uid: str = "mpi-1", owner_kind: str = "MPIJob") -> dict[str, An
             "name": "train-1-worker-0",
             "namespace": NS,
             "labels": dict(LABELS),
-            "ownerReferences": [{"apiVersion": "kubeflow.org/v1", "kind": owner_kind,
-                                 "name": "train-1", "uid": owner_uid, "controller": True}],
+            "ownerReferences": [
+                {
+                    "apiVersion": "kubeflow.org/v1",
+                    "kind": owner_kind,
+                    "name": "train-1",
+                    "uid": owner_uid,
+                    "controller": True,
+                }
+            ],
         },  # fmt: skip
         "spec": {
             "containers": [container],
-            "volumes": [{"name": "mpi-job-config", "configMap": {"name": "train-1-config",
-                         "items": [{"key": "kubexec.sh", "path": "kubexec.sh", "mode": 365}]}}],
+            "volumes": [
+                {
+                    "name": "mpi-job-config",
+                    "configMap": {
+                        "name": "train-1-config",
+                        "items": [{"key": "kubexec.sh", "path": "kubexec.sh", "mode": 365}],
+                    },
+                }
+            ],
         },  # fmt: skip
     }
 
@@ -503,10 +517,17 @@ def test_runguard_apply_follows_the_executor_to_its_driver_in_kubectl_get_output
 ) -> None:
     """The driver Pod as ``kubectl get pods -o yaml`` lists it, beside other Pods runguard
     does not govern (which the watch would not keep either)."""
-    bystander = {"apiVersion": "v1", "kind": "Pod",
-                 "metadata": {"name": "web", "namespace": NS, "uid": "web-1"}, "spec": {}}
-    listed = {"apiVersion": "v1", "kind": "List",
-              "items": [{**driver_pod(creator), "status": {"phase": "Running"}}, bystander]}
+    bystander = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "web", "namespace": NS, "uid": "web-1"},
+        "spec": {},
+    }
+    listed = {
+        "apiVersion": "v1",
+        "kind": "List",
+        "items": [{**driver_pod(creator), "status": {"phase": "Running"}}, bystander],
+    }
     (tmp_path / "state.yaml").write_text(yaml.safe_dump(listed))
     (tmp_path / "pod.json").write_text(json.dumps(executor()))
     done = subprocess.run(

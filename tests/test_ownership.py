@@ -284,7 +284,8 @@ def test_a_controller_may_update_the_pod_it_created_outside_the_selector() -> No
 def test_every_platform_name_is_reserved_installation_wide_ones_for_installers_too() -> None:
     """A user cannot squat the platform-wide secret before the chart creates it (SPEC 8);
     the admin's chart (``platform.installers``, default group system:masters) can."""
-    from webhook.engine.rules.ownership import check_reserved_name, platform_named, reserved_name
+    from webhook.engine.rules.ownership import platform_named, reserved_name
+    from webhook.engine.rules.reserved import check_reserved_name
 
     shipped = load_policy(Path(__file__).resolve().parents[1] / "policies")
     assert reserved_name(shipped, "Secret", "digitalhub-common-creds") is not None

@@ -5,7 +5,7 @@ reads a record reads it as that RunPolicy's (``scope.recorder`` of a stored obje
 identities may themselves (``scope.may_open``).
 
 The policy is the Core's RunPolicies first, then MLRun's (``mlrun``: MLRun's API;
-``nuclio``: MLRun's API and Nuclio's controller), as in ``test_attacks_scope``.
+``nuclio``: MLRun's API and Nuclio's controller), as in ``attacks_support.TWO``.
 """
 
 from __future__ import annotations
@@ -13,13 +13,18 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from test_attacks_claims_tokens_and_platforms import (
+from attacks_support import (
+    LAUNCHER,
+    MLRUN_API,
+    TWO,
     _updated,
+    admitted,
     deployment,
+    door,
     judged_by,
+    mlrun_run,
     nuclio_function,
 )
-from test_attacks_scope import LAUNCHER, MLRUN_API, TWO, admitted, door, mlrun_run
 from test_ownership import State
 from test_trust import ALICE, CORE, pod, rules
 

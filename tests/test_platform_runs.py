@@ -38,7 +38,8 @@ def test_default_limits_never_below_the_containers_own_request() -> None:
     # a small request still gets the admin's default limit
     small = evaluate(run({"resources": {"requests": {"cpu": "1", "memory": "1Gi"}}}), MLRUN)
     assert small.object["spec"]["containers"][0]["resources"]["limits"] == {
-        "cpu": "2", "memory": "4Gi"
+        "cpu": "2",
+        "memory": "4Gi",
     }
 
 

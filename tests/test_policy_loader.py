@@ -293,7 +293,8 @@ def test_wrong_api_version_and_kind(pol: Path) -> None:
     write(pol, "x.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\nspec: {}\n")
     assert errors_of() == [
         'pol/x.yaml:1: apiVersion: must be runguard.io/v1, not "v1"',
-        'pol/x.yaml:2: kind: "ConfigMap" is not one of RunPolicy, Profile, ProjectProfile',
+        'pol/x.yaml:2: kind: "ConfigMap" is not one of RunPolicy, Profile, ProjectProfile, '
+        "Platform",
     ]
 
 

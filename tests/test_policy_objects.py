@@ -13,9 +13,9 @@ import pytest
 import yaml
 
 from webhook.policy.crd import MIRRORED, PLURALS, document_of, policy_crds
-from webhook.policy.objects import check_object, conditions, mirror, object_files
+from webhook.policy.mirror.objects import check_object, conditions, mirror, object_files
+from webhook.policy.mirror.watch import Mirror, status_updates
 from webhook.policy.schema import policy_schema
-from webhook.policyobjects.watch import Mirror, status_updates
 from webhook.serving.app import create_app
 
 POLICIES = Path(__file__).parent.parent / "policies"
@@ -153,7 +153,9 @@ def test_a_profile_above_the_maximums_names_the_run_policy() -> None:
 
 
 def test_a_run_policy_is_refused_for_the_errors_it_causes_in_the_profiles() -> None:
-    (run_policy,) = [d for d in shipped() if d["metadata"]["name"] == "digitalhub"]
+    (run_policy,) = [
+        d for d in shipped() if d["kind"] == "RunPolicy" and d["metadata"]["name"] == "digitalhub"
+    ]
     lowered = json.loads(json.dumps(run_policy))
     lowered["spec"]["resources"]["maximums"]["cpu"] = "1"
     errors = check_object(lowered, POLICIES).errors
@@ -277,7 +279,7 @@ def test_manifests_url_can_add_the_policy_webhook(capsys: pytest.CaptureFixture[
     (hook,) = items[-1]["webhooks"]
     assert items[-1]["metadata"]["name"] == "runguard-policies"
     assert hook["clientConfig"] == {"url": f"{url}/validate-policy"}
-    assert hook["rules"][0]["resources"] == ["runpolicies", "profiles"]
+    assert hook["rules"][0]["resources"] == ["runpolicies", "profiles", "platforms"]
 
 
 # --- an edit that changes routing is held until the webhooks route it -------------------
@@ -286,12 +288,12 @@ TRAINING = "system:serviceaccount:kubeflow:training-operator"
 
 
 def with_an_operator(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The shipped documents with Kubeflow's training-operator added to every RunPolicy:
+    """The shipped documents with Kubeflow's training-operator added to the Platform:
     a kind the operators webhooks must route before the policy relies on it."""
     out = json.loads(json.dumps(docs))
     for doc in out:
-        if doc["kind"] == "RunPolicy":
-            doc["spec"]["platform"]["operators"].append(
+        if doc["kind"] == "Platform":
+            doc["spec"]["operators"].append(
                 {"identity": TRAINING, "kinds": ["kubeflow.org/PyTorchJob"]}
             )
     return out
@@ -307,7 +309,7 @@ def loaded_policy(docs: list[dict[str, Any]], tmp_path: Path) -> Any:
 
 
 def test_routing_is_what_the_apiserver_compares(tmp_path: Path) -> None:
-    from webhook.policyobjects.watch import policy_routing
+    from webhook.policy.mirror.watch import policy_routing
 
     shipped_policy = loaded_policy(shipped(), tmp_path)
     edited = loaded_policy(with_an_operator(shipped()), tmp_path)
@@ -322,7 +324,7 @@ def test_routing_is_what_the_apiserver_compares(tmp_path: Path) -> None:
 
 
 def test_a_routing_edit_is_held_until_the_webhooks_route_it(tmp_path: Path) -> None:
-    from webhook.policyobjects.watch import policy_routing
+    from webhook.policy.mirror.watch import policy_routing
 
     served_dir = tmp_path / "served"
     served_dir.mkdir()
@@ -334,14 +336,14 @@ def test_a_routing_edit_is_held_until_the_webhooks_route_it(tmp_path: Path) -> N
         live=lambda: (cluster.get("routing"), "runguard"),
     )
     docs = shipped()
-    state.replace("RunPolicy", [as_object(d) for d in docs if d["kind"] == "RunPolicy"])
-    state.replace("Profile", [as_object(d) for d in docs if d["kind"] == "Profile"])
+    for kind in MIRRORED:
+        state.replace(kind, [as_object(d) for d in docs if d["kind"] == kind])
     state.sync()  # the first policy is served whatever is registered
     before = {p.name: p.read_text() for p in served_dir.iterdir()}
     cluster["routing"] = policy_routing(loaded_policy(docs, tmp_path), "runguard")
     for doc in with_an_operator(docs):
-        if doc["kind"] == "RunPolicy":
-            state.event("RunPolicy", "MODIFIED", as_object(doc))
+        if doc["kind"] == "Platform":
+            state.event("Platform", "MODIFIED", as_object(doc))
     written.clear()
     state.sync()
     assert {p.name: p.read_text() for p in served_dir.iterdir()} == before  # not served
@@ -365,8 +367,8 @@ def test_nothing_is_held_before_the_webhooks_are_registered(tmp_path: Path) -> N
         state.replace(kind, [as_object(d) for d in docs if d["kind"] == kind])
     state.sync()
     for doc in with_an_operator(docs):
-        if doc["kind"] == "RunPolicy":
-            state.event("RunPolicy", "MODIFIED", as_object(doc))
+        if doc["kind"] == "Platform":
+            state.event("Platform", "MODIFIED", as_object(doc))
     state.sync()
-    text = (tmp_path / "runpolicy-digitalhub.yaml").read_text()
+    text = (tmp_path / "platform-digitalhub.yaml").read_text()
     assert TRAINING in text

@@ -13,7 +13,7 @@ from harness import write
 from webhook.clusterstate import StaticClusterState
 from webhook.engine import evaluate, mutate
 from webhook.engine.context import Context
-from webhook.engine.rule_ids import PROFILE_NOT_ALLOWED
+from webhook.engine.rules.profile import PROFILE_NOT_ALLOWED
 from webhook.policy.loader import load_policy
 from webhook.policy.model import Policy
 

@@ -14,12 +14,12 @@ from harness import write
 from pydantic import ValidationError
 
 from webhook.engine import evaluate, mutate, validate
-from webhook.engine.rule_ids import PROFILE_RANGE
+from webhook.engine.rules.profile import PROFILE_RANGE
 from webhook.policy.errors import PolicyError
 from webhook.policy.kube import ProfileResources, QuantityRange
 from webhook.policy.loader import load_policy
+from webhook.policy.mirror.objects import check_object
 from webhook.policy.model import Policy
-from webhook.policy.objects import check_object
 
 RUN_POLICY = """\
     kind: RunPolicy

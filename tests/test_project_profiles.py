@@ -19,13 +19,17 @@ from webhook.clusterstate.model import DEVICE_CLAIMS, MAX_SPEC, PROJECT_PROFILES
 from webhook.clusterstate.table import decode_record, encode_record
 from webhook.engine import evaluate, mutate
 from webhook.engine.context import Context
-from webhook.engine.rule_ids import PROFILE_NOT_ALLOWED, PROFILE_PROJECT_INVALID, PROFILE_UNKNOWN
+from webhook.engine.rules.profile import (
+    PROFILE_NOT_ALLOWED,
+    PROFILE_PROJECT_INVALID,
+    PROFILE_UNKNOWN,
+)
 from webhook.install import manifests
 from webhook.policy.crd import CRD_FILES
 from webhook.policy.lint import lint
 from webhook.policy.loader import load_policy
+from webhook.policy.mirror.objects import check_object
 from webhook.policy.model import Policy
-from webhook.policy.objects import check_object
 
 RUN_POLICY = """\
     apiVersion: runguard.io/v1
@@ -349,15 +353,17 @@ def test_a_namespaces_admin_writes_them_its_viewers_read_them_edit_does_not_writ
 def test_the_policy_webhook_checks_them_in_every_namespace() -> None:
     (hook,) = manifests.policy_object_webhook()["webhooks"]
     assert [(r["resources"], r["scope"]) for r in hook["rules"]] == [
-        (["runpolicies", "profiles"], "Cluster"),
+        (["runpolicies", "profiles", "platforms"], "Cluster"),
         (["projectprofiles"], "Namespaced"),
     ]
     assert "namespaceSelector" not in hook  # no namespace is left out
 
 
 def test_the_watch_reads_them_whole_and_everything_else_as_metadata(tmp_path: Path) -> None:
-    from webhook.clusterstate.publication import Publisher, create_directory
-    from webhook.clusterstate.watch import LIST_ACCEPT, KindWatch
+    from webhook.clusterstate.api import LIST_ACCEPT
+    from webhook.clusterstate.publication import create_directory
+    from webhook.clusterstate.watch import KindWatch
+    from webhook.clusterstate.writer import Publisher
 
     directory = create_directory(str(tmp_path), [DEVICE_CLAIMS, PROJECT_PROFILES])
     publisher = Publisher(directory, [DEVICE_CLAIMS, PROJECT_PROFILES])

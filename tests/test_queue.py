@@ -15,9 +15,9 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from test_attacks_operators_and_records import CORE, KUBERAY
+from attacks_support import KUBERAY
 from test_ownership import Meta, State
-from test_trust import ALICE, JOBS, REPO, RUN, created, rules, update
+from test_trust import ALICE, CORE, JOBS, REPO, RUN, created, rules, update
 
 from webhook.engine import evaluate, mutate, validate
 from webhook.engine.context import Context, Requester

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 import yaml
 
+from webhook.audit.rbac import CLUSTER_WIDE
+from webhook.audit.rbacdoors import DOORS
 from webhook.audit.rbacreport import (
-    CLUSTER_WIDE,
-    DOORS,
     Platform,
     RbacReport,
     platform_of,
@@ -599,7 +599,7 @@ def test_an_empty_report_renders() -> None:
 
 
 def test_the_rule_ids_page_names_every_door_in_order() -> None:
-    from webhook.engine.rule_ids import rules_markdown
+    from webhook.cli.rules import rules_markdown
 
     text = rules_markdown()
     places = [text.find(f"`{d.id}`") for d in DOORS]

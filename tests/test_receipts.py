@@ -26,7 +26,7 @@ from test_engine_properties import POLICY_SET, pods
 
 from webhook.clusterstate.static import StaticClusterState
 from webhook.engine import mutate, validate
-from webhook.engine import review as engine_review
+from webhook.engine import validation as engine_validation
 from webhook.engine.context import NO_CONTEXT, Context, Requester
 from webhook.engine.receipts import LocalReceipts, SharedReceipts, backstop_key
 from webhook.engine.types import Decision
@@ -98,17 +98,17 @@ def test_no_decision_changes_on_the_fuzz_corpus(text: str) -> None:
 
 def _backstop_runs(obj: Any, policy: Policy, context: Context, receipts: Any) -> bool:
     ran = []
-    original = engine_review._not_mutated
+    original = engine_validation._not_mutated
 
     def counting(*args: Any, **kwargs: Any) -> Any:
         ran.append(1)
         return original(*args, **kwargs)
 
-    engine_review._not_mutated = counting
+    engine_validation._not_mutated = counting
     try:
         validate(obj, policy, context=context, receipts=receipts)
     finally:
-        engine_review._not_mutated = original
+        engine_validation._not_mutated = original
     return bool(ran)
 
 

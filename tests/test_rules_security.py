@@ -13,15 +13,16 @@ import pytest
 from harness import write
 
 from webhook.engine.pod import Pod
-from webhook.engine.rule_ids import (
+from webhook.engine.rules.pod_security import SECURITY_PRIVILEGED
+from webhook.engine.rules.security import (
     SECURITY_CAPABILITIES,
     SECURITY_DEFAULTS,
     SECURITY_HOST_NAMESPACE,
-    SECURITY_PRIVILEGED,
     SECURITY_ROOT,
     SECURITY_SECCOMP,
+    check_security,
+    strip_root,
 )
-from webhook.engine.rules.security import check_security, strip_root
 from webhook.policy.loader import load_policy
 from webhook.policy.model import Policy
 

@@ -463,11 +463,12 @@ def test_a_users_operator_object_with_a_runs_templates_reaches_mutate() -> None:
 
 def test_an_operators_templates_are_in_one_of_its_kinds(tmp_path: Path) -> None:
     repo = Path(__file__).resolve().parents[1]
-    text = (repo / "policies" / "runpolicy.yaml").read_text(encoding="utf-8")
-    (tmp_path / "profiles.yaml").write_text((repo / "policies" / "profiles.yaml").read_text())
-    broken = text.replace("- kind: ray.io/RayCluster\n            paths:", "- kind: x.io/Job\n"
-                          "            paths:")  # fmt: skip
+    text = (repo / "policies" / "platform.yaml").read_text(encoding="utf-8")
+    for name in ("profiles.yaml", "runpolicy.yaml"):
+        (tmp_path / name).write_text((repo / "policies" / name).read_text())
+    broken = text.replace("- kind: ray.io/RayCluster\n          paths:", "- kind: x.io/Job\n"
+                          "          paths:")  # fmt: skip
     assert broken != text
-    (tmp_path / "runpolicy.yaml").write_text(broken)
+    (tmp_path / "platform.yaml").write_text(broken)
     with pytest.raises(PolicyError, match=r"templates\[1\]\.kind: \"x.io/Job\" is not one of"):
         load_policy(tmp_path)

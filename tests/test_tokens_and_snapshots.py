@@ -9,7 +9,7 @@ import itertools
 from typing import Any
 
 import pytest
-from test_attacks_scope import MLRUN, MLRUN_API
+from attacks_support import MLRUN, MLRUN_API
 from test_manifests import Cel
 from test_ownership import State
 from test_scope_routing import RESOURCES, calls

@@ -20,7 +20,7 @@ from webhook.cli import main
 from webhook.clusterstate import StaticClusterState
 from webhook.engine import mutate
 from webhook.engine.context import Context
-from webhook.engine.rule_ids import PROFILE_NOT_ALLOWED, PROFILE_RANGE, PROFILE_UNKNOWN
+from webhook.engine.rules.profile import PROFILE_NOT_ALLOWED, PROFILE_RANGE, PROFILE_UNKNOWN
 from webhook.policy.loader import load_policy
 from webhook.policy.model import Policy
 

@@ -18,7 +18,8 @@ from typing import Any
 
 import pytest
 
-from .cluster import Cluster, build_binaries
+from .build import build_binaries
+from .cluster import Cluster
 from .devcluster import prepare_cluster
 from .runs import EXCLUDED_NAMESPACE, Webhook, session_policy, wait_for_admission
 

@@ -38,46 +38,23 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-if __package__:
-    from .cluster import (
-        SIMULATED_NODES,
-        Cluster,
-        ClusterError,
-        _die_with_parent,
-        _free_port,
-        _kill_group,
-        _tail,
-        build_binaries,
-    )
-    from .realnode import (
-        REAL_NODE_TAINT,
-        REAL_NODE_TOLERATION,
-        Netns,
-        RealNode,
-        build_image,
-        ensure_tools,
-        taint_text,
-    )
-else:  # run as a script: python tests/e2e/devcluster.py
-    from cluster import (  # type: ignore[no-redef]
-        SIMULATED_NODES,
-        Cluster,
-        ClusterError,
-        _die_with_parent,
-        _free_port,
-        _kill_group,
-        _tail,
-        build_binaries,
-    )
-    from realnode import (  # type: ignore[no-redef]
-        REAL_NODE_TAINT,
-        REAL_NODE_TOLERATION,
-        Netns,
-        RealNode,
-        build_image,
-        ensure_tools,
-        taint_text,
-    )
+if not __package__:  # run as a script: the harness is the package tests.e2e all the same
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    __package__ = "tests.e2e"
+
+from .build import ClusterError, build_binaries
+from .cluster import Cluster
+from .nodes import SIMULATED_NODES
+from .processes import die_with_parent, free_port, kill_group, tail
+from .realnode import (
+    REAL_NODE_TAINT,
+    REAL_NODE_TOLERATION,
+    Netns,
+    RealNode,
+    build_image,
+    ensure_tools,
+    taint_text,
+)
 
 __all__ = ["CLUSTER_OBJECTS", "PRIORITIES", "Runguard", "prepare_cluster", "main"]
 
@@ -148,7 +125,7 @@ class Runguard:
         self.policy_dir = Path(policy_dir).resolve()
         self.certs = self.directory / "certs"
         self.log = self.directory / "runguard.log"
-        self.port = port or _free_port()
+        self.port = port or free_port()
         self.workers = workers
         self.owned = owned
         self.serve_args = tuple(serve_args)  # more `runguard serve` options (--client-ca)
@@ -205,7 +182,7 @@ class Runguard:
                 stderr=subprocess.STDOUT,
                 cwd=self.directory,
                 start_new_session=True,
-                preexec_fn=_die_with_parent if self.owned else None,
+                preexec_fn=die_with_parent if self.owned else None,
             )
         self.pid = self._proc.pid
         try:
@@ -217,7 +194,7 @@ class Runguard:
     def stop(self, timeout: float = 20.0) -> None:
         """SIGTERM the server's process group (master and workers), SIGKILL if it lingers."""
         if self.pid is not None:
-            _kill_group(self.pid, timeout)
+            kill_group(self.pid, timeout)
         if self._proc is not None:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self._proc.wait(timeout=1)
@@ -236,7 +213,7 @@ class Runguard:
             if self._proc is not None and self._proc.poll() is not None:
                 raise ClusterError(
                     f"runguard serve exited with code {self._proc.returncode}; last lines of "
-                    f"{self.log}:\n{_tail(self.log)}"
+                    f"{self.log}:\n{tail(self.log)}"
                 )
             try:
                 status, body = self.readyz()
@@ -247,7 +224,7 @@ class Runguard:
                     return
                 last = f"HTTP {status}: {body}"
             time.sleep(0.1)
-        raise ClusterError(f"runguard not ready after {timeout:.0f}s ({last}):\n{_tail(self.log)}")
+        raise ClusterError(f"runguard not ready after {timeout:.0f}s ({last}):\n{tail(self.log)}")
 
     def readyz(self) -> tuple[int, dict[str, Any]]:
         """``GET /readyz``: the status code and the JSON detail (policy, rejected edits)."""
@@ -587,7 +564,8 @@ def apply_policy_objects(cluster: Cluster, policy: Path, mirror: Path) -> None:
         cluster.kubectl("apply", "--server-side", "-f", str(crd), check=True)
     cluster.kubectl(
         "wait", "--for=condition=Established",
-        "crd/runpolicies.runguard.io", "crd/profiles.runguard.io", check=True,
+        "crd/runpolicies.runguard.io", "crd/profiles.runguard.io",
+        "crd/platforms.runguard.io", check=True,
     )  # fmt: skip
     cluster.kubectl("apply", "-f", str(policy), check=True)
 
@@ -609,7 +587,7 @@ def _down(args: argparse.Namespace) -> int:
     stopped = []
     pid = _runguard_pid(directory)
     if pid is not None:
-        _kill_group(pid, 20.0)
+        kill_group(pid, 20.0)
         stopped.append("runguard")
     (directory / RUNGUARD_STATE).unlink(missing_ok=True)
     real: dict[str, Any] = {}

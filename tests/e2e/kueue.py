@@ -45,17 +45,11 @@ from typing import Any
 
 import yaml
 
-from .cluster import (
-    E2E_DIR,
-    Cluster,
-    ClusterError,
-    Identity,
-    _die_with_parent,
-    _free_port,
-    _kill_group,
-    _tail,
-)
+from .build import E2E_DIR, ClusterError
+from .cluster import Cluster
 from .devcluster import runguard_command
+from .identities import Identity
+from .processes import die_with_parent, free_port, kill_group, tail
 from .runs import until
 
 __all__ = [
@@ -146,8 +140,8 @@ class Kueue:
         self.log = self.directory / "kueue.log"
         self.binary = build_kueue()
         self.module = kueue_module()
-        self.webhook_port = _free_port()
-        self.health_port = _free_port()
+        self.webhook_port = free_port()
+        self.health_port = free_port()
         self.identity: Identity | None = None
         self._proc: subprocess.Popen[bytes] | None = None
         self.registered = False
@@ -181,7 +175,7 @@ class Kueue:
                       lambda: self._probe_job() is False or None, START_TIMEOUT)  # fmt: skip
         finally:
             if self._proc is not None:
-                _kill_group(self._proc.pid, timeout)
+                kill_group(self._proc.pid, timeout)
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     self._proc.wait(timeout=1)
                 self._proc = None
@@ -264,14 +258,14 @@ class Kueue:
                 stderr=subprocess.STDOUT,
                 cwd=self.directory,
                 start_new_session=True,
-                preexec_fn=_die_with_parent,  # SIGKILLed if pytest dies, however it dies
+                preexec_fn=die_with_parent,  # SIGKILLed if pytest dies, however it dies
             )
 
     def _check_alive(self) -> None:
         if self._proc is not None and self._proc.poll() is not None:
             raise ClusterError(
                 f"kueue exited with code {self._proc.returncode}; last lines of {self.log}:\n"
-                + _tail(self.log)
+                + tail(self.log)
             )
 
     def _ready(self) -> bool | None:
@@ -339,18 +333,35 @@ def resource_flavor(name: str, node_labels: dict[str, str],
             "spec": {"nodeLabels": node_labels, "tolerations": tolerations}}  # fmt: skip
 
 
-def cluster_queue(name: str, namespace: str, quotas: dict[str, dict[str, str]]) -> dict[str, Any]:
+def cluster_queue(
+    name: str,
+    namespace: str,
+    quotas: dict[str, dict[str, str]],
+    preemption: dict[str, str] | None = None,
+) -> dict[str, Any]:
     """A ClusterQueue for ``namespace``'s LocalQueues, one resource group covering every
-    resource named in ``quotas`` (flavor -> resource -> nominal quota), flavors in order."""
+    resource named in ``quotas`` (flavor -> resource -> nominal quota), flavors in order;
+    ``preemption``: its preemption settings (e.g. ``{"withinClusterQueue":
+    "LowerPriority"}``), else Kueue's default (none)."""
     resources = sorted({r for quota in quotas.values() for r in quota})
     flavors = [{"name": flavor,
                 "resources": [{"name": r, "nominalQuota": quota[r]} for r in resources]}
                for flavor, quota in quotas.items()]  # fmt: skip
     selector = {"matchLabels": {"kubernetes.io/metadata.name": namespace}}
+    spec = {"namespaceSelector": selector,
+            "resourceGroups": [{"coveredResources": resources, "flavors": flavors}]}  # fmt: skip
+    if preemption is not None:
+        spec["preemption"] = dict(preemption)
     return {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue",
-            "metadata": {"name": name},
-            "spec": {"namespaceSelector": selector, "resourceGroups": [
-                {"coveredResources": resources, "flavors": flavors}]}}  # fmt: skip
+            "metadata": {"name": name}, "spec": spec}  # fmt: skip
+
+
+def workload_priority_class(name: str, value: int) -> dict[str, Any]:
+    """A WorkloadPriorityClass: a Job labelled ``kueue.x-k8s.io/priority-class: name``
+    is admitted (and preempts) by ``value``."""
+    return {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "WorkloadPriorityClass",
+            "metadata": {"name": name}, "value": value,
+            "description": "e2e: Kueue's preemption of runs"}  # fmt: skip
 
 
 def local_queue(name: str, namespace: str, cluster_queue_name: str) -> dict[str, Any]:

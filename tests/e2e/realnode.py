@@ -36,26 +36,11 @@ from typing import Any
 
 import yaml
 
-if __package__:
-    from .cluster import (
-        Cluster,
-        ClusterError,
-        _die_with_parent,
-        _kill_group,
-        _node_schedulable,
-        _tail,
-        issue_client_cert,
-    )
-else:  # imported by devcluster.py run as a script
-    from cluster import (  # type: ignore[no-redef]
-        Cluster,
-        ClusterError,
-        _die_with_parent,
-        _kill_group,
-        _node_schedulable,
-        _tail,
-        issue_client_cert,
-    )
+from .build import ClusterError
+from .cluster import Cluster
+from .nodes import node_schedulable
+from .pki import issue_client_cert
+from .processes import die_with_parent, kill_group, tail
 
 __all__ = [
     "REAL_NODE",
@@ -558,7 +543,7 @@ class RealNode:
     def _stop(self, name: str, timeout: float) -> None:
         pid = self.pids.pop(name, None)
         if pid is not None:
-            _kill_group(pid, timeout)
+            kill_group(pid, timeout)
         proc = self._procs.pop(name, None)
         if proc is not None:
             with contextlib.suppress(subprocess.TimeoutExpired):
@@ -589,7 +574,7 @@ class RealNode:
                 stderr=subprocess.STDOUT,
                 cwd=self.directory,
                 start_new_session=True,
-                preexec_fn=_die_with_parent if self.owned else None,
+                preexec_fn=die_with_parent if self.owned else None,
             )
         finally:
             log.close()
@@ -607,7 +592,7 @@ class RealNode:
             node = self.cluster.get_json(f"/api/v1/nodes/{self.name}")
         except OSError:
             return False
-        return _node_schedulable(node)
+        return node_schedulable(node)
 
     def _wait_for(self, ready: Any, what: str, timeout: float) -> None:
         deadline = time.monotonic() + timeout
@@ -616,12 +601,12 @@ class RealNode:
                 if proc.poll() is not None:
                     raise ClusterError(
                         f"{name} exited with code {proc.returncode} before {what}; last lines "
-                        f"of its log:\n" + _tail(self.directory / f"{name}.log")
+                        f"of its log:\n" + tail(self.directory / f"{name}.log")
                     )
             if time.monotonic() > deadline:
                 raise ClusterError(
                     f"no {what} after {timeout:.0f}s; last lines of the kubelet's log:\n"
-                    + _tail(self.directory / "kubelet.log")
+                    + tail(self.directory / "kubelet.log")
                 )
             time.sleep(0.5)
 

@@ -21,8 +21,10 @@ from typing import Any, TypeVar
 import yaml
 from harness import eventually
 
-from .cluster import Cluster, ClusterError, Identity
+from .build import ClusterError
+from .cluster import Cluster
 from .devcluster import Runguard
+from .identities import Identity
 
 REPO = Path(__file__).resolve().parents[2]
 PLATFORM_POLICY = REPO / "tests" / "cases" / "_policies" / "platform" / "policy.yaml"
@@ -369,6 +371,11 @@ def picked(whole: Any, like: Any) -> Any:
 def apply(cluster: Cluster, namespace: str, obj: JSON, *args: str) -> Any:
     """``kubectl apply -n NS -f -`` of one object, sent as JSON."""
     return cluster.kubectl("apply", "-n", namespace, "-f", "-", *args, input=json.dumps(obj))
+
+
+def create(cluster: Cluster, namespace: str, obj: JSON, *args: str) -> Any:
+    """``kubectl create -n NS -f -`` of one object, sent as JSON."""
+    return cluster.kubectl("create", "-n", namespace, "-f", "-", *args, input=json.dumps(obj))
 
 
 def get(cluster: Cluster, namespace: str, kind: str, name: str) -> JSON:

@@ -24,7 +24,7 @@ import pytest
 import yaml
 
 from webhook.audit.clusteraudit import judged_pages
-from webhook.cli.audit import kube_fetch
+from webhook.cli.cluster import kube_fetch
 from webhook.engine import mutate
 from webhook.policy.loader import load_policy
 from webhook.policy.model import Policy

@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from .cluster import Cluster, kubernetes_modfile
+from .build import kubernetes_modfile
+from .cluster import Cluster
 
 pytestmark = pytest.mark.e2e
 

@@ -15,9 +15,12 @@ from typing import Any
 import pytest
 
 from webhook.clusterstate import KINDS, Meta, OwnerRef, controller_chain
+from webhook.clusterstate.api import Api, api_client
 from webhook.clusterstate.process import WatchProcess
-from webhook.clusterstate.publication import Publisher, SharedClusterState, create_directory
-from webhook.clusterstate.watch import Api, Watcher, api_client
+from webhook.clusterstate.publication import create_directory
+from webhook.clusterstate.reader import SharedClusterState
+from webhook.clusterstate.watch import Watcher
+from webhook.clusterstate.writer import Publisher
 
 from .cluster import Cluster
 from .devcluster import Runguard

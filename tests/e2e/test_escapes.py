@@ -14,7 +14,8 @@ import pytest
 
 from webhook.install.manifests import POD_SPEC_SUBRESOURCES
 
-from .cluster import Cluster, kubernetes_version
+from .build import kubernetes_version
+from .cluster import Cluster
 from .runs import Webhook, apply, get, rule_ids, run_pod
 
 pytestmark = pytest.mark.e2e

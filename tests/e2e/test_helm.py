@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 import yaml
 
-from .cluster import E2E_DIR, Cluster, ClusterError
+from .build import E2E_DIR, ClusterError
+from .cluster import Cluster
 from .devcluster import Runguard, runguard_command
 from .runs import Webhook, kubectl_warnings, run_pod, until
 

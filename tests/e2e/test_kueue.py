@@ -11,7 +11,9 @@ namespace is a team with its own ClusterQueue (one GPU of each flavor) and Local
 The platform creates its run Jobs naming the queue; Kueue counts what runguard stored
 (the profile's resources in the Job's template), starts them on the flavor it picked, and
 the job-controller's Pods land on that flavor's node. A run beyond the quota waits until
-the first one finishes, and a user with edit rights cannot start it herself.
+the first one finishes, and a user with edit rights cannot start it herself. Where a
+team's queue preempts, a higher-priority run stops a running one (Kueue suspends it and
+the job-controller removes its Pod) and the stopped run starts again once there is room.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from typing import Any
 import pytest
 import yaml
 
-from .cluster import A100_PRODUCT, GPU_PRODUCT_LABEL, GPU_RESOURCE, Cluster
+from .cluster import Cluster
 from .devcluster import Runguard, prepare_cluster
 from .kueue import (
     QUEUE_LABEL,
@@ -35,7 +37,9 @@ from .kueue import (
     local_queue,
     resource_flavor,
     wait_active,
+    workload_priority_class,
 )
+from .nodes import A100_PRODUCT, GPU_PRODUCT_LABEL, GPU_RESOURCE
 from .runs import (
     REPO,
     Webhook,
@@ -120,10 +124,35 @@ def team(cluster: Cluster, kueue: Kueue) -> Iterator[str]:
     cluster.kubectl("delete", "namespace", name, "--wait=false")
 
 
-def run_job(name: str, profile: str, *, queue: str | None = QUEUE) -> dict[str, Any]:
-    """A run Job as the platform creates it: the run labels, its queue (when given), the
-    profile on the template, the user's own modest resources."""
+PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
+PRIORITIES = {"e2e-runs-low": 100, "e2e-runs-high": 1000}  # WorkloadPriorityClasses
+
+
+@pytest.fixture
+def preempting_team(cluster: Cluster, kueue: Kueue) -> Iterator[str]:
+    """As ``team``, its ClusterQueue preempting lower-priority Workloads for higher ones,
+    and the WorkloadPriorityClasses of ``PRIORITIES``."""
+    name = f"t-kueue-p-{os.urandom(3).hex()}"
+    cluster.kubectl("create", "namespace", name, check=True)
+    kueue.apply(
+        *(workload_priority_class(c, value) for c, value in PRIORITIES.items()),
+        cluster_queue(name, name, QUOTAS, {"withinClusterQueue": "LowerPriority"}),
+        local_queue(QUEUE, name, name),
+    )
+    wait_active(cluster, name)
+    yield name
+    cluster.kubectl("delete", "namespace", name, "--wait=false")
+
+
+def run_job(
+    name: str, profile: str, *, queue: str | None = QUEUE, priority: str | None = None
+) -> dict[str, Any]:
+    """A run Job as the platform creates it: the run labels, its queue (when given) and
+    Kueue priority class (when given), the profile on the template, the user's own
+    modest resources."""
     labels = {**RUN, QUEUE_LABEL: queue} if queue else dict(RUN)
+    if priority is not None:
+        labels[PRIORITY_LABEL] = priority
     main = {"name": "main", "image": "python:3.11", "command": ["python", "train.py"],
             "resources": {"requests": {"cpu": "1", "memory": "2Gi"}}}  # fmt: skip
     template = {"metadata": {"labels": {**RUN, "app": name, "dhcore/template": profile},
@@ -266,3 +295,57 @@ def test_a_queue_profiles_runs_land_where_the_queues_flavors_have_room(
         job = started(cluster, team, name)
         assert job["spec"]["template"]["spec"]["nodeSelector"] == FLAVORS[flavor][0]
         assert running_pod(cluster, team, name)["spec"]["nodeName"] == FLAVORS[flavor][1]
+
+
+def test_a_higher_priority_run_preempts_a_running_one_which_starts_again_after(
+    cluster: Cluster, kueue: Kueue, preempting_team: str
+) -> None:
+    """Kueue's preemption through runguard: its update suspending a running platform Job
+    (and restoring its template) is let through, the job-controller removes the Pod, the
+    higher-priority run starts on the GPU it freed; the stopped run waits (a user cannot
+    start it) and starts again when the GPU is free."""
+    team = preempting_team
+    create(cluster, team, run_job("low", "1xa100", priority="e2e-runs-low"))
+    admitted(kueue, team, "low")
+    started(cluster, team, "low")
+    running_pod(cluster, team, "low")
+
+    create(cluster, team, run_job("high", "1xa100", priority="e2e-runs-high"))
+
+    def preempted() -> dict[str, Any] | None:
+        workload = kueue.workload_of(team, "low")
+        found = condition(workload, "Evicted") if workload else None
+        return found if found and found["status"] == "True" else None
+
+    evicted = until("Kueue evicts the lower-priority run", preempted, WAIT)
+    assert evicted["reason"] == "Preempted", evicted
+    until(
+        "Kueue suspends the preempted run",
+        lambda: get(cluster, team, "job/low")["spec"].get("suspend") is True or None,
+        WAIT,
+    )
+    until(
+        "the job-controller removes its Pod",
+        lambda: run_pods(cluster, team, "batch.kubernetes.io/job-name=low") == [] or None,
+        WAIT,
+    )
+    workload = admitted(kueue, team, "high")
+    assert flavors(workload) == dict.fromkeys(A100_REQUESTS, "a100")
+    started(cluster, team, "high")
+    high = running_pod(cluster, team, "high")
+    assert high["spec"]["nodeName"] == FLAVORS["a100"][1]
+    assert high["spec"]["containers"][0]["resources"]["requests"] == A100_REQUESTS
+
+    mallory = user(cluster)
+    unsuspend = json.dumps({"spec": {"suspend": False}})
+    done = mallory.kubectl("patch", "-n", team, "job/low", "--type=merge", "-p", unsuspend)
+    assert done.returncode != 0 and rule_ids(done.stderr) == {"queue.bypassed"}, done.stderr
+
+    finish(cluster, team, high)
+    workload = admitted(kueue, team, "low")
+    assert flavors(workload) == dict.fromkeys(A100_REQUESTS, "a100")
+    job = started(cluster, team, "low")
+    # the template Kueue restored and set again is still the profile's
+    template = job["spec"]["template"]
+    assert template["spec"]["containers"][0]["resources"]["requests"] == A100_REQUESTS
+    assert running_pod(cluster, team, "low")["spec"]["nodeName"] == FLAVORS["a100"][1]

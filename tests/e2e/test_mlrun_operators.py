@@ -28,8 +28,9 @@ from typing import Any
 import pytest
 import yaml
 
-from .cluster import Cluster, Identity
+from .cluster import Cluster
 from .devcluster import Runguard
+from .identities import Identity
 from .runs import REPO, Webhook, instead_of_the_session, poll, wait_for_policy_label
 
 pytestmark = pytest.mark.e2e
@@ -229,15 +230,23 @@ def spark_driver(app: JSON | None, namespace: str) -> JSON:
     """The driver as the spark-operator submits it, after its webhook made ``app`` the
     owner and added the V3IO daemon mounts of ``with_igz_spark``."""
     labels = {**RUN, "mlrun/class": "spark", "spark-role": "driver"}
-    daemon = [("shm", f"/var/run/iguazio/dayman-shm/{namespace}", "/dev/shm"),
-              ("v3iod-comm", f"/var/run/iguazio/dayman/{namespace}", "/var/run/iguazio/dayman")]
+    daemon = [
+        ("shm", f"/var/run/iguazio/dayman-shm/{namespace}", "/dev/shm"),
+        ("v3iod-comm", f"/var/run/iguazio/dayman/{namespace}", "/var/run/iguazio/dayman"),
+    ]
     volumes = [{"name": n, "hostPath": {"path": p, "type": ""}} for n, p, _ in daemon]
-    volumes += [{"name": "v3io-config", "configMap": {"name": "spark-operator-v3io-config"}},
-                {"name": "spark-conf-volume-driver",
-                 "configMap": {"name": "spark-drv-8f2e4a6c1b3d5e7f-conf-map"}}]
+    volumes += [
+        {"name": "v3io-config", "configMap": {"name": "spark-operator-v3io-config"}},
+        {
+            "name": "spark-conf-volume-driver",
+            "configMap": {"name": "spark-drv-8f2e4a6c1b3d5e7f-conf-map"},
+        },
+    ]
     mounts = [{"name": n, "mountPath": m} for n, _, m in daemon]
-    mounts += [{"name": "v3io-config", "mountPath": "/etc/config/v3io"},
-               {"name": "spark-conf-volume-driver", "mountPath": "/opt/spark/conf"}]
+    mounts += [
+        {"name": "v3io-config", "mountPath": "/etc/config/v3io"},
+        {"name": "spark-conf-volume-driver", "mountPath": "/opt/spark/conf"},
+    ]
     meta: JSON = {"name": "spark-etl-driver", "labels": labels}
     if app is not None:
         meta["ownerReferences"] = owned_by(app)
@@ -266,9 +275,12 @@ def test_the_mpi_operators_pod_keeps_what_mlrun_gave_the_platforms_mpijob(
     assert "runguard.io/platform" not in theirs["metadata"].get("annotations", {})
     poll("both MPIJobs in runguard's cache", lambda: cached(served, MPIJOB, 2))
     # The operator's ConfigMap is not a name the platform reserves: the operator makes it.
-    config = {"apiVersion": "v1", "kind": "ConfigMap",
-              "metadata": {"name": "train-1-config", "ownerReferences": owned_by(mine)},
-              "data": {"kubexec.sh": "#!/bin/sh\n", "hostfile": "train-1-worker-0 slots=1\n"}}
+    config = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "train-1-config", "ownerReferences": owned_by(mine)},
+        "data": {"kubexec.sh": "#!/bin/sh\n", "hostfile": "train-1-worker-0 slots=1\n"},
+    }
     made, _ = create(served.mpi, space, config)  # fmt: skip
     assert made is not None
     pod, warnings = create(served.mpi, space, mpi_worker(mine))
@@ -316,9 +328,12 @@ def test_the_spark_driver_keeps_the_v3io_daemon_mounts_of_the_platforms_applicat
     # The label the spark-operator's webhook finds a driver's owner by is not the user's
     # to write: her application naming the platform's would get its driver owned by it.
     group, version, kind, _ = SPARK
-    borrowed = {"apiVersion": f"{group}/{version}", "kind": kind,
-                "metadata": {"name": "spark-etl-3", "labels": RUN},
-                "spec": {"driver": {"labels": {"sparkoperator.k8s.io/app-name": "spark-etl-1"}}}}
+    borrowed = {
+        "apiVersion": f"{group}/{version}",
+        "kind": kind,
+        "metadata": {"name": "spark-etl-3", "labels": RUN},
+        "spec": {"driver": {"labels": {"sparkoperator.k8s.io/app-name": "spark-etl-1"}}},
+    }
     refused, denial = create(served.user, space, borrowed, "--dry-run=server")
     assert refused is None and "ownership.reserved-label" in denial, denial
 

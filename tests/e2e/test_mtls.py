@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from .cluster import Cluster, issue_client_cert
+from .cluster import Cluster
 from .devcluster import Runguard, prepare_cluster
+from .pki import issue_client_cert
 from .runs import Webhook, eventually, run_pod, session_policy
 
 pytestmark = pytest.mark.e2e

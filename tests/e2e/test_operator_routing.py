@@ -28,8 +28,9 @@ import pytest
 from webhook.install import manifests
 
 from . import runs
-from .cluster import Cluster, Identity
+from .cluster import Cluster
 from .devcluster import Runguard, prepare_cluster
+from .identities import Identity
 from .runs import Webhook, rule_ids
 from .test_operator_watch import (
     KUBEAI_ACCOUNT,

@@ -32,10 +32,12 @@ import yaml
 
 from webhook.clusterstate import KINDS
 from webhook.clusterstate.process import WatchProcess
-from webhook.clusterstate.publication import SharedClusterState, create_directory
+from webhook.clusterstate.publication import create_directory
+from webhook.clusterstate.reader import SharedClusterState
 
-from .cluster import Cluster, Identity
+from .cluster import Cluster
 from .devcluster import Runguard, prepare_cluster
+from .identities import Identity
 from .runs import (
     REPO,
     Webhook,

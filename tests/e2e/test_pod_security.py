@@ -40,7 +40,8 @@ from test_pod_security import containers, run_pods, upstream_failures
 
 from webhook.policy.loader import load_policy
 
-from .cluster import Cluster, ClusterError, kubernetes_version
+from .build import ClusterError, kubernetes_version
+from .cluster import Cluster
 from .runs import EXCLUDED_NAMESPACE, Webhook, pod, run_pod
 
 pytestmark = pytest.mark.e2e

@@ -55,7 +55,9 @@ def assert_messy_pod_mutated(stored: dict[str, Any]) -> None:
     assert "volumeMounts" not in spec["containers"][1]
     # the run's labels, and the RunPolicy that governs it for its whole life
     assert stored["metadata"]["labels"] == {
-        **RUN_LABELS, "dhcore/template": "1xa100", "runguard.io/policy": "platform"
+        **RUN_LABELS,
+        "dhcore/template": "1xa100",
+        "runguard.io/policy": "platform",
     }
 
 

@@ -1,4 +1,4 @@
-"""RunPolicy and Profile as Kubernetes objects, against the real kube-apiserver: the
+"""RunPolicy, Platform and Profile as Kubernetes objects, against the real kube-apiserver: the
 generated CRDs are accepted, ``kubectl apply -f policies/`` works as is, ``kubectl get``
 and ``kubectl explain`` document them, a broken Profile is refused at ``kubectl apply``
 naming its key, and ``runguard serve --policy-objects`` serves them, reloads a
@@ -38,7 +38,7 @@ def crds(cluster: Cluster) -> Iterator[None]:
             "wait", "--for=condition=Established", f"crd/{plural}.runguard.io", check=True
         )
     yield
-    cluster.kubectl("delete", "runpolicies,profiles", "--all", "--wait")
+    cluster.kubectl("delete", "runpolicies,platforms.runguard.io,profiles", "--all", "--wait")
 
 
 @pytest.fixture(scope="module")
@@ -104,6 +104,26 @@ def test_kubectl_explain_documents_every_key(cluster: Cluster, crds: None) -> No
     assert "Audit" in done.stdout
 
 
+def test_the_platform_is_an_object_the_run_policies_name(
+    cluster: Cluster, served: Runguard
+) -> None:
+    """The Platform applied from policies/platform.yaml: listed with its identities and
+    project label, explained key by key, and loaded with the RunPolicies naming it."""
+    until(
+        "the Platform loaded",
+        lambda: loaded(get(cluster, "platform.runguard.io", "digitalhub")) == "True",
+    )
+    table = cluster.kubectl("get", "platforms.runguard.io", check=True).stdout.splitlines()
+    assert table[0].split() == ["NAME", "IDENTITIES", "PROJECT", "LABEL", "LOADED", "AGE"]
+    (row,) = table[1:]
+    assert row.split()[:2] == ["digitalhub", '["system:serviceaccount:digitalhub:core"]']
+    assert "dhcore/project" in row
+    done = cluster.kubectl("explain", "platform.spec.identities", check=True)
+    assert "Who the platform acts as" in done.stdout
+    for name in ("builds", "digitalhub"):
+        assert get(cluster, "runpolicy", name)["spec"]["platform"] == "digitalhub"
+
+
 def test_the_server_serves_the_objects_and_names_them(served: Runguard) -> None:
     status, ready = served.readyz()
     assert status == 200, ready
@@ -114,7 +134,9 @@ def test_the_server_serves_the_objects_and_names_them(served: Runguard) -> None:
 def test_every_object_says_it_loaded(cluster: Cluster, served: Runguard) -> None:
     def all_loaded() -> bool:
         items = json.loads(
-            cluster.kubectl("get", "runpolicies,profiles", "-o", "json", check=True).stdout
+            cluster.kubectl(
+                "get", "runpolicies,platforms.runguard.io,profiles", "-o", "json", check=True
+            ).stdout
         )["items"]
         return bool(items) and all(loaded(item) == "True" for item in items)
 
@@ -240,7 +262,7 @@ def condition_message(cluster: Cluster, kind: str, name: str) -> str:
 def held_objects(cluster: Cluster) -> list[str]:
     """The policy objects whose Loaded condition says their edit is held."""
     held = []
-    for kind in ("runpolicy", "profile.runguard.io"):
+    for kind in ("runpolicy", "platform.runguard.io", "profile.runguard.io"):
         names = cluster.kubectl(
             "get", kind, "-o", "jsonpath={.items[*].metadata.name}", check=True
         ).stdout.split()
@@ -270,8 +292,8 @@ def test_a_routing_edit_waits_for_the_webhooks(
         # now: the digest before this test's edit is the one after that, once settled.
         until("no policy object held", lambda: not held_objects(cluster))
         before = until("the served policy settled", lambda: settled_digest(served), 60)
-        patch = [{"op": "add", "path": "/spec/platform/operators/-", "value": OPERATOR}]
-        cluster.kubectl("patch", "runpolicy", "digitalhub", "--type", "json",
+        patch = [{"op": "add", "path": "/spec/operators/-", "value": OPERATOR}]
+        cluster.kubectl("patch", "platform.runguard.io", "digitalhub", "--type", "json",
                         "-p", json.dumps(patch), check=True)  # fmt: skip
         until(
             "the edit held",
@@ -284,8 +306,8 @@ def test_a_routing_edit_waits_for_the_webhooks(
         for path in (REPO / "policies").glob("*.yaml"):
             docs = [d for d in yaml.safe_load_all(path.read_text()) if d]
             for doc in docs:
-                if doc["kind"] == "RunPolicy" and doc["metadata"]["name"] == "digitalhub":
-                    doc["spec"]["platform"]["operators"].append(OPERATOR)
+                if doc["kind"] == "Platform" and doc["metadata"]["name"] == "digitalhub":
+                    doc["spec"]["operators"].append(OPERATOR)
             (edited / path.name).write_text(yaml.safe_dump_all(docs, sort_keys=False))
         rendered = subprocess.run(
             [runguard_command(), "manifests", "-p", str(edited), "--url", served.url,

@@ -10,7 +10,6 @@ ranges.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterator
 from typing import Any
@@ -23,6 +22,8 @@ from .devcluster import Runguard
 from .runs import (
     REPO,
     Webhook,
+    create,
+    get,
     instead_of_the_session,
     rule_ids,
     run_pod,
@@ -79,23 +80,13 @@ def teams(cluster: Cluster, webhook: Webhook, tmp_path_factory: Any) -> Iterator
         cluster.kubectl("delete", "namespace", team_a, team_b, "--wait=false")
 
 
-def create(cluster: Cluster, namespace: str, pod: dict[str, Any]) -> Any:
-    return cluster.kubectl("create", "-n", namespace, "-f", "-", input=json.dumps(pod))
-
-
-def stored(cluster: Cluster, namespace: str, name: str) -> dict[str, Any]:
-    done = cluster.kubectl("get", "pod", "-n", namespace, name, "-o", "json", check=True)
-    obj: dict[str, Any] = json.loads(done.stdout)
-    return obj
-
-
 def test_a_kept_profile_serves_its_team_and_refuses_another(
     cluster: Cluster, teams: tuple[str, str]
 ) -> None:
     team_a, team_b = teams
     done = create(cluster, team_a, run_pod("a100", "1xa100"))
     assert done.returncode == 0, done.stderr
-    spec = stored(cluster, team_a, "a100")["spec"]
+    spec = get(cluster, team_a, "pod", "a100")["spec"]
     assert spec["nodeSelector"]["nvidia.com/gpu.product"] == "NVIDIA-A100-SXM4-80GB"
 
     done = create(cluster, team_b, run_pod("a100", "1xa100"))
@@ -115,11 +106,11 @@ def test_ranges_keep_default_and_clamp(cluster: Cluster, teams: tuple[str, str])
     done = create(cluster, team_b, run_pod("picked", "ranged", containers=[kept]))
     assert done.returncode == 0, done.stderr
     assert "memory request 96Gi -> 64Gi" in done.stderr  # kubectl prints the warning
-    resources = stored(cluster, team_b, "picked")["spec"]["containers"][0]["resources"]
+    resources = get(cluster, team_b, "pod", "picked")["spec"]["containers"][0]["resources"]
     assert resources["requests"] == {"cpu": "3", "memory": "64Gi"}
     assert resources["limits"] == {"memory": "64Gi"}
 
     done = create(cluster, team_b, run_pod("defaulted", "ranged", containers=[asked]))
     assert done.returncode == 0, done.stderr
-    resources = stored(cluster, team_b, "defaulted")["spec"]["containers"][0]["resources"]
+    resources = get(cluster, team_b, "pod", "defaulted")["spec"]["containers"][0]["resources"]
     assert resources == {"requests": {"cpu": "2", "memory": "16Gi"}, "limits": {"memory": "16Gi"}}

@@ -29,8 +29,9 @@ import yaml
 from webhook.install import manifests
 from webhook.policy.crd import CRD_FILES
 
-from .cluster import Cluster, Identity
+from .cluster import Cluster
 from .devcluster import Runguard, prepare_cluster
+from .identities import Identity
 from .runs import (
     REPO,
     Webhook,

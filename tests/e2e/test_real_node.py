@@ -19,7 +19,8 @@ from typing import Any
 
 import pytest
 
-from .cluster import SIMULATED_NODES, Cluster, build_binaries
+from .build import build_binaries
+from .cluster import Cluster
 from .devcluster import (
     REAL_NODES,
     install,
@@ -29,6 +30,7 @@ from .devcluster import (
     run_labels,
     wait_ready_replicas,
 )
+from .nodes import SIMULATED_NODES
 from .realnode import (
     CNI_RESULTS,
     KERNEL_TUNABLES,

@@ -23,8 +23,10 @@ import yaml
 from webhook.serving.reach import reached_pods
 from webhook.serving.shells import PodReader
 
-from .cluster import Cluster, Identity, simulated_node
+from .cluster import Cluster
 from .devcluster import Runguard, prepare_cluster
+from .identities import Identity
+from .nodes import simulated_node
 from .runs import (
     REPO,
     Webhook,

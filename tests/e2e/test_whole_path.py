@@ -23,16 +23,16 @@ from kubernetes import client
 
 from webhook.engine.review import TEMPLATE_KEPT
 
-from .cluster import (
+from .build import kubernetes_version
+from .cluster import Cluster
+from .devcluster import PRIORITIES, Runguard
+from .nodes import (
     A100_PRODUCT,
     GPU_PRODUCT_LABEL,
     MLRUN_SPOT_LABELS,
     PLATFORM_SPOT_LABELS,
     SIMULATED_NODES,
-    Cluster,
-    kubernetes_version,
 )
-from .devcluster import PRIORITIES, Runguard
 from .runs import (
     GPU_TOLERATION,
     REPO,

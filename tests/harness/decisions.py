@@ -23,7 +23,17 @@ engine (its ``webhook`` package), e.g. the commit before a change:
     python bench/decisions.py --inputs /tmp/in.pickle --write /tmp/before.jsonl --tree /tmp/base
     python bench/decisions.py --inputs /tmp/in.pickle --check /tmp/before.jsonl
 
-``--check`` exits 1 on any difference and prints the first ones.
+``--check`` exits 1 on any difference and prints the first ones (``--summary``: counted
+by the part of the decision that changed).
+
+Against a commit whose policy format differs (files it cannot load), both trees judge
+that commit's policy files (``--policies-from``): the directories it lacks, or a tree
+cannot load, are skipped on both sides and counted:
+
+    python bench/decisions.py --inputs /tmp/in.pickle --write /tmp/old.jsonl \
+        --tree /tmp/old --policies-from /tmp/old
+    python bench/decisions.py --inputs /tmp/in.pickle --check /tmp/old.jsonl \
+        --policies-from /tmp/old --summary
 
 Nothing of ``webhook`` is imported at the module's top: ``--tree`` puts another
 checkout first on the import path before the engine is loaded.
@@ -195,16 +205,29 @@ def generate() -> list[Input]:
     return out
 
 
-def cases(inputs: list[Input]) -> Iterator[tuple[str, Any, Any, Any]]:
-    """The inputs with their policy (loaded by the engine judging them) and context."""
+def cases(
+    inputs: list[Input], policy_root: Path | None = None
+) -> Iterator[tuple[str, Any, Any, Any]]:
+    """The inputs with their policy (loaded by the engine judging them) and context.
+
+    ``policy_root``: read each policy directory from that checkout instead (two trees
+    compared on the same files, e.g. an older commit's); an input whose directory is not
+    there, or that the judging tree cannot load, comes with no policy (``skipped``)."""
+    from webhook.policy.errors import PolicyError
     from webhook.policy.loader import load_policy
 
     policies: dict[str, Any] = {}
     for name, obj, directory, c in inputs:
         if directory not in policies:
-            policies[directory] = load_policy(ROOT / directory)
+            if policy_root is None:
+                policies[directory] = load_policy(ROOT / directory)
+            else:
+                try:
+                    policies[directory] = load_policy(policy_root / directory)
+                except (PolicyError, OSError):
+                    policies[directory] = None
         policy = policies[directory]
-        yield name, obj, policy, contexts(policy)[c]
+        yield name, obj, policy, None if policy is None else contexts(policy)[c]
 
 
 def _digest(value: Any, memo: dict[int, tuple[str, int]], busy: set[int]) -> tuple[str, int]:
@@ -249,6 +272,15 @@ def main() -> int:
         "--inputs", type=Path, help="made here when missing; without it, made anew each run"
     )
     parser.add_argument("--tree", type=Path, help="judge with this checkout's engine")
+    parser.add_argument(
+        "--policies-from",
+        type=Path,
+        help="read the policy directories from this checkout (the same files for both "
+        "trees; inputs of a directory a tree cannot load are skipped on both sides)",
+    )
+    parser.add_argument(
+        "--summary", action="store_true", help="with --check: count the differences by field"
+    )
     mode = parser.add_mutually_exclusive_group(required=True)
     mode.add_argument("--write", type=Path, help="record every decision in this file")
     mode.add_argument("--check", type=Path, help="compare with a file --write made")
@@ -264,7 +296,12 @@ def main() -> int:
         made = args.inputs.read_bytes()
     sys.path.insert(0, str(args.tree.resolve() if args.tree else ROOT))
     inputs = pickle.loads(made)  # noqa: S301 - what this script made
-    lines = [_line(name, decisions(obj, p, c)) for name, obj, p, c in cases(inputs)]
+    lines = [
+        json.dumps({"case": name, "skipped": "policy not loaded"})
+        if p is None
+        else _line(name, decisions(obj, p, c))
+        for name, obj, p, c in cases(inputs, args.policies_from)
+    ]
     digest = hashlib.sha256("\n".join(lines).encode()).hexdigest()[:16]
     if args.write:
         args.write.write_text("\n".join(lines) + "\n", encoding="utf-8")
@@ -274,7 +311,10 @@ def main() -> int:
     if len(before) != len(lines):
         print(f"{len(before)} inputs recorded, {len(lines)} now: not the same inputs")
         return 1
-    differ = [(a, b) for a, b in zip(before, lines, strict=True) if a != b]
+    skipped = sum(1 for a, b in zip(before, lines, strict=True) if '"skipped"' in a + b)
+    differ = [
+        (a, b) for a, b in zip(before, lines, strict=True) if a != b and '"skipped"' not in a + b
+    ]
     for a, b in differ[:5]:
         old, new = json.loads(a), json.loads(b)
         keys = [k for k in old if old[k] != new.get(k)]
@@ -282,8 +322,28 @@ def main() -> int:
         for k in keys[:3]:
             print(f"  before {k}: {json.dumps(old[k])[:400]}")
             print(f"  now    {k}: {json.dumps(new[k])[:400]}")
-    print(f"{len(lines)} inputs, {len(differ)} with another decision, digest {digest}")
+    if args.summary:
+        _summarize(before, lines)
+    judged = f"{len(lines)} inputs" + (
+        f" ({skipped} skipped: a policy not loaded)" if skipped else ""
+    )
+    print(f"{judged}, {len(differ)} with another decision, digest {digest}")
     return 1 if differ else 0
+
+
+def _summarize(before: list[str], now: list[str]) -> None:
+    """The differences counted by the part of the decision that changed, and by the
+    corpus the input comes from (corpus, generated, fuzz)."""
+    by_field: dict[str, int] = {}
+    for a, b in zip(before, now, strict=True):
+        if a == b or '"skipped"' in a + b:
+            continue
+        old, new = json.loads(a), json.loads(b)
+        where = old["case"].split("/")[0]
+        for key in sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k)):
+            by_field[f"{where}: {key}"] = by_field.get(f"{where}: {key}", 0) + 1
+    for key, count in sorted(by_field.items()):
+        print(f"  {count:6d}  {key}")
 
 
 if __name__ == "__main__":

@@ -26,7 +26,7 @@ from webhook.engine.context import (
     project_profile_names,
     project_profile_spec,
 )
-from webhook.engine.rule_ids import RULES
+from webhook.engine.registry import RULES
 from webhook.engine.subject import review
 from webhook.policy.kube import LabelSelector, QuantityRange
 from webhook.policy.model import Policy, Profile

@@ -6,7 +6,7 @@ cluster view: the Namespaces' labels a profile's ``namespaceSelector`` reads,
 the PriorityClasses and RuntimeClasses a profile names, a run's claims and Secrets. A
 kind the caller may not list (403) is left out, and said: the decisions that need it
 fail closed. ``read_object`` gets one object whole. Requests go through the
-``kubernetes`` client's configuration (``webhook.clusterstate.watch.Api``).
+``kubernetes`` client's configuration (``webhook.clusterstate.api.Api``).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from typing import Any
 
 import orjson
 
+from webhook.clusterstate.api import LIST_ACCEPT, READ_TIMEOUT, Api, ApiError
 from webhook.clusterstate.model import (
     CLUSTER_SCOPED,
     RESOURCES,
@@ -25,7 +26,6 @@ from webhook.clusterstate.model import (
     meta_from_object,
 )
 from webhook.clusterstate.static import StaticClusterState
-from webhook.clusterstate.watch import LIST_ACCEPT, READ_TIMEOUT, Api, ApiError
 
 PAGE_SIZE = 500
 MAX_PAGES = 100_000  # per kind: far above any real cluster

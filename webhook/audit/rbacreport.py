@@ -11,17 +11,8 @@ No I/O of its own: ``rbac_report`` takes the cluster's objects as plain dicts (a
 yaml`` prints them, or as the CLI lists them) and a ``Platform`` (what the policy says
 about namespaces, platform names and identities: ``platform_of``).
 
-How RBAC is read, as the apiserver's authorizer reads it:
-
-- A rule matches a request when its ``verbs``, ``apiGroups`` and ``resources`` do
-  (``*`` is any; a resource ``*/scale`` is that subresource of any resource) and, when
-  it names ``resourceNames``, only for those names.
-- A RoleBinding grants its role's rules in its namespace only, and never on cluster-scoped
-  resources (``nodes/proxy``, impersonating users and groups); a ClusterRoleBinding
-  grants them everywhere. Its rows carry the namespace ``*``.
-- An aggregated ClusterRole (``aggregationRule``) holds its stored rules and those of
-  every ClusterRole its selectors pick, as the aggregation controller writes them, so a
-  role not yet aggregated reads as it will be.
+RBAC is read as the apiserver's authorizer reads it (``webhook.audit.rbac``); the doors
+and the grants opening each are ``webhook.audit.rbacdoors``'.
 
 Findings about the cluster's own operators are expected, not findings: cluster admins
 (the group ``system:masters``, anyone a ClusterRoleBinding binds to ``cluster-admin``),
@@ -34,31 +25,22 @@ with the reason (``Finding.expected``) and left out of reports unless asked for.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from webhook.audit.clusteraudit import (
-    REPORT_API,
-    REPORT_LABELS,
-    RESULTS,
-    SOURCE,
-    timestamp,
+from webhook.audit.policyreport import REPORT_API, REPORT_LABELS, RESULTS, SOURCE, timestamp
+from webhook.audit.rbac import (
+    CLUSTER_WIDE,
+    Binding,
+    Rule,
+    Subject,
+    cluster_role_rules,
+    meta_of,
+    read_bindings,
 )
-from webhook.engine.rule_ids import (
-    CONCERNS,
-    RBAC_CONNECT,
-    RBAC_EXPOSE,
-    RBAC_GRANT,
-    RBAC_IMPERSONATE,
-    RBAC_NODE_PROXY,
-    RBAC_PLATFORM_DATA,
-    RBAC_READ_CONFIG_MAPS,
-    RBAC_READ_SECRETS,
-    RBAC_SNAPSHOT,
-    RBAC_TOKEN,
-    REPORT_RULES,
-)
+from webhook.audit.rbacdoors import DOORS, RBAC_API, Door
+from webhook.engine.rule import CONCERNS
 from webhook.engine.rules.ownership import service_account_identities
 from webhook.inputs.documents import is_list, list_items
 from webhook.install.manifests import SHELLS_CONFIGURATION_NAME as SHELLS_CONFIGURATION
@@ -82,164 +64,7 @@ __all__ = [
     "to_table",
 ]
 
-CLUSTER_WIDE = "*"  # a ClusterRoleBinding's rows: every namespace, and cluster-scoped grants
 REPORT_NAME = "runguard-rbac"  # each run namespace's PolicyReport, and the ClusterPolicyReport
-RBAC_GROUP = "rbac.authorization.k8s.io"
-RBAC_API = f"{RBAC_GROUP}/v1"
-WRITES = frozenset({"update", "patch"})
-# Any verb a connection into a Pod is authorized by: exec, attach and port-forward are
-# `create` (and `get` over the older websocket path); a proxy is any HTTP method's verb.
-CONNECT_VERBS = frozenset({"get", "create", "update", "patch", "delete"})
-EXPOSE_VERBS = frozenset({"create", "update", "patch"})
-CREATE_OR_WRITE = frozenset({"create", *WRITES})
-
-
-@dataclass(frozen=True)
-class Resource:
-    """A resource a door opens through: ``group`` and ``resource`` as RBAC names them
-    (``pods/exec``; ``userextras/*`` for any subresource of ``userextras``)."""
-
-    group: str
-    resource: str
-    verbs: frozenset[str]
-    cluster_scoped: bool = False
-    # Platform names narrow it: "secrets" or "configmaps" (a grant by resourceNames
-    # counts only for names the platform's patterns match); None: any name counts.
-    platform_names: str | None = None
-    # Only the platform's objects are the door: none when the policy names none.
-    platform_only: bool = False
-    # A door only in a namespace holding a platform's or operator's ServiceAccount (a
-    # token Secret for it is made there).
-    account_namespaces: bool = False
-
-
-@dataclass(frozen=True)
-class Door:
-    """A way to the platform's objects that no admission request is made for."""
-
-    id: str  # declared in ``webhook.engine.rule_ids``, with its title
-    resources: tuple[Resource, ...]
-    needs_shells_off: bool = False  # judged by admission when the shells webhook is on
-    # Held only when the verbs granted, by resource, open it together (``bind`` is of
-    # no use without creating a binding); None: any grant of its resources opens it.
-    held: Callable[[Mapping[str, frozenset[str]]], bool] | None = None
-
-    @property
-    def title(self) -> str:
-        return REPORT_RULES[self.id].description
-
-
-def _r(group: str, resource: str, verbs: Iterable[str], **kw: Any) -> Resource:
-    return Resource(group, resource, frozenset(verbs), **kw)
-
-
-READ = ("get", "list", "watch")
-ROLES = ("roles", "clusterroles")
-BINDINGS = ("rolebindings", "clusterrolebindings")
-
-
-def _grants_itself(held: Mapping[str, frozenset[str]]) -> bool:
-    """``bind`` of a role with a binding created or updated, or ``escalate`` of a role
-    with a role created or updated: a subject writing its own rules."""
-
-    def verbs(resources: Iterable[str]) -> frozenset[str]:
-        return frozenset(v for r in resources for v in held.get(r, ()))
-
-    roles, bindings = verbs(ROLES), verbs(BINDINGS)
-    return ("bind" in roles and bool(bindings & CREATE_OR_WRITE)) or (
-        "escalate" in roles and bool(roles & CREATE_OR_WRITE)
-    )
-
-
-DOORS = (
-    Door(
-        RBAC_READ_SECRETS,
-        (_r("", "secrets", READ, platform_names="secrets"),),
-    ),
-    Door(
-        RBAC_READ_CONFIG_MAPS,
-        (_r("", "configmaps", READ, platform_names="configmaps", platform_only=True),),
-    ),
-    Door(
-        RBAC_PLATFORM_DATA,
-        (
-            _r("", "configmaps", WRITES, platform_names="configmaps", platform_only=True),
-            _r("", "secrets", WRITES, platform_names="secrets", platform_only=True),
-        ),
-    ),
-    Door(
-        RBAC_NODE_PROXY,
-        (_r("", "nodes/proxy", CONNECT_VERBS, cluster_scoped=True),),
-    ),
-    Door(
-        RBAC_CONNECT,
-        tuple(
-            _r("", resource, CONNECT_VERBS)
-            for resource in (
-                "pods/exec",
-                "pods/attach",
-                "pods/portforward",
-                "pods/proxy",
-                "services/proxy",
-            )
-        ),
-        needs_shells_off=True,
-    ),
-    Door(
-        RBAC_TOKEN,
-        (
-            _r("", "serviceaccounts/token", ["create"]),
-            # a Secret of type kubernetes.io/service-account-token, which the token
-            # controller fills, where a platform's account lives
-            _r("", "secrets", ["create"], account_namespaces=True),
-        ),
-    ),
-    Door(
-        RBAC_SNAPSHOT,
-        (
-            _r("snapshot.storage.k8s.io", "volumesnapshots", ["create"]),
-            _r(
-                "snapshot.storage.k8s.io", "volumesnapshotcontents", ["create"], cluster_scoped=True
-            ),
-        ),
-    ),
-    Door(
-        RBAC_GRANT,
-        (
-            _r(RBAC_GROUP, "roles", ["bind", "escalate", *CREATE_OR_WRITE]),
-            _r(RBAC_GROUP, "clusterroles", ["bind", "escalate"]),
-            _r(RBAC_GROUP, "rolebindings", CREATE_OR_WRITE),
-            _r(RBAC_GROUP, "clusterroles", CREATE_OR_WRITE, cluster_scoped=True),
-            _r(RBAC_GROUP, "clusterrolebindings", CREATE_OR_WRITE, cluster_scoped=True),
-        ),
-        held=_grants_itself,
-    ),
-    Door(
-        RBAC_IMPERSONATE,
-        (
-            _r("", "users", ["impersonate"], cluster_scoped=True),
-            _r("", "groups", ["impersonate"], cluster_scoped=True),
-            _r("", "serviceaccounts", ["impersonate"]),
-            _r("authentication.k8s.io", "userextras/*", ["impersonate"], cluster_scoped=True),
-            _r("authentication.k8s.io", "uids", ["impersonate"], cluster_scoped=True),
-        ),
-    ),
-    Door(
-        RBAC_EXPOSE,
-        (
-            _r("", "services", EXPOSE_VERBS),
-            _r("", "endpoints", EXPOSE_VERBS),
-            _r("discovery.k8s.io", "endpointslices", EXPOSE_VERBS),
-            _r("networking.k8s.io", "ingresses", EXPOSE_VERBS),
-            _r("extensions", "ingresses", EXPOSE_VERBS),
-            _r("networking.k8s.io", "networkpolicies", EXPOSE_VERBS),
-            *(
-                _r("gateway.networking.k8s.io", route, EXPOSE_VERBS)
-                for route in ("httproutes", "grpcroutes", "tcproutes", "tlsroutes", "udproutes")
-            ),
-        ),
-    ),
-)
 
 
 # --- the policy's side ----------------------------------------------------------------
@@ -307,179 +132,6 @@ def _pattern_regex(pattern: str) -> re.Pattern[str]:
 
 
 # --- RBAC ------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, order=True)
-class Subject:
-    kind: str  # User | Group | ServiceAccount
-    name: str
-    namespace: str = ""  # a ServiceAccount's
-
-    @property
-    def identity(self) -> str:
-        """The name the apiserver knows it by: a user name, ``group:NAME``."""
-        if self.kind == "ServiceAccount":
-            return f"system:serviceaccount:{self.namespace}:{self.name}"
-        if self.kind == "Group":
-            return f"group:{self.name}"
-        return self.name
-
-    def __str__(self) -> str:
-        if self.kind == "ServiceAccount":
-            return f"ServiceAccount {self.namespace}/{self.name}"
-        return f"{self.kind} {self.name}"
-
-
-@dataclass(frozen=True)
-class Rule:
-    groups: frozenset[str]
-    resources: frozenset[str]
-    verbs: frozenset[str]
-    names: frozenset[str]  # resourceNames; empty: any name
-
-    @classmethod
-    def read(cls, rule: Any) -> Rule:
-        rule = rule if isinstance(rule, dict) else {}
-
-        def strings(key: str) -> frozenset[str]:
-            values = rule.get(key)
-            return frozenset(v for v in values if isinstance(v, str)) if values else frozenset()
-
-        return cls(
-            strings("apiGroups"), strings("resources"), strings("verbs"), strings("resourceNames")
-        )
-
-    def grants(self, resource: Resource) -> frozenset[str]:
-        """The verbs of ``resource`` this rule grants (the door's verbs only)."""
-        if "*" not in self.groups and resource.group not in self.groups:
-            return frozenset()
-        if not _resource_matches(self.resources, resource.resource):
-            return frozenset()
-        if "*" in self.verbs:
-            return resource.verbs
-        return resource.verbs & self.verbs
-
-
-def _resource_matches(granted: frozenset[str], wanted: str) -> bool:
-    """The authorizer's ResourceMatches: ``*``, the exact name, or ``*/sub`` for a
-    subresource. ``wanted`` ending ``/*`` (``userextras/*``) is any of its subresources."""
-    if "*" in granted or wanted in granted:
-        return True
-    base, _, sub = wanted.partition("/")
-    if not sub:
-        return False
-    if sub == "*":
-        return any(g.partition("/")[0] == base and g.partition("/")[2] for g in granted) or any(
-            g.startswith("*/") for g in granted
-        )
-    return f"*/{sub}" in granted
-
-
-def _meta(obj: dict[str, Any]) -> dict[str, Any]:
-    meta = obj.get("metadata")
-    return meta if isinstance(meta, dict) else {}
-
-
-def _selector_matches(selector: Any, labels: Mapping[str, Any]) -> bool:
-    """A LabelSelector as a ClusterRole's ``aggregationRule`` holds it, read as the
-    aggregation controller reads it: an empty one picks every ClusterRole, one it
-    cannot read (an unknown operator) none."""
-    if not isinstance(selector, dict):
-        return False
-    for key, value in (selector.get("matchLabels") or {}).items():
-        if labels.get(key) != value:
-            return False
-    for expr in selector.get("matchExpressions") or ():
-        if not isinstance(expr, dict):
-            return False
-        key, op, values = str(expr.get("key")), expr.get("operator"), expr.get("values") or ()
-        present = key in labels
-        value = labels.get(key)
-        meets = {
-            "In": present and value in values,
-            "NotIn": not (present and value in values),
-            "Exists": present,
-            "DoesNotExist": not present,
-        }.get(str(op), False)
-        if not meets:
-            return False
-    return True
-
-
-def cluster_role_rules(cluster_roles: Iterable[dict[str, Any]]) -> dict[str, tuple[Rule, ...]]:
-    """Each ClusterRole's rules, aggregated ones resolved (to a fixed point: ``admin``
-    aggregates ``edit``, which aggregates ``view``)."""
-    stored: dict[str, tuple[Rule, ...]] = {}
-    labels: dict[str, Mapping[str, Any]] = {}
-    selectors: dict[str, list[Any]] = {}
-    for role in cluster_roles:
-        name = _meta(role).get("name")
-        if not isinstance(name, str):
-            continue
-        stored[name] = tuple(Rule.read(r) for r in role.get("rules") or ())
-        labels[name] = _meta(role).get("labels") or {}
-        aggregation = role.get("aggregationRule")
-        if isinstance(aggregation, dict):
-            selectors[name] = list(aggregation.get("clusterRoleSelectors") or ())
-    rules = {name: dict.fromkeys(r) for name, r in stored.items()}
-    for _ in range(len(selectors) + 1):
-        changed = False
-        for name, chosen in selectors.items():
-            for other, other_labels in labels.items():
-                if other != name and any(_selector_matches(s, other_labels) for s in chosen):
-                    for rule in list(rules[other]):
-                        if rule not in rules[name]:
-                            rules[name][rule] = None
-                            changed = True
-        if not changed:
-            break
-    return {name: tuple(r) for name, r in rules.items()}
-
-
-@dataclass(frozen=True)
-class Binding:
-    kind: str  # RoleBinding | ClusterRoleBinding
-    namespace: str  # CLUSTER_WIDE for a ClusterRoleBinding
-    name: str
-    role_kind: str
-    role: str
-    subjects: tuple[Subject, ...]
-
-    def __str__(self) -> str:
-        return f"{self.kind}/{self.name} -> {self.role_kind}/{self.role}"
-
-
-def _subjects(binding: dict[str, Any], namespace: str) -> tuple[Subject, ...]:
-    out = []
-    for s in binding.get("subjects") or ():
-        if not isinstance(s, dict) or not isinstance(s.get("name"), str):
-            continue
-        kind = s.get("kind")
-        if kind == "ServiceAccount":
-            # A RoleBinding's ServiceAccount without a namespace is in the binding's.
-            out.append(Subject(kind, s["name"], s.get("namespace") or namespace))
-        elif kind in ("User", "Group"):
-            out.append(Subject(kind, s["name"]))
-    return tuple(out)
-
-
-def _bindings(objects: Iterable[dict[str, Any]]) -> Iterator[Binding]:
-    for obj in objects:
-        kind = obj.get("kind")
-        if kind not in ("RoleBinding", "ClusterRoleBinding"):
-            continue
-        meta, ref = _meta(obj), obj.get("roleRef")
-        if not isinstance(ref, dict):
-            continue
-        namespace = str(meta.get("namespace") or "") if kind == "RoleBinding" else CLUSTER_WIDE
-        yield Binding(
-            kind,
-            namespace,
-            str(meta.get("name", "")),
-            str(ref.get("kind", "")),
-            str(ref.get("name", "")),
-            _subjects(obj, namespace),
-        )
 
 
 # --- findings --------------------------------------------------------------------------
@@ -600,13 +252,13 @@ def expected(subject: Subject, platform: Platform, admins: frozenset[Subject]) -
 def _namespaces(objects: list[dict[str, Any]]) -> set[str]:
     """The cluster's namespaces: its Namespace objects, else every namespace the roles
     and bindings name (a file may hold no Namespace)."""
-    listed = {str(_meta(o).get("name")) for o in objects if o.get("kind") == "Namespace"}
+    listed = {str(meta_of(o).get("name")) for o in objects if o.get("kind") == "Namespace"}
     if listed - {"None"}:
         return listed - {"None"}
     return {
-        str(_meta(o)["namespace"])
+        str(meta_of(o)["namespace"])
         for o in objects
-        if o.get("kind") in ("Role", "RoleBinding") and _meta(o).get("namespace")
+        if o.get("kind") in ("Role", "RoleBinding") and meta_of(o).get("namespace")
     }
 
 
@@ -625,7 +277,7 @@ def shells_webhook_installed(objects: Iterable[Any]) -> bool:
     """Whether the objects hold runguard's shells webhook configuration."""
     return any(
         o.get("kind") == "ValidatingWebhookConfiguration"
-        and _meta(o).get("name") == SHELLS_CONFIGURATION
+        and meta_of(o).get("name") == SHELLS_CONFIGURATION
         for o in flatten(objects)
     )
 
@@ -659,15 +311,16 @@ def rbac_report(
     if namespace is not None:
         run_namespaces = {namespace} if platform.governs(namespace) else set()
     roles = {
-        (str(_meta(o).get("namespace", "")), str(_meta(o).get("name", ""))): tuple(
-            Rule.read(r) for r in o.get("rules") or ()
-        )
+        (
+            str(meta_of(o).get("namespace", "")),
+            str(meta_of(o).get("name", "")),
+        ): tuple(Rule.read(r) for r in o.get("rules") or ())
         for o in items
         if o.get("kind") == "Role"
     }
     cluster_roles = cluster_role_rules(o for o in items if o.get("kind") == "ClusterRole")
     doors = [d for d in DOORS if not (d.needs_shells_off and shells)]
-    bindings = list(_bindings(items))
+    bindings = list(read_bindings(items))
     admins = cluster_admins(bindings)
     findings: dict[tuple[str, Subject, str], Finding] = {}
     for binding in bindings:

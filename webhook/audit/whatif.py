@@ -34,7 +34,8 @@ from typing import Any, TextIO
 from webhook.audit.clusteraudit import pod_labels
 from webhook.engine import Decision, evaluate
 from webhook.engine.context import NO_CONTEXT, Context
-from webhook.engine.rule_ids import PROFILE_RANGE, RESOURCES_CLAMPED
+from webhook.engine.rules.profile import PROFILE_RANGE
+from webhook.engine.rules.resources import RESOURCES_CLAMPED
 from webhook.policy.model import Policy
 
 OUTCOMES = ("denied", "changed", "unchanged")

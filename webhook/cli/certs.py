@@ -18,7 +18,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from webhook.cli import EXIT_BAD_INPUT, EXIT_DENIED, EXIT_OK
-from webhook.install import certs
+from webhook.install import certs, rotation
 
 DEFAULT_CHECK_DAYS = 30
 
@@ -68,14 +68,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     rot.add_argument(
         "--grace-hours",
         type=float,
-        default=certs.ROTATION_GRACE.total_seconds() / 3600,
+        default=rotation.ROTATION_GRACE.total_seconds() / 3600,
         metavar="H",
         help="minimum hours between CA rotation steps (default %(default)g)",
     )
     rot.add_argument(
         "--ca-renew-days",
         type=int,
-        default=certs.CA_RENEW_DAYS,
+        default=rotation.CA_RENEW_DAYS,
         metavar="D",
         help="start a CA rotation when the CA has fewer days left (default %(default)s)",
     )
@@ -125,7 +125,7 @@ def run_create(args: argparse.Namespace) -> int:
     out: Path = args.out
     try:
         if certs.has_ca(out) and not args.force:
-            cs = certs.reissue_serving_cert(
+            cs = rotation.reissue_serving_cert(
                 certs.read_cert_set(out), args.service, args.namespace, args.host, _now()
             )
             note = f"kept the existing CA {out / certs.CA_FILE} (--force replaces it)"
@@ -147,7 +147,7 @@ def run_create(args: argparse.Namespace) -> int:
 def run_rotate(args: argparse.Namespace) -> int:
     out: Path = args.rotate_out
     try:
-        result = certs.rotate(
+        result = rotation.rotate(
             certs.read_cert_set(out),
             _now(),
             ca_renew_days=args.ca_renew_days,
@@ -178,7 +178,7 @@ def run_secret(args: argparse.Namespace) -> int:
 def run_check(args: argparse.Namespace) -> int:
     now = _now()
     try:
-        statuses, problems = certs.inspect(certs.read_cert_set(args.dir), now)
+        statuses, problems = rotation.inspect(certs.read_cert_set(args.dir), now)
     except certs.CertError as exc:
         return _fail(str(exc))
     width = max(len(s.file) for s in statuses)
@@ -195,7 +195,7 @@ def run_check(args: argparse.Namespace) -> int:
             f"(threshold {args.days}): run `runguard certs rotate --out {args.dir}`"
         )
     newest_ca = max((s for s in statuses if s.file != certs.CERT_FILE), key=lambda s: s.not_after)
-    if newest_ca.days_left < certs.CA_RENEW_DAYS:
+    if newest_ca.days_left < rotation.CA_RENEW_DAYS:
         print(
             f"note: the CA expires in {math.floor(newest_ca.days_left)} days; "
             "the next `certs rotate` starts a CA rotation"

@@ -97,8 +97,8 @@ def _run_cluster(args: argparse.Namespace, kind: str, name: str) -> int:
     from urllib3.exceptions import HTTPError
 
     from webhook.audit.liveview import read_object, read_view
-    from webhook.cli.audit import _api_client, _config_reason, _policy_from_objects, _reason
-    from webhook.clusterstate.watch import ApiError
+    from webhook.cli.cluster import config_reason, connect, failure_reason, policy_from_objects
+    from webhook.clusterstate.api import ApiError
 
     if args.cluster_state or args.as_user or args.as_group:
         print("runguard explain: --cluster-state, --as and --as-group go with files; "
@@ -108,10 +108,10 @@ def _run_cluster(args: argparse.Namespace, kind: str, name: str) -> int:
     policy: Policy | None = None
     doing = "connect"
     try:
-        with _api_client(args) as api_client, tempfile.TemporaryDirectory() as scratch:
+        with connect(args) as api_client, tempfile.TemporaryDirectory() as scratch:
             if args.policy_objects:
                 doing = "read the policy objects"
-                policy = _policy_from_objects(api_client, scratch)
+                policy = policy_from_objects(api_client, scratch)
             else:
                 policy = load_policy_or_report(args.policy)
             if policy is None:
@@ -143,10 +143,10 @@ def _run_cluster(args: argparse.Namespace, kind: str, name: str) -> int:
             state, left_out = read_view(api_client, (*KINDS, "ProjectProfile"), namespace)
             notes += [f"not read ({line}): decisions needing it fail closed" for line in left_out]
     except ConfigException as exc:
-        print(f"runguard explain: cannot {doing}: {_config_reason(exc)}", file=sys.stderr)
+        print(f"runguard explain: cannot {doing}: {config_reason(exc)}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except (ApiException, ApiError, HTTPError, OSError) as exc:
-        print(f"runguard explain: cannot {doing}: {_reason(exc)}", file=sys.stderr)
+        print(f"runguard explain: cannot {doing}: {failure_reason(exc)}", file=sys.stderr)
         return EXIT_BAD_INPUT
     found = explain(
         judged,

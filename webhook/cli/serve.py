@@ -95,11 +95,11 @@ SYNC_TIMEOUT = 60.0  # seconds for the policy watch's first list
 
 
 def _mirror_policy_objects(settings: Any) -> bool:
-    """Start the policy watch (``webhook.policyobjects``) and wait for its first mirror of
+    """Start the policy watch (``webhook.policy.mirror``) and wait for its first mirror of
     the cluster's RunPolicy and Profile objects into the policy directory."""
     import atexit
 
-    from webhook.policyobjects.process import SYNCED, PolicyWatch, wait_synced
+    from webhook.policy.mirror.process import SYNCED, PolicyWatch, wait_synced
 
     (settings.policy_dir / SYNCED).unlink(missing_ok=True)
     watch = PolicyWatch(settings.policy_dir, settings.policy_objects)
@@ -109,7 +109,7 @@ def _mirror_policy_objects(settings: Any) -> bool:
         return True
     print(
         f"runguard serve: policy objects: not listed within {SYNC_TIMEOUT:.0f}s: check that "
-        "the runpolicies.runguard.io and profiles.runguard.io CRDs are installed and that "
+        "the runpolicies, profiles and platforms.runguard.io CRDs are installed and that "
         "runguard's ServiceAccount may get, list and watch them (the watch's log above "
         "says which)",
         file=sys.stderr,

@@ -150,22 +150,22 @@ def _live(
     from urllib3.exceptions import HTTPError
 
     from webhook.audit.liveview import WHATIF_KINDS, read_view
-    from webhook.cli.audit import (
-        _api_client,
-        _config_reason,
-        _policy_from_objects,
-        _reason,
+    from webhook.cli.cluster import (
+        config_reason,
+        connect,
+        failure_reason,
         kube_fetch,
+        policy_from_objects,
     )
-    from webhook.clusterstate.watch import ApiError
+    from webhook.clusterstate.api import ApiError
 
     doing = "connect"
     name = "the cluster's policy objects" if args.policy_objects else args.policy
     try:
-        with _api_client(args) as api_client, tempfile.TemporaryDirectory() as scratch:
+        with connect(args) as api_client, tempfile.TemporaryDirectory() as scratch:
             if args.policy_objects:
                 doing = "read the policy objects"
-                current = _policy_from_objects(api_client, scratch)
+                current = policy_from_objects(api_client, scratch)
             else:
                 current = load_policy_or_report(args.policy)
             if current is None:
@@ -188,9 +188,9 @@ def _live(
                 if args.output != "markdown":
                     writer.write(verdicts)
     except ConfigException as exc:
-        print(f"runguard whatif: cannot {doing}: {_config_reason(exc)}", file=sys.stderr)
+        print(f"runguard whatif: cannot {doing}: {config_reason(exc)}", file=sys.stderr)
         return EXIT_BAD_INPUT, name
     except (ApiException, ApiError, AuditError, HTTPError, OSError) as exc:
-        print(f"runguard whatif: cannot {doing}: {_reason(exc)}", file=sys.stderr)
+        print(f"runguard whatif: cannot {doing}: {failure_reason(exc)}", file=sys.stderr)
         return EXIT_BAD_INPUT, name
     return EXIT_OK, name

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from webhook.clusterstate.publication import SharedClusterState
+from webhook.clusterstate.reader import SharedClusterState
 
 __all__ = ["ClusterStateCollector"]
 

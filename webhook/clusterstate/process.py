@@ -39,7 +39,8 @@ from webhook.clusterstate.model import (
     RESOURCES,
     split_group_kind,
 )
-from webhook.clusterstate.publication import SharedClusterState, create_directory
+from webhook.clusterstate.publication import create_directory
+from webhook.clusterstate.reader import SharedClusterState
 
 if TYPE_CHECKING:
     from webhook.policy.model import Policy
@@ -80,7 +81,7 @@ class WatchProcess:
     """One watch process publishing into ``directory``, from ``source`` (``in-cluster``
     or a kubeconfig path), kept running until ``stop()``. A subclass runs another
     watch (``module``, ``arguments()``) under the same supervision
-    (``webhook.policyobjects``)."""
+    (``webhook.policy.mirror``)."""
 
     label = "cluster state"  # how the log names this watch
 

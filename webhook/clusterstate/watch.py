@@ -1,5 +1,7 @@
 """The watch: each kind listed, then watched, on the apiserver, metadata only, into a
-``Publisher``. The one module of runguard that talks to Kubernetes.
+``Publisher``. With ``api.py`` (the requests, metadata only; discovery; errors), the
+only modules of runguard that talk to Kubernetes; here the backoff and relists, so a
+reader sees at a glance that nothing else is asked and nothing else is read.
 
 Runs in a process of its own (``python -m webhook.clusterstate.watch --dir DIR``),
 started and restarted by the gunicorn master (``process.py``): the ``kubernetes``
@@ -20,7 +22,7 @@ Per kind, one thread, as client-go's reflector does:
 
 Operators' custom resources (``--operator-kinds argoproj.io/Workflow,...``, the
 publication's operator slots) are watched the same way once found through discovery
-(``discover``: ``GET /apis/GROUP`` for the preferred version, ``GET /apis/GROUP/VERSION``
+(``api.discover``: ``GET /apis/GROUP`` for the preferred version, ``GET /apis/GROUP/VERSION``
 for the resource of that kind). A kind the apiserver does not serve (its CRD not
 installed yet), or that runguard may not list (403: RBAC not granted), is said in the
 log, marked in its slot (it does not hold ``/readyz`` back; decisions needing it fail
@@ -51,19 +53,30 @@ import sys
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from typing import Any, NamedTuple
-from urllib.parse import urlencode
+from typing import Any
 
 import orjson
 
+from webhook.clusterstate.api import (
+    LIST_ACCEPT,
+    MAX_MESSAGE,
+    READ_TIMEOUT,
+    WATCH_ACCEPT,
+    Api,
+    ApiError,
+    Gone,
+    NotInstalled,
+    Resource,
+    api_client,
+    discover,
+    resource_path,
+)
 from webhook.clusterstate.model import (
-    CLUSTER_SCOPED,
     DEVICE_CLAIMS,
     KINDS,
     MAX_OPERATOR_KINDS,
     OPERATOR_CORE_KINDS,
     PROJECT_PROFILES,
-    RESOURCES,
     SPEC_KINDS,
     ClusterStateError,
     meta_from_object,
@@ -75,166 +88,19 @@ from webhook.clusterstate.publication import (
     FORBIDDEN,
     NOT_INSTALLED,
     PUT,
-    KindPublisher,
-    Publisher,
 )
 from webhook.clusterstate.table import Record, encode_record
-from webhook.inputs import kubeconfig
+from webhook.clusterstate.writer import KindPublisher, Publisher
 
-__all__ = [
-    "LIST_ACCEPT",
-    "WATCH_ACCEPT",
-    "Api",
-    "ApiError",
-    "Gone",
-    "KindWatch",
-    "NotInstalled",
-    "Resource",
-    "Watcher",
-    "api_client",
-    "discover",
-    "main",
-    "resource_path",
-]
+__all__ = ["KindWatch", "Watcher", "main"]
 
 log = logging.getLogger("runguard.clusterstate")
 
-LIST_ACCEPT = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
-WATCH_ACCEPT = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
 PAGE_SIZE = 500
-CONNECT_TIMEOUT = 10.0
-READ_TIMEOUT = 60.0  # a list page
 WATCH_SECONDS = (300, 600)  # the server ends a watch after a random time in this range
 BACKOFF = (0.5, 30.0)
 ERRORS_BEFORE_RELIST = 3
 MAX_LINE = 16 * 1024 * 1024  # one watch event; more is a broken stream
-MAX_MESSAGE = 300  # of an apiserver error, in logs
-
-
-class ApiError(Exception):
-    """The apiserver answered with an error status (or not at all)."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(f"HTTP {status}: {message}" if status else message)
-        self.status = status
-
-
-class Gone(ApiError):
-    """410: the resourceVersion (or the ``continue`` token) is too old: list again."""
-
-
-class NotInstalled(ApiError):
-    """Discovery found no listable resource of an operator's kind (CRD not installed)."""
-
-
-class Resource(NamedTuple):
-    """Where the apiserver serves a kind."""
-
-    group: str
-    version: str
-    resource: str  # the plural: "workflows"
-    namespaced: bool
-
-    @property
-    def path(self) -> str:
-        if not self.group:
-            return f"/api/{self.version}/{self.resource}"
-        return f"/apis/{self.group}/{self.version}/{self.resource}"
-
-
-def resource_path(kind: str) -> str:
-    return Resource(*RESOURCES[kind], namespaced=kind not in CLUSTER_SCOPED).path
-
-
-def discover(api: Api, group_kind: str) -> Resource:
-    """Where the apiserver serves ``group_kind`` ("argoproj.io/Workflow"): its group's
-    preferred version first, then its other versions; the resource whose ``kind`` it
-    is, not a subresource, that can be listed and watched. ``NotInstalled`` when there
-    is none (the group is unknown: 404), ``ApiError`` when discovery fails."""
-    group, kind = split_group_kind(group_kind)
-    try:
-        found = api.get_json(f"/apis/{group}")
-    except ApiError as exc:
-        if exc.status == 404:
-            raise NotInstalled(404, f"the apiserver serves no API group {group}") from None
-        raise
-    preferred = str((found.get("preferredVersion") or {}).get("version") or "")
-    versions = [str(v.get("version") or "") for v in found.get("versions") or ()]
-    for version in dict.fromkeys(v for v in (preferred, *versions) if v):
-        try:
-            listed = api.get_json(f"/apis/{group}/{version}")
-        except ApiError as exc:
-            if exc.status == 404:  # removed since the group was read
-                continue
-            raise
-        for resource in listed.get("resources") or ():
-            name = str(resource.get("name") or "")
-            verbs = resource.get("verbs") or ()
-            if (
-                resource.get("kind") == kind
-                and name
-                and "/" not in name
-                and "list" in verbs
-                and "watch" in verbs
-            ):
-                return Resource(group, version, name, bool(resource.get("namespaced", True)))
-    raise NotInstalled(404, f"the API group {group} serves no {kind}")
-
-
-class Api:
-    """GET requests to the apiserver with a ``kubernetes`` client's configuration (host,
-    TLS, credentials refreshed as the client refreshes them), raw JSON back."""
-
-    def __init__(self, api_client: Any) -> None:
-        self._configuration = api_client.configuration
-        self._pool = api_client.rest_client.pool_manager
-
-    def get(self, path: str, query: dict[str, str], accept: str, read_timeout: float) -> Any:
-        """The open response to ``GET path?query`` (a urllib3 response, not read)."""
-        import urllib3
-
-        headers = {"Accept": accept, "User-Agent": "runguard-cluster-state"}
-        bearer = self._configuration.auth_settings().get("BearerToken")
-        if bearer and bearer.get("value"):
-            headers["Authorization"] = bearer["value"]
-        url = f"{self._configuration.host}{path}" + (f"?{urlencode(query)}" if query else "")
-        try:
-            response = self._pool.request(
-                "GET",
-                url,
-                headers=headers,
-                timeout=urllib3.Timeout(connect=CONNECT_TIMEOUT, read=read_timeout),
-                preload_content=False,
-                retries=False,
-            )
-        except urllib3.exceptions.HTTPError as exc:
-            raise ApiError(0, f"{type(exc).__name__}: {exc}") from None
-        if response.status != 200:
-            body = response.read(65536)
-            response.release_conn()
-            message = _status_message(body) or response.reason or ""
-            cls = Gone if response.status == 410 else ApiError
-            raise cls(response.status, message)
-        return response
-
-    def get_json(self, path: str) -> Any:
-        """``GET path`` (a discovery document), decoded."""
-        response = self.get(path, {}, "application/json", READ_TIMEOUT)
-        try:
-            return orjson.loads(response.read())
-        except orjson.JSONDecodeError as exc:
-            raise ApiError(0, f"{path}: not JSON: {exc}") from None
-        finally:
-            response.release_conn()
-
-
-def _status_message(body: bytes) -> str:
-    try:
-        status = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        return ""
-    message = status.get("message") if isinstance(status, dict) else None
-    return str(message)[:MAX_MESSAGE] if message else ""
 
 
 class KindWatch:
@@ -538,17 +404,6 @@ class Watcher:
 
     def synced(self) -> bool:
         return all(watch.publisher.slot.synced for watch in self.kinds.values())
-
-
-def api_client(source: str, watches: int = len(KINDS)) -> Any:
-    """A ``kubernetes`` client: ``in-cluster`` (the pod's ServiceAccount) or the path
-    of a kubeconfig file (its current context), with a connection for each of
-    ``watches`` at once."""
-    from kubernetes import client
-
-    configuration = kubeconfig.configuration(source)
-    configuration.connection_pool_maxsize = watches + 2  # a watch per kind, at once
-    return client.ApiClient(configuration)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

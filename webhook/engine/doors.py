@@ -15,11 +15,12 @@ map; ``CONTAINERS`` stands for the three container lists (init, regular and ephe
 containers). A door through the values of a map (a CSI driver's ``volumeAttributes``,
 read by the driver, which may open a Secret named there with its own rights) names an
 object only by one of the platform's names for that kind: any other value is the
-driver's business (``Door.by_pattern``). Each door names
-its ``judge``, the rule that strips or denies what a run may not use through it:
-``tests/test_doors.py`` feeds every door the platform's name (and a foreign one) and
-fails unless that rule strips or denies it, so a door listed but judged by nothing is
-caught, as well as a field neither listed nor explained.
+driver's business (``Door.by_pattern``). Each door has its judge, the rule that
+strips or denies what a run may not use through it (``webhook.engine.rules.judge``,
+beside the rules, which read this table): ``tests/test_doors.py`` feeds every door
+the platform's name (and a foreign one) and fails unless that rule strips or denies
+it, so a door listed but judged by nothing is caught, as well as a field neither
+listed nor explained.
 """
 
 from __future__ import annotations
@@ -27,14 +28,6 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, NamedTuple
-
-from webhook.engine.rule_ids import (
-    OWNERSHIP_NOT_A_RUN,
-    OWNERSHIP_SERVICE_ACCOUNT,
-    RESOURCES_DEVICE_CLAIM,
-    SECRETS_FORBIDDEN,
-    VOLUMES_PRE_EXISTING,
-)
 
 __all__ = [
     "CONTAINERS",
@@ -56,13 +49,12 @@ CONTAINER_LISTS = ("initContainers", "containers", "ephemeralContainers")
 
 @dataclass(frozen=True)
 class Door:
-    """A field naming an object of ``kind``, judged by the rule ``judge``; ``when`` a
+    """A field naming an object of ``kind``; ``when`` a
     sibling key and the value it must have for the field to name that kind (a typed
     reference: ``dataSource.kind``)."""
 
     kind: str
     path: tuple[str, ...]
-    judge: str
     when: tuple[str, str] | None = None
 
     @property
@@ -76,13 +68,13 @@ class Door:
         return MAP_VALUES in self.path
 
 
-def _door(kind: str, path: str, judge: str, when: tuple[str, str] | None = None) -> Door:
-    return Door(kind, tuple(path.split(".")), judge, when)
+def _door(kind: str, path: str, when: tuple[str, str] | None = None) -> Door:
+    return Door(kind, tuple(path.split(".")), when)
 
 
 def _secret(path: str) -> Door:
     """A Secret door: every one is judged by ``secrets.forbidden``, which reads this table."""
-    return _door("Secret", path, SECRETS_FORBIDDEN)
+    return _door("Secret", path)
 
 
 _CLAIM = ("kind", "PersistentVolumeClaim")
@@ -105,31 +97,27 @@ DOORS: tuple[Door, ...] = (
     _secret("CONTAINERS.*.envFrom.*.secretRef.name"),
     _secret("imagePullSecrets.*.name"),
     # ConfigMaps: as volumes, pre-existing data; read into the environment, ownership's
-    _door("ConfigMap", "volumes.*.configMap.name", VOLUMES_PRE_EXISTING),
-    _door("ConfigMap", "volumes.*.projected.sources.*.configMap.name", VOLUMES_PRE_EXISTING),
-    _door("ConfigMap", "CONTAINERS.*.env.*.valueFrom.configMapKeyRef.name", OWNERSHIP_NOT_A_RUN),
-    _door("ConfigMap", "CONTAINERS.*.envFrom.*.configMapRef.name", OWNERSHIP_NOT_A_RUN),
+    _door("ConfigMap", "volumes.*.configMap.name"),
+    _door("ConfigMap", "volumes.*.projected.sources.*.configMap.name"),
+    _door("ConfigMap", "CONTAINERS.*.env.*.valueFrom.configMapKeyRef.name"),
+    _door("ConfigMap", "CONTAINERS.*.envFrom.*.configMapRef.name"),
     # Claims, and claims cloned into a new one by a generic ephemeral volume
-    _door(
-        "PersistentVolumeClaim", "volumes.*.persistentVolumeClaim.claimName", VOLUMES_PRE_EXISTING
-    ),
+    _door("PersistentVolumeClaim", "volumes.*.persistentVolumeClaim.claimName"),
     _door(
         "PersistentVolumeClaim",
         "volumes.*.ephemeral.volumeClaimTemplate.spec.dataSource.name",
-        VOLUMES_PRE_EXISTING,
         _CLAIM,
     ),
     _door(
         "PersistentVolumeClaim",
         "volumes.*.ephemeral.volumeClaimTemplate.spec.dataSourceRef.name",
-        VOLUMES_PRE_EXISTING,
         _CLAIM,
     ),
     # Who the Pod runs as
-    _door("ServiceAccount", "serviceAccountName", OWNERSHIP_SERVICE_ACCOUNT),
-    _door("ServiceAccount", "serviceAccount", OWNERSHIP_SERVICE_ACCOUNT),
+    _door("ServiceAccount", "serviceAccountName"),
+    _door("ServiceAccount", "serviceAccount"),
     # Devices by an existing claim (dynamic resource allocation), shared with its Pods
-    _door("ResourceClaim", "resourceClaims.*.resourceClaimName", RESOURCES_DEVICE_CLAIM),
+    _door("ResourceClaim", "resourceClaims.*.resourceClaimName"),
 )
 
 # Fields that name something yet are no door, and why (the schema test reads these).

@@ -7,12 +7,17 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from webhook.engine.rule_ids import ENGINE_ERROR as ENGINE_ERROR
-from webhook.engine.rule_ids import INPUT_INVALID
+from webhook.engine.rule import Declarations
+
+RULES = Declarations(__name__)
+INPUT_INVALID = RULES.rule(
+    "input.invalid",
+    mutation="",
+    violation="the object cannot be understood (always denied)",
+)
 
 JSON = dict[str, Any]
 INVALID = INPUT_INVALID  # the object cannot be understood: always denied
-# ENGINE_ERROR: a bug in runguard, denied (fail closed), logged, counted
 # A denial's message lists violations up to about this many characters, then counts the
 # rest by rule (``Decision.message``).
 MESSAGE_LIMIT = 8192

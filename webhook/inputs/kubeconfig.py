@@ -2,7 +2,7 @@
 
 ``in-cluster`` (the Pod's ServiceAccount) or the path of a kubeconfig file (its current
 context): the two sources ``--cluster-state`` takes, for the watch process
-(``webhook.clusterstate.watch``) and for the Pod a shell opens into (``webhook.serving.shells``).
+(``webhook.clusterstate.api``) and for the Pod a shell opens into (``webhook.serving.shells``).
 """
 
 from __future__ import annotations

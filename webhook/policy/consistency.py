@@ -1,9 +1,10 @@
-"""Checks across documents: one RunPolicy, unique profile names, profiles within the maximums.
+"""Checks across documents: unique names, profiles within the maximums, Platforms named.
 
 What one document's schema cannot see: the documents of a directory together (how
 many RunPolicies, duplicate profile names, a default profile that does not exist, a
-profile above the RunPolicy's maximums) and values the schema cannot compare (a
-default priority class outside the allowed ones, ``gpu`` beside its resource name).
+profile above the RunPolicy's maximums, a Platform that is not there: ``platforms.py``)
+and values the schema cannot compare (a default priority class outside the allowed ones,
+``gpu`` beside its resource name).
 """
 
 from __future__ import annotations
@@ -14,15 +15,16 @@ from decimal import Decimal
 from typing import Any
 
 from webhook.inputs.quantity import parse
-from webhook.policy import model, project
+from webhook.policy import model, platforms, project
 from webhook.policy.declare import iter_keys
 from webhook.policy.errors import PolicyIssue
 from webhook.policy.formats import quantity_problem
 from webhook.policy.kube import RESOURCE_LIST, RESOURCE_RANGE_LIST, resolve_resource_name
 from webhook.policy.model import KINDS, run_policy_path
 from webhook.policy.patterns import label_keys, patterns_overlap
+from webhook.policy.platforms import PlatformAt, platform_issues, platform_of, written_platforms
 from webhook.policy.schema_issues import describe, show_list
-from webhook.policy.source import Path_, PolicySource, SourceDocument
+from webhook.policy.source import Path_, PolicySource, SourceDocument, duplicate_names
 
 __all__ = [
     "RESOURCE_LISTS",
@@ -106,20 +108,8 @@ def cross_document_issues(source: PolicySource) -> list[PolicyIssue]:
         )
     issues.extend(_several_run_policies(run_policies))
 
-    by_name: dict[str, list[SourceDocument]] = {}
-    for doc in source.profiles:
-        if doc.name is not None:
-            by_name.setdefault(doc.name, []).append(doc)
-    for name, docs in by_name.items():
-        for doc in docs if len(docs) > 1 else ():
-            others = ", ".join(
-                f"{o.file}:{o.line_of(('metadata', 'name'))}" for o in docs if o is not doc
-            )
-            issues.append(
-                doc.issue(
-                    ("metadata", "name"), f'duplicate profile name "{name}" (also at {others})'
-                )
-            )
+    issues.extend(duplicate_names(source.profiles, "profile"))
+    profile_names = {doc.name for doc in source.profiles if doc.name is not None}
 
     for doc in (*source.profiles, *source.project_profiles):
         issues.extend(_queue_profile_issues(doc))
@@ -129,8 +119,13 @@ def cross_document_issues(source: PolicySource) -> list[PolicyIssue]:
             issues.extend(_duplicate_resources(doc, path, gpu))
             issues.extend(_range_issues(doc, path, gpu))
 
+    platform_docs = platforms.by_name(source)
     for run_policy in run_policies:
-        issues.extend(_run_policy_issues(run_policy, source.profiles, set(by_name), gpu))
+        issues.extend(_run_policy_issues(run_policy, source.profiles, profile_names, gpu))
+        issues.extend(_shared_config_map_issues(run_policy, platform_of(run_policy, platform_docs)))
+    for written in written_platforms(source):
+        issues.extend(_reference_issues(written))
+    issues.extend(platform_issues(source))
     issues.extend(_project_profile_issues(source, gpu))
     return issues
 
@@ -271,8 +266,6 @@ def _run_policy_issues(
             )
         )
 
-    issues.extend(_reference_issues(run_policy))
-    issues.extend(_shared_config_map_issues(run_policy))
     issues.extend(_family_issues(run_policy, profiles, gpu))
 
     maximums_path = run_policy_path("resources", "maximums")
@@ -295,12 +288,12 @@ def _run_policy_issues(
     return issues
 
 
-def _reference_issues(run_policy: SourceDocument) -> list[PolicyIssue]:
+def _reference_issues(platform: PlatformAt) -> list[PolicyIssue]:
     """An operator's reference (and its templates) is in one of its own kinds, and names a
     kind of the platform's operators: runguard records who created those, and its cache
     keeps them."""
-    operators_path = run_policy_path("platform", "operators")
-    operators = run_policy.get(*operators_path)
+    operators_path = platform.path("operators")
+    operators = platform.doc.get(*operators_path)
     if not isinstance(operators, list):
         return []
     kinds = {
@@ -319,7 +312,7 @@ def _reference_issues(run_policy: SourceDocument) -> list[PolicyIssue]:
             kind = entry.get("kind") if isinstance(entry, dict) else None
             if isinstance(kind, str) and kind not in (own if isinstance(own, list) else ()):
                 issues.append(
-                    run_policy.issue(
+                    platform.doc.issue(
                         (*operators_path, i, "templates", j, "kind"),
                         f'"{kind}" is not one of this operator\'s kinds',
                     )
@@ -331,13 +324,13 @@ def _reference_issues(run_policy: SourceDocument) -> list[PolicyIssue]:
             kind, names = reference.get("kind"), reference.get("names")
             if isinstance(kind, str) and kind not in (own if isinstance(own, list) else ()):
                 issues.append(
-                    run_policy.issue(
+                    platform.doc.issue(
                         (*path, "kind"), f'"{kind}" is not one of this operator\'s kinds'
                     )
                 )
             if isinstance(names, str) and names not in kinds:
                 issues.append(
-                    run_policy.issue(
+                    platform.doc.issue(
                         (*path, "names"),
                         f'"{names}" is no kind of the platform\'s operators: runguard neither '
                         "records who created its objects nor keeps them in its cache",
@@ -346,23 +339,26 @@ def _reference_issues(run_policy: SourceDocument) -> list[PolicyIssue]:
     return issues
 
 
-def _shared_config_map_issues(run_policy: SourceDocument) -> list[PolicyIssue]:
+def _shared_config_map_issues(
+    run_policy: SourceDocument, platform: PlatformAt | None
+) -> list[PolicyIssue]:
     """A shared ConfigMap is the same for every Pod and nobody's: no label placeholder,
     and no name that is also the platform's (or an operator's) could ever match."""
     shared_path = run_policy_path("volumes", "shared_config_maps")
     shared = run_policy.get(*shared_path)
     if not shared:
         return []
-    owned: list[tuple[str, Path_]] = []
+    owned: list[tuple[str, SourceDocument, Path_]] = []
     platform_path = run_policy_path("volumes", "platform_config_maps")
     for i, text in _strings(run_policy.get(*platform_path)):
-        owned.append((text, (*platform_path, i)))
-    operators_path = run_policy_path("platform", "operators")
-    operators = run_policy.get(*operators_path)
-    for i, operator in enumerate(operators if isinstance(operators, list) else ()):
-        maps = operator.get("configMaps") if isinstance(operator, dict) else None
-        for j, text in _strings(maps):
-            owned.append((text, (*operators_path, i, "configMaps", j)))
+        owned.append((text, run_policy, (*platform_path, i)))
+    if platform is not None:
+        operators_path = platform.path("operators")
+        operators = platform.doc.get(*operators_path)
+        for i, operator in enumerate(operators if isinstance(operators, list) else ()):
+            maps = operator.get("configMaps") if isinstance(operator, dict) else None
+            for j, text in _strings(maps):
+                owned.append((text, platform.doc, (*operators_path, i, "configMaps", j)))
     issues: list[PolicyIssue] = []
     for i, text in _strings(shared):
         if label_keys(text):
@@ -374,13 +370,15 @@ def _shared_config_map_issues(run_policy: SourceDocument) -> list[PolicyIssue]:
                 )
             )
             continue
-        for other, where in owned:
+        for other, doc, where in owned:
             if patterns_overlap(text, other):
+                line = doc.line_of(where)
+                at = f"line {line}" if doc is run_policy else f"{doc.file}:{line}"
                 issues.append(
                     run_policy.issue(
                         (*shared_path, i),
                         f"{describe(text)} is also a name of {describe(other)} "
-                        f"(line {run_policy.line_of(where)}): a ConfigMap is either shared "
+                        f"({at}): a ConfigMap is either shared "
                         "with every Pod or the platform's, not both",
                     )
                 )

@@ -1,4 +1,4 @@
-"""RunPolicy, Profile and ProjectProfile as Kubernetes objects: their
+"""RunPolicy, Profile, ProjectProfile and Platform as Kubernetes objects: their
 CustomResourceDefinitions, and the way between an object in the cluster and a policy
 document in a file.
 
@@ -22,8 +22,10 @@ pydantic model) rewritten into what the apiserver accepts, a *structural* schema
   silently: runguard's validating webhook then refuses them with the message ``runguard
   lint`` gives (``unknown key "runtimeClass" (did you mean "runtimeClassName"?)``).
 
-RunPolicy and Profile are cluster-scoped, with a ``status`` subresource runguard writes
-(a ``Loaded`` condition: true, or false with the errors naming the key); a project's
+RunPolicy, Profile and Platform are cluster-scoped, with a ``status`` subresource
+runguard writes (a ``Loaded`` condition: true, or false with the errors naming the key);
+a RunPolicy's ``spec.platform`` (a Platform's name, or the older inline mapping) keeps
+any value in the CRD and is checked by runguard's webhook; a project's
 ProjectProfile is namespaced, without status (runguard reads it from its cache and
 judges it on each run). Each kind has printer columns. ``runguard manifests --write``
 writes them to ``manifests/policy-objects/``.
@@ -54,13 +56,23 @@ __all__ = [
 ]
 
 GROUP, VERSION = API_VERSION.split("/")
-PLURALS = {"RunPolicy": "runpolicies", "Profile": "profiles", "ProjectProfile": "projectprofiles"}
-SHORT_NAMES = {"RunPolicy": ["rpol"], "Profile": ["rprof"], "ProjectProfile": ["pprof"]}
+PLURALS = {
+    "RunPolicy": "runpolicies",
+    "Profile": "profiles",
+    "ProjectProfile": "projectprofiles",
+    "Platform": "platforms",
+}
+SHORT_NAMES = {
+    "RunPolicy": ["rpol"],
+    "Profile": ["rprof"],
+    "ProjectProfile": ["pprof"],
+    "Platform": ["rplat"],
+}
 # A project's profiles live in its namespace; the policy's kinds are cluster-scoped.
 NAMESPACED = frozenset({"ProjectProfile"})
 # The kinds the policy watch mirrors into the policy directory (a ProjectProfile is read
 # by the cluster-state watch instead: ``webhook.policy.project``).
-MIRRORED = ("RunPolicy", "Profile")
+MIRRORED = ("RunPolicy", "Profile", "Platform")
 CRD_FILES = {kind: f"{GROUP}_{plural}.yaml" for kind, plural in PLURALS.items()}
 LOADED = "Loaded"  # the condition runguard writes in each object's status
 LABELS = {"app.kubernetes.io/name": "runguard", "app.kubernetes.io/part-of": "runguard"}
@@ -95,6 +107,10 @@ PRINTER_COLUMNS: dict[str, list[dict[str, Any]]] = {
     ],
     # its scope is its namespace (kubectl get -A shows it)
     "ProjectProfile": [*_RESOURCE_COLUMNS, _DESCRIPTION],
+    "Platform": [
+        {"name": "Identities", "type": "string", "jsonPath": ".spec.identities"},
+        {"name": "Project label", "type": "string", "jsonPath": ".spec.projectLabel"},
+    ],
 }
 COMMON_COLUMNS = [
     {
@@ -270,9 +286,9 @@ def _with_default(description: str, default: Any) -> str:
 
 
 def document_of(obj: Mapping[str, Any]) -> dict[str, Any]:
-    """The policy document of a RunPolicy or Profile object from the cluster: what a
-    file would hold (apiVersion, kind, metadata name, labels and annotations, spec),
-    without what the apiserver adds (uid, managedFields, status...)."""
+    """The policy document of a policy object from the cluster: what a file would hold
+    (apiVersion, kind, metadata name, labels and annotations, spec), without what the
+    apiserver adds (uid, managedFields, status...)."""
     meta = obj.get("metadata") if isinstance(obj.get("metadata"), Mapping) else {}
     assert isinstance(meta, Mapping)
     metadata: dict[str, Any] = {"name": meta.get("name", "")}

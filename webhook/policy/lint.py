@@ -24,6 +24,13 @@ from webhook.policy.formats import NAME_PATTERN
 from webhook.policy.loader import read_policy
 from webhook.policy.model import Policy, RunPolicySpec, profile_path, run_policy_path
 from webhook.policy.patterns import label_keys
+from webhook.policy.platforms import (
+    PlatformAt,
+    by_name,
+    platform_of,
+    platform_warnings,
+    written_platforms,
+)
 from webhook.policy.source import PolicySource, SourceDocument
 
 __all__ = ["LintReport", "lint"]
@@ -36,7 +43,6 @@ _PATTERN_LISTS = tuple(
     ("spec", *key.path) for key in iter_keys(RunPolicySpec) if key.uses(NAME_PATTERN)
 )
 _SELECTOR = _run("selector")
-_IDENTITIES = run_policy_path("platform", "identities")
 _PROFILES = _run("profiles_config")
 _MAXIMUMS = _run("resources", "maximums")
 _DEFAULT_REQUESTS = _run("resources", "defaults", "requests")
@@ -44,7 +50,6 @@ _DEFAULT_LIMITS = _run("resources", "defaults", "limits")
 _SECCOMP = _run("security", "seccomp_profile")
 _ALLOWED_TYPES = _run("volumes", "allowed_types")
 _HOST_PATHS = _run("volumes", "allowed_host_paths")
-_OPERATORS = _run("platform", "operators")
 # Node directories a run must never reach: the node's own system and the kubelet's and
 # the container runtime's state (a hostPath at, above or below one of them).
 _NODE_SYSTEM = ("/etc", "/proc", "/sys", "/dev", "/root", "/boot", "/var/lib/kubelet",
@@ -147,8 +152,12 @@ def _missing_classes(source: PolicySource, cluster: ClusterClasses) -> list[Poli
 def _warnings(source: PolicySource) -> Iterator[PolicyIssue]:
     run_policy = source.run_policy
     gpu = gpu_resource_name(source)
+    platforms = by_name(source)
     for doc in source.run_policies:
-        yield from _run_policy_warnings(doc, gpu)
+        yield from _run_policy_warnings(doc, gpu, platform_of(doc, platforms))
+    for written in written_platforms(source):
+        yield from _operator_warnings(written)
+    yield from platform_warnings(source)
     for profile in source.profiles:
         yield from _profile_warnings(profile, run_policy, gpu)
         yield from _range_warnings(profile, gpu)
@@ -201,7 +210,9 @@ def guaranteed_labels(selector: Any) -> set[str]:
     return keys
 
 
-def _run_policy_warnings(doc: SourceDocument, gpu: str) -> Iterator[PolicyIssue]:
+def _run_policy_warnings(
+    doc: SourceDocument, gpu: str, platform: PlatformAt | None
+) -> Iterator[PolicyIssue]:
     selector = doc.get(*_SELECTOR)
     if (
         isinstance(selector, dict)
@@ -232,7 +243,7 @@ def _run_policy_warnings(doc: SourceDocument, gpu: str) -> Iterator[PolicyIssue]
                         f"{{key: {key}, operator: Exists}})",
                     )
 
-    identities = doc.get(*_IDENTITIES)
+    identities = platform.get("identities") if platform else None
     named = [doc.get(*path) for path in _PATTERN_LISTS]
     if not identities and any(isinstance(p, list) and p for p in named):
         yield doc.issue(
@@ -287,7 +298,6 @@ def _run_policy_warnings(doc: SourceDocument, gpu: str) -> Iterator[PolicyIssue]
         )
 
     yield from _node_path_warnings(doc)
-    yield from _operator_warnings(doc)
 
     preemption = doc.get(*_PREEMPTION)
     if (
@@ -320,15 +330,15 @@ def _within(path: str, directory: str) -> bool:
     return path == directory or path.startswith(directory.rstrip("/") + "/")
 
 
-def _operator_warnings(doc: SourceDocument) -> Iterator[PolicyIssue]:
+def _operator_warnings(platform: PlatformAt) -> Iterator[PolicyIssue]:
     """An operator's ConfigMap pattern that matches every name."""
-    operators = doc.get(*_OPERATORS)
+    operators = platform.get("operators")
     for i, operator in enumerate(operators if isinstance(operators, list) else []):
         patterns = operator.get("configMaps") if isinstance(operator, dict) else None
         for j, pattern in enumerate(patterns if isinstance(patterns, list) else []):
             if isinstance(pattern, str) and pattern.strip("*") == "":
-                yield doc.issue(
-                    (*_OPERATORS, i, "configMaps", j),
+                yield platform.doc.issue(
+                    (*platform.path("operators"), i, "configMaps", j),
                     f'pattern "{pattern}" matches every name: the operator\'s Pods could '
                     "mount any ConfigMap",
                 )

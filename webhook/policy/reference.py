@@ -23,6 +23,7 @@ __all__ = ["policy_reference"]
 _OUR_TYPES = {
     definition.ref: definition for definition in (*FORMATS, RESOURCE_LIST, RESOURCE_RANGE_LIST)
 }
+_SPECS = {spec.__name__: kind for kind, (spec, _) in KINDS.items()}
 _HEADER = "| key | type | default | description |\n|---|---|---|---|\n"
 
 
@@ -34,7 +35,7 @@ def policy_reference() -> str:
     spec_description = schema["properties"]["spec"]["description"]
     out = [
         "# Policy reference\n",
-        "<!-- Generated from webhook/policy/model.py by `runguard schema --format markdown "
+        "<!-- Generated from webhook/policy/model/ by `runguard schema --format markdown "
         "-o docs/policy-reference.md`; do not edit (tests/test_policy_reference.py). -->\n",
         f"{schema['description']} Every key is optional unless its default says "
         "*required*; a key left out takes its default, and \u2014 means absent (that part "
@@ -99,8 +100,12 @@ def _default(key: Key, prop: dict[str, Any], owner: dict[str, Any], section: Any
 
 
 def _type(prop: dict[str, Any], defs: dict[str, Any], shapes: dict[str, None]) -> str:
+    if "anyOf" in prop:  # a RunPolicy's platform: a Platform's name, or its keys inline
+        return " or ".join(_type(branch, defs, shapes) for branch in prop["anyOf"])
     if "$ref" in prop:
         name = prop["$ref"].removeprefix(DEFS)
+        if name in _SPECS:
+            return f"mapping: the keys of a {_SPECS[name]}'s `spec`"
         if name in _OUR_TYPES:
             return f"[{_words(name)}](#types)"
         shapes[name] = None

@@ -2,7 +2,7 @@
 
 One schema covers both kinds: ``kind`` selects the ``spec`` schema with ``if``/``then``
 (not ``oneOf``, whose failures say only "not valid under any of the given schemas").
-Everything under it is pydantic's ``models_json_schema`` of the model (``model.py``),
+Everything under it is pydantic's ``models_json_schema`` of the model (``model/``),
 written the way editors and ``loader._translate`` read it: ``None`` means "absent", not
 a value (no ``null`` branches); enumerations are plain ``enum``s; no titles. Kubernetes
 strings are ``$defs`` entries with a custom ``format`` that ``runguard`` checks exactly

@@ -29,7 +29,14 @@ from webhook.serving.inputlimits import (
     without_lone_surrogates,
 )
 
-__all__ = ["Path_", "PolicySource", "SourceDocument", "format_key", "read_documents"]
+__all__ = [
+    "Path_",
+    "PolicySource",
+    "SourceDocument",
+    "duplicate_names",
+    "format_key",
+    "read_documents",
+]
 
 _MAX_NODES = 100_000  # an alias bomb expands past this long before memory runs out
 
@@ -107,6 +114,11 @@ class PolicySource:
         return [d for d in self.documents if d.kind == "Profile"]
 
     @property
+    def platforms(self) -> list[SourceDocument]:
+        """Platform documents: the installation-wide settings RunPolicies name."""
+        return [d for d in self.documents if d.kind == "Platform"]
+
+    @property
     def project_profiles(self) -> list[SourceDocument]:
         """ProjectProfiles: checked with the RunPolicies, never part of the Policy built
         (runguard reads them from the cluster)."""
@@ -118,6 +130,27 @@ class PolicySource:
         selector matches), which also says what ``gpu`` means in profiles."""
         found = sorted(self.run_policies, key=lambda d: d.name or "")
         return found[0] if found else None
+
+
+def duplicate_names(docs: list[SourceDocument], what: str, why: str = "") -> list[PolicyIssue]:
+    """An issue on each of ``docs`` whose name another has: ``duplicate {what} name "x"
+    (also at file:line){why}``."""
+    named: dict[str, list[SourceDocument]] = {}
+    for doc in docs:
+        if doc.name is not None:
+            named.setdefault(doc.name, []).append(doc)
+    issues = []
+    for name, same in named.items():
+        for doc in same if len(same) > 1 else ():
+            others = ", ".join(
+                f"{o.file}:{o.line_of(('metadata', 'name'))}" for o in same if o is not doc
+            )
+            issues.append(
+                doc.issue(
+                    ("metadata", "name"), f'duplicate {what} name "{name}" (also at {others}){why}'
+                )
+            )
+    return issues
 
 
 def format_key(path: Path_) -> str:

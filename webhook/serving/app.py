@@ -25,7 +25,7 @@ from webhook.clusterstate import ClusterState
 from webhook.clusterstate.metrics import ClusterStateCollector
 from webhook.clusterstate.process import ClusterWatch, watched_kinds
 from webhook.engine.context import ClusterView
-from webhook.policy.objects import MAX_MESSAGE, check_object
+from webhook.policy.mirror.objects import MAX_MESSAGE, check_object
 from webhook.serving import admission, gcpause, logs, metrics, shells, transition
 from webhook.serving.admission import AdmissionError, Endpoint
 from webhook.serving.auditlog import AuditLog, audit_record

@@ -37,7 +37,7 @@ import orjson
 
 from webhook import engine
 from webhook.engine.context import ClusterView, Context
-from webhook.engine.rules.trust import SHELLS, shell_judged
+from webhook.engine.rules.debug import SHELLS, shell_judged
 from webhook.engine.subject import service_account
 from webhook.engine.types import Decision
 from webhook.inputs import kubeconfig

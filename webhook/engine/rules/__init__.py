@@ -2,18 +2,22 @@
 
 A concern's fix and its check live side by side, so what mutation repairs and what
 validation refuses cannot drift apart. The order of ``MUTATION_STEPS`` is the
-documented mutation order; adding a step or a check is one line here and a function in its module.
+documented mutation order; adding a step or a check is one line here and a function in its
+module, beside the declaration of the rule id it emits (``webhook.engine.rule``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
+from webhook.engine.doors import Door
 from webhook.engine.pod import Pod
 from webhook.engine.rules import (
     devices,
+    not_a_run,
     pod_security,
     profile,
+    reserved,
     resources,
     scheduling,
     secrets,
@@ -77,3 +81,21 @@ def run_checks(pod: Pod) -> list[Violation]:
     for check in CHECKS:
         out.extend(check(pod))
     return out
+
+
+def judge(door: Door) -> str:
+    """The rule that strips or denies what a run may not use through ``door`` (a field
+    of ``webhook.engine.doors``): ``tests/test_doors.py`` holds every door to it."""
+    if door.kind == "ConfigMap":  # as a volume, pre-existing data; in the env, ownership's
+        if door.path[0] == "volumes":
+            return volumes.VOLUMES_PRE_EXISTING
+        return not_a_run.OWNERSHIP_NOT_A_RUN
+    return _JUDGES[door.kind]
+
+
+_JUDGES = {
+    "Secret": secrets.SECRETS_FORBIDDEN,  # stripped or denied alike, whatever the door
+    "PersistentVolumeClaim": volumes.VOLUMES_PRE_EXISTING,
+    "ServiceAccount": reserved.OWNERSHIP_SERVICE_ACCOUNT,
+    "ResourceClaim": devices.RESOURCES_DEVICE_CLAIM,
+}

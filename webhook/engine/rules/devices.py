@@ -34,9 +34,33 @@ from webhook.engine.pod import (
     set_list,
     warning,
 )
-from webhook.engine.rule_ids import RESOURCES_DEVICE_CLAIM, RESOURCES_DEVICE_ENV
+from webhook.engine.rule import Declarations
 from webhook.engine.types import JSON, Change, Violation
 from webhook.policy.model import matches_any
+
+RULES = Declarations(__name__)
+RESOURCES_DEVICE_ENV = RULES.rule(
+    "resources.device-env",
+    mutation=(
+        "a device-selecting variable (`resources.deviceEnv`) removed from user env (a value "
+        "that selects no device, empty, `void` or `none`, is kept), and an `envFrom` whose "
+        "`prefix` begins one (`NVIDIA_VISIBLE_`)"
+    ),
+    violation="the same, with `security.onRoot: Deny`",
+)
+RESOURCES_DEVICE_CLAIM = RULES.rule(
+    "resources.device-claim",
+    mutation=(
+        "a `resourceClaims` entry naming an existing ResourceClaim "
+        "(`resourceClaimName`) removed, with the containers' `resources.claims` of it "
+        "(`volumes.onPreExisting: Strip`)"
+    ),
+    violation=(
+        "an existing ResourceClaim named by a run: only a claim of "
+        "`resources.platformDeviceClaims` in a run the platform created (a run's own "
+        "claims come from `resourceClaimTemplateName`)"
+    ),
+)
 
 
 def _profile_env(pod: Pod) -> tuple[JSON | None, list[JSON]]:

@@ -21,6 +21,12 @@ That decision is recorded by runguard at CREATE (``runguard.io/platform``, with
 checks read the record of the object as it was (``old``), never its new owners or a
 string comparison of the stamp. Without ``platform.identities`` the checks are off and
 names decide (``runguard lint`` warns).
+
+This module says who the platform is, what it recorded and which names it reserves;
+the checks built on it sit beside it, one module per rule: ``stamp`` (the records
+kept), ``reserved`` (what only the platform may create), ``not_a_run`` (its objects
+used by a pod it did not create), ``debug`` (a shell into its Pods),
+``operator_objects`` (its operators' custom resources) and ``trust`` (over time).
 """
 
 from __future__ import annotations
@@ -32,17 +38,7 @@ from typing import Any
 
 from webhook.engine import doors
 from webhook.engine.context import OWNERSHIP_OFF, Context, ObjectMeta, Ownership, Requester
-from webhook.engine.pod import spec_prefix
-from webhook.engine.rule_ids import (
-    OWNERSHIP_NOT_A_RUN,
-    OWNERSHIP_OWNER_CHANGED,
-    OWNERSHIP_RESERVED_NAME,
-    OWNERSHIP_SERVICE_ACCOUNT,
-    OWNERSHIP_STAMP,
-    OWNERSHIP_UNKNOWN,
-)
-from webhook.engine.rules.volumes import project_claim
-from webhook.engine.types import JSON, Violation
+from webhook.engine.types import JSON
 from webhook.keys import PLATFORM_POLICY, PLATFORM_RECORD, POLICY_LABEL, REQUESTED_BY
 from webhook.policy.model import NamePattern, Policy
 from webhook.policy.patterns import split
@@ -386,167 +382,11 @@ def platform_named(policy: Policy, kind: str, name: str) -> bool:
     return any(_any_labels(p.text).fullmatch(name) for p in reserved_patterns(policy, kind))
 
 
-def check_reserved_name(obj: JSON, root: Policy, context: Context) -> list[Violation]:
-    """``ownership.reserved-name``: only the platform creates objects with its names (of
-    any RunPolicy); an installation-wide name also ``platform.installers`` (its chart)."""
-    if context.operation != "CREATE":
-        return []
-    kind, metadata = obj.get("kind"), obj.get("metadata")
-    name = metadata.get("name") if isinstance(metadata, dict) else None
-    if not isinstance(kind, str) or not isinstance(name, str):
-        return []
-    for policy in root.run_policies():
-        if not enabled(policy):
-            continue
-        pattern = reserved_name(policy, kind, name)
-        if pattern is None or is_platform_identity(policy, context.requester):
-            continue
-        if not pattern.label_keys and is_identity(policy.platform.installers, context.requester):
-            continue
-        return [
-            Violation(
-                OWNERSHIP_RESERVED_NAME,
-                "metadata.name",
-                f"{kind} name {name!r} is reserved for the platform (pattern {pattern.text!r}): "
-                "choose another name",
-            )
-        ]
-    return []
-
-
-def cloned_claims(claim_spec: Any, policy: Policy) -> list[str]:
-    """The platform claims a claim spec clones (``dataSource`` / ``dataSourceRef`` naming a
-    PersistentVolumeClaim with a platform name): the same door as a generic ephemeral
-    volume's, on a PVC of its own or a StatefulSet's claim template."""
-    if not isinstance(claim_spec, dict):
-        return []
-    out = []
-    for key in ("dataSource", "dataSourceRef"):
-        source = claim_spec.get(key)
-        if isinstance(source, dict) and source.get("kind") == "PersistentVolumeClaim":
-            name = source.get("name")
-            if isinstance(name, str) and platform_named(policy, "PersistentVolumeClaim", name):
-                out.append(name)
-    return out
-
-
-def claim_specs(obj: JSON, context: Context) -> list[tuple[str, Any]]:
-    """(path, claim spec) of what a CREATE of a PVC or a StatefulSet makes claims from."""
-    if context.operation != "CREATE" or obj.get("kind") not in ("PersistentVolumeClaim",
-                                                                "StatefulSet"):  # fmt: skip
-        return []
-    spec = obj.get("spec")
-    if not isinstance(spec, dict):
-        return []
-    if obj["kind"] == "PersistentVolumeClaim":
-        return [("spec", spec)]
-    templates = spec.get("volumeClaimTemplates")
-    return [
-        (f"spec.volumeClaimTemplates[{i}].spec", t.get("spec"))
-        for i, t in enumerate(templates if isinstance(templates, list) else ())
-        if isinstance(t, dict)
-    ]
-
-
-def check_claim_clones(obj: JSON, root: Policy, context: Context) -> list[Violation]:
-    """``ownership.not-a-run``: only the platform clones its claims, through a PVC of its
-    own (``dataSource``/``dataSourceRef``) or a StatefulSet's ``volumeClaimTemplates``."""
-    specs = claim_specs(obj, context)
-    if not specs:
-        return []
-    out: list[Violation] = []
-    for policy in root.run_policies():
-        if not enabled(policy) or is_platform_identity(policy, context.requester):
-            continue
-        for path, claim_spec in specs:
-            out.extend(
-                Violation(
-                    OWNERSHIP_NOT_A_RUN,
-                    path,
-                    f"PersistentVolumeClaim {name!r} is the platform's: only the platform "
-                    "may clone it into a new claim",
-                )
-                for name in cloned_claims(claim_spec, policy)
-            )
-        if out:
-            break
-    return out
-
-
 SNAPSHOT_GROUP = "snapshot.storage.k8s.io"
-
-
-def snapshot_source(obj: Any) -> str | None:
-    """The PVC a VolumeSnapshot (``snapshot.storage.k8s.io``) is taken of, if named."""
-    if not isinstance(obj, dict) or obj.get("kind") != "VolumeSnapshot":
-        return None
-    api_version = obj.get("apiVersion")
-    if not isinstance(api_version, str) or not api_version.startswith(SNAPSHOT_GROUP + "/"):
-        return None
-    name = _get(obj, "spec", "source", "persistentVolumeClaimName")
-    return name if isinstance(name, str) else None
-
-
-def check_claim_snapshots(obj: JSON, root: Policy, context: Context) -> list[Violation]:
-    """``ownership.not-a-run``: only the platform snapshots its claims (a VolumeSnapshot
-    of a platform-named PVC, which a claim of hers could be restored from)."""
-    name = snapshot_source(obj)
-    if context.operation != "CREATE" or name is None:
-        return []
-    for policy in root.run_policies():
-        if not enabled(policy) or is_platform_identity(policy, context.requester):
-            continue
-        if platform_named(policy, "PersistentVolumeClaim", name):
-            return [
-                Violation(
-                    OWNERSHIP_NOT_A_RUN,
-                    "spec.source.persistentVolumeClaimName",
-                    f"PersistentVolumeClaim {name!r} is the platform's: only the platform "
-                    "may snapshot it",
-                )
-            ]
-    return []
 
 
 TOKEN_SECRET_TYPE = "kubernetes.io/service-account-token"
 TOKEN_ACCOUNT_ANNOTATION = "kubernetes.io/service-account.name"
-
-
-def token_account(obj: Any) -> str | None:
-    """The ServiceAccount a Secret of type ``kubernetes.io/service-account-token`` is for
-    (the token controller writes that account's token into it), if any."""
-    if not isinstance(obj, dict) or obj.get("kind") != "Secret":
-        return None
-    if obj.get("type") != TOKEN_SECRET_TYPE:
-        return None
-    name = string_map(obj.get("metadata"), "annotations").get(TOKEN_ACCOUNT_ANNOTATION)
-    return name if isinstance(name, str) and name else None
-
-
-def check_token_secret(
-    obj: JSON, root: Policy, namespace: str, old: Any, context: Context
-) -> list[Violation]:
-    """``ownership.service-account``: only the platform (or ``platform.installers``)
-    makes a token Secret for one of its ServiceAccounts or its operators': whoever
-    mounts it is that account. An UPDATE is judged only when it newly names the
-    account, so the token controller filling in the platform's own Secret is not."""
-    name = token_account(obj)
-    if name is None or (old is not None and token_account(old) == name):
-        return []
-    for policy in root.run_policies():
-        if not enabled(policy) or (namespace, name) not in service_account_identities(policy):
-            continue
-        if is_platform_or_installer(policy, context.requester):
-            continue
-        return [
-            Violation(
-                OWNERSHIP_SERVICE_ACCOUNT,
-                f"metadata.annotations[{TOKEN_ACCOUNT_ANNOTATION}]",
-                f"ServiceAccount {name!r} is the platform's own identity: only the platform "
-                "may make a token Secret for it",
-            )
-        ]
-    return []
 
 
 def requested_by(policy: Policy, object_meta: JSON, namespace: str, context: Context) -> bool:
@@ -584,38 +424,12 @@ def is_operator_object(obj: Any, root: Policy) -> bool:
     )
 
 
-def check_owner_change(
-    new_meta: JSON, old_meta: JSON, root: Policy, context: Context
-) -> list[Violation]:
-    """``ownership.owner-changed``: the ownerReferences of an object runguard stamped may
-    only lose entries (the garbage collector orphaning it), or be written by a platform
-    identity or a controller (adoption, release); adoption grants nothing, since what the
-    object may use was recorded at its CREATE."""
-    if REQUESTED_BY not in string_map(old_meta, "annotations"):
-        return []
-    before = old_meta.get("ownerReferences") or []
-    after = new_meta.get("ownerReferences") or []
-    if not isinstance(after, list) or not isinstance(before, list):
-        return []
-    if all(ref in before for ref in after):
-        return []
-    for policy in root.run_policies():
-        if is_platform_identity(policy, context.requester):
-            return []
-        requester = context.requester
-        if requester is not None and requester.username in policy.platform.owner_kinds:
-            return []
-    return [
-        Violation(
-            OWNERSHIP_OWNER_CHANGED,
-            "metadata.ownerReferences",
-            "the owners of an object runguard admitted are the controllers' and the "
-            "platform's to write: only removing one is allowed",
-        )
-    ]
-
-
-# --- references to the platform's objects ----------------------------------------------
+def field_at(value: Any, *keys: str) -> Any:
+    for key in keys:
+        if not isinstance(value, dict):
+            return None
+        value = value.get(key)
+    return value
 
 
 _NAMED_KINDS = frozenset({"PersistentVolumeClaim", "ConfigMap", "Secret", "ResourceClaim"})
@@ -631,127 +445,3 @@ def platform_references(spec: Any, policy: Policy) -> list[tuple[str, str, str]]
         for ref in doors.located(spec, _NAMED_KINDS)
         if platform_named(policy, ref.door.kind, ref.name)
     ]
-
-
-def _items(value: Any) -> list[Any]:
-    return value if isinstance(value, list) else []
-
-
-def _get(value: Any, *keys: str) -> Any:
-    for key in keys:
-        if not isinstance(value, dict):
-            return None
-        value = value.get(key)
-    return value
-
-
-def check_not_a_run(
-    spec: Any, spec_path: str, ownership: Ownership, policy: Policy
-) -> list[Violation]:
-    """``ownership.not-a-run``: a pod outside every selector may not use the platform's
-    objects (``kubectl debug --copy-to`` of a run drops its labels), unless the platform
-    created it."""
-    if not enabled(policy) or ownership.platform:
-        return []
-    prefix = spec_prefix(spec_path)
-    if ownership.unknown:  # the owner's record is not in the cache yet: retryable
-        if not platform_references(spec, policy):
-            return []
-        return [
-            Violation(
-                OWNERSHIP_UNKNOWN,
-                "metadata.ownerReferences",
-                f"{ownership.unknown}: runguard cannot tell whether the platform created "
-                "this Pod, which uses the platform's objects; retry in a moment",
-            )
-        ]
-    return [
-        Violation(
-            OWNERSHIP_NOT_A_RUN,
-            f"{prefix}{path}",
-            f"{kind} {name!r} is the platform's and this is not a platform run "
-            "(a copy of a run without its labels?): only runs the platform creates may use it",
-        )
-        for kind, name, path in platform_references(spec, policy)
-    ]
-
-
-def check_ownership(pod: Any) -> list[Violation]:
-    """``ownership.unknown``: the decision needs an object runguard's cache lacks (fail closed)."""
-    if not enabled(pod.policy):
-        return []
-    out: list[Violation] = []
-    if pod.ownership.unknown and platform_references(pod.spec, pod.policy):
-        out.append(
-            Violation(
-                OWNERSHIP_UNKNOWN,
-                f"{pod.meta_path}.ownerReferences",
-                f"{pod.ownership.unknown}: runguard cannot tell whether the platform created "
-                "this run, which uses the platform's objects; retry in a moment",
-            )
-        )
-    if not pod.ownership.platform and not pod.ownership.unknown:
-        # Volumes and secrets are stripped or denied by their own rules; a platform
-        # configMap read into the environment is this rule's.
-        prefix = spec_prefix(pod.spec_path)
-        for kind, name, path in platform_references(pod.spec, pod.policy):
-            if kind == "ConfigMap" and (".env[" in path or ".envFrom[" in path):
-                out.append(
-                    Violation(
-                        OWNERSHIP_NOT_A_RUN,
-                        f"{prefix}{path}",
-                        f"ConfigMap {name!r} is the platform's and the platform did not "
-                        "create this run: only its runs may read it",
-                    )
-                )
-    for i, volume in enumerate(pod.spec.get("volumes") or ()):
-        claim = _get(volume, "persistentVolumeClaim", "claimName")
-        if isinstance(claim, str) and project_claim(pod, claim) is None:
-            out.append(
-                Violation(
-                    OWNERSHIP_UNKNOWN,
-                    f"{pod.spec_path}.volumes[{i}]",
-                    f"runguard's cache has not synced claims yet: cannot tell whether pvc "
-                    f"{claim!r} is shared with this run's project; retry in a moment",
-                )
-            )
-    return out
-
-
-def check_stamp(
-    new_meta: JSON,
-    old_meta: JSON,
-    in_scope_before: bool,
-    policy: Policy,
-    context: Context,
-    adopted: bool = False,
-) -> list[Violation]:
-    """On UPDATE: the stamp never changes, and an object cannot enter the platform's scope
-    by an update (its stamp, written when runguard did not see it, is not runguard's).
-    ``adopted``: runguard records the object now (``subject.adopts``), with the stamp of
-    the requester."""
-    if not enabled(policy) or context.operation != "UPDATE":
-        return []
-    before = string_map(old_meta, "annotations").get(REQUESTED_BY)
-    after = string_map(new_meta, "annotations").get(REQUESTED_BY)
-    out: list[Violation] = []
-    requester = context.requester
-    stamped_now = adopted and requester is not None and after == requester.username
-    if before != after and not stamped_now:
-        out.append(
-            Violation(
-                OWNERSHIP_STAMP,
-                f"metadata.annotations[{REQUESTED_BY}]",
-                f"the stamp {REQUESTED_BY} is written by runguard at creation and cannot change",
-            )
-        )
-    if not in_scope_before and not is_platform_identity(policy, context.requester):
-        out.append(
-            Violation(
-                OWNERSHIP_STAMP,
-                "metadata",
-                "an existing object cannot become a run or use the platform's objects by an "
-                "update: create it anew",
-            )
-        )
-    return out

@@ -19,17 +19,46 @@ refuses them there.
 from __future__ import annotations
 
 from webhook.engine.pod import ALL_CONTAINER_LISTS, CONTAINER_LISTS, Pod, warning
-from webhook.engine.rule_ids import (
-    SECURITY_APPARMOR,
-    SECURITY_HOST_PORTS,
-    SECURITY_PRIVILEGED,
-    SECURITY_PROBE_HOST,
-    SECURITY_PROC_MOUNT,
-    SECURITY_SELINUX,
-    SECURITY_SYSCTLS,
-)
+from webhook.engine.rule import Declarations
 from webhook.engine.types import JSON, Change, Violation
 from webhook.policy.model import Policy
+
+RULES = Declarations(__name__)
+SECURITY_PRIVILEGED = RULES.rule(
+    "security.privileged",
+    mutation="`privileged` / `allowPrivilegeEscalation` true set false",
+    violation="privileged, escalation, Windows `hostProcess`",
+)
+SECURITY_HOST_PORTS = RULES.rule(
+    "security.host-ports",
+    mutation="",
+    violation="a container port with a `hostPort`",
+)
+SECURITY_SYSCTLS = RULES.rule(
+    "security.sysctls",
+    mutation="",
+    violation="a sysctl outside the standard's safe set",
+)
+SECURITY_SELINUX = RULES.rule(
+    "security.selinux",
+    mutation="SELinux user/role and types outside the standard's list removed",
+    violation="the same, with `onRoot: Deny`",
+)
+SECURITY_APPARMOR = RULES.rule(
+    "security.apparmor",
+    mutation="AppArmor `Unconfined` to `RuntimeDefault`",
+    violation="`Unconfined` (field or annotation)",
+)
+SECURITY_PROC_MOUNT = RULES.rule(
+    "security.proc-mount",
+    mutation="`procMount` to `Default`",
+    violation="`Unmasked`",
+)
+SECURITY_PROBE_HOST = RULES.rule(
+    "security.probe-host",
+    mutation="",
+    violation="a probe or lifecycle handler with a `host`",
+)
 
 # check_seccompProfile_baseline.go validSeccomp, check_appArmorProfile.go allowedProfileType
 CONFINED_PROFILES = frozenset({"RuntimeDefault", "Localhost"})
@@ -123,7 +152,7 @@ HINTED_LISTS = tuple((name, hint(name)) for name in ALL_CONTAINER_LISTS)
 def _carrying(pod: Pod, key: str, pod_level: bool = True) -> list[tuple[str, JSON]]:
     """(``pod`` or container name, securityContext) of the pod (unless ``pod_level`` is
     False), init containers and containers whose securityContext sets ``key``; ephemeral
-    containers are only ever added, see ``security.harden_debug_containers``. Plain loops:
+    containers are only ever added, see ``hardening.harden_debug_containers``. Plain loops:
     this runs for every pod, which almost never sets any of these keys."""
     spec = pod.spec
     out = []

@@ -27,13 +27,12 @@ from typing import TYPE_CHECKING
 from webhook.engine.context import Context, Ownership
 from webhook.engine.doors import Reference, item_text, located
 from webhook.engine.pod import spec_prefix
-from webhook.engine.rule_ids import OWNERSHIP_NOT_A_RUN, OWNERSHIP_UNKNOWN
+from webhook.engine.rules.not_a_run import OWNERSHIP_NOT_A_RUN, OWNERSHIP_UNKNOWN
 from webhook.engine.rules.ownership import (
-    claim_specs,
     enabled,
     is_platform_identity,
-    snapshot_source,
 )
+from webhook.engine.rules.reserved import claim_specs, snapshot_source
 from webhook.engine.types import JSON, Violation
 from webhook.policy.model import Policy
 

@@ -15,17 +15,54 @@ from webhook.engine.pod import (
     main_container,
     warning,
 )
-from webhook.engine.rule_ids import (
-    PROFILE_APPLIED,
-    PROFILE_NOT_ALLOWED,
-    PROFILE_PROJECT_INVALID,
-    PROFILE_RANGE,
-    PROFILE_UNKNOWN,
-)
+from webhook.engine.rule import Declarations
 from webhook.engine.types import JSON, Change, Violation
 from webhook.inputs.quantity import parse
 from webhook.policy.kube import QuantityRange
 from webhook.policy.model import Profile
+
+RULES = Declarations(__name__)
+PROFILE_APPLIED = RULES.rule(
+    "profile.applied",
+    mutation=(
+        "the profile's values set (main container), in a Pod and at CREATE in a run Job's, "
+        "CronJob's or operator object's pod templates; a queue profile's queue label (and "
+        "`suspend: true` on a Job-like object)"
+    ),
+    violation="a Pod created without `/mutate` whose profile is not applied",
+)
+PROFILE_UNKNOWN = RULES.rule(
+    "profile.unknown",
+    mutation="an unknown profile fell back to the default (`unknown: Default`)",
+    violation="the named profile does not exist (`unknown: Deny`)",
+)
+PROFILE_NOT_ALLOWED = RULES.rule(
+    "profile.not-allowed",
+    mutation="",
+    violation=(
+        "the named profile is kept to other namespaces (its `namespaceSelector`), or the "
+        "cluster state lacks the run's Namespace to tell; the message lists the profiles "
+        "the namespace may use"
+    ),
+)
+PROFILE_PROJECT_INVALID = RULES.rule(
+    "profile.project-invalid",
+    mutation="",
+    violation=(
+        "the run names its project's profile (ProjectProfile), which does not load or "
+        "gives more than the governing RunPolicy allows (a maximum, a device family, a "
+        "priority class it does not allow, a device variable, another namespace's Pods); "
+        "the message says which key, the profile is not applied"
+    ),
+)
+PROFILE_RANGE = RULES.rule(
+    "profile.range",
+    mutation=(
+        "a request or limit outside the profile's range {min, default, max} set to the "
+        "nearest bound (`onExceed: Clamp`)"
+    ),
+    violation="a request or limit outside the profile's range (`onExceed: Deny`)",
+)
 
 # Set by the apiserver's Priority plugin from priorityClassName; it refuses a Pod whose
 # values disagree with the class, and re-runs after a webhook changed the object.

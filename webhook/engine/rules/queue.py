@@ -21,12 +21,34 @@ from typing import Any
 
 from webhook.engine import scope
 from webhook.engine.context import Requester
-from webhook.engine.rule_ids import QUEUE_BYPASSED, QUEUE_RESERVED_LABEL
+from webhook.engine.rule import Declarations
 from webhook.engine.rules import ownership
 from webhook.engine.subject import Review
 from webhook.engine.types import Violation
 from webhook.keys import PLATFORM_RECORD
 from webhook.policy.model import Policy, QueueController
+
+RULES = Declarations(__name__)
+QUEUE_BYPASSED = RULES.rule(
+    "queue.bypassed",
+    mutation="",
+    violation=(
+        "on UPDATE of a queued run (it carries a queue's label, `platform.queues`), by someone "
+        "else than the queue, the platform, its installers, controllers or operators: the run "
+        "unsuspended, its queue label changed or removed, or one of the queue's scheduling "
+        "gates removed (Kueue's `kueue.x-k8s.io/admission`)"
+    ),
+)
+QUEUE_RESERVED_LABEL = RULES.rule(
+    "queue.reserved-label",
+    mutation="",
+    violation=(
+        "a queue's own label (`platform.queues[].reservedLabels`: Kueue's "
+        "`kueue.x-k8s.io/podset`, `kueue.x-k8s.io/prebuilt-workload-name`) written, changed or "
+        "removed on a run or in its pod templates by someone else than the queue, the platform, "
+        "its installers, controllers or operators"
+    ),
+)
 
 # Keys of an object's spec that start, stop and size a run: the queue's to change.
 _RUN_KEYS = frozenset({"suspend", "parallelism"})

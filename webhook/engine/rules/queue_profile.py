@@ -18,7 +18,7 @@ from typing import Any
 
 from webhook.engine.context import Requester
 from webhook.engine.pod import kept_change
-from webhook.engine.rule_ids import PROFILE_APPLIED
+from webhook.engine.rules.profile import PROFILE_APPLIED
 from webhook.engine.types import JSON, Change
 from webhook.policy.model import Policy, Profile
 

@@ -11,15 +11,43 @@ from decimal import Decimal
 from typing import Any
 
 from webhook.engine.pod import CONTAINER_LISTS, Pod, resources_of, same_quantity, warning
-from webhook.engine.rule_ids import (
-    RESOURCES_CLAMPED,
-    RESOURCES_DEFAULTS,
-    RESOURCES_EXCEEDED,
-    RESOURCES_GPU_MISMATCH,
-    RESOURCES_MEMORY_LIMIT,
-)
+from webhook.engine.rule import Declarations
 from webhook.engine.types import JSON, Change, Violation
 from webhook.inputs.quantity import format_bytes_ceil_mi, parse
+
+RULES = Declarations(__name__)
+RESOURCES_DEFAULTS = RULES.rule(
+    "resources.defaults",
+    mutation=(
+        "defaults filled where absent; a default limit below the container's own request "
+        "is the request (a default never shrinks what was asked)"
+    ),
+    violation="a Pod created without `/mutate` lacking them",
+)
+RESOURCES_MEMORY_LIMIT = RULES.rule(
+    "resources.memory-limit",
+    mutation="memory limit = request x `memoryLimitFactor`",
+    violation="idem",
+)
+RESOURCES_CLAMPED = RULES.rule(
+    "resources.clamped",
+    mutation="a request or limit clamped to the maximum; request <= limit; gpu request = limit",
+    violation="idem",
+)
+RESOURCES_EXCEEDED = RULES.rule(
+    "resources.exceeded",
+    mutation="",
+    violation=(
+        "a request or limit above a maximum (`onExceed: Deny`), or the run's total (containers "
+        "and sidecars summed, the largest init container, pod-level resources) above one; on "
+        "UPDATE (`pods/resize`) an excess may stay or shrink, never grow"
+    ),
+)
+RESOURCES_GPU_MISMATCH = RULES.rule(
+    "resources.gpu-mismatch",
+    mutation="",
+    violation="gpu request differs from gpu limit",
+)
 
 
 def fill_defaults(pod: Pod) -> Change | None:

@@ -27,10 +27,22 @@ from typing import Any
 
 from webhook.engine.context import cluster_lacks
 from webhook.engine.pod import Pod, copy_value, made_once, warning
-from webhook.engine.rule_ids import SCHEDULING_PREEMPTION_MODE, SCHEDULING_PRIORITY_CLASS
+from webhook.engine.rule import Declarations
 from webhook.engine.rules.profile import forget_computed_priority
 from webhook.engine.types import JSON, Change, Violation
 from webhook.policy.model import PREEMPTION_MODES, PreemptionConfig
+
+RULES = Declarations(__name__)
+SCHEDULING_PRIORITY_CLASS = RULES.rule(
+    "scheduling.priority-class",
+    mutation="defaulted or replaced",
+    violation="a class not allowed",
+)
+SCHEDULING_PREEMPTION_MODE = RULES.rule(
+    "scheduling.preemption-mode",
+    mutation="the mode applied as MLRun does",
+    violation="an unknown mode; a Pod created without `/mutate` whose mode is not applied",
+)
 
 SCHEDULING = ("tolerations", "affinity", "nodeSelector")  # what a mode may change
 REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"

@@ -11,10 +11,22 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from webhook.engine.rule_ids import SCOPE_LABELS
+from webhook.engine.rule import Declarations
 from webhook.engine.types import Violation
 from webhook.keys import POLICY_LABEL
 from webhook.policy.model import Policy
+
+RULES = Declarations(__name__)
+SCOPE_LABELS = RULES.rule(
+    "scope.labels",
+    mutation="",
+    violation=(
+        "on UPDATE of a run (a Pod, or a controller's pod template), a label any RunPolicy's "
+        "selector, profile label or name pattern uses added, removed or changed (so no run moves "
+        "into, out of or between RunPolicies); the `runguard.io/policy` label not what `/mutate` "
+        "writes"
+    ),
+)
 
 
 def scope_label_keys(policy: Policy) -> list[str]:

@@ -19,10 +19,27 @@ from __future__ import annotations
 from webhook.engine import scope
 from webhook.engine.doors import Reference, item_text, located
 from webhook.engine.pod import Pod, kept_change, remove_items
-from webhook.engine.rule_ids import SECRETS_FORBIDDEN
+from webhook.engine.rule import Declarations
 from webhook.engine.rules.ownership import platform_named
 from webhook.engine.types import Change, Violation
 from webhook.policy.model import matches_any
+
+RULES = Declarations(__name__)
+SECRETS_FORBIDDEN = RULES.rule(
+    "secrets.forbidden",
+    mutation=(
+        "the reference removed: the env or envFrom entry, the projected source, the "
+        "imagePullSecrets entry, or the volume (and its mounts) that holds it"
+    ),
+    violation=(
+        "a secret outside `secrets.allowed` through any door (env, envFrom, secret and "
+        "projected volumes, the secret references of csi, flexVolume, cephfs, rbd, iscsi, "
+        "cinder, scaleIO, storageos and azureFile volumes, a value of a csi volume's "
+        "`volumeAttributes` or a flexVolume's `options` that is one of the platform's secret "
+        "names, imagePullSecrets), or a platform secret used by a run the platform did not "
+        "create"
+    ),
+)
 
 SECRET = frozenset({"Secret"})
 

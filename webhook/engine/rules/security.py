@@ -6,53 +6,69 @@ v0.36.2, ``policy/check_*.go``, named beside each), plus runguard's own: gid,
 fsGroup and supplemental group 0. The rest of the standard is ``pod_security.py``.
 What the level requires and the policy leaves out (``seccompProfile: null``,
 ``dropCapabilities: []``) is filled anyway: the level is a floor the policy's keys add
-to. A Windows Pod gets only the fields the apiserver accepts for Windows.
+to (what is filled: ``hardening.py``, which also hardens ``kubectl debug``'s
+containers). A Windows Pod gets only the fields the apiserver accepts for Windows.
+
+The standard's root and privilege checks with the mutation step repairing exactly what
+they refuse, side by side so the two cannot drift (the rule every module of ``rules/``
+keeps); its other half is ``pod_security``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from webhook.engine.pod import CONTAINER_LISTS, Pod, kept_change, made_once, set_list, warning
-from webhook.engine.rule_ids import (
-    SECURITY_CAPABILITIES,
-    SECURITY_DEBUG_CONTAINER,
-    SECURITY_DEFAULTS,
-    SECURITY_HOST_NAMESPACE,
-    SECURITY_PRIVILEGED,
-    SECURITY_ROOT,
-    SECURITY_SECCOMP,
-)
+from webhook.engine.pod import CONTAINER_LISTS, Pod, kept_change, set_list, warning
+from webhook.engine.rule import Declarations
+from webhook.engine.rules.hardening import RUNTIME_DEFAULT, Hardening, fill_container, hardening
 from webhook.engine.rules.operators import operator_capabilities
 from webhook.engine.rules.pod_security import (
     CONFINED_PROFILES,
     HINTED_LISTS,
+    SECURITY_PRIVILEGED,
     allowed_capabilities,
     is_windows,
 )
 from webhook.engine.types import JSON, Change, Violation
 from webhook.policy.model import Policy, SecurityConfig
 
-RUNTIME_DEFAULT = "RuntimeDefault"
+RULES = Declarations(__name__)
+SECURITY_ROOT = RULES.rule(
+    "security.root",
+    mutation=(
+        "uid/gid/fsGroup 0 replaced or removed, supplemental group 0 removed, `runAsNonRoot` set"
+    ),
+    violation="root ids, `runAsNonRoot` false or (restricted) missing",
+)
+SECURITY_DEFAULTS = RULES.rule(
+    "security.defaults",
+    mutation="absent hardening filled (runAsNonRoot, seccomp, drop ALL, no escalation)",
+    violation="a Pod created without `/mutate` lacking it",
+)
+SECURITY_CAPABILITIES = RULES.rule(
+    "security.capabilities",
+    mutation=(
+        "unlisted added capabilities removed (listed under `security.root`); a `NET_ADMIN` "
+        "removed is named here, with what to do instead (a mesh's CNI mode)"
+    ),
+    violation=(
+        "added capabilities outside `allowedCapabilities` within the level; (restricted) drop "
+        "lacks ALL"
+    ),
+)
+SECURITY_HOST_NAMESPACE = RULES.rule(
+    "security.host-namespace",
+    mutation="",
+    violation="hostNetwork, hostPID, hostIPC",
+)
+SECURITY_SECCOMP = RULES.rule(
+    "security.seccomp",
+    mutation="seccomp `Unconfined` to `RuntimeDefault`",
+    violation="`Unconfined`; (restricted) no profile",
+)
+
 # The SecurityConfig setting that replaces an id 0, by securityContext key.
 _ID_SETTINGS = {"runAsUser": "run_as_user", "runAsGroup": "run_as_group", "fsGroup": "fs_group"}
-
-
-def seccomp_fill(policy: Policy) -> str | None:
-    """The seccomp type filled where none is set: the policy's, never ``Unconfined``;
-    ``RuntimeDefault`` when the level requires one and the policy names none."""
-    wanted = policy.security.seccomp_profile
-    if wanted in CONFINED_PROFILES:
-        return wanted
-    return RUNTIME_DEFAULT if policy.security.level == "restricted" else None
-
-
-def drop_fill(policy: Policy) -> tuple[str, ...]:
-    """The capabilities every container drops: the policy's, and ALL at restricted."""
-    drop = policy.security.drop_capabilities
-    if policy.security.level == "restricted" and "ALL" not in drop:
-        return (*drop, "ALL")
-    return drop
 
 
 def strip_root(pod: Pod) -> Change | None:
@@ -65,11 +81,11 @@ def strip_root(pod: Pod) -> Change | None:
     strip = policy.security.on_root == "Strip"
     spec = pod.spec
     linux = not is_windows(spec)
-    fill = _hardening(policy)
+    fill = hardening(policy)
     stripped: list[str] = []
     filled: list[str] = []
     _harden_pod_context(spec, policy, fill, strip, linux, stripped, filled)
-    # Ephemeral containers are hardened when added (harden_debug_containers), never here:
+    # Ephemeral containers are hardened when added (hardening.py), never here:
     # a running Pod's spec is immutable, and /mutate on UPDATE must find it unchanged.
     for list_name in CONTAINER_LISTS:
         for container in spec.get(list_name) or ():
@@ -83,7 +99,7 @@ def strip_root(pod: Pod) -> Change | None:
                 continue
             if strip:
                 _strip_container_privileges(pod, sc, name, fill.seccomp, stripped)
-            _fill_container(sc, fill.drop, filled, fill.drop_label)
+            fill_container(sc, fill.drop, filled, fill.drop_label)
     if stripped:
         return kept_change(SECURITY_ROOT, "root and privileges stripped", tuple(stripped))
     if filled:
@@ -94,7 +110,7 @@ def strip_root(pod: Pod) -> Change | None:
 def _harden_pod_context(
     spec: JSON,
     policy: Policy,
-    fill: _Hardening,
+    fill: Hardening,
     strip: bool,
     linux: bool,
     stripped: list[str],
@@ -212,26 +228,6 @@ _POD_IDS = ("runAsUser", "runAsGroup", "fsGroup")
 _CONTAINER_IDS = ("runAsUser", "runAsGroup")
 
 
-class _Hardening:
-    """What strip_root fills under one SecurityConfig, with its warning labels: the same
-    on every review (``seccomp_fill``, ``drop_fill``)."""
-
-    def __init__(self, policy: Policy):
-        self.seccomp = seccomp_fill(policy)
-        self.seccomp_label = f"seccomp {self.seccomp}"
-        self.drop = drop_fill(policy)
-        self.drop_label = f"drop {','.join(self.drop)}"  # where a container drops none
-
-
-# id(SecurityConfig) -> (it, its _Hardening): kept with it, so that its id is not reused
-_HARDENING: dict[int, tuple[SecurityConfig, _Hardening]] = {}
-
-
-def _hardening(policy: Policy) -> _Hardening:
-    """The ``_Hardening`` of ``policy.security`` (which alone decides it), made once."""
-    return made_once(_HARDENING, policy.security, lambda _: _Hardening(policy))
-
-
 def _confine_only(pod: Pod) -> Change | None:
     """``onRoot: Allow`` (a build that needs root, at level baseline): root and the
     hardening runguard adds of its own are left as written; only what takes nothing
@@ -250,38 +246,6 @@ def _confine_only(pod: Pod) -> Change | None:
     return Change(SECURITY_ROOT, warning("privileges stripped", fixed))
 
 
-def _fill_container(sc: JSON, drop: tuple[str, ...], filled: list[str], all_label: str) -> None:
-    """What a Linux container left out: no privileges, no escalation, capabilities dropped;
-    each added to ``filled`` (``all_label``: the label of ``drop``, where none is dropped).
-
-    Not ``allowPrivilegeEscalation: false`` beside ``privileged: true`` or an added
-    ``CAP_SYS_ADMIN`` still there (``onRoot: Deny``, a debug container): the apiserver
-    refuses that pair as invalid, with a message that would hide runguard's denial."""
-    caps = sc.get("capabilities")
-    if sc.get("privileged") is None:
-        sc["privileged"] = False
-        filled.append("privileged false")
-    if sc.get("allowPrivilegeEscalation") is None and not (
-        sc["privileged"] is True
-        or (caps is not None and "CAP_SYS_ADMIN" in (caps.get("add") or ()))
-    ):
-        sc["allowPrivilegeEscalation"] = False
-        filled.append("allowPrivilegeEscalation false")
-    if caps is None:
-        caps = sc["capabilities"] = {}
-    if not drop:
-        return
-    have = caps.get("drop")
-    if not have:  # the usual container: drops nothing, so all of ``drop`` is missing
-        caps["drop"] = list(drop)
-        filled.append(all_label)
-        return
-    missing = [c for c in drop if c not in have]
-    if missing:
-        caps["drop"] = [*have, *missing]
-        filled.append(f"drop {','.join(missing)}")
-
-
 def _strip_root_ids(
     sc: JSON, keys: tuple[str, ...], sec: SecurityConfig, where: str, stripped: list[str]
 ) -> None:
@@ -294,50 +258,6 @@ def _strip_root_ids(
             else:
                 sc[key] = replacement
             stripped.append(f"{where} {key} 0")
-
-
-def harden_debug_containers(
-    spec: JSON, running: JSON, policy: Policy
-) -> tuple[JSON, Change] | None:
-    """``kubectl debug``: the ephemeral containers of ``spec`` not in the ``running`` spec
-    get what they left out of their securityContext, at container level where the pod's
-    does not already give it (runAsNonRoot, seccomp). Nothing is stripped: an ephemeral
-    container can never be removed, so one that asks for privileges is denied (and told
-    to use ``--profile=restricted``), not added weakened. The new spec, or None."""
-    before = running.get("ephemeralContainers")
-    old = {c.get("name") for c in before if type(c) is dict} if type(before) is list else set()
-    added = {c["name"] for c in spec.get("ephemeralContainers") or ()} - old
-    if not added:
-        return None
-    linux = not is_windows(spec)
-    psc = spec.get("securityContext") or {}
-    pod_seccomp = (psc.get("seccompProfile") or {}).get("type") in CONFINED_PROFILES
-    fill = _hardening(policy)
-    seccomp = fill.seccomp
-    drop = fill.drop
-    hardened, filled = [], []
-    for container in spec["ephemeralContainers"]:
-        if container["name"] not in added:
-            hardened.append(container)
-            continue
-        sc = dict(container.get("securityContext") or {})
-        before = dict(sc)
-        if psc.get("runAsNonRoot") is not True and sc.get("runAsNonRoot") is None:
-            sc["runAsNonRoot"] = True
-        if linux:
-            if not pod_seccomp and sc.get("seccompProfile") is None and seccomp is not None:
-                sc["seccompProfile"] = {"type": seccomp}
-            if sc.get("capabilities") is not None:
-                sc["capabilities"] = dict(sc["capabilities"])
-            _fill_container(sc, drop, [], fill.drop_label)
-        if sc != before:
-            filled.append(container["name"])
-            container = {**container, "securityContext": sc}
-        hardened.append(container)
-    if not filled:
-        return None
-    text = warning("debug container hardened (kubectl debug --profile=restricted)", filled)
-    return {**spec, "ephemeralContainers": hardened}, Change(SECURITY_DEBUG_CONTAINER, text)
 
 
 def check_security(pod: Pod) -> list[Violation]:

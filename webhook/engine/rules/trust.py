@@ -10,35 +10,47 @@ concern the request (CREATE, another subresource) finds nothing.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 from webhook.engine import scope
-from webhook.engine.context import Context
 from webhook.engine.pod import spec_prefix
-from webhook.engine.rule_ids import (
-    OWNERSHIP_CHANGED,
-    OWNERSHIP_DEBUG,
-    OWNERSHIP_REFERENCE,
-    OWNERSHIP_RESERVED_LABEL,
-    OWNERSHIP_SERVICE_ACCOUNT,
-    OWNERSHIP_STAMP,
-    OWNERSHIP_UNKNOWN,
-    SCOPE_LABELS,
+from webhook.engine.rule import Declarations
+from webhook.engine.rules import ownership, podclaims, reserved, stamp
+from webhook.engine.rules.debug import check_debug_container
+from webhook.engine.rules.not_a_run import OWNERSHIP_UNKNOWN
+from webhook.engine.rules.operator_objects import (
+    check_operator_references,
+    check_reserved_labels,
+    created_by_platform,
+    unknown_object,
 )
-from webhook.engine.rules import ownership, podclaims
-from webhook.engine.rules.operators import named_objects, plural, reference_values
+from webhook.engine.rules.operators import plural
 from webhook.engine.rules.queue import QUEUE_CHECKS, changed_message, queue_kept, queue_of
+from webhook.engine.rules.reserved import OWNERSHIP_SERVICE_ACCOUNT
 from webhook.engine.rules.scope import (
+    SCOPE_LABELS,
     check_scope_annotations,
     check_scope_labels,
     scope_label_keys,
 )
+from webhook.engine.rules.stamp import OWNERSHIP_STAMP
 from webhook.engine.scope import service_account
 from webhook.engine.subject import Review, expected_records
-from webhook.engine.types import JSON, Violation
+from webhook.engine.types import Violation
 from webhook.keys import PLATFORM_POLICY, PLATFORM_RECORD, POLICY_LABEL, REQUESTED_BY
-from webhook.policy.model import OperatorReference, Policy
+from webhook.policy.model import Policy
+
+RULES = Declarations(__name__)
+OWNERSHIP_CHANGED = RULES.rule(
+    "ownership.changed",
+    mutation="",
+    violation=(
+        "on UPDATE, what an object the platform created runs changed (a controller's pod "
+        "template spec, a Pod's images, an operator's custom resource's spec or its scale "
+        "subresource) by someone else than a platform identity, a controller or an operator"
+    ),
+)
 
 TrustCheck = Callable[[Review], list[Violation]]
 
@@ -257,169 +269,7 @@ def check_owners(r: Review) -> list[Violation]:
     """``ownership.owner-changed``: owners of a stamped object are not rewritten."""
     if r.old is None:
         return []
-    return ownership.check_owner_change(r.metadata, r.old_metadata or {}, r.root, r.context)
-
-
-def check_debug_container(r: Review) -> list[Violation]:
-    """``ownership.debug``: an ephemeral container added to a Pod that holds the platform's
-    objects or runs as one of its accounts, by anyone but a platform identity (a shell in
-    the run, with its secrets or its token)."""
-    if r.context.subresource != "ephemeralcontainers" or r.target is None:
-        return []
-    if r.old_target is None or r.target.kind != "Pod":
-        return []
-    before = r.old_target.spec.get("ephemeralContainers") or []
-    after = r.target.spec.get("ephemeralContainers") or []
-    if not isinstance(after, list) or len(after) <= len(before if isinstance(before, list) else []):
-        return []
-    if _platform_owners(r.root, r.old_metadata, r.old_target.spec, r.namespace, r.context):
-        return [
-            Violation(
-                OWNERSHIP_DEBUG,
-                "spec.ephemeralContainers",
-                "the platform created this Pod, or it holds the platform's secrets or "
-                "volumes: only the platform may add a debug container to it",
-            )
-        ]
-    return []
-
-
-# What opens a door into a running Pod, by subresource: a shell or a tty (exec,
-# attach), a port inside its network namespace, where NetworkPolicies do not apply
-# (portforward, proxy: Ray's job API on a head Pod runs whatever it is sent; a
-# Service's proxy is judged on each Pod it reaches), and a
-# token of its account bound to it (serviceaccounts/token, TokenRequest), which
-# ``webhook.serving.shells`` would take for the Pod itself when it opens a shell.
-SHELLS = {
-    "exec": "kubectl exec",
-    "attach": "kubectl attach",
-    "portforward": "kubectl port-forward",
-    "proxy": "a proxy (pods/proxy, services/proxy)",
-    "token": "a token bound to it",
-}
-
-
-def check_shell(
-    pod: Any, root: Policy, namespace: str | None, context: Context, by: Any = None
-) -> list[Violation]:
-    """``ownership.debug`` for a door opened into ``pod``, the Pod as the cluster holds it
-    (``SHELLS``: ``kubectl exec``, ``attach``, ``port-forward``, ``pods/proxy``, a token
-    bound to it): the same shell, secrets and token as a debug container, by another
-    door, so the same judgment. ``by``: the Pod whose own token opens it, when the
-    request says so (``webhook.serving.shells``), in the same namespace: a platform Pod opening
-    a shell into another of the same platform (an MPI launcher running its workers by
-    ``kubectl exec``) is that platform, and no other's; a Pod of a platform whose
-    identities are all the target's platform's may too (``scope.may_open``: no more than
-    those identities themselves). The kubelet of the Pod's node may mint its tokens."""
-    what = SHELLS.get(context.subresource)
-    if what is None:
-        return []
-    owners = _platform_owners(root, _meta(pod), _spec(pod), namespace, context)
-    if not owners:
-        return []
-    if by is not None:
-        by_platforms = _platforms_of(root, _meta(by), _spec(by), namespace)
-        if all(any(scope.may_open(b, o) for b in by_platforms) for o in owners):
-            return []
-    if context.subresource == "token" and _its_node(pod, context):
-        return []
-    if context.subresource == "token":
-        who_may = "only the platform or the Pod's node may mint a token bound to it"
-    else:
-        who_may = f"only the platform may open {what} into it"
-    message = "the platform created this Pod, or it holds the platform's secrets or volumes: "
-    return [Violation(OWNERSHIP_DEBUG, context.subresource, message + who_may)]
-
-
-def _meta(pod: Any) -> Any:
-    return pod.get("metadata") if isinstance(pod, dict) else None
-
-
-def _spec(pod: Any) -> JSON:
-    spec = pod.get("spec") if isinstance(pod, dict) else None
-    return spec if isinstance(spec, dict) else {}
-
-
-def _its_node(pod: Any, context: Context) -> bool:
-    """The requester is the kubelet of the node the Pod runs on."""
-    requester = context.requester
-    spec = pod.get("spec") if isinstance(pod, dict) else None
-    node = spec.get("nodeName") if isinstance(spec, dict) else None
-    return (
-        requester is not None
-        and isinstance(node, str)
-        and bool(node)
-        and "system:nodes" in requester.groups
-        and requester.username == f"system:node:{node}"
-    )
-
-
-def shell_judged(root: Policy, context: Context) -> bool:
-    """Whether ``check_shell`` could refuse this requester anything: some RunPolicy has a
-    platform that the requester is not (so the Pod must be read to know)."""
-    return any(True for _ in _judging(root, context))
-
-
-def _judging(root: Policy, context: Context) -> Iterator[Policy]:
-    """The RunPolicies whose platform the requester is not: those that judge a door it
-    opens, or a debug container it adds."""
-    for p in root.run_policies():
-        if ownership.enabled(p) and not ownership.is_platform_identity(p, context.requester):
-            yield p
-
-
-def _platforms_of(root: Policy, metadata: Any, spec: JSON, namespace: str | None) -> list[Policy]:
-    """The RunPolicies (with a platform, looking at the namespace) whose platform a Pod
-    (``metadata``, ``spec``) is: its record says so, read as the RunPolicy that wrote it
-    (``scope.recorder`` of the stored Pod), or it names that platform's objects or runs
-    as one of its accounts."""
-    meta = metadata if isinstance(metadata, dict) else {}
-    annotations = ownership.string_map(meta, "annotations")
-    label = ownership.string_map(meta, "labels").get(POLICY_LABEL)
-    governing = root.named(label) if isinstance(label, str) else None
-    if governing is not None and not scope.covers(governing, namespace):
-        governing = None
-    pod = {"kind": "Pod", "metadata": meta, "spec": spec}
-    recorder = scope.recorder(root, pod, spec, namespace, governing, stored=True)
-    recorded = recorder is not None and ownership.recorded_platform(recorder, annotations, root)
-    return [
-        p
-        for p in scope.platforms(root, namespace)
-        if (recorded and p is recorder) or scope.claims(p, spec, namespace)
-    ]
-
-
-def _platform_owners(
-    root: Policy, metadata: Any, spec: JSON, namespace: str | None, context: Context
-) -> list[Policy]:
-    """The RunPolicies whose platform a Pod is (``_platforms_of``) that judge this
-    requester: it is not that platform, nor the operator whose kind is the Pod's
-    controller. The Core is not refused its own Pod for MLRun's."""
-    meta = metadata if isinstance(metadata, dict) else None
-    owners = meta.get("ownerReferences") if meta is not None else None
-    judging = list(_judging(root, context))
-    return [
-        p
-        for p in _platforms_of(root, metadata, spec, namespace)
-        if any(p is j for j in judging) and not _operator_of(p, context, owners)
-    ]
-
-
-def _operator_of(policy: Policy, context: Context, owners: Any) -> bool:
-    """The requester is an operator of the platform and the Pod's controller is of one of
-    its kinds (Argo's controller signalling its step Pods by exec): owners of a stamped
-    object cannot be rewritten (``ownership.owner-changed``)."""
-    if context.requester is None or not isinstance(owners, list):
-        return False
-    for operator in policy.platform.operators:
-        if not ownership.is_identity((operator.identity,), context.requester):
-            continue
-        for ref in owners:
-            if isinstance(ref, dict) and ref.get("controller") is True:
-                key = ownership.group_kind(ref)
-                if key is not None and key in operator.kinds:
-                    return True
-    return False
+    return stamp.check_owner_change(r.metadata, r.old_metadata or {}, r.root, r.context)
 
 
 def check_service_account(r: Review) -> list[Violation]:
@@ -446,68 +296,6 @@ def check_service_account(r: Review) -> list[Violation]:
     return []
 
 
-def check_reserved_labels(r: Review) -> list[Violation]:
-    """``ownership.reserved-label``: an operator that finds an object's owner by a label
-    (the spark-operator's webhook makes the SparkApplication named by
-    ``sparkoperator.k8s.io/app-name`` the driver's owner) would make a user's driver the
-    platform's if her custom resource could write that label: only the platform and the
-    operator may."""
-    if not isinstance(r.obj, dict) or not ownership.is_operator_object(r.obj, r.root):
-        return []
-    requester = r.context.requester
-    kind = ownership.group_kind(r.obj)
-    owners = [
-        (p, operator)
-        for p in r.root.run_policies()
-        if ownership.enabled(p)
-        for operator in p.platform.operators
-        if kind in operator.kinds and operator.reserved_labels
-    ]
-    # Exempt only the platforms that run that operator, and the operator itself.
-    if (
-        kind is None
-        or not owners
-        or any(
-            ownership.is_platform_or_installer(p, requester)
-            or ownership.is_identity((operator.identity,), requester)
-            for p, operator in owners
-        )
-    ):
-        return []
-    reserved = tuple(dict.fromkeys(k for _, o in owners for k in o.reserved_labels))
-    return [
-        Violation(
-            OWNERSHIP_RESERVED_LABEL,
-            path,
-            f"{key!r} is a label the {kind.rpartition('/')[2]} operator finds owners "
-            "by: only the platform and the operator may write it",
-        )
-        for path, key in _reserved_label_keys(r.obj.get("spec"), reserved, "spec")
-    ]
-
-
-def _reserved_label_keys(node: Any, reserved: tuple[str, ...], path: str) -> list[tuple[str, str]]:
-    """(path, key) of every mapping key under ``node`` that is, or ends with, a reserved
-    label key (``.KEY``, as Spark's ``spark.kubernetes.driver.label.KEY``) or holds a
-    reserved prefix."""
-    out: list[tuple[str, str]] = []
-    if isinstance(node, dict):
-        for key, value in node.items():
-            if isinstance(key, str) and any(_reserves(r, key) for r in reserved):
-                out.append((f"{path}[{key}]", key))
-            out.extend(_reserved_label_keys(value, reserved, f"{path}.{key}"))
-    elif isinstance(node, list):
-        for i, item in enumerate(node):
-            out.extend(_reserved_label_keys(item, reserved, f"{path}[{i}]"))
-    return out
-
-
-def _reserves(reserved: str, key: str) -> bool:
-    if reserved.endswith("/"):
-        return key.startswith(reserved) or f".{reserved}" in key
-    return key == reserved or key.endswith(f".{reserved}")
-
-
 def check_profile_annotation(r: Review) -> list[Violation]:
     """``scope.labels`` when an UPDATE of a governed object changes the profile annotation
     (``profiles.label`` written as an annotation, read when the label is absent): the
@@ -522,84 +310,6 @@ def check_profile_annotation(r: Review) -> list[Violation]:
         keys,
         spec_prefix(r.old_target.spec_path) + "metadata",
     )
-
-
-def check_operator_references(r: Review) -> list[Violation]:
-    """``ownership.reference``: an operator acts for an object on the object a field of it
-    names or selects (``platform.operators[].references``: KubeRay submits a RayJob to the
-    RayCluster its ``spec.clusterSelector`` names). Anyone but the platform and that
-    operator naming an object the platform created there would run her work in it, with
-    its secrets and volumes. The named objects are read from the cluster state (fails
-    closed without it); on UPDATE a field left as it was is not judged again."""
-    kind = ownership.group_kind(r.obj)
-    if kind is None:
-        return []
-    requester = r.context.requester
-    out: list[Violation] = []
-    for p in r.root.run_policies():
-        declared = p.platform.references.get(kind) if ownership.enabled(p) else None
-        if not declared or ownership.is_platform_or_installer(p, requester):
-            continue
-        for operator, reference in declared:
-            if ownership.is_identity((operator.identity,), requester):
-                continue
-            before = dict(reference_values(r.old, reference.steps))
-            for path, value in reference_values(r.obj, reference.steps):
-                if path in before and before[path] == value:
-                    continue
-                found = _names_platform_object(p, reference, path, value, r)
-                out.extend(v for v in found if v not in out)
-    return out
-
-
-def _names_platform_object(
-    p: Policy, reference: OperatorReference, path: str, value: Any, r: Review
-) -> list[Violation]:
-    kind = reference.names.rpartition("/")[2]
-    what = f"{kind} {value!r}" if reference.by == "name" else f"the {kind}s it selects"
-    state = r.context.state
-    if state is None or not state.synced(kind):
-        return [_unknown(state, kind, path, what)]
-    named = sorted(
-        m.name
-        for m in named_objects(reference, value, r.namespace, state)
-        if _created_by_platform(p, m.annotations, r.root)
-    )
-    if not named:
-        return []
-    return [
-        Violation(
-            OWNERSHIP_REFERENCE,
-            path,
-            f"{kind} {', '.join(named)} is the platform's: its operator would act on it for "
-            f"this {reference.kind.rpartition('/')[2]}; only the platform may name it here, "
-            "name one of your own",
-        )
-    ]
-
-
-def _unknown(state: Any, kind: str, path: str, what: str, lacking: str = "") -> Violation:
-    """``ownership.unknown``: the cluster state lacks what says whether ``what`` is the
-    platform's (fails closed; the requester retries)."""
-    if not lacking:
-        lacking = (
-            "no cluster state"
-            if state is None
-            else f"runguard's cache has not synced {kind} objects yet"
-        )
-    return Violation(
-        OWNERSHIP_UNKNOWN,
-        path,
-        f"{lacking}: runguard cannot tell whether {what} is the platform's; retry in a moment",
-    )
-
-
-def _created_by_platform(p: Policy, annotations: Any, root: Policy) -> bool:
-    """The record of an object says the platform (or one of its installers) created it."""
-    records = annotations if isinstance(annotations, dict) else dict(annotations)
-    if records.get(PLATFORM_RECORD) == ownership.INSTALLER:
-        return ownership.recorded_for(p, records, root)
-    return ownership.recorded_platform(p, records, root)
 
 
 def check_operator_scale(r: Review) -> list[Violation]:
@@ -648,12 +358,12 @@ def _scales_platform_object(p: Policy, kind: str, r: Review) -> list[Violation]:
     what = f"the {kind} {name!r} this scales"
     state = r.context.state
     if state is None or not state.synced(kind):
-        return [_unknown(state, kind, "spec.replicas", what)]
+        return [unknown_object(state, kind, "spec.replicas", what)]
     found = state.get(kind, r.namespace, name) if isinstance(name, str) else None
     if found is None and getattr(state, "may_lag", False):
         lacking = f"runguard's cache has no {kind} {name!r} yet"
-        return [_unknown(state, kind, "spec.replicas", what, lacking)]
-    if found is None or not _created_by_platform(p, found.annotations, r.root):
+        return [unknown_object(state, kind, "spec.replicas", what, lacking)]
+    if found is None or not created_by_platform(p, found.annotations, r.root):
         return []
     return [
         Violation(
@@ -685,10 +395,10 @@ TRUST_CHECKS: tuple[TrustCheck, ...] = (
 # Checks of any object under review (a Pod, a claim, a Secret, a snapshot...) before it
 # is located as a run: what only the platform may create. Any violation denies at once.
 OBJECT_CHECKS: tuple[TrustCheck, ...] = (
-    lambda r: ownership.check_reserved_name(r.obj, r.root, r.context),
-    lambda r: ownership.check_claim_clones(r.obj, r.root, r.context),
-    lambda r: ownership.check_claim_snapshots(r.obj, r.root, r.context),
-    lambda r: ownership.check_token_secret(r.obj, r.root, r.namespace, r.old, r.context),
+    lambda r: reserved.check_reserved_name(r.obj, r.root, r.context),
+    lambda r: reserved.check_claim_clones(r.obj, r.root, r.context),
+    lambda r: reserved.check_claim_snapshots(r.obj, r.root, r.context),
+    lambda r: reserved.check_token_secret(r.obj, r.root, r.namespace, r.old, r.context),
     lambda r: podclaims.check_pod_claim_clones(r.obj, r.root, r.context, r.namespace),
     lambda r: podclaims.check_pod_claim_snapshots(r.obj, r.root, r.context, r.namespace),
 )

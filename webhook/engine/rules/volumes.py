@@ -12,11 +12,28 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from webhook.engine.pod import Pod, kept_change, remove_volumes, set_list
-from webhook.engine.rule_ids import VOLUMES_FORBIDDEN_TYPE, VOLUMES_PRE_EXISTING
+from webhook.engine.rule import Declarations
 from webhook.engine.rules.operators import operator_config_map
 from webhook.engine.rules.pod_security import RESTRICTED_VOLUME_TYPES
 from webhook.engine.types import JSON, Change, Violation
 from webhook.policy.model import ROOT_CA_CONFIG_MAP, Policy, matches_any
+
+RULES = Declarations(__name__)
+VOLUMES_FORBIDDEN_TYPE = RULES.rule(
+    "volumes.forbidden-type",
+    mutation="",
+    violation="a volume type not in `allowedTypes`, or not allowed at the level",
+)
+VOLUMES_PRE_EXISTING = RULES.rule(
+    "volumes.pre-existing",
+    mutation="the volume (or projected source) and its mounts removed",
+    violation=(
+        "a claim or configMap the platform did not create, a projected configMap (a shared "
+        "one, `volumes.sharedConfigMaps`, aside), a claim template bringing data "
+        "(`dataSource`, `dataSourceRef`, `volumeName`, `selector`), a platform object used by "
+        "a run the platform did not create"
+    ),
+)
 
 # Keys of a Volume that name its type (everything but ``name``).
 _NOT_TYPES = frozenset({"name"})

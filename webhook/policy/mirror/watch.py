@@ -1,15 +1,15 @@
-"""The policy watch: RunPolicy and Profile objects mirrored into the policy directory.
+"""The policy watch: RunPolicy, Profile and Platform objects mirrored into the policy directory.
 
 ``runguard serve --policy-objects in-cluster|FILE`` runs it as its own process (a fresh
-interpreter, ``python -m webhook.policyobjects.watch``, supervised like the cluster-state
+interpreter, ``python -m webhook.policy.mirror.watch``, supervised like the cluster-state
 watch: ``process.PolicyWatch``), started before the first load, so that the server stays
 what it is: a directory of policy files, reloaded when they change, the last good policy
 kept when they do not load. The process
 
-* lists both kinds, writes each object as a file (``objects.mirror``: what a file in
-  ``policies/`` holds, the same YAML) and marks the first sync (``.synced``, a hidden
-  file the loader skips);
-* watches both kinds from the listed resourceVersion, mirroring each change as it comes
+* lists the three kinds (``crd.MIRRORED``), writes each object as a file
+  (``objects.mirror``: what a file in ``policies/`` holds, the same YAML) and marks
+  the first sync (``.synced``, a hidden file the loader skips);
+* watches them from the listed resourceVersion, mirroring each change as it comes
   (a 410 Gone, or a watch that ends, lists again);
 * after each change loads the directory as the server will (``objects.conditions``) and
   writes every object's ``status``: a ``Loaded`` condition, True, or False with the
@@ -47,9 +47,9 @@ from typing import Any
 from webhook.install import manifests
 from webhook.policy.crd import GROUP, LOADED, MIRRORED, PLURALS, VERSION
 from webhook.policy.lint import lint
+from webhook.policy.mirror.objects import conditions, mirror
+from webhook.policy.mirror.process import SYNCED
 from webhook.policy.model import Policy
-from webhook.policy.objects import conditions, mirror
-from webhook.policyobjects.process import SYNCED
 from webhook.serving.settings import IN_CLUSTER
 
 __all__ = ["Mirror", "held_because", "policy_routing", "routing", "run", "status_updates"]
@@ -318,7 +318,7 @@ def run(directory: Path, source: str, parent: int) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m webhook.policyobjects.watch")
+    parser = argparse.ArgumentParser(prog="python -m webhook.policy.mirror.watch")
     parser.add_argument("--dir", type=Path, required=True)
     parser.add_argument("--source", required=True)
     parser.add_argument("--parent", type=int, required=True)

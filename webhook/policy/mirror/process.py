@@ -21,7 +21,7 @@ class PolicyWatch(WatchProcess):
 
     label = "policy objects"
 
-    module = "webhook.policyobjects.watch"
+    module = "webhook.policy.mirror.watch"
 
     def arguments(self) -> list[str]:
         return []

@@ -1,9 +1,12 @@
-"""Policy objects in a cluster (RunPolicy and Profile custom resources) checked and
-mirrored with the same loader as the files.
+"""Policy objects in a cluster (RunPolicy, Profile and Platform custom resources)
+checked and mirrored with the same loader as the files.
 
 * ``check_object``: what ``runguard lint`` would say if the object joined the others,
   for the validating webhook of policy objects: its errors (and those it causes in the
-  others), each ``Kind name: key: message``, and its warnings;
+  others), each ``Kind name: key: message``, and its warnings. A RunPolicy naming a
+  Platform not there yet is admitted with a warning: ``kubectl apply -f policies/``
+  sends ``builds.yaml`` before ``platform.yaml``; until the Platform comes the objects
+  say they are not loaded and runguard keeps the last good policy;
 * ``mirror``: the objects written as files, one per object, into the directory the
   server loads (the files stay the offline and GitOps form: the same YAML);
 * ``conditions``: each object's ``Loaded`` condition after a load of that directory.
@@ -25,6 +28,7 @@ from webhook.policy.crd import document_of, object_file_name
 from webhook.policy.errors import PolicyIssue
 from webhook.policy.lint import LintReport, lint
 from webhook.policy.loader import policy_files
+from webhook.policy.platforms import is_unknown_platform
 
 __all__ = ["Checked", "check_object", "conditions", "mirror", "object_files"]
 
@@ -42,7 +46,7 @@ class Checked:
 
 
 def object_files(objects: Iterable[Mapping[str, Any]]) -> dict[str, str]:
-    """File name -> YAML text, one file per RunPolicy or Profile object."""
+    """File name -> YAML text, one file per policy object."""
     files: dict[str, str] = {}
     for obj in objects:
         doc = document_of(obj)
@@ -110,12 +114,16 @@ def check_object(obj: Mapping[str, Any], directory: Path | str) -> Checked:
     known = {_said(i, before_labels) for i in before.errors}
     errors = [
         said
-        for said in dict.fromkeys(_said(i, labels) for i in after.errors)
+        for said in dict.fromkeys(
+            _said(i, labels) for i in after.errors if not is_unknown_platform(i)
+        )
         if said.startswith(own_label + ":") or said not in known
     ]
     warnings = [
         said
-        for said in dict.fromkeys(_said(i, labels) for i in after.warnings)
+        for said in dict.fromkeys(
+            _said(i, labels) for i in [*after.warnings, *filter(is_unknown_platform, after.errors)]
+        )
         if said.startswith(own_label + ":")
     ]
     return Checked(errors, warnings, own_label)

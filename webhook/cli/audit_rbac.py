@@ -1,0 +1,206 @@
+"""``runguard audit --rbac``: who holds, in the run namespaces, a door no admission
+request is made for (``webhook.audit.rbacreport``), read from the cluster's namespaces,
+Roles and bindings; as a table, JSON rows or PolicyReports (``--write``: one per run
+namespace, and a ClusterPolicyReport for the cluster-wide grants).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from typing import Any
+
+from webhook.audit.clusteraudit import AuditError
+from webhook.audit.policyreport import (
+    CLUSTER_REPORT_PLURAL,
+    REPORT_GROUP,
+    REPORT_PLURAL,
+    REPORT_VERSION,
+)
+from webhook.audit.rbacdoors import RBAC_API
+from webhook.audit.rbacreport import (
+    RbacReport,
+    platform_of,
+    rbac_policy_reports,
+    rbac_report,
+    shells_webhook_installed,
+)
+from webhook.audit.rbacreport import to_rows as rbac_rows
+from webhook.audit.rbacreport import to_table as rbac_table
+from webhook.cli import EXIT_BAD_INPUT, EXIT_DENIED, EXIT_OK, load_policy_or_report
+from webhook.cli.cluster import (
+    REQUEST_TIMEOUT,
+    SERVER_SIDE_APPLY,
+    config_reason,
+    connect,
+    dump_reports,
+    failure_reason,
+    policy_from_objects,
+    release,
+    say,
+)
+from webhook.install.manifests import SHELLS_CONFIGURATION_NAME
+
+# What --rbac lists (its ClusterRole: list on each): kind, API class, list call.
+RBAC_LISTS = (
+    ("Namespace", "v1", "CoreV1Api", "list_namespace"),
+    ("Role", RBAC_API, "RbacAuthorizationV1Api", "list_role_for_all_namespaces"),
+    ("RoleBinding", RBAC_API, "RbacAuthorizationV1Api", "list_role_binding_for_all_namespaces"),
+    ("ClusterRole", RBAC_API, "RbacAuthorizationV1Api", "list_cluster_role"),
+    ("ClusterRoleBinding", RBAC_API, "RbacAuthorizationV1Api", "list_cluster_role_binding"),
+)
+
+
+def run_rbac(args: argparse.Namespace) -> int:
+    """``runguard audit --rbac``: read the objects (files or cluster), report, write."""
+    from kubernetes.client.exceptions import ApiException
+    from kubernetes.config.config_exception import ConfigException
+    from urllib3.exceptions import HTTPError
+
+    from webhook.clusterstate.model import ClusterStateError
+    from webhook.inputs.documents import InputError, read_objects
+    from webhook.serving.inputlimits import CLUSTER_STATE_FILES
+
+    if args.output == "summary" or (args.cluster_state and (args.write or args.policy_objects)):
+        print(
+            "runguard audit: --rbac prints a table, json or policyreport; --write and "
+            "--policy-objects read the cluster, not --cluster-state",
+            file=sys.stderr,
+        )
+        return EXIT_BAD_INPUT
+    policy = None if args.policy_objects else load_policy_or_report(args.policy)
+    if policy is None and not args.policy_objects:
+        return EXIT_BAD_INPUT
+    doing = "read the roles and bindings"
+    try:
+        if args.cluster_state:
+            objects = [o for f in args.cluster_state for o in read_objects(f, CLUSTER_STATE_FILES)]
+            shells = args.shells == "on" if args.shells else shells_webhook_installed(objects)
+            assert policy is not None, "--policy-objects reads the cluster"
+            report = rbac_report(
+                objects, platform_of(policy), shells=shells, namespace=args.namespace
+            )
+            reports = _rbac_output(report, args)
+        else:
+            with connect(args) as api_client, tempfile.TemporaryDirectory() as scratch:
+                if args.policy_objects:
+                    doing = "read the policy objects"
+                    policy = policy_from_objects(api_client, scratch)
+                    if policy is None:
+                        return EXIT_BAD_INPUT
+                    doing = "read the roles and bindings"
+                assert policy is not None
+                objects = _rbac_objects(api_client)
+                shells = args.shells == "on" if args.shells else _shells_on(api_client)
+                report = rbac_report(
+                    objects, platform_of(policy), shells=shells, namespace=args.namespace
+                )
+                reports = _rbac_output(report, args)
+                if args.write:
+                    doing = "write PolicyReports"
+                    _write_rbac_reports(api_client, reports)
+        sys.stdout.flush()
+    except BrokenPipeError:  # stdout closed early (`| head`): nothing more to say
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_BAD_INPUT
+    except (InputError, ClusterStateError) as exc:
+        print(f"runguard audit: --cluster-state: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except ConfigException as exc:
+        print(f"runguard audit: cannot {doing}: {config_reason(exc)}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except (ApiException, AuditError, HTTPError, OSError) as exc:
+        reason = failure_reason(exc, writing=doing == "write PolicyReports")
+        print(f"runguard audit: cannot {doing}: {reason}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    found, shown = len(report.unexpected()), len(report.shown(args.include_expected))
+    hidden = len(report.findings) - shown
+    say(
+        None,
+        f"{found:,} findings in {len(report.namespaces):,} run namespaces and cluster-wide"
+        + (f" ({hidden:,} expected, not shown)" if hidden else "")
+        + f"; the shells webhook is {'on' if report.shells else 'off'}",
+    )  # fmt: skip
+    if args.write:
+        return EXIT_OK
+    return EXIT_DENIED if found else EXIT_OK
+
+
+def _rbac_output(report: RbacReport, args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Print the report as asked; the PolicyReports (for --write) in any case."""
+    reports = rbac_policy_reports(report, include_expected=args.include_expected, now=time.time())
+    shown = report.shown(args.include_expected)
+    if args.output == "json":
+        json.dump(rbac_rows(shown), sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    elif args.output == "policyreport":
+        dump_reports(reports, sys.stdout)
+    elif not args.write or shown:
+        sys.stdout.write(rbac_table(shown) + "\n")
+    return reports
+
+
+def _rbac_objects(api_client: Any) -> list[dict[str, Any]]:
+    """Every Namespace, Role, RoleBinding, ClusterRole and ClusterRoleBinding."""
+    import orjson
+    from kubernetes import client
+
+    objects: list[dict[str, Any]] = []
+    for kind, api_version, api_class, call in RBAC_LISTS:
+        api = getattr(client, api_class)(api_client)
+        response = getattr(api, call)(_preload_content=False, _request_timeout=REQUEST_TIMEOUT)
+        try:
+            listed = orjson.loads(response.data)
+        finally:
+            response.release_conn()
+        if not isinstance(listed, dict) or not isinstance(listed.get("items") or [], list):
+            raise AuditError(f"the list of {kind}s is not a {kind}List")
+        objects += [
+            {**item, "kind": kind, "apiVersion": api_version}
+            for item in listed.get("items") or ()
+            if isinstance(item, dict)
+        ]
+    return objects
+
+
+def _shells_on(api_client: Any) -> bool:
+    """Whether runguard's shells webhook configuration is in the cluster."""
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    api: Any = client.AdmissionregistrationV1Api(api_client)
+    try:
+        api.read_validating_webhook_configuration(
+            SHELLS_CONFIGURATION_NAME, _preload_content=False, _request_timeout=REQUEST_TIMEOUT
+        ).release_conn()
+    except ApiException as exc:
+        if exc.status == 404:
+            return False
+        raise
+    return True
+
+
+def _write_rbac_reports(api_client: Any, reports: list[dict[str, Any]]) -> None:
+    """Server-side apply the ClusterPolicyReport and each run namespace's PolicyReport
+    (one each, replaced whole: an empty one says nothing is found there any more)."""
+    from kubernetes import client
+
+    api = client.CustomObjectsApi(api_client)
+    for report in reports:
+        meta = report["metadata"]
+        if report["kind"] == "ClusterPolicyReport":
+            response: Any = api.patch_cluster_custom_object(
+                REPORT_GROUP, REPORT_VERSION, CLUSTER_REPORT_PLURAL, meta["name"], report,
+                **SERVER_SIDE_APPLY,
+            )  # fmt: skip
+        else:
+            response = api.patch_namespaced_custom_object(
+                REPORT_GROUP, REPORT_VERSION, meta["namespace"], REPORT_PLURAL, meta["name"],
+                report, **SERVER_SIDE_APPLY,
+            )  # fmt: skip
+        release(response)
+    say(None, f"{len(reports):,} RBAC PolicyReports written (one ClusterPolicyReport)")

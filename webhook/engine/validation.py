@@ -1,0 +1,245 @@
+"""The validating webhook's path: ``validate``, every violation of the object as it
+arrives: the checks of any object, the trust checks, the run's checks on its (mutated)
+pod spec, its owners, its queue, and the backstop of a Pod that skipped ``/mutate``
+(``not_mutated``, unless ``/mutate`` left its receipt).
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any
+
+from webhook.engine import scope
+from webhook.engine.context import NO_CONTEXT, Context
+from webhook.engine.decide import (
+    Who,
+    decided,
+    deny,
+    finish,
+    guarded,
+    owner_references,
+    pod_of,
+    selected,
+    steps_applied,
+)
+from webhook.engine.mutation import TEMPLATES_MUTATED
+from webhook.engine.pod import WARNING_LIMIT, Pod, spec_prefix
+from webhook.engine.podspec import Target
+from webhook.engine.receipts import Receipts, backstop_key
+from webhook.engine.rules import not_a_run, ownership, podclaims, run_checks, stamp
+from webhook.engine.rules.queue_profile import send_to_queue
+from webhook.engine.rules.trust import run_object_checks, run_trust_checks
+from webhook.engine.subject import (
+    Review,
+    adopts,
+    in_scope,
+    names_platform_objects,
+    review,
+    stamps_owner,
+)
+from webhook.engine.types import JSON, Change, Decision, Violation
+from webhook.policy.model import Policy
+
+# The warnings of a template kept as written say what its Pods will get, not what was
+# done to the object.
+TEMPLATE_KEPT = (
+    "runguard: the pod template is kept as written; each Pod created from it is changed so:"
+)
+
+
+@guarded
+def validate(
+    obj: Any,
+    policy: Policy,
+    *,
+    namespace: str | None = None,
+    old: Any = None,
+    context: Context = NO_CONTEXT,
+    governing: Policy | None = None,
+    admitted: bool = False,
+    receipts: Receipts | None = None,
+) -> Decision:
+    """The validating webhook: every violation of the object as it arrives.
+
+    A pod controller is judged by its template *after* mutation, since that is what its
+    pods will look like. On UPDATE (``old`` given), violations the old object already had
+    are reported as warnings instead of denying, so labels and annotations of an existing
+    object can still be edited; what trust over time forbids (leaving or changing the
+    RunPolicy, rewriting owners or runguard's records) never is.
+
+    ``admitted``: the object is already in the cluster (``runguard audit``), so a Pod
+    carrying runguard's RunPolicy label went through ``/mutate``, and what mutation would
+    still change is policy drift (the policy changed since), not a bypass.
+
+    ``receipts``: the Pods ``mutate`` produced; the backstop's steps are not run again
+    for one of them (``webhook.engine.receipts`` says why that changes no decision).
+    """
+    r = review(obj, policy, namespace, old, context, governing)
+    governing = r.policy
+    if not scope.looked_at(r.root, r.namespace):
+        return decided(obj, governing, namespace, applies=False, allowed=True)
+    reserved = run_object_checks(r)
+    if reserved:
+        return deny(obj, governing, namespace, reserved)
+    trust = run_trust_checks(r)
+    target, problems = selected(r)
+    if problems or (r.invalid and r.old is not None):
+        return deny(obj, governing, namespace, [*problems, *trust])
+    if target is None:
+        return _outside_selector(r, trust)
+    who = Who(r, governing)
+    pod = pod_of(target, governing, target.spec, who)
+    mutations: list[Change] = []
+    if target.kind != "Pod":
+        spec, pod, mutations = steps_applied(target, governing, who)
+        if spec == target.spec:
+            mutations = []  # a template /mutate changed already, or nothing to change
+    violations = run_checks(pod)
+    violations.extend(not_a_run.check_ownership(pod))
+    if r.old is None and not admitted and isinstance(obj, dict):
+        violations.extend(_not_queued(obj, target, pod, r))
+    if target.kind == "Pod" and r.old is None and not _has_receipt(pod, receipts):
+        drifted = admitted and ownership.records(r.metadata)[2] == governing.name
+        violations.extend(_not_mutated(target, governing, violations, who, drifted))
+    decision = decided(
+        obj,
+        governing,
+        namespace,
+        applies=True,
+        allowed=True,
+        violations=violations,
+        profile=pod.profile.title if pod.profile else None,
+        warnings=[*([TEMPLATE_KEPT] if mutations else []), *(c.warning for c in mutations)],
+        mutations=mutations,
+    )
+    if r.old is not None and violations:
+        before = validate(r.old, governing, namespace=namespace, governing=governing)
+        known = {(v.rule, v.path): v.amount for v in before.violations}
+        present = [v for v in violations if _already_present(v, known)]
+        decision.violations = [v for v in violations if not _already_present(v, known)]
+        decision.warnings.extend(
+            f"runguard: allowed on update, already present: [{v.rule}] {v.path}"[:WARNING_LIMIT]
+            for v in present
+        )
+    decision.violations.extend(trust)
+    return finish(decision, governing)
+
+
+def _not_queued(obj: JSON, target: Target, pod: Pod, r: Review) -> list[Violation]:
+    """The backstop of a queue profile: a run created without its queue's label (or, a
+    Job-like one, not suspended) skipped ``/mutate``, and would start unqueued."""
+    if pod.profile is None or pod.profile.queue is None:
+        return []
+    if target.kind not in ("Pod", *TEMPLATES_MUTATED):
+        return []
+    owners = owner_references(r.metadata)
+    requester = r.context.requester
+    _, change = send_to_queue(obj, target.kind, pod.profile, pod.policy, owners, None, requester)
+    if change is None:
+        return []
+    return [
+        Violation(
+            change.rule,
+            "metadata.labels",
+            f"not applied: {change.warning.removeprefix('runguard: ')} "
+            "(runguard's mutating webhook does this: was it bypassed?)",
+            backstop=True,
+        )
+    ]
+
+
+def _has_receipt(pod: Pod, receipts: Receipts | None) -> bool:
+    return receipts is not None and backstop_key(pod) in receipts
+
+
+def _outside_selector(r: Review, trust: list[Violation]) -> Decision:
+    """Not a run: allowed untouched, unless it uses the platform's objects without being
+    the platform's (``ownership.not-a-run``), or breaks a trust check."""
+    policy = r.policy
+    violations = list(trust)
+    if r.target is not None:
+        violations.extend(_not_a_run(r))
+        if r.old is not None and names_platform_objects(r):
+            violations.extend(_stamp_violations(r))
+    if not violations:
+        return decided(r.obj, policy, r.namespace, applies=False, allowed=True)
+    return deny(r.obj, policy, r.namespace, violations)
+
+
+def _not_a_run(r: Review) -> list[Violation]:
+    assert r.target is not None
+    found: list[Violation] = []
+    for policy in scope.platforms(r.root, r.namespace):  # each by its own exclusions
+        who = Who(r, policy)
+        violations = not_a_run.check_not_a_run(
+            r.target.spec, r.target.spec_path, who.ownership, policy
+        )
+        if violations and r.old_target is not None:
+            # On UPDATE a reference the old object already had is not new: the object was
+            # admitted with it (a controller removing its finalizer must go through).
+            had = {(k, n) for k, n, _ in ownership.platform_references(r.old_target.spec, policy)}
+            now = ownership.platform_references(r.target.spec, policy)
+            fresh = {path for k, n, path in now if (k, n) not in had}
+            prefix = spec_prefix(r.target.spec_path)
+            violations = [v for v in violations if v.path.removeprefix(prefix) in fresh]
+        violations += podclaims.check_pod_claims(r, policy, who.ownership)
+        found.extend(v for v in violations if v not in found)
+    return found
+
+
+def _already_present(v: Violation, known: dict[tuple[str, str], Decimal | None]) -> bool:
+    """The old object had this violation, and (for an amount) at least as much of it."""
+    if (v.rule, v.path) not in known:
+        return False
+    before = known[(v.rule, v.path)]
+    return v.amount is None or (before is not None and v.amount <= before)
+
+
+def _stamp_violations(r: Review) -> list[Violation]:
+    """On UPDATE: no object entering the scope of a platform (the first whose objects
+    it names, by ``scope.recorder``)."""
+    owner = stamps_owner(r)
+    if owner is None:
+        return []
+    return stamp.check_stamp(
+        r.metadata, r.old_metadata or {}, in_scope(r), owner, r.context, adopts(r) is not None
+    )
+
+
+def _not_mutated(
+    target: Target, policy: Policy, found: list[Violation], who: Who, drifted: bool = False
+) -> list[Violation]:
+    """Validation is a complete backstop of mutation: a Pod created
+    without passing through ``/mutate`` (webhook bypassed, misordered, or a failure
+    policy of Ignore) is allowed only if mutating it would change nothing. Each step
+    that would still change something is a violation under its own rule id, unless a
+    check already reported a violation of that concern (``security``, ``resources``...),
+    which says the same thing more precisely."""
+    spec, _, changes = steps_applied(target, policy, who)
+    if spec == target.spec:
+        return []
+    reported = {v.rule.partition(".")[0] for v in found}
+    if drifted:
+        return [
+            Violation(
+                c.rule,
+                target.spec_path,
+                f"policy drift: the policy now does {c.warning.removeprefix('runguard: ')}; "
+                "runguard admitted this Pod before the policy changed (recreate it to apply "
+                "the current policy)",
+                drift=True,
+            )
+            for c in changes
+            if c.rule.partition(".")[0] not in reported
+        ]
+    return [
+        Violation(
+            c.rule,
+            target.spec_path,
+            f"not applied: {c.warning.removeprefix('runguard: ')} "
+            "(runguard's mutating webhook does this: was it bypassed?)",
+            backstop=True,
+        )
+        for c in changes
+        if c.rule.partition(".")[0] not in reported
+    ]
