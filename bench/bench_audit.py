@@ -45,6 +45,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import bench_config
 from bench_config import POLICY_DIR, REPO
 
 from tests.e2e import cluster as e2e
@@ -221,18 +222,8 @@ def measure(argv: Sequence[str], env: dict[str, str], limit_gb: float = 0) -> di
             cwd=REPO,
             preexec_fn=limit if limit_gb else None,
         )
-        deadline = started + RUN_TIMEOUT
-        while True:
-            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
-            if pid:
-                break
-            if time.monotonic() > deadline:
-                proc.kill()
-                pid, status, usage = os.wait4(proc.pid, 0)
-                break
-            time.sleep(0.05)
+        status, usage = bench_config.wait_bounded(proc, RUN_TIMEOUT)
         seconds = time.monotonic() - started
-        proc.returncode = os.waitstatus_to_exitcode(status)
         err.seek(0)
         stderr = err.read().decode(errors="replace")
     return {

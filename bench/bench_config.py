@@ -9,8 +9,12 @@ that the tests use too). Nothing in ``tests/`` imports ``bench/``.
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
+import time
 from pathlib import Path
+from typing import Any
 
 BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
@@ -54,3 +58,22 @@ def default_config() -> tuple[str, str, int, int]:
             if workers == default_workers():
                 return config
     return CONFIGS[1]
+
+
+def wait_bounded(proc: subprocess.Popen[Any], timeout: float) -> tuple[int, Any]:
+    """Wait for ``proc`` at most ``timeout`` seconds (then kill it): its exit status and
+    its resource usage (``os.wait4``: CPU time, peak resident memory) as the kernel
+    counted them for it alone. Its output is the caller's: a pipe must be drained
+    elsewhere, or go to a file."""
+    deadline = time.monotonic() + timeout
+    while True:
+        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+        if pid:
+            break
+        if time.monotonic() > deadline:
+            proc.kill()
+            pid, status, usage = os.wait4(proc.pid, 0)
+            break
+        time.sleep(0.05)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return status, usage

@@ -30,8 +30,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+import bench_config
+from bench_config import REPO
 
 from webhook.audit.clusteraudit import LISTINGS, Listing, listed_pages  # noqa: E402
 from webhook.audit.whatif import TableWriter, Tally, compare_all  # noqa: E402
@@ -168,20 +168,14 @@ def worker(count: int, page_size: int, proposed_dir: str) -> None:
 
 def measure(argv: list[str]) -> dict[str, Any]:
     started = time.monotonic()
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO)
-    deadline = started + RUN_TIMEOUT
-    while True:
-        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
-        if pid:
-            break
-        if time.monotonic() > deadline:
-            proc.kill()
-            pid, status, usage = os.wait4(proc.pid, 0)
-            break
-        time.sleep(0.05)
-    seconds = time.monotonic() - started
-    assert proc.stdout is not None and proc.stderr is not None
-    out, err = proc.stdout.read().decode(), proc.stderr.read().decode()
+    # output to files, not pipes: a child filling a pipe nobody reads would wait forever
+    with tempfile.TemporaryFile() as out_file, tempfile.TemporaryFile() as err_file:
+        proc = subprocess.Popen(argv, stdout=out_file, stderr=err_file, cwd=REPO)
+        status, usage = bench_config.wait_bounded(proc, RUN_TIMEOUT)
+        seconds = time.monotonic() - started
+        out_file.seek(0)
+        err_file.seek(0)
+        out, err = out_file.read().decode(), err_file.read().decode()
     code = os.waitstatus_to_exitcode(status)
     said = json.loads(out.strip().splitlines()[-1]) if code == 0 and out.strip() else {}
     return {
