@@ -108,8 +108,8 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--policy-objects",
         action="store_true",
-        help="judge with the cluster's RunPolicy and Profile objects (what runguard serves "
-        "with --policy-objects) instead of the files of -p",
+        help="judge with the cluster's RunPolicy, Platform and Profile objects (what runguard "
+        "serves with --policy-objects) instead of the files of -p",
     )
     p.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, in-cluster)")
     p.add_argument("--context", help="kubeconfig context")

@@ -44,7 +44,8 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--policy-objects",
         action="store_true",
-        help="cluster: judge with the cluster's RunPolicy and Profile objects instead of -p",
+        help="cluster: judge with the cluster's RunPolicy, Platform and Profile objects "
+        "instead of -p",
     )
     p.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, in-cluster)")
     p.add_argument("--context", help="kubeconfig context")

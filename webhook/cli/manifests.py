@@ -68,7 +68,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument(
         "--policy-objects",
         action="store_true",
-        help="also the webhook configuration that checks RunPolicy and Profile objects "
+        help="also the webhook configuration that checks RunPolicy, Platform and Profile objects "
         "(docs/policy-objects.md)",
     )
     parser.add_argument(

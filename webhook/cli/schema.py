@@ -21,7 +21,7 @@ def register(subparsers: Any) -> None:
         "schema",
         help="print the JSON Schema of policy files, or their reference",
         description=(
-            "Print the JSON Schema (Draft 2020-12) of RunPolicy and Profile documents, "
+            "Print the JSON Schema (Draft 2020-12) of RunPolicy, Platform and Profile documents, "
             "for editors: e.g. a '# yaml-language-server: $schema=FILE' line in a policy "
             "file makes VS Code complete and check its keys. With --format markdown, the "
             "reference of every key (docs/policy-reference.md)."

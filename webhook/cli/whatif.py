@@ -56,7 +56,7 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--policy-objects",
         action="store_true",
-        help="the current policy is the cluster's RunPolicy and Profile objects, not -p",
+        help="the current policy is the cluster's RunPolicy, Platform and Profile objects, not -p",
     )
     p.add_argument("--page-size", type=int, default=PAGE_SIZE, metavar="N")
     p.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, in-cluster)")

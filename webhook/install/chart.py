@@ -125,7 +125,7 @@ clusterState:
   enabled: false
 
 policies:
-  # RunPolicy and Profile as Kubernetes objects (manifests/policy-objects,
+  # RunPolicy, Platform and Profile as Kubernetes objects (manifests/policy-objects,
   # docs/policy-objects.md): their CRDs, the webhook that checks them, and runguard
   # reading them instead of the policy ConfigMap.
   objects: false

@@ -47,7 +47,7 @@ POD_STATUS = f"pods/{STATUS}"
 STATUS_METADATA = {"labels": "{}", "annotations": "{}", "ownerReferences": "[]"}
 WEBHOOKS_FILE = "webhooks.yaml"
 CONFIG_MAP_FILE = "policy-configmap.yaml"
-# The policy-objects component: RunPolicy and Profile as custom resources (its CRDs and
+# The policy-objects component: RunPolicy, Platform and Profile as custom resources (its CRDs and
 # the webhook that checks them are generated; its kustomization and RBAC are written).
 POLICY_OBJECTS_DIR = "policy-objects"
 POLICY_WEBHOOK_FILE = f"{POLICY_OBJECTS_DIR}/webhook.yaml"
