@@ -21,7 +21,6 @@ Bounded: ``--rounds`` (<= 5) x ``--seconds`` (<= 20) per endpoint.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import os
 import signal
 import statistics
@@ -33,7 +32,7 @@ from typing import Any
 
 import bench_compare
 from bench_config import CONNECTIONS, PLATFORM_USER, REPO
-from bench_http import cpu_seconds, drive, free_port, wait_for_tls, workers_of
+from bench_http import cpu_seconds, drive, free_port, server_env, wait_for_tls, workers_of
 from harness import slow_clients
 from harness.workloads import memory_mb
 from harness.workloads import typical_run_pod as run_pod
@@ -44,21 +43,9 @@ PLATFORM = Path("tests/cases/_policies/platform")  # the engine's policy: the ba
 
 def start(tree: Path, policies: Path, workdir: Path) -> tuple[subprocess.Popen[bytes], int]:
     """``tree``'s runguard as ``runguard serve`` runs it, on 127.0.0.1, serving ``policies``."""
-    from webhook.install.certs import new_cert_set, write_cert_set
-
     certs = workdir / "certs"
-    now = dt.datetime.now(dt.UTC)
-    write_cert_set(certs, new_cert_set("runguard", "runguard", ["127.0.0.1"], now))
     port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RUNGUARD_")}
-    env.pop("PROMETHEUS_MULTIPROC_DIR", None)
-    env.update(
-        PYTHONPATH=str(tree),
-        RUNGUARD_POLICY_DIR=str(policies),
-        RUNGUARD_CERT_FILE=str(certs / "tls.crt"),
-        RUNGUARD_KEY_FILE=str(certs / "tls.key"),
-        RUNGUARD_BIND=f"127.0.0.1:{port}",
-    )
+    env = server_env(tree, policies, certs, port)
     log = open(workdir / "stderr", "wb")  # noqa: SIM115 - the server's, kept while it runs
     proc = subprocess.Popen(
         [sys.executable, "-m", "gunicorn", "-c", str(tree / "gunicorn.conf.py")],

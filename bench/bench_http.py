@@ -195,6 +195,26 @@ def free_port() -> int:
         return port
 
 
+def server_env(tree: Path, policies: Path, certs: Path, port: int) -> dict[str, str]:
+    """Fresh certificates in ``certs`` and the environment of ``tree``'s runguard serving
+    ``policies`` on 127.0.0.1:``port``: this environment's, without any ``RUNGUARD_``
+    setting or metrics directory of its own."""
+    from webhook.install.certs import new_cert_set, write_cert_set
+
+    now = dt.datetime.now(dt.UTC)
+    write_cert_set(certs, new_cert_set("runguard", "runguard", ["127.0.0.1", "localhost"], now))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RUNGUARD_")}
+    env.pop("PROMETHEUS_MULTIPROC_DIR", None)
+    env.update(
+        PYTHONPATH=str(tree),
+        RUNGUARD_POLICY_DIR=str(policies),
+        RUNGUARD_CERT_FILE=str(certs / "tls.crt"),
+        RUNGUARD_KEY_FILE=str(certs / "tls.key"),
+        RUNGUARD_BIND=f"127.0.0.1:{port}",
+    )
+    return env
+
+
 def start_server(
     workdir: Path, kind: str, workers: int, threads: int, worker_class: str = ""
 ) -> tuple[Any, int]:
@@ -202,25 +222,10 @@ def start_server(
     its application with the trivial endpoint (``bench/trivial_app.py``); ``kind`` sync,
     or a ``worker_class`` (``gthread``, ``webhook.serving.worker.SharedListenerWorker``...),
     else ``runguard serve``'s own (``RunguardWorker``)."""
-    from webhook.install.certs import new_cert_set, write_cert_set
-
     certs = workdir / "certs"
-    write_cert_set(
-        certs,
-        new_cert_set("runguard", "runguard", ["127.0.0.1", "localhost"], dt.datetime.now(dt.UTC)),
-    )
     port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RUNGUARD_")}
-    env.pop("PROMETHEUS_MULTIPROC_DIR", None)
-    env.update(
-        PYTHONPATH=str(REPO),
-        RUNGUARD_POLICY_DIR=str(POLICY_DIR),
-        RUNGUARD_CERT_FILE=str(certs / "tls.crt"),
-        RUNGUARD_KEY_FILE=str(certs / "tls.key"),
-        RUNGUARD_BIND=f"127.0.0.1:{port}",
-        RUNGUARD_WORKERS=str(workers),
-        RUNGUARD_THREADS=str(threads),
-    )
+    env = server_env(REPO, POLICY_DIR, certs, port)
+    env.update(RUNGUARD_WORKERS=str(workers), RUNGUARD_THREADS=str(threads))
     cmd = [sys.executable, "-m", "gunicorn", "-c", str(REPO / "gunicorn.conf.py")]
     if kind == "sync":  # gunicorn turns sync into gthread when threads > 1
         cmd += ["--worker-class", "sync", "--threads", "1"]
