@@ -119,6 +119,20 @@ def retry_on_port_clash(
                 raise
 
 
+def stop_one(
+    name: str, pids: dict[str, int], procs: dict[str, subprocess.Popen[bytes]], timeout: float
+) -> None:
+    """Stop the process ``name`` started (its whole group) and forget it: its pid in
+    ``pids`` (read back from a state file, or its ``Popen`` in ``procs``, reaped)."""
+    pid = pids.pop(name, None)
+    if pid is not None:
+        kill_group(pid, timeout)
+    proc = procs.pop(name, None)
+    if proc is not None:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=1)
+
+
 class Processes:
     """The processes of a ``Cluster`` (whose ``__init__`` sets these attributes): where
     they run, what they listen on, and their pids."""
@@ -165,13 +179,7 @@ class Processes:
 
     def _stop(self, names: Sequence[str], timeout: float) -> None:
         for name in names:
-            pid = self.pids.pop(name, None)
-            if pid is not None:
-                kill_group(pid, timeout)
-            proc = self._procs.pop(name, None)
-            if proc is not None:
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    proc.wait(timeout=1)
+            stop_one(name, self.pids, self._procs, timeout)
 
     def _check_binaries(self, names: Sequence[str]) -> None:
         for name in names:

@@ -40,7 +40,7 @@ from .build import ClusterError
 from .cluster import Cluster
 from .nodes import node_schedulable
 from .pki import issue_client_cert
-from .processes import die_with_parent, kill_group, tail
+from .processes import die_with_parent, stop_one, tail
 
 __all__ = [
     "REAL_NODE",
@@ -541,13 +541,7 @@ class RealNode:
                 path.unlink(missing_ok=True)
 
     def _stop(self, name: str, timeout: float) -> None:
-        pid = self.pids.pop(name, None)
-        if pid is not None:
-            kill_group(pid, timeout)
-        proc = self._procs.pop(name, None)
-        if proc is not None:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=1)
+        stop_one(name, self.pids, self._procs, timeout)
 
     def to_state(self) -> dict[str, Any]:
         return {"directory": str(self.directory), "index": self.index, "pids": self.pids}
