@@ -59,6 +59,7 @@ E2E_FULL := 1.37
 E2E_SMOKE := 1.30
 test: $(STAMP)
 	$(BIN)/ruff check webhook tests bench
+	$(BIN)/ruff format --check webhook tests bench
 	$(BIN)/mypy
 	if [ "$${RUNGUARD_E2E:-1}" != 0 ]; then \
 	    bash tests/e2e/build.sh >/dev/null || exit 1; \
