@@ -23,6 +23,10 @@ platform, the namespaces alternating create by create (``CreateLatency.round``):
   (``create_added_ms_pair_over_trivial_pair``: what its engine and patch add);
 * and ``bench_create``'s own (no admission, runguard's validating webhook alone, the VAP).
 
+After the rounds, ``--jobs`` run Jobs per case and round through the job-controller
+(``bench_jobs.py``, the controller-manager started then): from the Job's create to its
+first Pod, with no admission, runguard's pair and MAP+VAP (``job_pod_ms_*``).
+
 Each figure is the case's median minus no admission's, per round, and the p99 of each
 create minus no admission's create of the same iteration (runguard's pair over the
 trivial pair: the same, against the trivial pair). CPU per create, each namespace alone
@@ -33,6 +37,7 @@ the delta over no admission). Decision agreement: the same Pods through runguard
 and through each peer. Prints a table and, last, one JSON object.
 
     .venv/bin/python bench/bench_peers.py [--rounds 3] [--creates 100] [--no-kyverno]
+        [--jobs 10]
 """
 
 from __future__ import annotations
@@ -47,6 +52,7 @@ from typing import Any
 
 import bench_cel
 import bench_create
+import bench_jobs
 import bench_kyverno
 import trivial_app
 from bench_create import NS, WEBHOOK_NAMESPACES, CreateLatency, noncompliant_pods
@@ -274,12 +280,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--creates", type=int, default=100)
     parser.add_argument("--no-kyverno", dest="kyverno", action="store_false")
+    parser.add_argument("--jobs", type=int, default=10,
+                        help="run Jobs per case per round through the job-controller, after "
+                             "the create rounds (bench_jobs.py); 0: none")  # fmt: skip
     args = parser.parse_args(argv)
     release = use_kubernetes()
     load = os.getloadavg()
     print(f"Kubernetes {release}; load average before: {load[0]:.2f} {load[1]:.2f} "
           f"{load[2]:.2f} ({os.cpu_count()} cores)", flush=True)  # fmt: skip
     rounds: list[dict[str, float]] = []
+    job_rounds: list[dict[str, float]] = []
     agreements: dict[str, dict[str, Any]] = {}
     with CreateLatency(log=lambda line: print(line, flush=True), echo=True) as create:
         TrivialPairSide(create).start()
@@ -305,6 +315,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                     f"{key.removeprefix('create_added_ms_')} +{result[key]:.2f}"
                     for key, _ in PEERS if key in result) + f" ms (load {result['load_1m']:.2f})",
                     flush=True)  # fmt: skip
+            if args.jobs > 0:
+                jobs = bench_jobs.JobPodLatency(create, log=lambda line: print(line, flush=True))
+                jobs.start()
+                for i in range(max(1, args.rounds)):
+                    job_rounds.append(jobs.round(args.jobs))
+                    print(f"jobs round {i + 1}: " + ", ".join(
+                        f"{key.removeprefix('job_pod_ms_')} {value:.1f}"
+                        for key, value in job_rounds[-1].items() if key.startswith("job_pod_ms_"))
+                        + f" ms (load {job_rounds[-1]['load_1m']:.2f})", flush=True)  # fmt: skip
         finally:
             if kyverno is not None:
                 kyverno.stop()
@@ -326,6 +345,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         figures[f"{name}_agreement"] = round(agreement["share"], 3)
         alike = [not parts for parts in agreement["differs"].values()]
         figures[f"{name}_same_objects"] = round(sum(alike) / max(1, len(alike)), 3)
+    if job_rounds:
+        job_medians, job_ranges = bench_create.summarize(job_rounds)
+        print(f"run Job create to its first Pod (the job-controller's), {args.jobs} Jobs per "
+              f"case per round, median [min - max] over {len(job_rounds)} rounds:")  # fmt: skip
+        for key, value in job_medians.items():
+            if key.startswith("job_pod_"):
+                figures[key] = value
+                ranges[key] = job_ranges[key]
+                low, high = job_ranges[key]
+                print(f"  {key:<34} {value:8.2f} {f'[{low:.2f} - {high:.2f}]':>16}")
     print(f"load average after: {load_after[0]:.2f} {load_after[1]:.2f} {load_after[2]:.2f}")
     summary = {
         **figures,
