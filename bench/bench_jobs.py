@@ -20,7 +20,7 @@ creating a Pod on the platform's behalf from anyone else). Each Job is deleted
 ``job_pod_added_ms_*`` (each case's median minus no admission's, per round).
 
 Coarse: the job-controller's own latency dominates and, in most runs, every case moved
-together from ~20-35 ms in the first round to ~70-130 ms in later ones (cause not
+together from ~20-35 ms in the first round to ~70-140 ms in later ones (cause not
 found: not the controller-manager's client rate limiter, whose wait stayed at 0);
 the cases alternate Job by Job, so each round compares them at the same moment.
 """
