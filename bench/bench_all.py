@@ -23,8 +23,10 @@ And per round, beside them:
   1.37 build unless ``RUNGUARD_E2E_KUBERNETES`` names another): runguard's validating
   webhook only, both webhooks, a ValidatingAdmissionPolicy with the same rules
   (``bench/vap/policy.yaml``), and the peers (``bench_peers.py``): Kyverno's ClusterPolicy
-  pair and its CEL pair (one Kyverno process), MutatingAdmissionPolicy + VAP; each minus no
-  admission (p50 and p99), CPU per create, and each peer's decision agreement with runguard.
+  pair and its CEL pair (one Kyverno process), MutatingAdmissionPolicy + VAP, and the
+  trivial pair (runguard's registration calling ``POST /bench/echo`` of the same server);
+  each minus no admission (p50 and p99), CPU per create, and each peer's decision
+  agreement with runguard.
 
 Prints a table (median [min-max] over rounds), the load average before and after, and
 as its last line one JSON object: the default configuration's figures (medians), their
@@ -209,8 +211,16 @@ def main() -> int:
             create = None
             if args.create:
                 bench_peers.use_kubernetes()  # 1.37 unless RUNGUARD_E2E_KUBERNETES says
-                create = bench_create.CreateLatency(log=lambda line: print(f"create: {line}"))
+                create = bench_create.CreateLatency(
+                    log=lambda line: print(f"create: {line}"), echo=True
+                )
                 create.start()
+                try:
+                    bench_peers.TrivialPairSide(
+                        create, log=lambda line: print(f"trivial: {line}")
+                    ).start()
+                except bench_create.ClusterError as exc:
+                    print(f"trivial pair skipped: {exc}")
                 map_side = bench_peers.MapSide(create, log=lambda line: print(f"map: {line}"))
                 try:
                     map_side.start()
@@ -402,7 +412,8 @@ def peer_figures(
     agreements: dict[str, dict[str, Any]],
 ) -> dict[str, Any]:
     """The peers of 2026 on the same apiserver (bench/bench_peers.py): ms added per create
-    (p50, p99) by Kyverno's CEL pair and MAP+VAP beside runguard's pair, CPU per create,
+    (p50, p99) by Kyverno's CEL pair, MAP+VAP and the trivial pair beside runguard's pair,
+    CPU per create,
     agreements; a ``ranges`` entry of their [min, max]."""
     keys = [key for key, _ in bench_peers.PEERS]
     figures: dict[str, Any] = {}

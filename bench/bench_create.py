@@ -80,6 +80,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import trivial_app
 import yaml
 from bench_config import BENCH, POLICY_DIR, REPO
 from e2e.cluster import Cluster, ClusterError, build_binaries
@@ -841,7 +842,9 @@ class CreateLatency:
 
     ``start()``, then ``round(creates)`` as often as wanted (each returns the medians of
     that round, in ms, and the added figures), then ``stop()`` (always: it stops every
-    process started). runguard is ``runguard serve --workers WORKERS SERVE_ARGS...``."""
+    process started). runguard is ``runguard serve --workers WORKERS SERVE_ARGS...``;
+    with ``echo=True`` its application also answers ``POST /bench/echo``
+    (``trivial_app.main``: the same command line, its application wrapped)."""
 
     def __init__(
         self,
@@ -850,10 +853,12 @@ class CreateLatency:
         log: Callable[[str], None] = print,
         workers: int = 2,
         serve_args: Sequence[str] = (),
+        echo: bool = False,
     ) -> None:
         self.policy_dir = Path(policy_dir)
         self.workers = workers
         self.serve_args = tuple(serve_args)  # more `runguard serve` options (--threads ...)
+        self.echo = echo
         self.log = log
         self._tmp = None if workdir else tempfile.mkdtemp(prefix="runguard-bench-create-")
         self.workdir = Path(workdir or self._tmp or ".")
@@ -899,6 +904,7 @@ class CreateLatency:
             self.policy_dir,
             workers=self.workers,
             serve_args=self.serve_args,
+            command=trivial_app.serve_command() if self.echo else (),
         )
         runguard.start()
         prepare_cluster(cluster)

@@ -107,6 +107,8 @@ class Runguard:
     log and the server's log) and, for ``up``, the pid. The port is kept across
     ``stop()`` / ``start()``, so a restarted server is the one the cluster knows.
     With ``owned=True`` the server dies with this process, however it dies.
+    ``command`` is the program run for ``serve`` in place of ``runguard`` (a benchmark's
+    wrapper of runguard's command line); the other commands are ``runguard``'s.
     """
 
     def __init__(
@@ -120,6 +122,7 @@ class Runguard:
         serve_args: Sequence[str] = (),
         host: str = "127.0.0.1",
         command_prefix: Sequence[str] = (),
+        command: Sequence[str] = (),
     ) -> None:
         self.directory = Path(directory).resolve()
         self.policy_dir = Path(policy_dir).resolve()
@@ -133,6 +136,7 @@ class Runguard:
         # (``Cluster.command_prefix``), on that namespace's address.
         self.host = host
         self.command_prefix = tuple(command_prefix)
+        self.command = tuple(command) or (runguard_command(),)
         self.pid: int | None = None
         self.registered = False
         self._proc: subprocess.Popen[bytes] | None = None
@@ -163,7 +167,7 @@ class Runguard:
             self._proc = subprocess.Popen(
                 [
                     *self.command_prefix,
-                    runguard_command(),
+                    *self.command,
                     "serve",
                     "-p",
                     str(self.policy_dir),
