@@ -276,6 +276,23 @@ def test_kueue_adding_a_submitter_that_runs_something_else_is_ownership_changed(
     assert "ownership.changed" in rules(both(started, before, ALICE)[1])
 
 
+def test_kueue_starts_a_rayjob_whose_worker_groups_it_renders_with_empty_structs() -> None:
+    """Denied ownership.changed before (the e2e test_kueue_ray.py found it, on a queue
+    profile's RayJob, which Kueue's own webhook did not rewrite at CREATE): Kueue's start
+    is a JSON merge patch of KubeRay's Go type, whose list of worker groups comes whole,
+    each with ``scaleStrategy: {}`` (a struct, never left out); the stored object had none.
+    An empty value where the other version has no key is the same to the operator."""
+    before, started = default_submitter_start(A100)
+    for group in started["spec"]["rayClusterSpec"]["workerGroupSpecs"]:
+        group["scaleStrategy"] = {}
+    assert both(started, before, KUEUE)[1].allowed
+    # a strategy that says something is still the platform's
+    started["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["scaleStrategy"] = {
+        "workersToDelete": ["r1-worker-x"]
+    }
+    assert rules(both(started, before, KUEUE)[1]) == {"ownership.changed"}
+
+
 # --- what a run runs is never the queue's ---------------------------------------------------
 
 

@@ -77,7 +77,10 @@ def queue_kept(queue: QueueController, old: Any, new: Any) -> bool:
     every pod template the ``nodeSelector`` keys it adds or removes (a key both have keeps
     its value: Kueue's merge never overwrites one), the tolerations, and its own labels,
     annotations and scheduling gates; and a bare pod template it adds where there was none
-    (``_bare``: the operator's default, which the operator would run anyway)."""
+    (``_bare``: the operator's default, which the operator would run anyway). An empty
+    value (``{}``, ``[]``) where the other version has no key is no change: Kueue writes
+    an operator's object as its Go type renders it (a RayJob's worker groups with
+    ``scaleStrategy: {}``), which the stored object need not."""
     prefixes = queue.prefixes
     seen = _images(old), _images(new)
     return bool(
@@ -106,8 +109,8 @@ def _view(
             continue
         if pod_spec and key == "tolerations":
             continue
-        if key not in theirs and _bare(value, prefixes, images):
-            continue
+        if key not in theirs and (value in ({}, []) or _bare(value, prefixes, images)):
+            continue  # (an empty value: the Go type's rendering of a field left out)
         if top and key == "runPolicy" and isinstance(value, dict):  # Kubeflow's suspend
             value = {k: v for k, v in value.items() if k != "suspend"}
         if pod_spec and key == "nodeSelector" and isinstance(value, dict):
