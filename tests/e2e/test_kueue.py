@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import shutil
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -81,6 +82,14 @@ QUEUED_REQUESTS = {"cpu": "4", "memory": "16Gi", GPU_RESOURCE: "1"}
 HOLD = {"pod-complete.stage.kwok.x-k8s.io/delay": "3600s"}
 
 
+def with_queued_profile(base: Path) -> Path:
+    """``policies/`` as shipped, copied under ``base``, plus ``QUEUED_PROFILE``."""
+    policies = base / "policies"
+    shutil.copytree(REPO / "policies", policies)
+    (policies / "queued-profile.yaml").write_text(yaml.safe_dump(QUEUED_PROFILE))
+    return policies
+
+
 def resource_flavors() -> list[dict[str, Any]]:
     """The ResourceFlavors of ``FLAVORS``, with the GPU taint's toleration."""
     return [resource_flavor(name, labels, [GPU_TOLERATION])
@@ -92,11 +101,8 @@ def kueue(cluster: Cluster, webhook: Webhook, tmp_path_factory: Any) -> Iterator
     """The shipped policies' runguard with a queue profile, the controllers, and Kueue
     with its ResourceFlavors."""
     base = tmp_path_factory.mktemp("kueue")
-    policies = base / "policies"
-    shutil.copytree(REPO / "policies", policies)
-    (policies / "queued-profile.yaml").write_text(yaml.safe_dump(QUEUED_PROFILE))
     state = ("--cluster-state", str(cluster.kubeconfig))
-    server = Runguard(base / "runguard", policies, serve_args=state)
+    server = Runguard(base / "runguard", with_queued_profile(base), serve_args=state)
     prepare_cluster(cluster)
     platform_identity(cluster)  # the namespace and ServiceAccount digitalhub/core
     with instead_of_the_session(webhook, cluster, server):

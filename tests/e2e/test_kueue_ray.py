@@ -5,15 +5,17 @@ KubeRay's own RayJob and RayCluster CRDs (of the version Kueue v0.19.2 is built 
 from the Go module cache: its defaults, ``submissionMode: K8sJobMode`` among them, and
 its pruning) are served before Kueue starts with the ``batch/job`` and ``ray.io/rayjob``
 integrations; runguard serves ``policies/`` as shipped (the Platform's KubeRay entry
-declares the RayJob's head, worker and submitter templates), in place of the session's.
+declares the RayJob's head, worker and submitter templates) plus test_kueue.py's queue
+profile ``gpu-queued``, in place of the session's.
 No KubeRay runs: what is tested is the queue's part, before any RayCluster or Pod.
 
 The platform creates a RayJob run naming its queue, the profile ``1xa100`` on its head
 and worker templates: runguard writes the profile into both at CREATE, Kueue's Workload
-counts the profile's resources for them, Kueue's update starting it (``spec.suspend``
+counts the profile's resources for them, Kueue's patch starting it (``spec.suspend``
 false, the flavor's node selector and toleration in each template, the submitter's
 template it adds) is let through; a user cannot start a RayJob Kueue holds, which Kueue
-starts once the first one is done.
+starts once the first one is done. A RayJob naming only the queue profile is sent to its
+queue by runguard and placed by Kueue.
 """
 
 from __future__ import annotations
@@ -36,7 +38,6 @@ from .kueue import (
     install_kuberay_crds,
 )
 from .runs import (
-    REPO,
     Webhook,
     instead_of_the_session,
     platform_identity,
@@ -45,7 +46,15 @@ from .runs import (
     until,
     wait_for_policy_label,
 )
-from .test_kueue import A100_REQUESTS, FLAVORS, GPU_TOLERATION, QUEUE, resource_flavors
+from .test_kueue import (
+    A100_REQUESTS,
+    FLAVORS,
+    GPU_TOLERATION,
+    QUEUE,
+    QUEUED_REQUESTS,
+    resource_flavors,
+    with_queued_profile,
+)
 from .test_operator_watch import RAYJOB, RUN, role
 from .test_operator_watch import apply as apply_objects
 from .test_trust import WAIT, user
@@ -75,8 +84,8 @@ def synced(server: Runguard, group_kind: str) -> bool:
 
 @pytest.fixture(scope="module")
 def kueue(cluster: Cluster, webhook: Webhook, tmp_path_factory: Any) -> Iterator[Kueue]:
-    """KubeRay's CRDs, the shipped policies' runguard, and Kueue with the rayjob
-    integration and its ResourceFlavors."""
+    """KubeRay's CRDs, the shipped policies' runguard with test_kueue.py's queue profile
+    ``gpu-queued``, and Kueue with the rayjob integration and its ResourceFlavors."""
     base = tmp_path_factory.mktemp("kueue-ray")
     crds = install_kuberay_crds(cluster)
     try:
@@ -91,7 +100,7 @@ def kueue(cluster: Cluster, webhook: Webhook, tmp_path_factory: Any) -> Iterator
             {"kind": "User", "name": "mallory", "apiGroup": "rbac.authorization.k8s.io"},
         ))  # fmt: skip
         state = ("--cluster-state", str(cluster.kubeconfig))
-        server = Runguard(base / "runguard", REPO / "policies", serve_args=state)
+        server = Runguard(base / "runguard", with_queued_profile(base), serve_args=state)
         with instead_of_the_session(webhook, cluster, server):
             wait_for_policy_label(cluster, "digitalhub", "the shipped policies' runguard called")
             poll("runguard's cache lists RayJobs", lambda: synced(server, RAYJOB.group_kind), WAIT)
@@ -119,10 +128,10 @@ def ray_template(name: str, profile: str) -> JSON:
             "spec": {"containers": [main]}}  # fmt: skip
 
 
-def run_rayjob(name: str, profile: str) -> JSON:
-    """A RayJob run as the platform creates it: the run labels and its queue, a head and
-    one worker of ``profile``, the cluster removed when the job ends (Kueue's webhook
-    requires it of a queued RayJob)."""
+def run_rayjob(name: str, profile: str, queue: str | None = QUEUE) -> JSON:
+    """A RayJob run as the platform creates it: the run labels and its queue (when
+    given), a head and one worker of ``profile``, the cluster removed when the job ends
+    (Kueue's webhook requires it of a queued RayJob)."""
     cluster = {
         "headGroupSpec": {"rayStartParams": {}, "template": ray_template(name, profile)},
         "workerGroupSpecs": [{"groupName": "gpu", "replicas": 1, "minReplicas": 1,
@@ -130,7 +139,8 @@ def run_rayjob(name: str, profile: str) -> JSON:
                               "template": ray_template(name, profile)}],
     }  # fmt: skip
     return {"apiVersion": RAYJOB.api_version, "kind": RAYJOB.kind,
-            "metadata": {"name": name, "labels": {**RUN, QUEUE_LABEL: QUEUE}},
+            "metadata": {"name": name,
+                         "labels": {**RUN, QUEUE_LABEL: queue} if queue else dict(RUN)},
             "spec": {"entrypoint": "python train.py", "shutdownAfterJobFinishes": True,
                      "rayClusterSpec": cluster}}  # fmt: skip
 
@@ -167,7 +177,7 @@ def admitted(kueue: Kueue, namespace: str, name: str) -> JSON:
 
 
 def started(cluster: Cluster, namespace: str, name: str) -> JSON:
-    """RayJob ``name`` once Kueue's update unsuspended it (Kueue writes the RayJob as
+    """RayJob ``name`` once Kueue's patch unsuspended it (Kueue renders the RayJob as
     KubeRay's Go type, which leaves a false ``suspend`` out)."""
 
     def probe() -> JSON | None:
@@ -199,7 +209,7 @@ def test_a_rayjob_run_is_counted_with_its_profile_and_started_by_kueue(
         # the only flavor the profile's node selector allows
         assert assignments[name]["flavors"] == dict.fromkeys(A100_REQUESTS, "a100"), name
 
-    # Kueue's update starting it went through runguard
+    # Kueue's patch starting it went through runguard
     job = started(cluster, team, "train")
     for template in templates(job):
         assert template["spec"]["nodeSelector"] == FLAVORS["a100"][0]
@@ -209,7 +219,7 @@ def test_a_rayjob_run_is_counted_with_its_profile_and_started_by_kueue(
     assert head["metadata"]["labels"]["kueue.x-k8s.io/podset"] == "head"
     assert worker["metadata"]["labels"]["kueue.x-k8s.io/podset"] == "gpu"
     # KubeRay's default submitter (K8sJobMode, no template of the platform's), counted by
-    # Kueue and written, placed, into the RayJob by its update: the head's image
+    # Kueue and written, placed, into the RayJob by its patch: the head's image
     submitter = job["spec"]["submitterPodTemplate"]
     assert submitter["metadata"]["labels"]["kueue.x-k8s.io/podset"] == "submitter"
     (container,) = submitter["spec"]["containers"]
@@ -252,3 +262,23 @@ def test_a_user_cannot_start_a_rayjob_kueue_holds(
     (assignment, *_) = workload["status"]["admission"]["podSetAssignments"]
     assert assignment["flavors"] == dict.fromkeys(A100_REQUESTS, "a100")
     started(cluster, team, "second")
+
+
+def test_a_queue_profiles_rayjob_is_sent_to_its_queue_and_placed_by_kueue(
+    cluster: Cluster, kueue: Kueue, team: str
+) -> None:
+    """The RayJob names only the queue profile on its templates: runguard writes the
+    queue label and ``spec.suspend`` (Kueue's webhook, called first, saw no label) and no
+    node selector; Kueue counts the profile and places both templates on a100."""
+    made = create(cluster, team, run_rayjob("q-train", "gpu-queued", queue=None))
+    assert made["metadata"]["labels"][QUEUE_LABEL] == QUEUE
+    assert made["spec"]["suspend"] is True
+    workload = admitted(kueue, team, "q-train")
+    podsets = {p["name"]: p for p in workload["spec"]["podSets"]}
+    for name in RUN_PODSETS:
+        spec = podsets[name]["template"]["spec"]
+        assert "nodeSelector" not in spec, name
+        assert spec["containers"][0]["resources"]["requests"] == QUEUED_REQUESTS, name
+    job = started(cluster, team, "q-train")
+    for template in templates(job):
+        assert template["spec"]["nodeSelector"] == FLAVORS["a100"][0]
