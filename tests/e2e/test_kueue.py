@@ -19,9 +19,9 @@ the job-controller removes its Pod) and the stopped run starts again once there 
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -32,11 +32,8 @@ from .devcluster import Runguard, prepare_cluster
 from .kueue import (
     QUEUE_LABEL,
     Kueue,
-    cluster_queue,
     condition,
-    local_queue,
     resource_flavor,
-    wait_active,
     workload_priority_class,
 )
 from .nodes import A100_PRODUCT, GPU_PRODUCT_LABEL, GPU_RESOURCE
@@ -85,30 +82,35 @@ QUEUED_REQUESTS = {"cpu": "4", "memory": "16Gi", GPU_RESOURCE: "1"}
 HOLD = {"pod-complete.stage.kwok.x-k8s.io/delay": "3600s"}
 
 
+def with_queued_profile(base: Path) -> Path:
+    """``policies/`` as shipped, copied under ``base``, plus ``QUEUED_PROFILE``."""
+    policies = base / "policies"
+    shutil.copytree(REPO / "policies", policies)
+    (policies / "queued-profile.yaml").write_text(yaml.safe_dump(QUEUED_PROFILE))
+    return policies
+
+
+def resource_flavors() -> list[dict[str, Any]]:
+    """The ResourceFlavors of ``FLAVORS``, with the GPU taint's toleration."""
+    return [resource_flavor(name, labels, [GPU_TOLERATION])
+            for name, (labels, _) in FLAVORS.items()]  # fmt: skip
+
+
 @pytest.fixture(scope="module")
 def kueue(cluster: Cluster, webhook: Webhook, tmp_path_factory: Any) -> Iterator[Kueue]:
     """The shipped policies' runguard with a queue profile, the controllers, and Kueue
     with its ResourceFlavors."""
     base = tmp_path_factory.mktemp("kueue")
-    policies = base / "policies"
-    shutil.copytree(REPO / "policies", policies)
-    (policies / "queued-profile.yaml").write_text(yaml.safe_dump(QUEUED_PROFILE))
     state = ("--cluster-state", str(cluster.kubeconfig))
-    server = Runguard(base / "runguard", policies, serve_args=state)
+    server = Runguard(base / "runguard", with_queued_profile(base), serve_args=state)
     prepare_cluster(cluster)
     platform_identity(cluster)  # the namespace and ServiceAccount digitalhub/core
     with instead_of_the_session(webhook, cluster, server):
         wait_for_policy_label(cluster, "digitalhub", "the shipped policies' runguard called")
         cluster.start_whole_path()
         try:
-            running = Kueue(cluster, base / "kueue")
-            running.start()
-            try:
-                running.apply(*(resource_flavor(name, labels, [GPU_TOLERATION])
-                                for name, (labels, _) in FLAVORS.items()))  # fmt: skip
+            with Kueue(cluster, base / "kueue").running(*resource_flavors()) as running:
                 yield running
-            finally:
-                running.stop()
         finally:
             cluster.stop_whole_path()
 
@@ -116,12 +118,8 @@ def kueue(cluster: Cluster, webhook: Webhook, tmp_path_factory: Any) -> Iterator
 @pytest.fixture
 def team(cluster: Cluster, kueue: Kueue) -> Iterator[str]:
     """A team's namespace, its ClusterQueue (named after it) and its LocalQueue ``gpu``."""
-    name = f"t-kueue-{os.urandom(3).hex()}"
-    cluster.kubectl("create", "namespace", name, check=True)
-    kueue.apply(cluster_queue(name, name, QUOTAS), local_queue(QUEUE, name, name))
-    wait_active(cluster, name)
-    yield name
-    cluster.kubectl("delete", "namespace", name, "--wait=false")
+    with kueue.team("t-kueue", QUEUE, QUOTAS) as name:
+        yield name
 
 
 PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
@@ -132,16 +130,10 @@ PRIORITIES = {"e2e-runs-low": 100, "e2e-runs-high": 1000}  # WorkloadPriorityCla
 def preempting_team(cluster: Cluster, kueue: Kueue) -> Iterator[str]:
     """As ``team``, its ClusterQueue preempting lower-priority Workloads for higher ones,
     and the WorkloadPriorityClasses of ``PRIORITIES``."""
-    name = f"t-kueue-p-{os.urandom(3).hex()}"
-    cluster.kubectl("create", "namespace", name, check=True)
-    kueue.apply(
-        *(workload_priority_class(c, value) for c, value in PRIORITIES.items()),
-        cluster_queue(name, name, QUOTAS, {"withinClusterQueue": "LowerPriority"}),
-        local_queue(QUEUE, name, name),
-    )
-    wait_active(cluster, name)
-    yield name
-    cluster.kubectl("delete", "namespace", name, "--wait=false")
+    kueue.apply(*(workload_priority_class(c, value) for c, value in PRIORITIES.items()))
+    preemption = {"withinClusterQueue": "LowerPriority"}
+    with kueue.team("t-kueue-p", QUEUE, QUOTAS, preemption) as name:
+        yield name
 
 
 def run_job(
