@@ -112,7 +112,7 @@ def test_a_live_policy_edit_is_routed_before_it_is_relied_on(tmp_path: Path) -> 
     assert PLATFORM_RECORD not in stamped["metadata"]["annotations"]
     # Closed: the policy watch holds an edit that changes what the webhooks route until
     # the cluster's configurations route it, and serves the policy before it meanwhile.
-    from webhook.policy.mirror.watch import held_because, policy_routing
+    from webhook.watches.policy import held_because, policy_routing
 
     ns = manifests.DEFAULT_NAMESPACE
     before = policy_routing(DIGITALHUB, ns)

@@ -268,19 +268,106 @@ def test_every_runguard_key_is_declared_once() -> None:
 IO_LAYERS = ("kubernetes", "jsonschema", "requests", "urllib3", "flask")
 
 
-def test_the_engine_imports_no_io_layer() -> None:
+def modules_loaded_by(*imports: str) -> set[str]:
+    """Every module a fresh interpreter holds after importing ``imports``."""
     probe = (
-        "import json, sys\n"
-        "import webhook.engine\n"
-        "print(json.dumps(sorted({name.partition('.')[0] for name in sys.modules})))\n"
+        f"import json, sys\nimport {', '.join(imports)}\nprint(json.dumps(sorted(sys.modules)))\n"
     )
     done = subprocess.run(
         [sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, timeout=60
     )
     assert done.returncode == 0, done.stderr
-    loaded = set(json.loads(done.stdout))
+    return set(json.loads(done.stdout))
+
+
+def test_the_engine_imports_no_io_layer() -> None:
+    loaded = {name.partition(".")[0] for name in modules_loaded_by("webhook.engine")}
     assert "webhook" in loaded and "pydantic" in loaded  # the probe saw the import
     assert not loaded & set(IO_LAYERS), sorted(loaded & set(IO_LAYERS))
+
+
+# Which of ``webhook``'s packages each may import (its own modules aside): the lower
+# layers (inputs, policy, clusterstate, engine) never reach up into the server, the
+# installer, the audit or the CLI; the watch processes' programs (``watches``) sit above
+# what they drive. A top-level module (``keys``) is a package of its own here.
+LOWER = frozenset({"inputs", "keys", "policy", "clusterstate"})
+LAYERS: dict[str, frozenset[str]] = {
+    "webhook": frozenset(),
+    "keys": frozenset(),
+    "inputs": frozenset(),
+    "policy": frozenset({"inputs", "keys", "clusterstate"}),
+    "clusterstate": frozenset({"inputs", "keys", "policy"}),
+    "engine": LOWER,
+    "install": LOWER | {"engine"},
+    "audit": LOWER | {"engine", "install"},
+    "serving": LOWER | {"engine"},
+    "watches": LOWER | {"install", "serving"},
+    "cli": LOWER | {"engine", "install", "audit", "serving", "watches"},
+    "__main__": frozenset({"cli"}),
+}
+UPPER = ("serving", "install", "cli", "audit", "watches")
+
+
+def layer(module: str) -> str:
+    """The package of ``webhook`` a module belongs to (``webhook.engine.rules.x``: engine)."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
+
+
+def layer_breaches(graph: dict[str, set[str]]) -> list[str]:
+    """Every import of ``graph``'s webhook modules that the table of layers does not allow."""
+    breaches = []
+    for name in sorted(graph):
+        if not name.startswith("webhook"):
+            continue
+        allowed = LAYERS.get(layer(name))
+        for target in sorted(graph[name]):
+            if target == "webhook" or layer(target) == layer(name):
+                continue  # the package itself (its version) is everyone's
+            if allowed is None or layer(target) not in allowed:
+                breaches.append(f"{name} -> {target}")
+    return breaches
+
+
+def test_every_package_of_webhook_has_its_layer() -> None:
+    packages = {layer(name) for name in package_modules()}
+    assert packages == set(LAYERS), sorted(packages ^ set(LAYERS))
+
+
+def test_the_layers_hold() -> None:
+    """The lower layers import nothing of the server, the installer, the audit or the
+    CLI; each package only what the table allows (imports in functions included)."""
+    breaches = layer_breaches(import_graph())
+    assert not breaches, breaches
+
+
+def test_the_layer_check_finds_a_breach() -> None:
+    graph = {
+        "webhook.inputs.documents": {"webhook.serving.settings", "webhook.inputs.quantity"},
+        "webhook.engine.review": {"webhook.policy.model", "webhook.keys"},
+        "webhook.policy.source": {"webhook.install.manifests"},
+        "webhook.cli.serve": {"webhook.serving.server"},
+    }
+    assert layer_breaches(graph) == [
+        "webhook.inputs.documents -> webhook.serving.settings",
+        "webhook.policy.source -> webhook.install.manifests",
+    ]
+
+
+def test_importing_a_lower_layer_loads_no_upper_one() -> None:
+    """``import webhook.engine`` (and the policy, the inputs, the cluster state) loads
+    none of the server, the installer, the audit, the CLI or the watch programs."""
+    loaded = modules_loaded_by(
+        "webhook.engine",
+        "webhook.policy.source",
+        "webhook.policy.mirror.process",
+        "webhook.inputs.limits",
+        "webhook.inputs.kubeconfig",
+        "webhook.clusterstate.watch",
+    )
+    assert "webhook.engine.review" in loaded and "webhook.inputs.limits" in loaded
+    upper = sorted(name for name in loaded if name.startswith("webhook.") and layer(name) in UPPER)
+    assert not upper, upper
 
 
 def _targets(node: ast.Assign | ast.AugAssign) -> list[ast.expr]:

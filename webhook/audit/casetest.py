@@ -32,8 +32,8 @@ from typing import Any
 
 from webhook.engine import Decision, evaluate, mutate, validate
 from webhook.inputs.documents import InputError, load_documents, read_objects, read_text
+from webhook.inputs.limits import CASE_FILES
 from webhook.policy.model import Policy
-from webhook.serving.inputlimits import CASE_FILES
 
 CASE_FILE = "case.yaml"
 EXPECT_KEYS = frozenset(

@@ -63,7 +63,7 @@ def run_rbac(args: argparse.Namespace) -> int:
 
     from webhook.clusterstate.model import ClusterStateError
     from webhook.inputs.documents import InputError, read_objects
-    from webhook.serving.inputlimits import CLUSTER_STATE_FILES
+    from webhook.inputs.limits import CLUSTER_STATE_FILES
 
     if args.output == "summary" or (args.cluster_state and (args.write or args.policy_objects)):
         print(

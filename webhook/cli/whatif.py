@@ -117,7 +117,7 @@ def _offline(
     from webhook.clusterstate.model import ClusterStateError
     from webhook.clusterstate.static import StaticClusterState
     from webhook.inputs.documents import InputError, read_objects
-    from webhook.serving.inputlimits import CLUSTER_STATE_FILES
+    from webhook.inputs.limits import CLUSTER_STATE_FILES
 
     try:
         objects = [o for f in args.cluster_state for o in read_objects(f, CLUSTER_STATE_FILES)]
