@@ -55,7 +55,7 @@ RBAC_LISTS = (
 )
 
 
-def run_rbac(args: argparse.Namespace) -> int:
+def run_rbac(args: argparse.Namespace) -> int:  # noqa: C901
     """``runguard audit --rbac``: read the objects (files or cluster), report, write."""
     from kubernetes.client.exceptions import ApiException
     from kubernetes.config.config_exception import ConfigException

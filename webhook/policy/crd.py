@@ -208,7 +208,7 @@ def _crd(kind: str, defs: Mapping[str, Any], spec_name: str) -> dict[str, Any]:
     }
 
 
-def _structural(node: Any, defs: Mapping[str, Any], seen: tuple[str, ...]) -> Any:
+def _structural(node: Any, defs: Mapping[str, Any], seen: tuple[str, ...]) -> Any:  # noqa: C901
     """``node`` of the JSON Schema as a structural schema (see the module docstring)."""
     if isinstance(node, list):
         return [_structural(item, defs, seen) for item in node]

@@ -210,7 +210,7 @@ def guaranteed_labels(selector: Any) -> set[str]:
     return keys
 
 
-def _run_policy_warnings(
+def _run_policy_warnings(  # noqa: C901
     doc: SourceDocument, gpu: str, platform: PlatformAt | None
 ) -> Iterator[PolicyIssue]:
     selector = doc.get(*_SELECTOR)

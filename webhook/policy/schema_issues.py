@@ -60,7 +60,7 @@ def schema_issues(doc: SourceDocument) -> list[PolicyIssue]:
     return list(dict.fromkeys(issues))  # one missing key can be reported by several branches
 
 
-def _translate(error: ValidationError, doc: SourceDocument) -> list[PolicyIssue]:
+def _translate(error: ValidationError, doc: SourceDocument) -> list[PolicyIssue]:  # noqa: C901
     path: Path_ = tuple(error.absolute_path)
     keyword = error.validator
     schema = error.schema if isinstance(error.schema, dict) else {}

@@ -71,7 +71,7 @@ class Runguard:
     reads: shells.Reads | None = None
 
 
-def create_app(config: Mapping[str, Any] | None = None) -> Flask:
+def create_app(config: Mapping[str, Any] | None = None) -> Flask:  # noqa: C901
     """The runguard WSGI application.
 
     ``config``: settings by name (``webhook.serving.settings.SETTINGS``: ``policy_dir``,

@@ -225,7 +225,7 @@ def _api(source: str) -> Any:
     return client.CustomObjectsApi(client.ApiClient())
 
 
-def run(directory: Path, source: str, parent: int) -> int:
+def run(directory: Path, source: str, parent: int) -> int:  # noqa: C901
     from kubernetes import client, watch
     from kubernetes.client.exceptions import ApiException
 
