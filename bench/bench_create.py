@@ -572,7 +572,7 @@ def vap_documents(full: Policy, namespaces: Sequence[str] = (NS["vap"],)) -> lis
     earlier_policies = ordered[: ordered.index(policy)]
     selector = policy.selector.to_dict()
     conditions = []
-    for earlier in earlier_policies:  # tried first by name (SPEC section 1): not ours
+    for earlier in earlier_policies:  # tried first by name (docs/policy-reference.md): not ours
         expression = selector_expression(earlier.selector, "object.metadata.?labels.orValue({})")
         if expression is not None:
             conditions.append({"name": f"not-{earlier.name}", "expression": f"!({expression})"})

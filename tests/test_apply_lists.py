@@ -1,4 +1,5 @@
-"""``runguard apply`` reads lists item by item, as kubectl does (SPEC section 6, offline parity)."""
+"""``runguard apply`` reads lists item by item, as kubectl does (docs/dev/guarantees.md, "Every
+admitted object")."""
 
 from __future__ import annotations
 

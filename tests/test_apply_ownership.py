@@ -1,5 +1,6 @@
 """``runguard apply --cluster-state FILE --as USER [--as-group G]``: ownership decided
-offline exactly as online, from the objects and the requester given (SPEC section 7)."""
+offline exactly as online, from the objects and the requester given (docs/dev/guarantees.md,
+"Ownership")."""
 
 from __future__ import annotations
 

@@ -236,7 +236,8 @@ def test_a_platform_claim_cannot_be_cloned_by_a_claim_or_a_claim_template() -> N
 
     Why it matters: the engine denies exactly this clone through an ephemeral volume
     (``test_a_platform_claim_cloned_by_an_ephemeral_volume_is_denied``) and through a run's
-    claim templates (SPEC section 6); a plain PVC is the same door, open.
+    claim templates (docs/dev/guarantees.md, "Every admitted object"); a plain PVC is the same door,
+    open.
 
     Fix: route PVC CREATE whose ``dataSource``/``dataSourceRef`` names a platform claim
     (and VolumeSnapshots of one), and pod controllers whose ``volumeClaimTemplates`` do;

@@ -349,8 +349,8 @@ def test_argo_signals_the_step_pods_of_the_cores_workflow() -> None:
     identity: ``shell_judged``/``_platform_pod_for`` (rules/trust.py) refuse it
     ``ownership.debug`` (the ``_opener`` exemption needs the controller's Pod in the
     step's namespace). The errors are ignored by Argo: the step keeps running past its
-    deadline. SPEC section 8: "everything ... a platform operator does to the objects it
-    owns is allowed". Fix: an operator identity may open a shell into a Pod whose
+    deadline. docs/dev/guarantees.md, "Trust over time": "everything ... a platform operator does to
+    the objects it owns is allowed". Fix: an operator identity may open a shell into a Pod whose
     controller ownerReference is of one of its kinds (owner references of stamped
     objects cannot be rewritten)."""
     made = evaluate(workflow("wf-1"), SHIPPED, namespace="ml", context=Context(CORE))

@@ -124,8 +124,8 @@ def test_a_user_rewrites_the_cores_workflow_and_argo_runs_her_code_as_the_platfo
     operators also grant IPC_LOCK, their ConfigMaps and the V3IO node directories).
 
     Why it matters: ownership is decided at CREATE "and cannot be gained later" and "the
-    platform's objects keep running what the platform asked" (SPEC 8); for operators the
-    custom resource *is* the pod template.
+    platform's objects keep running what the platform asked" (docs/dev/guarantees.md, "Trust over
+    time"); for operators the custom resource *is* the pod template.
 
     Fix: extend ``check_platform_change`` to operator objects
     (``ownership.is_operator_object``): on UPDATE of an object recorded as the platform's,

@@ -84,9 +84,9 @@ def test_a_live_policy_edit_is_routed_before_it_is_relied_on(tmp_path: Path) -> 
     the old patterns: a user creates the platform's future secret first) and a new
     RunPolicy's Pods unrouted (objectSelector per RunPolicy).
 
-    Why it matters: "what the engine judges and what reaches it cannot drift" (SPEC 8,
-    every door by construction); with live objects the two now come from different
-    sources.
+    Why it matters: "what the engine judges and what reaches it cannot drift"
+    (docs/dev/guarantees.md, "Trust over time", every door by construction); with live objects the
+    two now come from different sources.
 
     Closed: the policy watch renders the webhook configurations from the edited policy
     and compares them with the cluster's; an edit whose routing differs is held (its
@@ -112,7 +112,7 @@ def test_a_live_policy_edit_is_routed_before_it_is_relied_on(tmp_path: Path) -> 
     assert PLATFORM_RECORD not in stamped["metadata"]["annotations"]
     # Closed: the policy watch holds an edit that changes what the webhooks route until
     # the cluster's configurations route it, and serves the policy before it meanwhile.
-    from webhook.policy.mirror.watch import held_because, policy_routing
+    from webhook.watches.policy import held_because, policy_routing
 
     ns = manifests.DEFAULT_NAMESPACE
     before = policy_routing(DIGITALHUB, ns)

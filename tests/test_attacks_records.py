@@ -73,8 +73,8 @@ def test_a_users_edit_of_a_platform_deployment_grants_nothing() -> None:
     replicaset-controller's Pod is recorded platform and keeps the platform-wide secret,
     running alice's image.
 
-    Why it matters: SPEC section 8, "no later change grants it": alice gains the
-    platform's common credentials (stripped from any run of her own) by editing an object
+    Why it matters: docs/dev/guarantees.md, "Trust over time": "no later change grants it": alice
+    gains the platform's common credentials (stripped from any run of her own) by editing an object
     after its CREATE. Same for StatefulSets, DaemonSets, ReplicaSets and CronJobs (whose
     templates are mutable).
 

@@ -200,8 +200,8 @@ def test_a_template_carrying_the_policy_label_is_refused_not_relabelled() -> Non
     releases it (an orphan that keeps running, not deleted with the ReplicaSet) and
     creates another, forever, up to the namespace's quota.
 
-    Why it matters: SPEC section 8, "controllers keep working"; an unbounded,
-    self-sustaining Pod flood (and orphans outside any owner) from one object.
+    Why it matters: docs/dev/guarantees.md, "Trust over time": "controllers keep working"; an
+    unbounded, self-sustaining Pod flood (and orphans outside any owner) from one object.
 
     Fix: ``/validate`` denies (``scope.labels``) a pod controller whose selector or
     template labels carry ``runguard.io/policy`` with a value other than the one its

@@ -101,8 +101,8 @@ def test_under_the_mlrun_examples_warn_a_user_runs_as_the_mpi_operator() -> None
 
     Why it matters: the commit that protected the operators' accounts (004d492) names
     exactly this chain for MLRun CE, but the MLRun policy it ships does not enforce it;
-    SPEC 1 says Warn turns denials into warnings, so the engine is per spec, the shipped
-    example is not safe as shipped.
+    docs/policy-reference.md says Warn turns denials into warnings, so the engine is per spec, the
+    shipped example is not safe as shipped.
 
     Fix: ``ownership.*`` trust violations that mutation cannot repair
     (``service-account``, ``debug``, ``changed``, ``owner-changed``, ``stamp``) deny
@@ -197,10 +197,10 @@ HELM = Requester("helm", ("system:masters",))  # platform.installers' default gr
 
 
 def test_the_deployment_controller_can_record_a_rollout_of_an_installed_operator() -> None:
-    """SPEC 8, "controllers keep working". The deployment-controller records a rollout's
-    revision (``deployment.kubernetes.io/revision``) on the Deployment through
-    ``deployments/status``. For KubeRay's operator Deployment, created by the chart and
-    recorded "installer", that status update changes an annotation, so the status
+    """docs/dev/guarantees.md, "Trust over time": "controllers keep working". The
+    deployment-controller records a rollout's revision (``deployment.kubernetes.io/revision``) on
+    the Deployment through ``deployments/status``. For KubeRay's operator Deployment, created by the
+    chart and recorded "installer", that status update changes an annotation, so the status
     condition routes it (today's routing), and /validate refuses it as ``ownership.stamp``
     ("an existing object cannot become a run or use the platform's objects by an
     update"): ``_outside_selector`` calls ``check_stamp`` because the template names a

@@ -1,5 +1,6 @@
-"""The cluster must have what runguard writes (SPEC section 7): a profile's priority or
-runtime class the cluster lacks is never set, or the apiserver would refuse every run."""
+"""The cluster must have what runguard writes (docs/dev/guarantees.md, "Ownership"): a profile's
+priority or runtime class the cluster lacks is never set, or the apiserver would refuse every
+run."""
 
 from __future__ import annotations
 

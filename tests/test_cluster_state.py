@@ -175,7 +175,8 @@ def test_static_state_answers_lookups(cluster: StaticClusterState) -> None:
     assert cluster.has_runtime_class("nvidia") and not cluster.has_runtime_class("high")
     assert cluster.by_uid("nope") is None and cluster.by_uid("") is None
     assert cluster.get("Pod", "ml", "x") is None
-    # a fixed state is complete: any kind it holds nothing of has nothing (SPEC section 8)
+    # a fixed state is complete: any kind it holds nothing of has nothing (docs/dev/guarantees.md,
+    # "Trust over time")
     assert all(cluster.synced(kind) for kind in (*KINDS, "Pod", "Workflow"))
     stats = cluster.stats()
     assert stats["ReplicaSet"].objects == 1 and stats["ReplicaSet"].synced

@@ -1,4 +1,4 @@
-"""Every door, from the Kubernetes API schema (SPEC section 8).
+"""Every door, from the Kubernetes API schema (docs/dev/guarantees.md, "Trust over time").
 
 The schema is the ``kubernetes`` client's models (the newest supported release: the
 client is generated from the apiserver's OpenAPI document, ``requirements.lock`` pins

@@ -171,8 +171,9 @@ def test_mutation_is_idempotent(pod: dict[str, Any], policy: Any) -> None:
 @given(pod=pods())
 def test_after_mutation_only_unfixable_violations_remain(pod: dict[str, Any]) -> None:
     mutated = mutate(pod, PLATFORM).object
-    # A run's total above a maximum is denied, never clamped (SPEC section 6): clamping is
-    # per container, and there is no fair way to split a total the user sized.
+    # A run's total above a maximum is denied, never clamped (docs/dev/guarantees.md, "Every
+    # admitted object"): clamping is per container, and there is no fair way to split a total the
+    # user sized.
     rules = {
         v.rule
         for v in validate(mutated, PLATFORM).violations
@@ -186,8 +187,9 @@ def test_after_mutation_only_unfixable_violations_remain(pod: dict[str, Any]) ->
 def test_validation_allows_only_what_mutation_would_leave_unchanged(
     pod: dict[str, Any], policy: Any
 ) -> None:
-    """The two webhooks tied together (SPEC section 6): a Pod validation allows on CREATE
-    is one mutation would not change, so skipping /mutate gains nothing."""
+    """The two webhooks tied together (docs/dev/guarantees.md, "Every admitted object"): a Pod
+    validation allows on CREATE is one mutation would not change, so skipping /mutate gains
+    nothing."""
     if validate(pod, policy).allowed and policy.enforcement == "Deny":
         assert mutate(pod, policy).patch == []
 

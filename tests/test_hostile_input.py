@@ -19,8 +19,8 @@ import pytest
 
 from webhook.cli import main
 from webhook.inputs.documents import InputError, parse_objects
+from webhook.inputs.limits import MAX_ALIAS_VALUES, MAX_DEPTH, OBJECT_FILES, POLICY_FILES
 from webhook.policy.loader import read_policy
-from webhook.serving.inputlimits import MAX_ALIAS_VALUES, MAX_DEPTH, OBJECT_FILES, POLICY_FILES
 
 REPO = Path(__file__).resolve().parents[1]
 POLICY = str(REPO / "policies")

@@ -1,4 +1,5 @@
-"""SPEC section 4 through a real ``runguard serve``: gunicorn, TLS, real HTTP."""
+"""The HTTP contract (docs/dev/server.md, "Endpoints") through a real ``runguard serve``: gunicorn,
+TLS, real HTTP."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Hot reload of the policy and the certificate, while requests flow (SPEC section 4)."""
+"""Hot reload of the policy and the certificate, while requests flow (docs/dev/server.md,
+"Endpoints")."""
 
 from __future__ import annotations
 

@@ -122,7 +122,8 @@ RUN_TEMPLATE_CONDITION = {
 
 
 # Controllers: the template is a run's, or was before the update, or the object carries
-# runguard's records (SPEC section 8: an object cannot leave runguard's sight).
+# runguard's records (docs/dev/guarantees.md, "Trust over time": an object cannot leave runguard's
+# sight).
 RECORDS = (
     "object.?metadata.?annotations[?'runguard.io/requested-by'].hasValue()"
     " || object.?metadata.?annotations[?'runguard.io/platform'].hasValue()"
@@ -391,9 +392,9 @@ RUN_CONTROLLERS: set[Route] = {
     *((VALIDATING, "validate-controllers.runguard.io", g, r, op)
       for g, r in CONTROLLERS for op in ("CREATE", "UPDATE")),
 }  # fmt: skip
-# Pods outside every selector that carry runguard's records (SPEC section 8: only runguard
-# writes them, so it sees every object carrying one), or with ownership on name the
-# platform's objects: stamped at CREATE, records kept on UPDATE, judged on both.
+# Pods outside every selector that carry runguard's records (docs/dev/guarantees.md, "Trust over
+# time": only runguard writes them, so it sees every object carrying one), or with ownership on name
+# the platform's objects: stamped at CREATE, records kept on UPDATE, judged on both.
 OTHER_PODS: set[Route] = {
     *((MUTATING, "mutate-references.runguard.io", "", r, op)
       for r in ("pods", "pods/status") for op in ("CREATE", "UPDATE")),
@@ -776,7 +777,8 @@ REFERENCES: dict[str, dict[str, Any]] = {
     "ephemeral container": {"containers": [{"name": "c"}], "ephemeralContainers": [
         {"name": "debug", "envFrom": [{"secretRef": {"name": "sec-db-r1"}}]}]},
     "imagePullSecrets": {"imagePullSecrets": [{"name": "team"}, {"name": "registry.pull"}]},
-    # the volume types that name a secret of their own (SPEC section 8, "every door")
+    # the volume types that name a secret of their own (docs/dev/guarantees.md, "Trust over time",
+    # "every door")
     **{f"{vtype} {key}": {"volumes": [{"name": "v", vtype: {key: {"name": "sec-db-r1"}}}]}
        for vtype, key in (("csi", "nodePublishSecretRef"), ("flexVolume", "secretRef"),
                           ("cephfs", "secretRef"), ("rbd", "secretRef"), ("iscsi", "secretRef"),

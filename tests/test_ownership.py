@@ -1,4 +1,5 @@
-"""Ownership (SPEC section 7): the platform's volumes and secrets only for the platform's runs.
+"""Ownership (docs/dev/guarantees.md, "Ownership"): the platform's volumes and secrets only for the
+platform's runs.
 
 Each test is one of the attacks a user with kubectl has, or the platform's legitimate path,
 judged by the engine with a requester and a cluster state (objects' metadata by uid)."""
@@ -206,7 +207,8 @@ def test_an_unlabelled_copy_of_a_run_is_denied() -> None:
     assert not decision.allowed
     assert {v.rule for v in decision.violations} == {"ownership.not-a-run"}
     assert evaluate(copy_, POLICY, context=Context(CORE, State([]))).allowed
-    # at /validate without /mutate's stamp, the copy is also a bypass (SPEC section 8)
+    # at /validate without /mutate's stamp, the copy is also a bypass (docs/dev/guarantees.md,
+    # "Trust over time")
     decision = validate(copy_, POLICY, context=Context(ALICE, State([])))
     assert {v.rule for v in decision.violations} == {"ownership.not-a-run", "ownership.stamp"}
     plain = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web", "namespace": "ml"}}
@@ -282,8 +284,9 @@ def test_a_controller_may_update_the_pod_it_created_outside_the_selector() -> No
 
 
 def test_every_platform_name_is_reserved_installation_wide_ones_for_installers_too() -> None:
-    """A user cannot squat the platform-wide secret before the chart creates it (SPEC 8);
-    the admin's chart (``platform.installers``, default group system:masters) can."""
+    """A user cannot squat the platform-wide secret before the chart creates it
+    (docs/dev/guarantees.md, "Trust over time"); the admin's chart (``platform.installers``, default
+    group system:masters) can."""
     from webhook.engine.rules.ownership import platform_named, reserved_name
     from webhook.engine.rules.reserved import check_reserved_name
 

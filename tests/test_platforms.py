@@ -245,7 +245,8 @@ def platform_user(policy: Policy) -> str:
 def contexts(
     obj: dict[str, Any], pod: dict[str, Any], expect: dict[str, Any], policy: Policy
 ) -> tuple[Context, Context]:
-    """Who creates the object and its Pod, and the cluster they see (SPEC section 7).
+    """Who creates the object and its Pod, and the cluster they see (docs/dev/guarantees.md,
+    "Ownership").
 
     By default the platform's first identity creates the object; a controller's Pod comes
     from the kube-controller-manager's controller, owned (by uid, in the cluster state)
@@ -265,8 +266,9 @@ def contexts(
         ctx = Context(Requester(user), state)
         return ctx, ctx
     controller, chain = OWNER_CHAINS[obj["kind"]]
-    # As runguard recorded them when each was created (SPEC section 8): who asked, whether
-    # that was the platform (the chain's top, created by ``user``), the RunPolicy.
+    # As runguard recorded them when each was created (docs/dev/guarantees.md, "Trust over time"):
+    # who asked, whether that was the platform (the chain's top, created by ``user``), the
+    # RunPolicy.
     requester = Requester(user)
     governing = policy.choose(
         template_of(obj)["metadata"].get("labels") or {},

@@ -1,4 +1,5 @@
-"""The Pod Security Standards guarantee (SPEC section 6), as properties on generated Pods.
+"""The Pod Security Standards guarantee (docs/dev/guarantees.md, "Every admitted object"), as
+properties on generated Pods.
 
 ``upstream_failures`` is an oracle written for this test from the upstream checks, not
 from runguard's code: a port of ``k8s.io/pod-security-admission`` v0.36.2 (Kubernetes

@@ -323,7 +323,7 @@ def test_no_run_policy(pol: Path) -> None:
 
 
 def test_two_run_policies_with_one_name_report_both(pol: Path) -> None:
-    """Several RunPolicies are tried in name order (SPEC section 1): names must differ."""
+    """Several RunPolicies are tried in name order (docs/policy-reference.md): names must differ."""
     valid(pol)
     write(pol, "other.yaml", RUN_POLICY)
     assert errors_of() == [

@@ -14,9 +14,9 @@ import yaml
 
 from webhook.policy.crd import MIRRORED, PLURALS, document_of, policy_crds
 from webhook.policy.mirror.objects import check_object, conditions, mirror, object_files
-from webhook.policy.mirror.watch import Mirror, status_updates
 from webhook.policy.schema import policy_schema
 from webhook.serving.app import create_app
+from webhook.watches.policy import Mirror, status_updates
 
 POLICIES = Path(__file__).parent.parent / "policies"
 STRUCTURAL = ("type", "x-kubernetes-int-or-string", "x-kubernetes-preserve-unknown-fields")
@@ -309,7 +309,7 @@ def loaded_policy(docs: list[dict[str, Any]], tmp_path: Path) -> Any:
 
 
 def test_routing_is_what_the_apiserver_compares(tmp_path: Path) -> None:
-    from webhook.policy.mirror.watch import policy_routing
+    from webhook.watches.policy import policy_routing
 
     shipped_policy = loaded_policy(shipped(), tmp_path)
     edited = loaded_policy(with_an_operator(shipped()), tmp_path)
@@ -324,7 +324,7 @@ def test_routing_is_what_the_apiserver_compares(tmp_path: Path) -> None:
 
 
 def test_a_routing_edit_is_held_until_the_webhooks_route_it(tmp_path: Path) -> None:
-    from webhook.policy.mirror.watch import policy_routing
+    from webhook.watches.policy import policy_routing
 
     served_dir = tmp_path / "served"
     served_dir.mkdir()

@@ -6,6 +6,8 @@ objects' admission check and in the engine (``profile.project-invalid``)."""
 from __future__ import annotations
 
 import json
+import re
+import textwrap
 import threading
 from pathlib import Path
 from typing import Any
@@ -392,3 +394,95 @@ def test_explain_lists_the_projects_own_profiles_first_where_they_shadow(policy:
     assert choices["huge"].usable is False
     theirs = {c.name for c in profile_choices(policy, CLUSTER, "team-b")}
     assert theirs == {"a100", "small", "tiny"}
+
+
+# --- what a project admin and her team read ---------------------------------------------
+
+
+def test_explain_says_a_run_got_its_projects_own_profile(policy: Policy) -> None:
+    """The engine names a project's profile ``team-a/2xt4-small``; explain's text says the
+    run got the profile it named, as its JSON does, never "unknown, the default used"."""
+    from webhook.audit.explain import explain, to_text
+
+    found = explain(run("team-a", "2xt4-small"), policy, namespace="team-a", context=CLUSTER)
+    assert found.to_dict()["profile"]["applied"] == "team-a/2xt4-small"
+    (line,) = [line for line in to_text(found).splitlines() if line.startswith("  profile:")]
+    assert line == (
+        "  profile:    2xt4-small (named by the label dhcore/template; "
+        "project team-a's own ProjectProfile)"
+    )
+
+
+def test_explain_lists_a_project_profile_beyond_the_run_policy_as_refused(policy: Policy) -> None:
+    """Not under "kept to other namespaces" (it is this namespace's own): refused, with why."""
+    from webhook.audit.explain import explain, to_text
+
+    big = project_profile("team-a", "huge", resources={"requests": {"memory": "512Gi"}})
+    broken = project_profile("team-a", "broken", resources={"requests": {"cpu": "lots"}})
+    context = cluster(T4_SMALL, big, broken)
+    found = explain(run("team-a", "small"), policy, namespace="team-a", context=context)
+    text = to_text(found)
+    assert "kept to other namespaces" not in text
+    assert text.endswith(
+        "  this project's own, refused by the RunPolicy (a run naming one is denied):\n"
+        '    broken: does not load: spec.resources.requests.cpu: "lots" is not a quantity\n'
+        '    huge: beyond the RunPolicy: spec.resources.requests.memory: "512Gi" is above the '
+        'maximum "64Gi"'
+    )
+    choices = {c["name"]: c for c in found.to_dict()["profiles"]}
+    assert choices["huge"]["usable"] is False and choices["huge"]["refused"].startswith("beyond")
+    # a profile of another namespace's scope is still "kept to other namespaces"
+    elsewhere = explain(run("team-b", "small"), policy, namespace="team-b", context=context)
+    assert "  kept to other namespaces: a100" in to_text(elsewhere)
+
+
+@pytest.mark.parametrize(
+    "requests",
+    ["cpu: lots", 'cpu: {min: "1", max: "4"}'],
+    ids=["not a quantity", "a range without its default"],
+)
+def test_a_malformed_project_profile_is_reported_as_lint_reports_it(
+    tmp_path: Path, policy: Policy, requests: str
+) -> None:
+    """The engine's refusal names the key as lint does, never the validator's internals
+    (``cpu.function-after[check(), any]``)."""
+    directory = write_policy(tmp_path)
+    document = f"""\
+        apiVersion: runguard.io/v1
+        kind: ProjectProfile
+        metadata: {{name: bad, namespace: team-a}}
+        spec:
+          resources:
+            requests:
+              {requests}
+        """
+    write(directory, "bad.yaml", document)
+    (error,) = lint(directory).errors
+    linted = str(error).split(": ", 1)[1]  # after file:line
+    assert linted.startswith("spec.resources.requests.cpu")
+    profile = yaml.safe_load(textwrap.dedent(document))
+    profile["metadata"]["uid"] = "uid-bad"
+    decision = evaluate(run("team-a", "bad"), policy, namespace="team-a", context=cluster(profile))
+    (violation,) = [v for v in decision.violations if v.rule == PROFILE_PROJECT_INVALID]
+    assert violation.message.endswith(f"it does not load: {linted}"), violation.message
+    assert "function-after" not in violation.message
+
+
+def test_the_docs_say_the_rule_a_run_naming_another_projects_profile_gets(
+    policy: Policy,
+) -> None:
+    """A team-b run naming team-a's own profile: the engine's rule id is what every doc a
+    user reads for that refusal says (never ``profile.not-allowed`` in one and
+    ``profile.unknown`` in another)."""
+    decision = evaluate(run("team-b", "2xt4-small"), policy, namespace="team-b", context=CLUSTER)
+    (violation,) = decision.violations
+    assert violation.message.startswith("profile '2xt4-small' does not exist (known: ")
+    said = {}
+    for doc in ("profiles.md", "project-profiles.md", "rules.md"):
+        text = (REPO / "docs" / doc).read_text(encoding="utf-8")
+        (paragraph,) = [p for p in re.split(r"\n\n|\n\|", text) if "exist outside" in p]
+        said[doc] = set(re.findall(r"`(profile\.[a-z-]+)`", paragraph.split("(`profile.not")[0]))
+    assert said == dict.fromkeys(said, {violation.rule}), said
+    for doc in ("profiles.md", "project-profiles.md"):  # the example is the engine's words
+        text = " ".join((REPO / "docs" / doc).read_text(encoding="utf-8").split())
+        assert "profile '2xt4-small' does not exist (known: " in text

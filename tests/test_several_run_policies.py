@@ -1,4 +1,4 @@
-"""Several RunPolicies (SPEC section 1): a Pod is judged by the first, by name, whose
+"""Several RunPolicies (docs/policy-reference.md): a Pod is judged by the first, by name, whose
 selector matches it; one for runs and a laxer one for the platform's image builds."""
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """The shape of the package: no import circles (``webhook/``, ``bench/`` and the tests'
-harness), modules of a readable size (every module of ``webhook/`` at most 500 lines, a
-serving module at most 400: no list of exceptions, no docstring that excuses one),
-settings declared once, an engine that loads no I/O layer, and tests that import nothing
-of ``bench/``."""
+harness), layers that hold (a table of which package of ``webhook/`` imports which),
+modules of a readable size (every module of ``webhook/`` at most 500 lines, a serving
+module at most 400: no list of exceptions, no docstring that excuses one), no function
+over cyclomatic complexity 20 but the older ones marked, settings declared once, an
+engine that loads no I/O layer, and tests that import nothing of ``bench/``."""
 
 from __future__ import annotations
 
@@ -214,6 +215,63 @@ def test_no_webhook_module_over_500_lines() -> None:
     assert not too_long, f"split by concern: {too_long}"
 
 
+MAX_COMPLEXITY = 20  # cyclomatic, per function of webhook/
+BRANCHES = (ast.If, ast.IfExp, ast.For, ast.AsyncFor, ast.While, ast.ExceptHandler, ast.match_case)
+FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
+
+
+def complexity(function: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
+    """Cyclomatic complexity of ``function``, its nested functions and classes apart:
+    1, plus one per branch, loop, handler and case, per comprehension and each of its
+    conditions, and per extra operand of ``and`` / ``or``. Stricter than ruff's C901
+    (which counts no boolean operand): both hold the bound of 20."""
+    count, todo = 1, list(ast.iter_child_nodes(function))
+    while todo:
+        node = todo.pop()
+        if isinstance(node, (*FUNCTIONS, ast.ClassDef)):
+            continue  # measured on its own
+        if isinstance(node, BRANCHES):
+            count += 1
+        elif isinstance(node, ast.comprehension):
+            count += 1 + len(node.ifs)
+        elif isinstance(node, ast.BoolOp):
+            count += len(node.values) - 1
+        todo.extend(ast.iter_child_nodes(node))
+    return count
+
+
+def too_complex(source: str, name: str) -> Iterator[str]:
+    """Each function of ``source`` over ``MAX_COMPLEXITY`` whose ``def`` line does not
+    carry ``# noqa: C901`` (an offender older than the bound, to be split)."""
+    lines = source.splitlines()
+    for node in ast.walk(ast.parse(source, name)):
+        if isinstance(node, FUNCTIONS) and (measured := complexity(node)) > MAX_COMPLEXITY:
+            if "# noqa: C901" not in lines[node.lineno - 1]:
+                yield f"{name}:{node.lineno} {node.name}: {measured}"
+
+
+def test_no_function_of_webhook_over_complexity_20() -> None:
+    """A ratchet: no new function over the bound (split it: a table, or steps); the
+    older ones are marked ``# noqa: C901``, and lose the mark when they are split."""
+    found = [
+        hit
+        for name, path in package_modules().items()
+        for hit in too_complex(path.read_text(encoding="utf-8"), name)
+    ]
+    assert not found, found
+
+
+def test_the_complexity_measure_counts_branches_and_operands() -> None:
+    branches = "\n".join(f"    if x == {i} and y:\n        return {i}" for i in range(10))
+    source = f"def f(x, y):\n{branches}\n    return [z for z in y if z]\n"
+    function = ast.parse(source).body[0]
+    assert isinstance(function, ast.FunctionDef)
+    assert complexity(function) == 1 + 10 * 2 + 2
+    assert list(too_complex(source, "m")) == ["m:1 f: 23"]
+    marked = source.replace("(x, y):", "(x, y):  # noqa: C901", 1)
+    assert list(too_complex(marked, "m")) == []
+
+
 def test_every_serve_setting_is_declared_once() -> None:
     fields = [field.name for field in dataclasses.fields(ServeSettings)]
     assert [setting.name for setting in SETTINGS] == fields
@@ -268,19 +326,106 @@ def test_every_runguard_key_is_declared_once() -> None:
 IO_LAYERS = ("kubernetes", "jsonschema", "requests", "urllib3", "flask")
 
 
-def test_the_engine_imports_no_io_layer() -> None:
+def modules_loaded_by(*imports: str) -> set[str]:
+    """Every module a fresh interpreter holds after importing ``imports``."""
     probe = (
-        "import json, sys\n"
-        "import webhook.engine\n"
-        "print(json.dumps(sorted({name.partition('.')[0] for name in sys.modules})))\n"
+        f"import json, sys\nimport {', '.join(imports)}\nprint(json.dumps(sorted(sys.modules)))\n"
     )
     done = subprocess.run(
         [sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, timeout=60
     )
     assert done.returncode == 0, done.stderr
-    loaded = set(json.loads(done.stdout))
+    return set(json.loads(done.stdout))
+
+
+def test_the_engine_imports_no_io_layer() -> None:
+    loaded = {name.partition(".")[0] for name in modules_loaded_by("webhook.engine")}
     assert "webhook" in loaded and "pydantic" in loaded  # the probe saw the import
     assert not loaded & set(IO_LAYERS), sorted(loaded & set(IO_LAYERS))
+
+
+# Which of ``webhook``'s packages each may import (its own modules aside): the lower
+# layers (inputs, policy, clusterstate, engine) never reach up into the server, the
+# installer, the audit or the CLI; the watch processes' programs (``watches``) sit above
+# what they drive. A top-level module (``keys``) is a package of its own here.
+LOWER = frozenset({"inputs", "keys", "policy", "clusterstate"})
+LAYERS: dict[str, frozenset[str]] = {
+    "webhook": frozenset(),
+    "keys": frozenset(),
+    "inputs": frozenset(),
+    "policy": frozenset({"inputs", "keys", "clusterstate"}),
+    "clusterstate": frozenset({"inputs", "keys", "policy"}),
+    "engine": LOWER,
+    "install": LOWER | {"engine"},
+    "audit": LOWER | {"engine", "install"},
+    "serving": LOWER | {"engine"},
+    "watches": LOWER | {"install", "serving"},
+    "cli": LOWER | {"engine", "install", "audit", "serving", "watches"},
+    "__main__": frozenset({"cli"}),
+}
+UPPER = ("serving", "install", "cli", "audit", "watches")
+
+
+def layer(module: str) -> str:
+    """The package of ``webhook`` a module belongs to (``webhook.engine.rules.x``: engine)."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
+
+
+def layer_breaches(graph: dict[str, set[str]]) -> list[str]:
+    """Every import of ``graph``'s webhook modules that the table of layers does not allow."""
+    breaches = []
+    for name in sorted(graph):
+        if not name.startswith("webhook"):
+            continue
+        allowed = LAYERS.get(layer(name))
+        for target in sorted(graph[name]):
+            if target == "webhook" or layer(target) == layer(name):
+                continue  # the package itself (its version) is everyone's
+            if allowed is None or layer(target) not in allowed:
+                breaches.append(f"{name} -> {target}")
+    return breaches
+
+
+def test_every_package_of_webhook_has_its_layer() -> None:
+    packages = {layer(name) for name in package_modules()}
+    assert packages == set(LAYERS), sorted(packages ^ set(LAYERS))
+
+
+def test_the_layers_hold() -> None:
+    """The lower layers import nothing of the server, the installer, the audit or the
+    CLI; each package only what the table allows (imports in functions included)."""
+    breaches = layer_breaches(import_graph())
+    assert not breaches, breaches
+
+
+def test_the_layer_check_finds_a_breach() -> None:
+    graph = {
+        "webhook.inputs.documents": {"webhook.serving.settings", "webhook.inputs.quantity"},
+        "webhook.engine.review": {"webhook.policy.model", "webhook.keys"},
+        "webhook.policy.source": {"webhook.install.manifests"},
+        "webhook.cli.serve": {"webhook.serving.server"},
+    }
+    assert layer_breaches(graph) == [
+        "webhook.inputs.documents -> webhook.serving.settings",
+        "webhook.policy.source -> webhook.install.manifests",
+    ]
+
+
+def test_importing_a_lower_layer_loads_no_upper_one() -> None:
+    """``import webhook.engine`` (and the policy, the inputs, the cluster state) loads
+    none of the server, the installer, the audit, the CLI or the watch programs."""
+    loaded = modules_loaded_by(
+        "webhook.engine",
+        "webhook.policy.source",
+        "webhook.policy.mirror.process",
+        "webhook.inputs.limits",
+        "webhook.inputs.kubeconfig",
+        "webhook.clusterstate.watch",
+    )
+    assert "webhook.engine.review" in loaded and "webhook.inputs.limits" in loaded
+    upper = sorted(name for name in loaded if name.startswith("webhook.") and layer(name) in UPPER)
+    assert not upper, upper
 
 
 def _targets(node: ast.Assign | ast.AugAssign) -> list[ast.expr]:

@@ -1,4 +1,5 @@
-"""Trust that survives time and every door (SPEC section 8), against the shipped policies.
+"""Trust that survives time and every door (docs/dev/guarantees.md, "Trust over time"), against the
+shipped policies.
 
 Each test is an attack chain a user with kubectl create/update rights in a run namespace
 has (each succeeded on 474493f), or a controller's legitimate path that must keep working,

@@ -124,7 +124,7 @@ requirement(e) if {
 	not labels[e.key] in e.values
 }
 
-# --- ownership (SPEC section 7) ---------------------------------------------------------
+# --- ownership (docs/dev/guarantees.md, "Ownership") --------------------------
 
 identity(p) if {
 	some i in p.platform.identities

@@ -1,6 +1,6 @@
 """What the e2e scenarios submit and how they read the answers.
 
-The session policy (``session_policy()``) is the SPEC's platform policy from
+The session policy (``session_policy()``) is the platform policy from
 ``tests/cases/_policies/platform`` with the shipped selector (``dhcore/run`` must
 exist) and one more excluded namespace. The objects are built as dicts, the way a
 user writes them; the same dict goes to ``kubectl apply`` (as JSON) and to the Python
@@ -39,7 +39,8 @@ T = TypeVar("T")
 def session_policy() -> list[JSON]:
     """The platform policy, also excluding EXCLUDED_NAMESPACE."""
     documents = list(yaml.safe_load_all(PLATFORM_POLICY.read_text()))
-    # Maximums hold per run (SPEC section 6): the GPU profile leaves room for a sidecar.
+    # Maximums hold per run (docs/dev/guarantees.md, "Every admitted object"): the GPU profile
+    # leaves room for a sidecar.
     for doc in documents:
         if doc["kind"] == "Profile" and doc["metadata"]["name"] == "1xa100":
             doc["spec"]["resources"]["limits"]["memory"] = "48Gi"

@@ -358,7 +358,7 @@ def _watch_processes(under: int | None = None) -> dict[int, list[str]]:
                 argv = (entry / "cmdline").read_bytes().decode().split("\0")
             except OSError:
                 continue
-            if "webhook.clusterstate.watch" in argv:
+            if "webhook.watches.clusterstate" in argv:
                 if under is None or _descends_from(int(entry.name), under):
                     found[int(entry.name)] = argv
     return found

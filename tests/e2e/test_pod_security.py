@@ -1,4 +1,5 @@
-"""runguard against the real PodSecurity admission plugin (SPEC section 6).
+"""runguard against the real PodSecurity admission plugin (docs/dev/guarantees.md, "Every admitted
+object").
 
 Every run Pod runguard admits must also pass the apiserver's own PodSecurity check at
 ``restricted``. Two namespaces: the test's own (runguard only) and one labelled

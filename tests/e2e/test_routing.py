@@ -1,5 +1,5 @@
-"""Fail closed, narrowly (SPEC section 7), through the real apiserver: the webhook
-configurations ``runguard manifests`` renders for a policy that names its platform are
+"""Fail closed, narrowly (docs/dev/guarantees.md, "Ownership"), through the real apiserver: the
+webhook configurations ``runguard manifests`` renders for a policy that names its platform are
 accepted, and while runguard is stopped exactly what it judges fails (run Pods, run
 controllers, Pods outside the selector naming the platform's objects, objects created
 with a platform name) and everything else is created.

@@ -1,4 +1,5 @@
-"""SPEC section 8 through the real apiserver and controllers, with the shipped policies.
+"""Trust over time (docs/dev/guarantees.md) through the real apiserver and controllers, with the
+shipped policies.
 
 runguard serves ``policies/`` as shipped (two RunPolicies, ownership on, the platform's
 ServiceAccount ``digitalhub/core``) with its cluster state watch, registered as

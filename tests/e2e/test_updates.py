@@ -94,8 +94,8 @@ def test_a_pod_cannot_become_a_run_by_relabelling(
     cluster: Cluster, runguard: Webhook, namespace: str
 ) -> None:
     """Labels added later would make a Pod a run: a RunPolicy governs an object from its
-    CREATE (SPEC section 8), so create-then-label is refused outright (and the Pod, were
-    it judged as a run, has what runguard denies anyway)."""
+    CREATE (docs/dev/guarantees.md, "Trust over time"), so create-then-label is refused outright
+    (and the Pod, were it judged as a run, has what runguard denies anyway)."""
     rootful = pod("tool", {"app": "tool"}, hostNetwork=True)
     assert apply(cluster, namespace, rootful).returncode == 0
     done = cluster.kubectl(

@@ -77,8 +77,8 @@ def test_stopped_webhook_fails_closed_for_runs_then_recovers(
         # Pods that are not runs never reach runguard.
         plain = apply(cluster, namespace, pod("plain", {"app": "tool"}))
         assert plain.returncode == 0, plain.stderr
-        # Run controllers fail closed too (SPEC section 7): a run Job waits for runguard,
-        # a controller that is not a run does not.
+        # Run controllers fail closed too (docs/dev/guarantees.md, "Ownership"): a run Job waits for
+        # runguard, a controller that is not a run does not.
         job = apply(cluster, namespace, controller("Job", "job", noncompliant_run_pod("x")))
         assert job.returncode != 0
         assert 'failed calling webhook "mutate-controllers.runguard.io"' in job.stderr

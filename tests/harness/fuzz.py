@@ -31,8 +31,8 @@ import yaml
 from hypothesis import strategies as st
 
 from webhook.cli import main as runguard
+from webhook.inputs.limits import MAX_ALIAS_VALUES
 from webhook.policy.loader import read_policy
-from webhook.serving.inputlimits import MAX_ALIAS_VALUES
 
 from .inputs import REPO
 

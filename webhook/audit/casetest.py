@@ -32,8 +32,8 @@ from typing import Any
 
 from webhook.engine import Decision, evaluate, mutate, validate
 from webhook.inputs.documents import InputError, load_documents, read_objects, read_text
+from webhook.inputs.limits import CASE_FILES
 from webhook.policy.model import Policy
-from webhook.serving.inputlimits import CASE_FILES
 
 CASE_FILE = "case.yaml"
 EXPECT_KEYS = frozenset(
@@ -94,7 +94,7 @@ class _PolicyCache:
 _cache = _PolicyCache()
 
 
-def run_case(folder: Path, root: Path | None = None) -> CaseResult:
+def run_case(folder: Path, root: Path | None = None) -> CaseResult:  # noqa: C901
     """Run one case folder; every problem, including a broken case file, is a failure."""
     from webhook.policy.errors import PolicyError
 
@@ -179,7 +179,7 @@ def _expected_object(folder: Path, value: Any) -> Any:
     return value
 
 
-def check(decision: Decision, expect: Any, folder: Path) -> list[str]:
+def check(decision: Decision, expect: Any, folder: Path) -> list[str]:  # noqa: C901
     """Every way ``decision`` differs from ``expect``."""
     if not isinstance(expect, dict):
         raise CaseError("each expect entry must be a mapping")

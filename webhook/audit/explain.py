@@ -48,6 +48,9 @@ class ProfileChoice:
     scope: str  # "every namespace", or the selector in kubectl's syntax
     requests: dict[str, str]  # short resource name -> "4", or "8Gi..64Gi (default 16Gi)"
     limits: dict[str, str]
+    # Why the RunPolicy refuses it wherever it is named (a project's own profile that
+    # does not load or goes beyond the RunPolicy); "" when only its scope keeps it away.
+    refused: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -57,6 +60,7 @@ class ProfileChoice:
             "scope": self.scope,
             "requests": self.requests,
             "limits": self.limits,
+            "refused": self.refused,
         }
 
 
@@ -200,14 +204,20 @@ def _project_choices(policy: Policy, context: Context, namespace: str) -> list[P
     out = []
     for name in project_profile_names(context, namespace):
         spec = project_profile_spec(context, namespace, name)
+        scope = f"this project ({namespace})"
         try:
             profile = read_project_profile(spec or "", namespace, name, gpu)
-        except ProjectProfileError:
-            out.append(ProfileChoice(name, "(does not load)", False, "this project", {}, {}))
+        except ProjectProfileError as exc:
+            refused = f"does not load: {exc}"
+            out.append(ProfileChoice(name, "(does not load)", False, scope, {}, {}, refused))
             continue
-        usable = not beyond(profile, policy, namespace)
+        problems = [
+            f"spec.{'.'.join(map(str, at))}: {why}"
+            for at, why in beyond(profile, policy, namespace)
+        ]
+        refused = f"beyond the RunPolicy: {'; '.join(problems)}" if problems else ""
         choice = _choice(policy, profile, None)
-        out.append(replace(choice, usable=usable, scope=f"this project ({namespace})"))
+        out.append(replace(choice, usable=not problems, scope=scope, refused=refused))
     return out
 
 
@@ -308,6 +318,8 @@ def _profile_line(e: Explanation) -> str:
     }[e.asked_by or "default"]
     if e.profile is None:
         return f"{e.profile_asked} ({how}), not applied"
+    if e.profile == f"{e.namespace}/{e.profile_asked}":  # how the engine names a project's
+        return f"{e.profile_asked} ({how}; project {e.namespace}'s own ProjectProfile)"
     if e.profile != e.profile_asked:
         return f"{e.profile} instead of {e.profile_asked} ({how}; unknown, the default used)"
     return f"{e.profile} ({how})"
@@ -318,20 +330,13 @@ def _choices_text(e: Explanation) -> list[str]:
         return ["  profiles: the RunPolicy has none"]
     open_to = [c for c in e.choices if c.usable]
     unknown = [c for c in e.choices if c.usable is None]
-    closed = [c for c in e.choices if c.usable is False]
+    closed = [c for c in e.choices if c.usable is False and not c.refused]
+    refused = [c for c in e.choices if c.refused]
     lines = [
         f"  profiles namespace {e.namespace} may use "
         f"(label {e.profile_label}=NAME; requests, a range is min..max):"
     ]
-    rows = [("NAME", *(r.upper() for r in SHOWN), "DESCRIPTION")]
-    rows += [(c.name, *(c.requests.get(r, "-") for r in SHOWN), c.description) for c in open_to]
-    if len(rows) == 1:
-        lines.append("    none")
-    else:
-        widths = [max(len(row[i]) for row in rows) for i in range(len(SHOWN) + 1)]
-        for row in rows:
-            cells = "  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row[:-1]))
-            lines.append(f"    {cells}  {row[-1]}".rstrip())
+    lines += _choices_table(open_to)
     if unknown:
         lines.append(
             "  kept to some namespaces (the cluster view lacks this Namespace's labels to "
@@ -339,4 +344,21 @@ def _choices_text(e: Explanation) -> list[str]:
         )
     if closed:
         lines.append(f"  kept to other namespaces: {', '.join(c.name for c in closed)}")
+    if refused:
+        lines.append("  this project's own, refused by the RunPolicy (a run naming one is denied):")
+        lines += [f"    {c.name}: {c.refused}" for c in refused]
+    return lines
+
+
+def _choices_table(choices: list[ProfileChoice]) -> list[str]:
+    """The profiles a run may name, a row each: name, requests shown, description."""
+    rows = [("NAME", *(r.upper() for r in SHOWN), "DESCRIPTION")]
+    rows += [(c.name, *(c.requests.get(r, "-") for r in SHOWN), c.description) for c in choices]
+    if len(rows) == 1:
+        return ["    none"]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(SHOWN) + 1)]
+    lines = []
+    for row in rows:
+        cells = "  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row[:-1]))
+        lines.append(f"    {cells}  {row[-1]}".rstrip())
     return lines

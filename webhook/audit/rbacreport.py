@@ -297,7 +297,7 @@ class RbacReport:
         return self.findings if include_expected else self.unexpected()
 
 
-def rbac_report(
+def rbac_report(  # noqa: C901
     objects: Iterable[Any],
     platform: Platform,
     *,

@@ -78,7 +78,7 @@ class Verdict:
         }
 
 
-def compare(
+def compare(  # noqa: C901
     obj: Any, current: Policy, proposed: Policy, context: Context = NO_CONTEXT
 ) -> Verdict | None:
     """``obj``'s fate under ``proposed`` beside ``current``; None when neither policy

@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import tempfile
 import time
 from collections import Counter
 from typing import Any, TextIO
@@ -20,7 +19,6 @@ from typing import Any, TextIO
 from webhook.audit.clusteraudit import (
     LISTINGS,
     PAGE_SIZE,
-    AuditError,
     JsonRowsWriter,
     Page,
     TableWriter,
@@ -44,12 +42,10 @@ from webhook.cli.cluster import (
     REQUEST_TIMEOUT,
     SERVER_SIDE_APPLY,
     Progress,
-    config_reason,
-    connect,
+    Session,
     dump_reports,
-    failure_reason,
     kube_fetch,
-    policy_from_objects,
+    on_cluster,
     release,
     say,
 )
@@ -154,10 +150,6 @@ def _positive(text: str) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from kubernetes.client.exceptions import ApiException
-    from kubernetes.config.config_exception import ConfigException
-    from urllib3.exceptions import HTTPError
-
     from webhook.policy.lint import lint
 
     if args.rbac:
@@ -169,38 +161,30 @@ def run(args: argparse.Namespace) -> int:
     policy = None if args.policy_objects else load_policy_or_report(args.policy)
     if policy is None and not args.policy_objects:
         return EXIT_BAD_INPUT
-    doing = "list objects"
     now = time.time()
+
+    def work(session: Session) -> tuple[Outcome, dict[str, Any]]:
+        outcome = _audit(session.api_client, session.policy, args, now)
+        warnings = lint(session.directory).warnings
+        cluster_report = cluster_policy_report(session.policy, warnings, now=now)
+        if args.write:
+            session.doing = "write PolicyReports"
+            _write_reports(session.api_client, outcome.book, args.results_per_report)
+            session.doing = "write the ClusterPolicyReport"
+            _write_cluster_report(session.api_client, cluster_report)
+        return outcome, cluster_report
+
     try:
-        with connect(args) as api_client, tempfile.TemporaryDirectory() as scratch:
-            directory = args.policy
-            if args.policy_objects:
-                doing, directory = "read the policy objects", scratch
-                policy = policy_from_objects(api_client, scratch)
-                if policy is None:
-                    return EXIT_BAD_INPUT
-                doing = "list objects"
-            assert policy is not None
-            outcome = _audit(api_client, policy, args, now)
-            cluster_report = cluster_policy_report(policy, lint(directory).warnings, now=now)
-            if args.write:
-                doing = "write PolicyReports"
-                _write_reports(api_client, outcome.book, args.results_per_report)
-                doing = "write the ClusterPolicyReport"
-                _write_cluster_report(api_client, cluster_report)
+        done = on_cluster(args, "audit", work, policy=policy, doing="list objects")
+        if done is None:
+            return EXIT_BAD_INPUT
+        outcome, cluster_report = done
         if args.output == "policyreport":
             reports = outcome.book.reports(args.results_per_report)
             dump_reports([cluster_report, *reports], sys.stdout)
         sys.stdout.flush()
     except BrokenPipeError:  # stdout closed early (`| head`): nothing more to say
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return EXIT_BAD_INPUT
-    except ConfigException as exc:
-        print(f"runguard audit: cannot {doing}: {config_reason(exc)}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    except (ApiException, AuditError, HTTPError, OSError) as exc:
-        reason = failure_reason(exc, writing=doing != "list objects")
-        print(f"runguard audit: cannot {doing}: {reason}", file=sys.stderr)
         return EXIT_BAD_INPUT
     if args.write:
         return EXIT_OK

@@ -10,8 +10,8 @@ import argparse
 import json
 import os
 import sys
-import tempfile
 import time
+from collections.abc import Callable
 from typing import Any
 
 from webhook.audit.clusteraudit import AuditError
@@ -35,15 +35,14 @@ from webhook.cli import EXIT_BAD_INPUT, EXIT_DENIED, EXIT_OK, load_policy_or_rep
 from webhook.cli.cluster import (
     REQUEST_TIMEOUT,
     SERVER_SIDE_APPLY,
-    config_reason,
-    connect,
+    Session,
     dump_reports,
-    failure_reason,
-    policy_from_objects,
+    on_cluster,
     release,
     say,
 )
 from webhook.install.manifests import SHELLS_CONFIGURATION_NAME
+from webhook.policy.model import Policy
 
 # What --rbac lists (its ClusterRole: list on each): kind, API class, list call.
 RBAC_LISTS = (
@@ -57,14 +56,6 @@ RBAC_LISTS = (
 
 def run_rbac(args: argparse.Namespace) -> int:
     """``runguard audit --rbac``: read the objects (files or cluster), report, write."""
-    from kubernetes.client.exceptions import ApiException
-    from kubernetes.config.config_exception import ConfigException
-    from urllib3.exceptions import HTTPError
-
-    from webhook.clusterstate.model import ClusterStateError
-    from webhook.inputs.documents import InputError, read_objects
-    from webhook.serving.inputlimits import CLUSTER_STATE_FILES
-
     if args.output == "summary" or (args.cluster_state and (args.write or args.policy_objects)):
         print(
             "runguard audit: --rbac prints a table, json or policyreport; --write and "
@@ -75,47 +66,20 @@ def run_rbac(args: argparse.Namespace) -> int:
     policy = None if args.policy_objects else load_policy_or_report(args.policy)
     if policy is None and not args.policy_objects:
         return EXIT_BAD_INPUT
-    doing = "read the roles and bindings"
     try:
         if args.cluster_state:
-            objects = [o for f in args.cluster_state for o in read_objects(f, CLUSTER_STATE_FILES)]
-            shells = args.shells == "on" if args.shells else shells_webhook_installed(objects)
             assert policy is not None, "--policy-objects reads the cluster"
-            report = rbac_report(
-                objects, platform_of(policy), shells=shells, namespace=args.namespace
-            )
-            reports = _rbac_output(report, args)
+            report = _rbac_from_files(args, policy)
         else:
-            with connect(args) as api_client, tempfile.TemporaryDirectory() as scratch:
-                if args.policy_objects:
-                    doing = "read the policy objects"
-                    policy = policy_from_objects(api_client, scratch)
-                    if policy is None:
-                        return EXIT_BAD_INPUT
-                    doing = "read the roles and bindings"
-                assert policy is not None
-                objects = _rbac_objects(api_client)
-                shells = args.shells == "on" if args.shells else _shells_on(api_client)
-                report = rbac_report(
-                    objects, platform_of(policy), shells=shells, namespace=args.namespace
-                )
-                reports = _rbac_output(report, args)
-                if args.write:
-                    doing = "write PolicyReports"
-                    _write_rbac_reports(api_client, reports)
+            report = on_cluster(
+                args, "audit", _rbac_from_cluster(args), policy=policy,
+                doing="read the roles and bindings",
+            )  # fmt: skip
+        if report is None:
+            return EXIT_BAD_INPUT
         sys.stdout.flush()
     except BrokenPipeError:  # stdout closed early (`| head`): nothing more to say
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return EXIT_BAD_INPUT
-    except (InputError, ClusterStateError) as exc:
-        print(f"runguard audit: --cluster-state: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    except ConfigException as exc:
-        print(f"runguard audit: cannot {doing}: {config_reason(exc)}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    except (ApiException, AuditError, HTTPError, OSError) as exc:
-        reason = failure_reason(exc, writing=doing == "write PolicyReports")
-        print(f"runguard audit: cannot {doing}: {reason}", file=sys.stderr)
         return EXIT_BAD_INPUT
     found, shown = len(report.unexpected()), len(report.shown(args.include_expected))
     hidden = len(report.findings) - shown
@@ -128,6 +92,40 @@ def run_rbac(args: argparse.Namespace) -> int:
     if args.write:
         return EXIT_OK
     return EXIT_DENIED if found else EXIT_OK
+
+
+def _rbac_from_files(args: argparse.Namespace, policy: Policy) -> RbacReport | None:
+    """The report of ``--cluster-state``'s objects, printed (None: said why not)."""
+    from webhook.clusterstate.model import ClusterStateError
+    from webhook.inputs.documents import InputError, read_objects
+    from webhook.inputs.limits import CLUSTER_STATE_FILES
+
+    try:
+        objects = [o for f in args.cluster_state for o in read_objects(f, CLUSTER_STATE_FILES)]
+        shells = args.shells == "on" if args.shells else shells_webhook_installed(objects)
+        report = rbac_report(objects, platform_of(policy), shells=shells, namespace=args.namespace)
+    except (InputError, ClusterStateError) as exc:
+        print(f"runguard audit: --cluster-state: {exc}", file=sys.stderr)
+        return None
+    _rbac_output(report, args)
+    return report
+
+
+def _rbac_from_cluster(args: argparse.Namespace) -> Callable[[Session], RbacReport]:
+    """The report of the cluster's objects, printed, and written with ``--write``."""
+
+    def work(session: Session) -> RbacReport:
+        objects = _rbac_objects(session.api_client)
+        shells = args.shells == "on" if args.shells else _shells_on(session.api_client)
+        platform = platform_of(session.policy)
+        report = rbac_report(objects, platform, shells=shells, namespace=args.namespace)
+        reports = _rbac_output(report, args)
+        if args.write:
+            session.doing = "write PolicyReports"
+            _write_rbac_reports(session.api_client, reports)
+        return report
+
+    return work
 
 
 def _rbac_output(report: RbacReport, args: argparse.Namespace) -> list[dict[str, Any]]:

@@ -5,7 +5,8 @@ The ``kubernetes`` client's connection (``connect``), one list request per page 
 its body left undecoded (``kube_fetch``: raw JSON, ``_preload_content=False``, no
 typed-model round trip), the policy the cluster's RunPolicy, Platform and Profile objects make
 (``policy_from_objects``), and a failure in a line that says what to do
-(``failure_reason``, ``config_reason``); and what ``runguard audit`` and ``audit
+(``failure_reason``, ``config_reason``), all four in ``on_cluster``, the block every
+command that reads the cluster runs its work in; and what ``runguard audit`` and ``audit
 --rbac`` both write with: server-side apply as ``runguard-audit``, reports as YAML, a
 line on stderr under the progress line. The client is imported inside the functions:
 a command that never reaches the cluster never loads it.
@@ -17,15 +18,17 @@ import argparse
 import json
 import os
 import sys
+import tempfile
 import time
-from collections.abc import Iterable, Mapping
-from typing import Any, TextIO
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, TextIO, TypeVar
 
 from webhook.audit.clusteraudit import ContinueExpired, Fetch, Listing
 from webhook.audit.policyreport import REPORT_GROUP, REPORT_VERSION
 from webhook.cli import load_policy_or_report
 from webhook.policy.model import Policy
 
+T = TypeVar("T")
 REQUEST_TIMEOUT = (10, 300)  # seconds: to connect, then to read one page or one write
 
 
@@ -107,6 +110,63 @@ def policy_from_objects(api_client: Any, scratch: str) -> Policy | None:
     errors printed)."""
     mirror_policy_objects(api_client, scratch)
     return load_policy_or_report(scratch)
+
+
+class Session:
+    """One command's time on the cluster: the connection, the policy chosen (``-p``'s
+    files, or with ``--policy-objects`` the cluster's objects mirrored into
+    ``directory``), and the step under way, which an error message names."""
+
+    api_client: Any
+    policy: Policy
+    directory: str  # where the policy's files are: -p's, or the mirror's scratch
+
+    def __init__(self, doing: str) -> None:
+        self.doing = doing
+
+
+def on_cluster(
+    args: argparse.Namespace,
+    command: str,
+    work: Callable[[Session], T],
+    *,
+    policy: Policy | None = None,
+    doing: str = "connect",
+) -> T | None:
+    """Connect, choose the policy, run ``work`` (which sets ``session.doing`` as it goes):
+    its result, or None once a failure was said in one line, ``runguard COMMAND: cannot
+    DOING: REASON`` (a kubeconfig problem with where to put one, the apiserver's answer,
+    a missing report CRD when writing). ``policy``: ``-p``'s, loaded by the caller;
+    else read after connecting. A policy that does not load is None too, its errors
+    printed. A closed stdout (``BrokenPipeError``) is the caller's."""
+    from kubernetes.client.exceptions import ApiException
+    from kubernetes.config.config_exception import ConfigException
+    from urllib3.exceptions import HTTPError
+
+    from webhook.audit.clusteraudit import AuditError
+    from webhook.clusterstate.api import ApiError
+
+    session = Session(doing)
+    try:
+        with connect(args) as api_client, tempfile.TemporaryDirectory() as scratch:
+            session.api_client, session.directory = api_client, args.policy
+            if args.policy_objects:
+                session.doing, session.directory = "read the policy objects", scratch
+                chosen = policy_from_objects(api_client, scratch)
+            else:
+                chosen = policy if policy is not None else load_policy_or_report(args.policy)
+            if chosen is None:
+                return None
+            session.policy, session.doing = chosen, doing
+            return work(session)
+    except BrokenPipeError:
+        raise
+    except ConfigException as exc:
+        reason = config_reason(exc)
+    except (ApiException, ApiError, AuditError, HTTPError, OSError) as exc:
+        reason = failure_reason(exc, writing=session.doing.startswith("write"))
+    print(f"runguard {command}: cannot {session.doing}: {reason}", file=sys.stderr)
+    return None
 
 
 def release(response: Any) -> None:

@@ -7,15 +7,16 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from webhook.audit.explain import Explanation, explain, to_text
 from webhook.cli import EXIT_BAD_INPUT, EXIT_DENIED, EXIT_OK, load_policy_or_report
+from webhook.cli.cluster import Session, on_cluster
 from webhook.clusterstate.model import KINDS, LAST_APPLIED
 from webhook.engine.context import Context
 from webhook.engine.review import TEMPLATES_MUTATED
 from webhook.inputs.documents import InputError, read_objects
-from webhook.policy.model import Policy
 
 # What ``explain KIND NAME`` reads from the cluster.
 CLUSTER_KINDS = {"pod": "Pod", "pods": "Pod", "po": "Pod", "job": "Job", "jobs": "Job"}
@@ -91,73 +92,52 @@ def _print(found: list[Explanation], output: str) -> int:
 
 
 def _run_cluster(args: argparse.Namespace, kind: str, name: str) -> int:
-    import tempfile
-
-    from kubernetes.client.exceptions import ApiException
-    from kubernetes.config.config_exception import ConfigException
-    from urllib3.exceptions import HTTPError
-
-    from webhook.audit.liveview import read_object, read_view
-    from webhook.cli.cluster import config_reason, connect, failure_reason, policy_from_objects
-    from webhook.clusterstate.api import ApiError
-
     if args.cluster_state or args.as_user or args.as_group:
         print("runguard explain: --cluster-state, --as and --as-group go with files; "
               "`pod NAME` reads the cluster", file=sys.stderr)  # fmt: skip
         return EXIT_BAD_INPUT
-    namespace = args.namespace or "default"
-    policy: Policy | None = None
-    doing = "connect"
-    try:
-        with connect(args) as api_client, tempfile.TemporaryDirectory() as scratch:
-            if args.policy_objects:
-                doing = "read the policy objects"
-                policy = policy_from_objects(api_client, scratch)
-            else:
-                policy = load_policy_or_report(args.policy)
-            if policy is None:
-                return EXIT_BAD_INPUT
-            doing = f"read {kind} {namespace}/{name}"
-            obj = read_object(api_client, kind, namespace, name)
-            if obj is None:
-                print(f"runguard explain: no {kind} {name} in namespace {namespace}",
-                      file=sys.stderr)  # fmt: skip
-                return EXIT_BAD_INPUT
-            judged, notes = obj, list[str]()
-            doing = "read what the Pod was made from"
-            if kind == "Pod":
-                judged, what, notes = _submitted(api_client, obj, namespace)
-            elif (sent := _as_applied(obj)) is not None:
-                judged, what = (
-                    sent,
-                    f"{kind} {name} as kubectl applied it (last-applied-configuration)",
-                )
-            else:
-                what = f"{kind} {name} as stored"
-            if judged is obj and kind in TEMPLATES_MUTATED:
-                notes.append(
-                    "a Job's or CronJob's template as stored already carries runguard's changes "
-                    "(made when it was created), and the manifest is not recorded: the changes "
-                    "listed are those the policy would make to it now"
-                )
-            doing = "read the cluster view"
-            state, left_out = read_view(api_client, (*KINDS, "ProjectProfile"), namespace)
-            notes += [f"not read ({line}): decisions needing it fail closed" for line in left_out]
-    except ConfigException as exc:
-        print(f"runguard explain: cannot {doing}: {config_reason(exc)}", file=sys.stderr)
+    found = on_cluster(args, "explain", _explained(kind, args.namespace or "default", name))
+    if found is None:
         return EXIT_BAD_INPUT
-    except (ApiException, ApiError, HTTPError, OSError) as exc:
-        print(f"runguard explain: cannot {doing}: {failure_reason(exc)}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    found = explain(
-        judged,
-        policy,
-        namespace=namespace,
-        context=Context(state=state),
-        judged=what,
-        notes=tuple(notes),
-    )
     return _print([found], args.output)
+
+
+def _explained(kind: str, namespace: str, name: str) -> Callable[[Session], Explanation | None]:
+    """The explanation of the object ``kind`` ``namespace/name`` as the cluster holds it,
+    judged as it was sent where that is known (None: said why not)."""
+    from webhook.audit.liveview import read_object, read_view
+
+    def work(session: Session) -> Explanation | None:
+        session.doing = f"read {kind} {namespace}/{name}"
+        obj = read_object(session.api_client, kind, namespace, name)
+        if obj is None:
+            print(f"runguard explain: no {kind} {name} in namespace {namespace}",
+                  file=sys.stderr)  # fmt: skip
+            return None
+        judged, notes = obj, list[str]()
+        session.doing = "read what the Pod was made from"
+        if kind == "Pod":
+            judged, what, notes = _submitted(session.api_client, obj, namespace)
+        elif (sent := _as_applied(obj)) is not None:
+            judged, what = sent, f"{kind} {name} as kubectl applied it (last-applied-configuration)"
+        else:
+            what = f"{kind} {name} as stored"
+        if judged is obj and kind in TEMPLATES_MUTATED:
+            notes.append(
+                "a Job's or CronJob's template as stored already carries runguard's changes "
+                "(made when it was created), and the manifest is not recorded: the changes "
+                "listed are those the policy would make to it now"
+            )
+        session.doing = "read the cluster view"
+        state, left_out = read_view(session.api_client, (*KINDS, "ProjectProfile"), namespace)
+        notes += [f"not read ({line}): decisions needing it fail closed" for line in left_out]
+        context = Context(state=state)
+        return explain(
+            judged, session.policy, namespace=namespace, context=context, judged=what,
+            notes=tuple(notes),
+        )  # fmt: skip
+
+    return work
 
 
 def _as_applied(obj: dict[str, Any]) -> dict[str, Any] | None:

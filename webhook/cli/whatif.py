@@ -15,7 +15,7 @@ import sys
 import time
 from typing import Any
 
-from webhook.audit.clusteraudit import LISTINGS, PAGE_SIZE, AuditError, listed_pages
+from webhook.audit.clusteraudit import LISTINGS, PAGE_SIZE, listed_pages
 from webhook.audit.whatif import JsonWriter, TableWriter, Tally, compare_all, markdown
 from webhook.cli import EXIT_BAD_INPUT, EXIT_DENIED, EXIT_OK, load_policy_or_report
 from webhook.engine.context import Context
@@ -117,7 +117,7 @@ def _offline(
     from webhook.clusterstate.model import ClusterStateError
     from webhook.clusterstate.static import StaticClusterState
     from webhook.inputs.documents import InputError, read_objects
-    from webhook.serving.inputlimits import CLUSTER_STATE_FILES
+    from webhook.inputs.limits import CLUSTER_STATE_FILES
 
     try:
         objects = [o for f in args.cluster_state for o in read_objects(f, CLUSTER_STATE_FILES)]
@@ -143,54 +143,30 @@ def _offline(
 def _live(
     args: argparse.Namespace, proposed: Policy, tally: Tally, writer: TableWriter | JsonWriter
 ) -> tuple[int, str]:
-    import tempfile
-
-    from kubernetes.client.exceptions import ApiException
-    from kubernetes.config.config_exception import ConfigException
-    from urllib3.exceptions import HTTPError
-
     from webhook.audit.liveview import WHATIF_KINDS, read_view
-    from webhook.cli.cluster import (
-        config_reason,
-        connect,
-        failure_reason,
-        kube_fetch,
-        policy_from_objects,
-    )
-    from webhook.clusterstate.api import ApiError
+    from webhook.cli.cluster import Session, kube_fetch, on_cluster
 
-    doing = "connect"
+    def work(session: Session) -> int:
+        current = session.policy
+        session.doing = "read the namespaces and classes"
+        state, left_out = read_view(session.api_client, WHATIF_KINDS)
+        for line in left_out:
+            print(f"runguard whatif: not read ({line})", file=sys.stderr)
+        context = Context(state=state)
+        session.doing = "list objects"
+        for _, _, items in listed_pages(
+            kube_fetch(session.api_client),
+            _selecting(current, proposed),
+            namespace=args.namespace,
+            page_size=args.page_size,
+            notice=lambda message: print(f"runguard whatif: {message}", file=sys.stderr),
+        ):
+            verdicts = list(compare_all(items, current, proposed, context))
+            tally.add(verdicts)
+            if args.output != "markdown":
+                writer.write(verdicts)
+        return EXIT_OK
+
     name = "the cluster's policy objects" if args.policy_objects else args.policy
-    try:
-        with connect(args) as api_client, tempfile.TemporaryDirectory() as scratch:
-            if args.policy_objects:
-                doing = "read the policy objects"
-                current = policy_from_objects(api_client, scratch)
-            else:
-                current = load_policy_or_report(args.policy)
-            if current is None:
-                return EXIT_BAD_INPUT, name
-            doing = "read the namespaces and classes"
-            state, left_out = read_view(api_client, WHATIF_KINDS)
-            for line in left_out:
-                print(f"runguard whatif: not read ({line})", file=sys.stderr)
-            context = Context(state=state)
-            doing = "list objects"
-            for _, _, items in listed_pages(
-                kube_fetch(api_client),
-                _selecting(current, proposed),
-                namespace=args.namespace,
-                page_size=args.page_size,
-                notice=lambda message: print(f"runguard whatif: {message}", file=sys.stderr),
-            ):
-                verdicts = list(compare_all(items, current, proposed, context))
-                tally.add(verdicts)
-                if args.output != "markdown":
-                    writer.write(verdicts)
-    except ConfigException as exc:
-        print(f"runguard whatif: cannot {doing}: {config_reason(exc)}", file=sys.stderr)
-        return EXIT_BAD_INPUT, name
-    except (ApiException, ApiError, AuditError, HTTPError, OSError) as exc:
-        print(f"runguard whatif: cannot {doing}: {failure_reason(exc)}", file=sys.stderr)
-        return EXIT_BAD_INPUT, name
-    return EXIT_OK, name
+    code = on_cluster(args, "whatif", work)
+    return (EXIT_BAD_INPUT if code is None else code), name

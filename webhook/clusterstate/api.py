@@ -74,7 +74,7 @@ def resource_path(kind: str) -> str:
     return Resource(*RESOURCES[kind], namespaced=kind not in CLUSTER_SCOPED).path
 
 
-def discover(api: Api, group_kind: str) -> Resource:
+def discover(api: Api, group_kind: str) -> Resource:  # noqa: C901
     """Where the apiserver serves ``group_kind`` ("argoproj.io/Workflow"): its group's
     preferred version first, then its other versions; the resource whose ``kind`` it
     is, not a subresource, that can be listed and watched. ``NotInstalled`` when there

@@ -2,7 +2,7 @@
 restarted when it exits, stopped with the server; and ``ClusterWatch``, what the server
 holds: that process, its private publication directory and the reader the workers use.
 
-The process is a fresh interpreter (``python -m webhook.clusterstate.watch``), not a
+The process is a fresh interpreter (``python -m webhook.watches.clusterstate``), not a
 fork: the master has threads (policy and certificate watchers) a fork would copy
 mid-lock, and the ``kubernetes`` package stays out of the master and its workers. It
 exits on its own when the master is gone (it checks its parent every second). gunicorn
@@ -110,7 +110,7 @@ class WatchProcess:
     def pid(self) -> int | None:
         return self._process.pid if self._process is not None else None
 
-    module = "webhook.clusterstate.watch"  # what the process runs (python -m)
+    module = "webhook.watches.clusterstate"  # what the process runs (python -m)
 
     def command(self) -> list[str]:
         return [

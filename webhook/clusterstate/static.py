@@ -20,7 +20,7 @@ from webhook.clusterstate.model import (
 )
 from webhook.clusterstate.table import Table, decode_record, encode_record, table_from_records
 from webhook.inputs.documents import InputError, is_list, list_items, read_objects
-from webhook.serving.inputlimits import CLUSTER_STATE_FILES
+from webhook.inputs.limits import CLUSTER_STATE_FILES
 
 __all__ = ["StaticClusterState", "TableState"]
 

@@ -3,7 +3,7 @@
 only modules of runguard that talk to Kubernetes; here the backoff and relists, so a
 reader sees at a glance that nothing else is asked and nothing else is read.
 
-Runs in a process of its own (``python -m webhook.clusterstate.watch --dir DIR``),
+Runs in a process of its own (``python -m webhook.watches.clusterstate --dir DIR``),
 started and restarted by the gunicorn master (``process.py``): the ``kubernetes``
 package costs ~33 MB per process that imports it, so neither the master nor the
 workers ever do.
@@ -43,13 +43,9 @@ an object's content.
 
 from __future__ import annotations
 
-import argparse
 import ctypes
 import logging
-import os
 import random
-import signal
-import sys
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -67,14 +63,12 @@ from webhook.clusterstate.api import (
     Gone,
     NotInstalled,
     Resource,
-    api_client,
     discover,
     resource_path,
 )
 from webhook.clusterstate.model import (
     DEVICE_CLAIMS,
     KINDS,
-    MAX_OPERATOR_KINDS,
     OPERATOR_CORE_KINDS,
     PROJECT_PROFILES,
     SPEC_KINDS,
@@ -92,7 +86,7 @@ from webhook.clusterstate.publication import (
 from webhook.clusterstate.table import Record, encode_record
 from webhook.clusterstate.writer import KindPublisher, Publisher
 
-__all__ = ["KindWatch", "Watcher", "main"]
+__all__ = ["KindWatch", "Watcher"]
 
 log = logging.getLogger("runguard.clusterstate")
 
@@ -404,64 +398,3 @@ class Watcher:
 
     def synced(self) -> bool:
         return all(watch.publisher.slot.synced for watch in self.kinds.values())
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """The watch process: ``--dir`` its publication, ``--source`` the cluster."""
-    parser = argparse.ArgumentParser(
-        prog="python -m webhook.clusterstate.watch",
-        description="Watch the cluster state runguard decides with into DIR.",
-    )
-    parser.add_argument("--dir", required=True, help="the publication directory")
-    parser.add_argument("--source", required=True, help="in-cluster, or a kubeconfig file")
-    parser.add_argument("--parent", type=int, default=0, help="exit when this pid is gone")
-    parser.add_argument("--kinds", default=",".join(KINDS), help="comma-separated kinds")
-    parser.add_argument(
-        "--operator-kinds",
-        default="",
-        help="comma-separated GROUP/Kind of operators' custom resources, as DIR was made with",
-    )
-    args = parser.parse_args(argv)
-    kinds = [k for k in args.kinds.split(",") if k]
-    unknown = sorted(set(kinds) - set(KINDS))
-    if unknown:
-        parser.error(f"unknown kinds {unknown}; known: {', '.join(KINDS)}")
-    operator_kinds = [k for k in args.operator_kinds.split(",") if k]
-    named = all("/" in k or k in OPERATOR_CORE_KINDS for k in operator_kinds)
-    if not named or len(operator_kinds) > MAX_OPERATOR_KINDS:
-        core = ", ".join(OPERATOR_CORE_KINDS)
-        parser.error(f"--operator-kinds: at most {MAX_OPERATOR_KINDS} GROUP/Kind names or {core}")
-
-    from webhook.serving.logs import configure_logging
-
-    configure_logging()
-    stop = threading.Event()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda *_: stop.set())
-    try:
-        publisher = Publisher(args.dir, operator_kinds)
-    except ValueError as exc:  # the master made DIR for other kinds: a bug, said
-        log.error("cluster state: %s", exc)
-        return 1
-    try:
-        client = api_client(args.source, len(kinds) + len(operator_kinds))
-    except Exception as exc:  # noqa: BLE001  # a bad kubeconfig: said, and retried by the master
-        log.error("cluster state: no client for %s: %s: %s", args.source, type(exc).__name__, exc)
-        publisher.close()
-        return 1
-    watcher = Watcher(Api(client), publisher, [*kinds, *operator_kinds])
-    watcher.start()
-    log.info("cluster state: watching %s (%s)", ", ".join(watcher.kinds), args.source)
-    while not stop.wait(1.0):
-        publisher.beat()
-        if args.parent and os.getppid() != args.parent:
-            log.warning("cluster state: the server (pid %d) is gone; stopping", args.parent)
-            break
-    watcher.stop()
-    publisher.close()
-    client.close()
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -68,7 +68,7 @@ TEMPLATE_REAPPLIED = Change(
 
 
 @guarded
-def mutate(
+def mutate(  # noqa: C901
     obj: Any,
     policy: Policy,
     *,

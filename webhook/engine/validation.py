@@ -48,7 +48,7 @@ TEMPLATE_KEPT = (
 
 
 @guarded
-def validate(
+def validate(  # noqa: C901
     obj: Any,
     policy: Policy,
     *,

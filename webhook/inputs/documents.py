@@ -1,6 +1,6 @@
 """Reading Kubernetes objects from YAML or JSON files (multi-document, ``List`` kinds, stdin).
 
-Every file is bounded first (``webhook.serving.inputlimits``: bytes, nesting, aliases, numbers),
+Every file is bounded first (``webhook.inputs.limits``: bytes, nesting, aliases, numbers),
 so a hostile file is an ``InputError`` saying ``file:line: message``, never a crash, a
 hang or an output many times its size. Objects are read as kubectl reads them: aliases
 expanded into independent copies, timestamps and binary kept as their text (JSON has
@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from webhook.serving.inputlimits import (
+from webhook.inputs.limits import (
     OBJECT_FILES,
     LimitError,
     Limits,

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from webhook.serving.settings import IN_CLUSTER
+__all__ = ["IN_CLUSTER", "configuration"]
 
-__all__ = ["configuration"]
+IN_CLUSTER = "in-cluster"  # a source: the Pod's own ServiceAccount, not a kubeconfig file
 
 
 def configuration(source: str) -> Any:

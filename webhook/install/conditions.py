@@ -302,7 +302,7 @@ def _of_kind(group_kind: str) -> str:
     return f"request.kind.group == {_cel_string(group)} && request.kind.kind == {_cel_string(kind)}"
 
 
-def operator_condition(policy: Policy) -> dict[str, str] | None:
+def operator_condition(policy: Policy) -> dict[str, str] | None:  # noqa: C901
     """The operators' matchCondition: an object of their kinds reaches runguard only when
     it matters. It is a run (a RunPolicy's selector, now or in its old form); it carries
     or claims runguard's records (now or before: only runguard writes them); the platform

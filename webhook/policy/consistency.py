@@ -288,7 +288,7 @@ def _run_policy_issues(
     return issues
 
 
-def _reference_issues(platform: PlatformAt) -> list[PolicyIssue]:
+def _reference_issues(platform: PlatformAt) -> list[PolicyIssue]:  # noqa: C901
     """An operator's reference (and its templates) is in one of its own kinds, and names a
     kind of the platform's operators: runguard records who created those, and its cache
     keeps them."""

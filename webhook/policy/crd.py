@@ -36,7 +36,7 @@ from __future__ import annotations
 import copy
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from webhook.policy.formats import DEFS
@@ -217,15 +217,7 @@ def _structural(node: Any, defs: Mapping[str, Any], seen: tuple[str, ...]) -> An
     node = dict(node)
     ref = node.pop("$ref", None)
     if ref is not None:
-        name = ref.removeprefix(DEFS)
-        if name in seen:
-            raise ValueError(f"recursive schema {' > '.join((*seen, name))}: a CRD cannot say it")
-        target = _structural(defs[name], defs, (*seen, name))
-        if "description" in node:
-            target["description"] = node.pop("description")
-        if "default" in node:
-            target["description"] = _with_default(target.get("description", ""), node["default"])
-        return target
+        return _referenced(ref, node, defs, seen)
     out: dict[str, Any] = {}
     for key, value in node.items():
         if key in ("properties", "patternProperties"):
@@ -237,6 +229,29 @@ def _structural(node: Any, defs: Mapping[str, Any], seen: tuple[str, ...]) -> An
             out[key] = _structural(value, defs, seen)
     if "default" in node:
         out["description"] = _with_default(out.get("description", ""), node["default"])
+    for fix in _STRUCTURAL_FIXES:
+        fix(out)
+    return out
+
+
+def _referenced(
+    ref: str, node: dict[str, Any], defs: Mapping[str, Any], seen: tuple[str, ...]
+) -> Any:
+    """A ``$ref`` replaced by its definition, with the referring node's description and
+    default."""
+    name = ref.removeprefix(DEFS)
+    if name in seen:
+        raise ValueError(f"recursive schema {' > '.join((*seen, name))}: a CRD cannot say it")
+    target = _structural(defs[name], defs, (*seen, name))
+    if "description" in node:
+        target["description"] = node.pop("description")
+    if "default" in node:
+        target["description"] = _with_default(target.get("description", ""), node["default"])
+    return target
+
+
+def _as_enum(out: dict[str, Any]) -> None:
+    """A ``const`` is a one-value enum; an enum holding null is nullable; an enum has a type."""
     if "const" in out:
         out["enum"] = [out.pop("const")]
     if "enum" in out:
@@ -247,19 +262,29 @@ def _structural(node: Any, defs: Mapping[str, Any], seen: tuple[str, ...]) -> An
             out["enum"] = values
         if "type" not in out:
             out["type"] = "string" if all(isinstance(v, str) for v in values) else "number"
+
+
+def _quantity_or_range(out: dict[str, Any]) -> None:
     branches = out.get("anyOf")
     if isinstance(branches, list) and any(b.get("type") == "object" for b in branches):
         # a quantity or a range (a profile's resource): a structural schema cannot say
         # either, the field keeps any value and runguard's webhook checks it
         del out["anyOf"]
         out["x-kubernetes-preserve-unknown-fields"] = True
-    kinds = out.get("type")
-    if isinstance(kinds, list):  # a quantity: 2, 0.5 or "500m"
+
+
+def _int_or_string(out: dict[str, Any]) -> None:
+    if isinstance(out.get("type"), list):  # a quantity: 2, 0.5 or "500m"
         del out["type"]
         for bound in ("minimum", "maximum", "pattern"):
             out.pop(bound, None)
         out["x-kubernetes-int-or-string"] = True
         out["anyOf"] = [{"type": "integer"}, {"type": "string"}]
+
+
+def _unknown_fields_kept(out: dict[str, Any]) -> None:
+    """Where a structural schema cannot say which keys an object holds, it keeps them all
+    (runguard's webhook judges them)."""
     if out.get("additionalProperties") is False:
         del out["additionalProperties"]
         out["x-kubernetes-preserve-unknown-fields"] = True
@@ -271,7 +296,15 @@ def _structural(node: Any, defs: Mapping[str, Any], seen: tuple[str, ...]) -> An
     if "patternProperties" in out:
         del out["patternProperties"]
         out["x-kubernetes-preserve-unknown-fields"] = True
-    return out
+
+
+# What a JSON Schema node needs, in this order, to be a structural one.
+_STRUCTURAL_FIXES: tuple[Callable[[dict[str, Any]], None], ...] = (
+    _as_enum,
+    _quantity_or_range,
+    _int_or_string,
+    _unknown_fields_kept,
+)
 
 
 def _with_default(description: str, default: Any) -> str:

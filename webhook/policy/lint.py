@@ -213,6 +213,18 @@ def guaranteed_labels(selector: Any) -> set[str]:
 def _run_policy_warnings(
     doc: SourceDocument, gpu: str, platform: PlatformAt | None
 ) -> Iterator[PolicyIssue]:
+    """A RunPolicy's warnings, concern by concern, in the order lint prints them."""
+    yield from _selector_warnings(doc)
+    yield from _pattern_warnings(doc)
+    yield from _identity_warnings(doc, platform)
+    yield from _unknown_profile_warnings(doc)
+    yield from _default_resource_warnings(doc, gpu)
+    yield from _security_warnings(doc)
+    yield from _node_path_warnings(doc)
+    yield from _preemption_warnings(doc)
+
+
+def _selector_warnings(doc: SourceDocument) -> Iterator[PolicyIssue]:
     selector = doc.get(*_SELECTOR)
     if (
         isinstance(selector, dict)
@@ -224,7 +236,10 @@ def _run_policy_warnings(
             "an empty selector makes every Pod outside excludeNamespaces a platform run",
         )
 
-    labels = guaranteed_labels(selector)
+
+def _pattern_warnings(doc: SourceDocument) -> Iterator[PolicyIssue]:
+    """A name pattern matching everything, or using a label the selector does not require."""
+    labels = guaranteed_labels(doc.get(*_SELECTOR))
     for list_path in _PATTERN_LISTS:
         patterns = doc.get(*list_path)
         for i, pattern in enumerate(patterns if isinstance(patterns, list) else []):
@@ -243,6 +258,8 @@ def _run_policy_warnings(
                         f"{{key: {key}, operator: Exists}})",
                     )
 
+
+def _identity_warnings(doc: SourceDocument, platform: PlatformAt | None) -> Iterator[PolicyIssue]:
     identities = platform.get("identities") if platform else None
     named = [doc.get(*path) for path in _PATTERN_LISTS]
     if not identities and any(isinstance(p, list) and p for p in named):
@@ -254,6 +271,8 @@ def _run_policy_warnings(
             "platform's user",
         )
 
+
+def _unknown_profile_warnings(doc: SourceDocument) -> Iterator[PolicyIssue]:
     profiles = doc.get(*_PROFILES)
     if (
         isinstance(profiles, dict)
@@ -265,6 +284,9 @@ def _run_policy_warnings(
             "unknown: Default without profiles.default: an unknown profile means no profile",
         )
 
+
+def _default_resource_warnings(doc: SourceDocument, gpu: str) -> Iterator[PolicyIssue]:
+    """Defaults above the maximums, a default GPU, a default request above its limit."""
     maximums = resource_values(doc, _MAXIMUMS, gpu)
     requests = resource_values(doc, _DEFAULT_REQUESTS, gpu)
     limits = resource_values(doc, _DEFAULT_LIMITS, gpu)
@@ -287,6 +309,8 @@ def _run_policy_warnings(
                 f"default request is above the default limit {_text(doc, limit_path)}",
             )
 
+
+def _security_warnings(doc: SourceDocument) -> Iterator[PolicyIssue]:
     if doc.get(*_SECCOMP) == "Unconfined":
         yield doc.issue(_SECCOMP, "Unconfined turns seccomp off for every run")
     allowed_types = doc.get(*_ALLOWED_TYPES)
@@ -297,8 +321,8 @@ def _run_policy_warnings(
             "hostPath lets a run read and write the node's filesystem",
         )
 
-    yield from _node_path_warnings(doc)
 
+def _preemption_warnings(doc: SourceDocument) -> Iterator[PolicyIssue]:
     preemption = doc.get(*_PREEMPTION)
     if (
         isinstance(preemption, dict)

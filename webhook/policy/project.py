@@ -66,9 +66,35 @@ def read_project_profile(spec: str, namespace: str, name: str, gpu: str) -> Prof
             {**data, "name": name, "project": namespace}, context={"gpu": gpu}
         )
     except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(step) for step in first["loc"])
-        raise ProjectProfileError(f"spec.{where}: {first['msg']}") from None
+        raise ProjectProfileError(_said(exc, data)) from None
+
+
+def _said(exc: ValidationError, data: dict[str, Any]) -> str:
+    """The model's first error as lint words it: at the key of the document it is about
+    (``spec.resources.requests.cpu``, never the validator's own steps), preferring an
+    error of the value's own shape (a range's bound) to a branch it was not written as."""
+    errors = exc.errors()
+    shaped = [e for e in errors if not str(e["type"]).endswith("_type")]
+    error = (shaped or errors)[0]
+    where: list[str] = ["spec"]
+    node: Any = data
+    loc = error["loc"]
+    for i, step in enumerate(loc):
+        if isinstance(node, dict) and step in node:
+            node = node[step]
+        elif isinstance(node, list) and isinstance(step, int) and 0 <= step < len(node):
+            node = node[step]
+        elif i == len(loc) - 1 and error["type"] == "missing":
+            node = None  # the key itself, absent
+        else:
+            continue  # a step of the validator (a union's branch), not of the document
+        where.append(str(step))
+    words = _LINT_WORDS.get(str(error["type"]), str(error["msg"]).removeprefix("Value error, "))
+    return f"{'.'.join(where)}: {words}"
+
+
+# The model's words where lint has its own (``schema_issues``) for the same mistake.
+_LINT_WORDS = {"missing": "required key is missing", "extra_forbidden": "unknown key"}
 
 
 def beyond(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 import re
+from collections.abc import Callable
 from typing import Any
 
 from jsonschema import ValidationError
@@ -62,63 +63,81 @@ def schema_issues(doc: SourceDocument) -> list[PolicyIssue]:
 
 def _translate(error: ValidationError, doc: SourceDocument) -> list[PolicyIssue]:
     path: Path_ = tuple(error.absolute_path)
-    keyword = error.validator
+    keyword = str(error.validator)
     schema = error.schema if isinstance(error.schema, dict) else {}
-    fmt = schema.get("format")
-    if keyword in _SHADOWED_BY_FORMAT and fmt in FORMAT_PROBLEMS:
+    if keyword in _SHADOWED_BY_FORMAT and schema.get("format") in FORMAT_PROBLEMS:
         return []
-    instance = error.instance
     if "propertyNames" in error.absolute_schema_path:
-        path = (*path, str(instance))  # the error is about the key itself
-
-    if keyword == "additionalProperties" and isinstance(instance, dict):
-        known = set(schema.get("properties", {}))
-        patterns = list(schema.get("patternProperties", {}))
-        return [
-            doc.issue((*path, key), _unknown_key(key, known, bool(patterns)))
-            for key in instance
-            if key not in known and not any(re.search(p, key) for p in patterns)
-        ]
-    if keyword == "required" and isinstance(instance, dict):
-        return [
-            doc.issue((*path, key), "required key is missing")
-            for key in error.validator_value
-            if key not in instance
-        ]
+        path = (*path, str(error.instance))  # the error is about the key itself
+    keys = _KEY_ISSUES.get(keyword)
+    if keys is not None and isinstance(error.instance, dict):
+        return [doc.issue((*path, key), message) for key, message in keys(error, schema)]
     if keyword == "anyOf" and error.context:
         chosen = _branch_of(error)
         if chosen:  # the errors of the alternative the value's type says it meant
             return [issue for sub in chosen for issue in _translate(sub, doc)]
     if keyword == "type":
-        return [doc.issue(path, _type_message(error.validator_value, instance, doc.raw.get(path)))]
-    if keyword == "enum":
-        message = f"{describe(instance)} is not one of {show_list(error.validator_value)}"
-    elif keyword == "const":
-        message = (
-            'must be empty with operator "Exists"'
-            if error.validator_value == ""
-            else f"must be {error.validator_value}, not {describe(instance)}"
-        )
-    elif keyword == "format":
-        problem = FORMAT_PROBLEMS.get(str(error.validator_value))
-        message = (problem(instance) if problem else None) or error.message
-    elif keyword in ("minItems", "minProperties"):
-        message = "must not be empty" if error.validator_value == 1 else error.message
-    elif keyword == "maxItems" and error.validator_value == 0:
-        message = "must be empty with this operator"
-    elif keyword == "maxProperties" and error.validator_value == 1:
-        message = "set exactly one of its keys"
-    elif keyword == "uniqueItems":
-        message = "has duplicate items"
-    elif keyword == "minimum":
-        message = f"{describe(instance)} is below the minimum {error.validator_value}"
-    elif keyword == "maximum":
-        message = f"{describe(instance)} is above the maximum {error.validator_value}"
-    elif keyword == "minLength" and error.validator_value == 1:
-        message = "must not be empty"
-    else:
-        message = error.message
-    return [doc.issue(path, message)]
+        raw = doc.raw.get(path)
+        return [doc.issue(path, _type_message(error.validator_value, error.instance, raw))]
+    words = _MESSAGES.get(keyword)
+    return [doc.issue(path, (words(error) if words else None) or error.message)]
+
+
+def _unknown_keys(error: ValidationError, schema: dict[str, Any]) -> list[tuple[str, str]]:
+    known = set(schema.get("properties", {}))
+    patterns = list(schema.get("patternProperties", {}))
+    return [
+        (key, _unknown_key(key, known, bool(patterns)))
+        for key in error.instance
+        if key not in known and not any(re.search(p, key) for p in patterns)
+    ]
+
+
+def _missing_keys(error: ValidationError, schema: dict[str, Any]) -> list[tuple[str, str]]:
+    return [
+        (key, "required key is missing")
+        for key in error.validator_value
+        if key not in error.instance
+    ]
+
+
+# An error about a mapping's keys: each key it names, with what is wrong with it.
+_KEY_ISSUES: dict[str, Callable[[ValidationError, dict[str, Any]], list[tuple[str, str]]]] = {
+    "additionalProperties": _unknown_keys,
+    "required": _missing_keys,
+}
+
+
+def _const(error: ValidationError) -> str:
+    if error.validator_value == "":
+        return 'must be empty with operator "Exists"'
+    return f"must be {error.validator_value}, not {describe(error.instance)}"
+
+
+def _format(error: ValidationError) -> str | None:
+    problem = FORMAT_PROBLEMS.get(str(error.validator_value))
+    return problem(error.instance) if problem else None
+
+
+def _when(limit: Any, message: str) -> Callable[[ValidationError], str | None]:
+    """``message`` when the keyword's value is ``limit``; jsonschema's own otherwise."""
+    return lambda error: message if error.validator_value == limit else None
+
+
+# A keyword's error in runguard's words (None: jsonschema's own message).
+_MESSAGES: dict[str, Callable[[ValidationError], str | None]] = {
+    "enum": lambda e: f"{describe(e.instance)} is not one of {show_list(e.validator_value)}",
+    "const": _const,
+    "format": _format,
+    "minItems": _when(1, "must not be empty"),
+    "minProperties": _when(1, "must not be empty"),
+    "maxItems": _when(0, "must be empty with this operator"),
+    "maxProperties": _when(1, "set exactly one of its keys"),
+    "uniqueItems": lambda e: "has duplicate items",
+    "minimum": lambda e: f"{describe(e.instance)} is below the minimum {e.validator_value}",
+    "maximum": lambda e: f"{describe(e.instance)} is above the maximum {e.validator_value}",
+    "minLength": _when(1, "must not be empty"),
+}
 
 
 def _branch_of(error: ValidationError) -> list[ValidationError]:

@@ -5,7 +5,7 @@ Objects are built from PyYAML's node tree (``yaml.compose_all``) rather than fro
 ``absolute_path``) and cross-document checks are reported as ``file:line: key:
 message``. What JSON cannot hold (tags, binary, recursive aliases, alias bombs, integers
 beyond 64 bits) is reported, never raised; a file past the limits of
-``webhook.serving.inputlimits`` (1 MiB, nesting, aliases) is refused before it is composed.
+``webhook.inputs.limits`` (1 MiB, nesting, aliases) is refused before it is composed.
 """
 
 from __future__ import annotations
@@ -17,9 +17,7 @@ from typing import Any
 
 import yaml
 
-from webhook.policy.errors import PolicyIssue
-from webhook.policy.model import KINDS, Policy
-from webhook.serving.inputlimits import (
+from webhook.inputs.limits import (
     POLICY_FILES,
     LimitError,
     check_yaml,
@@ -28,6 +26,8 @@ from webhook.serving.inputlimits import (
     read_path,
     without_lone_surrogates,
 )
+from webhook.policy.errors import PolicyIssue
+from webhook.policy.model import KINDS, Policy
 
 __all__ = [
     "Path_",

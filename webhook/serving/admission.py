@@ -152,7 +152,7 @@ def check_content_type(mimetype: str) -> None:
         raise UnsupportedMediaType(f"content type must be application/json, got {shown}")
 
 
-def parse_review(body: bytes) -> AdmissionRequest:
+def parse_review(body: bytes) -> AdmissionRequest:  # noqa: C901
     """The ``request`` of an ``admission.k8s.io/v1`` AdmissionReview, checked for shape."""
     if not body:
         raise MalformedReview("empty body: expected an AdmissionReview")

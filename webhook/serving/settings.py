@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from webhook.inputs.kubeconfig import IN_CLUSTER
+
 __all__ = [
     "BY_NAME",
     "DEFAULT_BIND",
@@ -43,7 +45,6 @@ DEFAULT_MAX_BODY = 4 * 1024 * 1024  # an UPDATE review carries object and oldObj
 DEFAULT_THREADS = 2  # CPU-bound reviews: more threads only queue on the GIL (docs/dev/server.md)
 DEFAULT_LOG_QUEUE = 4096  # log lines a process holds for a slow sink before it drops
 RELOAD_INTERVAL = 1.0  # seconds between checks of the policy and certificate files
-IN_CLUSTER = "in-cluster"  # cluster_state: the pod's own ServiceAccount
 MAX_SHUTDOWN_DELAY = 120  # seconds; a Pod's grace period must cover it and the graceful stop
 
 

@@ -96,7 +96,7 @@ def fill_container(sc: JSON, drop: tuple[str, ...], filled: list[str], all_label
         filled.append(f"drop {','.join(missing)}")
 
 
-def harden_debug_containers(
+def harden_debug_containers(  # noqa: C901
     spec: JSON, running: JSON, policy: Policy
 ) -> tuple[JSON, Change] | None:
     """``kubectl debug``: the ephemeral containers of ``spec`` not in the ``running`` spec

@@ -34,7 +34,10 @@ PROFILE_APPLIED = RULES.rule(
 PROFILE_UNKNOWN = RULES.rule(
     "profile.unknown",
     mutation="an unknown profile fell back to the default (`unknown: Default`)",
-    violation="the named profile does not exist (`unknown: Deny`)",
+    violation=(
+        "the named profile does not exist (`unknown: Deny`); another project's own profile "
+        "(a ProjectProfile of another namespace) does not exist outside its namespace"
+    ),
 )
 PROFILE_NOT_ALLOWED = RULES.rule(
     "profile.not-allowed",

@@ -88,7 +88,7 @@ def queue_kept(queue: QueueController, old: Any, new: Any) -> bool:
     )
 
 
-def _view(
+def _view(  # noqa: C901
     node: Any, other: Any, prefixes: tuple[str, ...], images: set[str], top: bool = False
 ) -> Any:
     """``node`` without what the queue may change, ``other`` being the same place in the

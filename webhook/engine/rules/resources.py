@@ -113,7 +113,7 @@ def derive_memory_limits(pod: Pod) -> Change | None:
     )
 
 
-def clamp_to_maximums(pod: Pod) -> Change | None:
+def clamp_to_maximums(pod: Pod) -> Change | None:  # noqa: C901
     cfg = pod.policy.resources
     gpu = cfg.gpu_resource_name
     clamp = cfg.on_exceed == "Clamp"

@@ -107,7 +107,7 @@ def strip_root(pod: Pod) -> Change | None:
     return None
 
 
-def _harden_pod_context(
+def _harden_pod_context(  # noqa: C901
     spec: JSON,
     policy: Policy,
     fill: Hardening,

@@ -1,6 +1,6 @@
 """The policy watch as the server runs it (``runguard serve --policy-objects``): its
 process, supervised and restarted like the cluster-state watch, and the wait for its
-first mirror. The process itself is ``watch.py``, never imported by the server.
+first mirror. The process itself is ``webhook.watches.policy``, never imported by the server.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ class PolicyWatch(WatchProcess):
 
     label = "policy objects"
 
-    module = "webhook.policy.mirror.watch"
+    module = "webhook.watches.policy"
 
     def arguments(self) -> list[str]:
         return []

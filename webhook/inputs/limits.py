@@ -141,7 +141,7 @@ _STARTS = (yaml.MappingStartEvent, yaml.SequenceStartEvent)
 _ENDS = (yaml.MappingEndEvent, yaml.SequenceEndEvent)
 
 
-def check_yaml(text: str, limits: Limits) -> int:
+def check_yaml(text: str, limits: Limits) -> int:  # noqa: C901
     """Raise LimitError when ``text`` nests too deep (aliases included), expands past the
     alias budget or holds a recursive alias; else the number of values aliases add (0:
     no alias, nothing shared). Iterative, on libyaml's event stream when present. A

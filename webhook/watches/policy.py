@@ -1,7 +1,7 @@
 """The policy watch: RunPolicy, Profile and Platform objects mirrored into the policy directory.
 
 ``runguard serve --policy-objects in-cluster|FILE`` runs it as its own process (a fresh
-interpreter, ``python -m webhook.policy.mirror.watch``, supervised like the cluster-state
+interpreter, ``python -m webhook.watches.policy``, supervised like the cluster-state
 watch: ``process.PolicyWatch``), started before the first load, so that the server stays
 what it is: a directory of policy files, reloaded when they change, the last good policy
 kept when they do not load. The process
@@ -44,13 +44,13 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from webhook.inputs.kubeconfig import IN_CLUSTER
 from webhook.install import manifests
 from webhook.policy.crd import GROUP, LOADED, MIRRORED, PLURALS, VERSION
 from webhook.policy.lint import lint
 from webhook.policy.mirror.objects import conditions, mirror
 from webhook.policy.mirror.process import SYNCED
 from webhook.policy.model import Policy
-from webhook.serving.settings import IN_CLUSTER
 
 __all__ = ["Mirror", "held_because", "policy_routing", "routing", "run", "status_updates"]
 
@@ -225,7 +225,7 @@ def _api(source: str) -> Any:
     return client.CustomObjectsApi(client.ApiClient())
 
 
-def run(directory: Path, source: str, parent: int) -> int:
+def run(directory: Path, source: str, parent: int) -> int:  # noqa: C901
     from kubernetes import client, watch
     from kubernetes.client.exceptions import ApiException
 
@@ -318,7 +318,7 @@ def run(directory: Path, source: str, parent: int) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m webhook.policy.mirror.watch")
+    parser = argparse.ArgumentParser(prog="python -m webhook.watches.policy")
     parser.add_argument("--dir", type=Path, required=True)
     parser.add_argument("--source", required=True)
     parser.add_argument("--parent", type=int, required=True)
