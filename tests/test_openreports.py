@@ -197,3 +197,16 @@ def test_reports_goes_with_write(capsys: pytest.CaptureFixture[str]) -> None:
 
     assert main(["audit", "-p", str(SHIPPED), "--reports", "openreports"]) == 2
     assert "--reports goes with --write" in capsys.readouterr().err
+
+
+def test_a_crd_gone_since_discovery_is_said_as_missing() -> None:
+    from kubernetes.client.exceptions import ApiException
+
+    from webhook.audit.clusteraudit import AuditError
+
+    with pytest.raises(AuditError, match=r"^404: the cluster serves no openreports.io/v1alpha1"):
+        with audit_write.crds_checked(OPEN_REPORTS):
+            raise ApiException(status=404, reason="Not Found")
+    with pytest.raises(ApiException):  # any other answer is the apiserver's to say
+        with audit_write.crds_checked(OPEN_REPORTS):
+            raise ApiException(status=403, reason="Forbidden")

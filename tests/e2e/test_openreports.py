@@ -22,7 +22,7 @@ import pytest
 from webhook.policy.model import Policy
 
 from .cluster import Cluster
-from .runs import REPO
+from .runs import REPO, poll
 from .test_audit_scale import (
     LABEL,
     assert_audit_account_may,
@@ -38,6 +38,16 @@ __all__ = ["audit_account", "policy", "policy_dir"]  # test_audit_scale.py's fix
 pytestmark = pytest.mark.e2e
 
 CRDS = ("reports.openreports.io", "clusterreports.openreports.io")
+GROUP_VERSION = "/apis/openreports.io/v1alpha1"  # discovery, which --write reads
+
+
+def discovered(cluster: Cluster) -> bool:
+    """Whether discovery lists both kinds (it follows a CRD's changes a moment later)."""
+    done = cluster.kubectl("get", "--raw", GROUP_VERSION)
+    if done.returncode != 0:
+        return False
+    served = {r["name"] for r in json.loads(done.stdout)["resources"]}
+    return {"reports", "clusterreports"} <= served
 
 
 def fetched_crds() -> Path:
@@ -89,6 +99,7 @@ def test_without_the_crds_the_message_says_what_to_install(
     cluster: Cluster, audit_account: Path, policy_dir: Path, runs: str
 ) -> None:
     cluster.kubectl("delete", "crd", *CRDS, "--ignore-not-found", "--wait", check=True)
+    poll("the openreports.io kinds out of discovery", lambda: not discovered(cluster))
     done = audit_cli(audit_account, policy_dir, "--write", "--reports", "openreports",
                      "-n", runs, "-o", "summary")  # fmt: skip
     assert done.returncode == 2, done.stderr
@@ -113,6 +124,7 @@ def openreports(cluster: Cluster) -> Iterator[dict[str, dict[str, Any]]]:
     cluster.kubectl("apply", "--server-side", *files, check=True)
     for name in CRDS:
         cluster.kubectl("wait", "--for=condition=Established", f"crd/{name}", check=True)
+    poll("the openreports.io kinds in discovery", lambda: discovered(cluster))
     schemas = {}
     for name in CRDS:
         crd = stored(cluster, "crd", name)

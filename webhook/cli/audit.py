@@ -32,6 +32,7 @@ from webhook.cli import EXIT_BAD_INPUT, EXIT_DENIED, EXIT_OK, load_policy_or_rep
 from webhook.cli.audit_rbac import run_rbac
 from webhook.cli.audit_write import (
     FORMATS,
+    crds_checked,
     report_formats,
     served_formats,
     write_cluster_report,
@@ -187,9 +188,10 @@ def run(args: argparse.Namespace) -> int:
                 doing = "read which report CRDs the cluster serves"
                 for form in served_formats(api_client, args.reports):
                     doing = f"write {form.kind}s"
-                    write_reports(api_client, form, outcome.book, args.results_per_report)
-                    doing = f"write the {form.cluster_kind}"
-                    write_cluster_report(api_client, form, form.cluster_report(about_policy))
+                    with crds_checked(form):
+                        write_reports(api_client, form, outcome.book, args.results_per_report)
+                        doing = f"write the {form.cluster_kind}"
+                        write_cluster_report(api_client, form, form.cluster_report(about_policy))
         if args.output in FORMATS:
             form = FORMATS[args.output]
             reports = outcome.book.reports(form, args.results_per_report)

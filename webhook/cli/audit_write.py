@@ -17,6 +17,8 @@ from __future__ import annotations
 import argparse
 import sys
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from webhook.audit.clusteraudit import AuditError
@@ -100,6 +102,20 @@ def served_formats(
     if not usable:
         raise AuditError("no report format to write: install one's CRDs, or run without --write")
     return tuple(usable)
+
+
+@contextmanager
+def crds_checked(form: ReportFormat) -> Iterator[None]:
+    """Writing ``form``'s reports: a 404 to an apply (which creates what is missing) is
+    its CRDs gone since discovery, said as a missing format is."""
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        yield
+    except ApiException as exc:
+        if exc.status == 404:
+            raise AuditError(f"404: {not_served(form, [form.kind, form.cluster_kind])}") from exc
+        raise
 
 
 def write_reports(api_client: Any, form: ReportFormat, book: ReportBook, per_report: int) -> None:
