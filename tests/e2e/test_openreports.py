@@ -171,11 +171,13 @@ def test_write_stores_reports_and_a_fix_removes_the_result(
     assert cluster_report["summary"]["pass"] == len(cluster_report["results"]) > 0
     jsonschema.validate(cluster_report, openreports["ClusterReport"])
     # The apiserver holds them to the schema: a severity outside its enum is refused.
-    bad = {**report, "results": [{**report["results"][0], "severity": "urgent"}]}
-    for key in ("resourceVersion", "uid", "managedFields", "creationTimestamp", "generation"):
-        bad["metadata"].pop(key, None)
-    refused = cluster.kubectl("apply", "--server-side", "--dry-run=server", "-f", "-",
-                              input=json.dumps(bad))  # fmt: skip
+    bad = {
+        "apiVersion": report["apiVersion"],
+        "kind": report["kind"],
+        "metadata": {"name": "runguard-bad", "namespace": runs},
+        "results": [{**report["results"][0], "severity": "urgent"}],
+    }
+    refused = cluster.kubectl("create", "--dry-run=server", "-f", "-", input=json.dumps(bad))
     assert refused.returncode != 0 and "severity" in refused.stderr, refused.stderr
 
     # Fixed: one run goes away, the other becomes compliant; the next run says so.
