@@ -60,12 +60,12 @@ def policy(policy_dir: Path) -> Policy:
     return load_policy(policy_dir)
 
 
-def run(name: str, policy: Policy, **spec: Any) -> dict[str, Any]:
-    """A run as runguard would have admitted it, then given ``spec``."""
+def run(name: str, policy: Policy, *, label: str = LABEL, **spec: Any) -> dict[str, Any]:
+    """A run (``label: run``) as runguard would have admitted it, then given ``spec``."""
     pod = {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": name, "labels": {LABEL: "run"}},
+        "metadata": {"name": name, "labels": {label: "run"}},
         "spec": {"containers": [{"name": "main", "image": "busybox:1.36"}]},
     }
     admitted: dict[str, Any] = mutate(pod, policy).object

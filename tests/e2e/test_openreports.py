@@ -23,20 +23,21 @@ from webhook.policy.model import Policy
 
 from .cluster import Cluster
 from .runs import REPO, poll
-from .test_audit_scale import (
-    LABEL,
-    assert_audit_account_may,
-    audit_account,
-    audit_cli,
-    policy,
-    policy_dir,
-    run,
-)
+from .test_audit_scale import assert_audit_account_may, audit_account, audit_cli, policy, run
 
-__all__ = ["audit_account", "policy", "policy_dir"]  # test_audit_scale.py's fixtures
+__all__ = ["audit_account", "policy"]  # test_audit_scale.py's fixtures (policy: of POLICY)
 
 pytestmark = pytest.mark.e2e
 
+# A label of its own (no selector of the session's runguard, nor test_audit_scale.py's
+# listing of the whole cluster, matches it).
+LABEL = "runguard-e2e/openreports"
+POLICY = {
+    "apiVersion": "runguard.io/v1",
+    "kind": "RunPolicy",
+    "metadata": {"name": "reports"},
+    "spec": {"selector": {"matchLabels": {LABEL: "run"}}},
+}
 CRDS = ("reports.openreports.io", "clusterreports.openreports.io")
 GROUP_VERSION = "/apis/openreports.io/v1alpha1"  # discovery, which --write reads
 
@@ -60,10 +61,16 @@ def fetched_crds() -> Path:
 
 
 @pytest.fixture(scope="module")
+def policy_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    directory = tmp_path_factory.mktemp("openreports-policy")
+    (directory / "policy.yaml").write_text(json.dumps(POLICY))
+    return directory
+
+
+@pytest.fixture(scope="module")
 def runs(cluster: Cluster, policy: Policy) -> Iterator[str]:
     """A namespace with three runs: a compliant Pod, a Pod on the host network, and a
-    Deployment (no replicas) whose template is on the host network. Their label is
-    test_audit_scale.py's, which no selector of the session's runguard matches."""
+    Deployment (no replicas) whose template is on the host network."""
     namespace = f"t-openreports-{os.urandom(3).hex()}"
     cluster.kubectl("create", "namespace", namespace, check=True)
     deployment = {
@@ -82,7 +89,11 @@ def runs(cluster: Cluster, policy: Policy) -> Iterator[str]:
             },
         },
     }
-    items = [run("ok", policy), run("host", policy, hostNetwork=True), deployment]
+    items = [
+        run("ok", policy, label=LABEL),
+        run("host", policy, label=LABEL, hostNetwork=True),
+        deployment,
+    ]
     listed = {"apiVersion": "v1", "kind": "List", "items": items}
     cluster.kubectl("create", "-n", namespace, "-f", "-", input=json.dumps(listed), check=True)
     yield namespace
@@ -153,7 +164,7 @@ def test_write_stores_reports_and_a_fix_removes_the_result(
     assert "1 Reports written in 1 namespaces" in done.stderr
     assert "ClusterReport runguard-policy written" in done.stderr
     (report,) = stored(cluster, "reports.openreports.io", "-n", runs)["items"]
-    assert report["metadata"]["name"] == "runguard-scale" and report["source"] == "runguard"
+    assert report["metadata"]["name"] == "runguard-reports" and report["source"] == "runguard"
     assert report["scope"] == {"apiVersion": "v1", "kind": "Namespace", "name": runs}
     assert results_by_run(report) == {
         "ok": {("pass", "run")},
@@ -165,7 +176,7 @@ def test_write_stores_reports_and_a_fix_removes_the_result(
     for result in report["results"]:
         assert {"policy", "rule", "result", "severity", "category", "source", "timestamp",
                 "scored", "resources", "message", "properties"} <= set(result)  # fmt: skip
-        assert result["properties"]["runPolicy"] == "scale"
+        assert result["properties"]["runPolicy"] == "reports"
     jsonschema.validate(report, openreports["Report"])
     cluster_report = stored(cluster, "clusterreports.openreports.io", "runguard-policy")
     assert cluster_report["summary"]["pass"] == len(cluster_report["results"]) > 0
