@@ -64,6 +64,7 @@ test: $(STAMP)
 	if [ "$${RUNGUARD_E2E:-1}" != 0 ]; then \
 	    bash tests/e2e/build.sh >/dev/null || exit 1; \
 	    bash tests/e2e/build-kueue.sh >/dev/null || exit 1; \
+	    bash tests/e2e/fetch-openreports.sh >/dev/null || exit 1; \
 	    for k in $(E2E_FULL) $(E2E_SMOKE); do \
 	        RUNGUARD_E2E_KUBERNETES=$$k bash tests/e2e/build.sh >/dev/null || exit 1; \
 	    done; \

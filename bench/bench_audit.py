@@ -2,7 +2,7 @@
 
 Starts etcd + kube-apiserver (``tests/e2e/cluster.py``; binaries built once and cached,
 apiserver audit logging off: it is not what is measured), creates the PriorityClasses
-and RuntimeClass the shipped profiles name and the PolicyReport CRD, then fills the
+and RuntimeClass the shipped profiles name and both report formats' CRDs, then fills the
 cluster with ``--count`` objects through the API: a bounded loop of real creates from
 ``--threads`` keep-alive connections, no webhook registered. Of the objects, 1% are
 Jobs (run templates), 9% Pods outside the policy's selector, the rest run Pods as
@@ -17,7 +17,8 @@ shared machine; the load average is printed with the results):
   per kind through the typed models, every Decision kept), loaded from git;
 * ``after``: ``runguard audit`` now (pages of ``--page-size``, Pods selected
   server-side, raw JSON, findings only), as ``-o table``, ``-o policyreport`` and
-  ``--write -o summary``.
+  ``--write -o summary`` (both formats), whose objects and bytes stored per format are
+  then read back.
 
 The old audit runs under an address-space limit (``--before-limit-gb``): at 100k
 objects it needs gigabytes, and this machine is shared. Prints a table, then one JSON
@@ -25,6 +26,11 @@ line with every figure.
 
     .venv/bin/python bench/bench_audit.py [--count 10000] [--page-size 500] [--threads 6]
         [--before all|table|none] [--before-limit-gb 12]
+    .venv/bin/python bench/bench_audit.py --offline [--count 100000]
+
+``--offline`` needs no apiserver: the same objects judged in memory, and the objects and
+bytes ``--write`` would store in each report format, against namespaces x RunPolicies
+(``bench/audit_reports.py``).
 """
 
 from __future__ import annotations
@@ -45,6 +51,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import audit_reports
 import bench_config
 from bench_config import POLICY_DIR, REPO
 
@@ -55,7 +62,6 @@ from webhook.engine import mutate
 from webhook.policy.loader import load_policy
 
 BEFORE = "64f3a1460e42818ccd46e7442c8f91c54b00e3d5"  # HEAD when the paging work began
-CRD = REPO / "manifests" / "policyreport-crd" / "wgpolicyk8s.io_policyreports.yaml"
 NAMESPACES = 10
 RETRIES = 5  # per create, on 429 / 5xx / a dropped connection
 RUN_TIMEOUT = 3600.0  # seconds, per measured audit
@@ -256,7 +262,16 @@ def main() -> None:
         default=12.0,
         help="address space the old audit may take before it fails (default 12)",
     )
+    parser.add_argument(
+        "--offline",
+        action="store_true",
+        help="no apiserver: the --count objects judged in memory, and the reports --write "
+        "would store in each format counted and sized (bench/audit_reports.py)",
+    )
     args = parser.parse_args()
+    if args.offline:
+        audit_reports.run_offline(args, plan, templates)
+        return
 
     policy = load_policy(POLICY_DIR)
     e2e.AUDIT_POLICY = {
@@ -268,7 +283,10 @@ def main() -> None:
         work = Path(tmp)
         before = work / "before"
         before.mkdir()
+        # Read only for --before: `--before none` runs where BEFORE's sources are not found.
         for path in ("webhook/audit/clusteraudit.py", "webhook/cli/audit.py"):
+            if args.before == "none":
+                break
             source = subprocess.run(
                 ["git", "show", f"{BEFORE}:{path}"], cwd=REPO, capture_output=True, check=True
             ).stdout
@@ -277,15 +295,9 @@ def main() -> None:
 
         with e2e.Cluster(work / "cluster", e2e.build_binaries()) as cluster:
             prepare_cluster(cluster)
-            cluster.kubectl("apply", "-f", str(CRD), check=True)
+            audit_reports.install_crds(cluster)
             for i in range(NAMESPACES):
                 cluster.kubectl("create", "namespace", f"bench-{i}", check=True)
-            cluster.kubectl(
-                "wait",
-                "--for=condition=Established",
-                "crd/policyreports.wgpolicyk8s.io",
-                check=True,
-            )
             objects = plan(args.count)
             started = time.monotonic()
             failed = fill(cluster, templates(policy), objects, args.threads)
@@ -308,8 +320,11 @@ def main() -> None:
                     log = args.log_dir / (re.sub(r"\W+", "-", name).strip("-") + ".log")
                     log.write_text(results[name]["stderr"])
                 print(f"{name}: {results[name]['seconds']}s", file=sys.stderr)
+            stored = audit_reports.stored(cluster) if "--write" in " ".join(results) else {}
 
     print_results(args, len(objects) - failed, fill_seconds, results)
+    if stored:
+        audit_reports.print_stored(stored)
 
 
 def variants(args: argparse.Namespace, before: Path, kubeconfig: str) -> dict[str, list[str]]:

@@ -1337,8 +1337,8 @@ def granted(roles: list[dict[str, Any]]) -> set[tuple[str, str, str]]:
 
 
 def test_audit_cronjob_rbac_is_least_privilege() -> None:
-    from webhook.audit.policyreport import CLUSTER_REPORT_PLURAL, REPORT_GROUP, REPORT_PLURAL
-    from webhook.cli.audit import CLUSTER_REPORT_VERBS, LISTS, REPORT_VERBS, VIEW_LISTS
+    from webhook.cli.audit import LISTS, VIEW_LISTS
+    from webhook.cli.audit_write import CLUSTER_REPORT_VERBS, FORMATS, REPORT_VERBS
 
     objects = component_objects("audit-cronjob")
     (cronjob,) = [o for o in objects if o["kind"] == "CronJob"]
@@ -1358,8 +1358,12 @@ def test_audit_cronjob_rbac_is_least_privilege() -> None:
         (api_version.rpartition("/")[0], kind.lower() + "s", "list")
         for kind, api_version, *_ in LISTS
     } | {(group, resource, "list") for group, resource in VIEW_LISTS} | {
-        (REPORT_GROUP, REPORT_PLURAL, verb) for verb in REPORT_VERBS
-    } | {(REPORT_GROUP, CLUSTER_REPORT_PLURAL, verb) for verb in CLUSTER_REPORT_VERBS}
+        (form.group, form.plural, verb) for form in FORMATS.values() for verb in REPORT_VERBS
+    } | {
+        (form.group, form.cluster_plural, verb)
+        for form in FORMATS.values()
+        for verb in CLUSTER_REPORT_VERBS
+    }
     for role in roles:
         for rule in role["rules"]:
             assert "resourceNames" not in rule and "nonResourceURLs" not in rule

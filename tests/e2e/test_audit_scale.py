@@ -60,12 +60,12 @@ def policy(policy_dir: Path) -> Policy:
     return load_policy(policy_dir)
 
 
-def run(name: str, policy: Policy, **spec: Any) -> dict[str, Any]:
-    """A run as runguard would have admitted it, then given ``spec``."""
+def run(name: str, policy: Policy, *, label: str = LABEL, **spec: Any) -> dict[str, Any]:
+    """A run (``label: run``) as runguard would have admitted it, then given ``spec``."""
     pod = {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": name, "labels": {LABEL: "run"}},
+        "metadata": {"name": name, "labels": {label: "run"}},
         "spec": {"containers": [{"name": "main", "image": "busybox:1.36"}]},
     }
     admitted: dict[str, Any] = mutate(pod, policy).object
@@ -229,7 +229,6 @@ def test_write_stores_policy_reports_with_the_cronjobs_rights_only(
 
 
 def test_the_audit_account_can_do_nothing_else(cluster: Cluster, audit_account: Path) -> None:
-    who = "system:serviceaccount:{}:{}".format(*AUDIT_ACCOUNT)
     allowed = {
         ("list", "pods"): "yes",
         ("list", "cronjobs.batch"): "yes",
@@ -244,6 +243,12 @@ def test_the_audit_account_can_do_nothing_else(cluster: Cluster, audit_account: 
         ("update", "policyreports.wgpolicyk8s.io"): "no",
         ("create", "pods"): "no",
     }
+    assert_audit_account_may(cluster, allowed)
+
+
+def assert_audit_account_may(cluster: Cluster, allowed: Mapping[tuple[str, str], str]) -> None:
+    """``kubectl auth can-i`` as the audit account answers ``allowed``'s (verb, resource)."""
+    who = "system:serviceaccount:{}:{}".format(*AUDIT_ACCOUNT)
     for (verb, resource), expected in allowed.items():
         done = cluster.kubectl("auth", "can-i", verb, resource, "-A", f"--as={who}")
         assert done.stdout.strip() == expected, (verb, resource, done.stderr)

@@ -95,16 +95,23 @@ def test_runguard_audit_lists_the_run_created_behind_its_back(
     assert [line.split()[2:4] for line in table[1:]] == [["legacy", "fail"], ["mutated", "pass"]]
 
 
-def test_runguard_audit_policy_report(cluster: Cluster, runguard: Webhook, legacy: str) -> None:
-    cluster_report, *reports = yaml.safe_load_all(
-        runguard_audit(cluster, runguard, legacy, "policyreport")
-    )
+@pytest.mark.parametrize(
+    "output, api_version, kind",
+    [
+        ("policyreport", "wgpolicyk8s.io/v1alpha2", "PolicyReport"),
+        ("openreports", "openreports.io/v1alpha1", "Report"),
+    ],
+)
+def test_runguard_audit_policy_report(
+    cluster: Cluster, runguard: Webhook, legacy: str, output: str, api_version: str, kind: str
+) -> None:
+    cluster_report, *reports = yaml.safe_load_all(runguard_audit(cluster, runguard, legacy, output))
     assert (cluster_report["kind"], cluster_report["metadata"]["name"]) == (
-        "ClusterPolicyReport",
+        f"Cluster{kind}",
         "runguard-policy",
     )  # the policy objects: cluster-scoped
     assert [(r["apiVersion"], r["kind"], r["metadata"]["namespace"]) for r in reports] == [
-        ("wgpolicyk8s.io/v1alpha2", "PolicyReport", legacy)
+        (api_version, kind, legacy)
     ]
     report = reports[0]
     assert report["scope"] == {"apiVersion": "v1", "kind": "Namespace", "name": legacy}

@@ -2,9 +2,9 @@
 
 The shell around ``webhook.audit.clusteraudit``: the cluster read one list request per
 page (``webhook.cli.cluster``), progress on stderr when it is a terminal, and
-``--write``: the PolicyReports server-side applied, one per namespace and RunPolicy (and
-part), and the ClusterPolicyReport about the policy objects. ``--rbac`` is
-``webhook.cli.audit_rbac``'s.
+``--write``: the reports server-side applied (``webhook.cli.audit_write``), one per
+namespace and RunPolicy (and part), and one about the policy objects, as wgpolicyk8s.io
+PolicyReports, OpenReports or both. ``--rbac`` is ``webhook.cli.audit_rbac``'s.
 """
 
 from __future__ import annotations
@@ -25,42 +25,31 @@ from webhook.audit.clusteraudit import (
     judged_pages,
 )
 from webhook.audit.liveview import WHATIF_KINDS, group_resource, read_view
-from webhook.audit.policyreport import (
-    CLUSTER_REPORT_PLURAL,
-    REPORT_GROUP,
-    REPORT_PLURAL,
-    REPORT_VERSION,
-    RESULTS_PER_REPORT,
-    ReportBook,
-    cluster_policy_report,
-    policy_report,
-    report_name,
-)
+from webhook.audit.reportbook import RESULTS_PER_REPORT, ReportBook, policy_results
 from webhook.cli import EXIT_BAD_INPUT, EXIT_DENIED, EXIT_OK, load_policy_or_report
 from webhook.cli.audit_rbac import run_rbac
+from webhook.cli.audit_write import (
+    FORMATS,
+    crds_checked,
+    report_formats,
+    served_formats,
+    write_cluster_report,
+    write_reports,
+)
 from webhook.cli.cluster import (
-    REQUEST_TIMEOUT,
-    SERVER_SIDE_APPLY,
     Progress,
     Session,
     dump_reports,
     kube_fetch,
     on_cluster,
-    release,
     say,
 )
 from webhook.engine.context import Context
-from webhook.keys import POLICY_LABEL
 from webhook.policy.model import Policy
 
 LISTS = LISTINGS  # (kind, apiVersion, ...) per kind listed: the audit ClusterRole grants these
 # What is read beside the runs (``read_view``): (group, resource), listed too.
 VIEW_LISTS = tuple(group_resource(kind) for kind in WHATIF_KINDS)
-# What --write does to policyreports (server-side apply: create or patch; get to find
-# parts no longer needed): exactly what the audit CronJob's ClusterRole grants.
-REPORT_VERBS = ("get", "create", "patch")
-CLUSTER_REPORT_VERBS = ("create", "patch")  # one ClusterPolicyReport, applied whole
-MAX_PARTS = 10_000  # PolicyReport parts probed per namespace when emptying stale ones
 
 
 def register(sub: Any) -> None:
@@ -77,15 +66,24 @@ def register(sub: Any) -> None:
     p.add_argument(
         "-o",
         "--output",
-        choices=("table", "json", "policyreport", "summary"),
+        choices=("table", "json", *FORMATS, "summary"),
         default="table",
-        help="a row per run (table, json), the PolicyReports, or counts per namespace",
+        help="a row per run (table, json), the reports (policyreport: wgpolicyk8s.io's "
+        "PolicyReports, openreports: OpenReports' Reports), or counts per namespace",
     )
     p.add_argument(
         "--write",
         action="store_true",
-        help="server-side apply the PolicyReports and the ClusterPolicyReport "
-        "(wgpolicyk8s.io/v1alpha2) to the cluster",
+        help="server-side apply the reports (a namespaced one per namespace and RunPolicy, "
+        "a cluster-scoped one about the policy objects) to the cluster",
+    )
+    p.add_argument(
+        "--reports",
+        type=report_formats,
+        metavar="FORMATS",
+        help="what --write writes: policyreport (wgpolicyk8s.io/v1alpha2), openreports "
+        "(openreports.io/v1alpha1) or both, separated by a comma (default: each the "
+        "cluster serves the CRDs of)",
     )
     p.add_argument(
         "--page-size",
@@ -99,7 +97,7 @@ def register(sub: Any) -> None:
         type=_positive,
         default=RESULTS_PER_REPORT,
         metavar="N",
-        help=f"results per PolicyReport before another part starts (default {RESULTS_PER_REPORT})",
+        help=f"results per report before another part starts (default {RESULTS_PER_REPORT})",
     )
     p.add_argument(
         "--policy-objects",
@@ -154,6 +152,9 @@ def run(args: argparse.Namespace) -> int:
 
     if args.rbac:
         return run_rbac(args)
+    if args.reports and not args.write:
+        print("runguard audit: --reports goes with --write", file=sys.stderr)
+        return EXIT_BAD_INPUT
     if args.cluster_state or args.shells or args.include_expected:
         print("runguard audit: --cluster-state, --shells and --include-expected go with "
               "--rbac", file=sys.stderr)  # fmt: skip
@@ -163,25 +164,29 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_BAD_INPUT
     now = time.time()
 
-    def work(session: Session) -> tuple[Outcome, dict[str, Any]]:
-        outcome = _audit(session.api_client, session.policy, args, now)
-        warnings = lint(session.directory).warnings
-        cluster_report = cluster_policy_report(session.policy, warnings, now=now)
+    def work(session: Session) -> tuple[Outcome, list[dict[str, Any]]]:
+        api_client = session.api_client
+        outcome = _audit(api_client, session.policy, args, now)
+        about_policy = policy_results(session.policy, lint(session.directory).warnings, now=now)
         if args.write:
-            session.doing = "write PolicyReports"
-            _write_reports(session.api_client, outcome.book, args.results_per_report)
-            session.doing = "write the ClusterPolicyReport"
-            _write_cluster_report(session.api_client, cluster_report)
-        return outcome, cluster_report
+            session.doing = "read which report CRDs the cluster serves"
+            for form in served_formats(api_client, args.reports):
+                session.doing = f"write {form.kind}s"
+                with crds_checked(form):
+                    write_reports(api_client, form, outcome.book, args.results_per_report)
+                    session.doing = f"write the {form.cluster_kind}"
+                    write_cluster_report(api_client, form, form.cluster_report(about_policy))
+        return outcome, about_policy
 
     try:
         done = on_cluster(args, "audit", work, policy=policy, doing="list objects")
         if done is None:
             return EXIT_BAD_INPUT
-        outcome, cluster_report = done
-        if args.output == "policyreport":
-            reports = outcome.book.reports(args.results_per_report)
-            dump_reports([cluster_report, *reports], sys.stdout)
+        outcome, about_policy = done
+        if args.output in FORMATS:
+            form = FORMATS[args.output]
+            reports = outcome.book.reports(form, args.results_per_report)
+            dump_reports([form.cluster_report(about_policy), *reports], sys.stdout)
         sys.stdout.flush()
     except BrokenPipeError:  # stdout closed early (`| head`): nothing more to say
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
@@ -196,7 +201,7 @@ def run(args: argparse.Namespace) -> int:
 
 class Outcome:
     """What the listing leaves: counts per result and per namespace, and the findings
-    PolicyReports need (only when they are asked for)."""
+    reports need (only when they are asked for)."""
 
     def __init__(self, keep_findings: bool, now: float = 0.0) -> None:
         self.counts: Counter[str] = Counter()
@@ -230,7 +235,7 @@ def _audit(api_client: Any, policy: Policy, args: argparse.Namespace, now: float
         writer = TableWriter(out)
     elif args.output == "json":
         writer = JsonRowsWriter(out)
-    outcome = Outcome(keep_findings=args.write or args.output == "policyreport", now=now)
+    outcome = Outcome(keep_findings=args.write or args.output in FORMATS, now=now)
     progress = Progress(sys.stderr) if sys.stderr.isatty() else None
     started = time.monotonic()
     state, left_out = read_view(api_client, WHATIF_KINDS)  # what profiles are judged by
@@ -274,80 +279,3 @@ def _summary(outcome: Outcome, out: TextIO) -> None:
     widths = [max(len(r[i]) for r in rows) for i in range(4)]
     for row in rows:
         out.write("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip() + "\n")
-
-
-# --- PolicyReports ---------------------------------------------------------------------
-
-
-def _write_reports(api_client: Any, book: ReportBook, per_report: int) -> None:
-    """Server-side apply each report (created, or replaced whole: ``results`` is an
-    atomic list), then empty the parts a namespace no longer needs. Needs ``create``,
-    ``patch`` and ``get`` on policyreports, nothing else (no list: a namespace left
-    without runs keeps its last report; see docs/audit.md)."""
-    from kubernetes import client
-    from kubernetes.client.exceptions import ApiException
-
-    api = client.CustomObjectsApi(api_client)
-    progress = Progress(sys.stderr) if sys.stderr.isatty() else None
-    parts: Counter[tuple[str, str]] = Counter()  # by namespace and RunPolicy
-
-    def apply(report: dict[str, Any]) -> None:
-        meta = report["metadata"]
-        response: Any = api.patch_namespaced_custom_object(
-            REPORT_GROUP, REPORT_VERSION, meta["namespace"], REPORT_PLURAL, meta["name"], report,
-            **SERVER_SIDE_APPLY,
-        )  # fmt: skip
-        release(response)
-
-    def exists(namespace: str, name: str) -> bool:
-        try:
-            response: Any = api.get_namespaced_custom_object(
-                REPORT_GROUP,
-                REPORT_VERSION,
-                namespace,
-                REPORT_PLURAL,
-                name,
-                _preload_content=False,
-                _request_timeout=REQUEST_TIMEOUT,
-            )
-        except ApiException as exc:
-            if exc.status == 404:
-                return False
-            raise
-        release(response)
-        return True
-
-    emptied = 0
-    try:
-        for report in book.reports(per_report):
-            apply(report)
-            meta = report["metadata"]
-            parts[meta["namespace"], meta["labels"][POLICY_LABEL]] += 1
-            if progress is not None:
-                progress.show(f"PolicyReports written: {parts.total():,}")
-        for (namespace, policy), count in parts.items():
-            for part in range(count + 1, count + 1 + MAX_PARTS):
-                if not exists(namespace, report_name(policy, part)):
-                    break
-                apply(policy_report(policy, namespace, part, []))
-                emptied += 1
-    finally:
-        if progress is not None:
-            progress.clear()
-    say(
-        None,
-        f"{parts.total():,} PolicyReports written in {len({ns for ns, _ in parts}):,} "
-        "namespaces" + (f", {emptied:,} parts no longer needed emptied" if emptied else ""),
-    )
-
-
-def _write_cluster_report(api_client: Any, report: dict[str, Any]) -> None:
-    """Server-side apply the ClusterPolicyReport (one object, replaced whole)."""
-    from kubernetes import client
-
-    response: Any = client.CustomObjectsApi(api_client).patch_cluster_custom_object(
-        REPORT_GROUP, REPORT_VERSION, CLUSTER_REPORT_PLURAL, report["metadata"]["name"], report,
-        **SERVER_SIDE_APPLY,
-    )  # fmt: skip
-    release(response)
-    say(None, f"ClusterPolicyReport {report['metadata']['name']} written")

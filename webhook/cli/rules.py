@@ -51,10 +51,10 @@ what each grants).
 def registered() -> tuple[dict[str, Rule], dict[str, ReportRule]]:
     """Every id: the engine's rules (``webhook.engine.registry``), then the ids only
     ``runguard audit`` reports, each declared beside the code reporting it."""
-    from webhook.audit import policyreport, rbacdoors
+    from webhook.audit import rbacdoors, reportbook
     from webhook.engine.registry import RULES
 
-    return RULES, collect((policyreport.RULES, rbacdoors.RULES))[1]
+    return RULES, collect((reportbook.RULES, rbacdoors.RULES))[1]
 
 
 def rules_markdown() -> str:
