@@ -87,6 +87,7 @@ def beyond(
                 f'"{pc}" is not an allowed priority class ({", ".join(sorted(allowed))})',
             )
         )
+    found.extend(_workload_priority_class(profile, policy))
     device_env = set(policy.resources.device_env)
     for i, var in enumerate(profile.env):
         if var.get("name") in device_env:
@@ -99,6 +100,20 @@ def beyond(
             )
     found.extend(_other_namespaces(profile.affinity or {}, namespace))
     return found
+
+
+def _workload_priority_class(
+    profile: ProfileValues, policy: RunPolicySpec
+) -> Iterator[tuple[Where, str]]:
+    """The Kueue priority class a queue profile names, where the RunPolicy bounds them."""
+    allowed = policy.scheduling.workload_priority_classes
+    wanted = profile.queue.priority_class if profile.queue is not None else None
+    if wanted is not None and allowed is not None and wanted not in allowed:
+        yield (
+            ("queue", "priorityClass"),
+            f'"{wanted}" is not an allowed Kueue priority class '
+            f"({', '.join(sorted(allowed)) or 'none'})",
+        )
 
 
 def _bounds(value: str | QuantityRange) -> Iterator[tuple[Where, str, Decimal]]:
