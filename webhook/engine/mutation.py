@@ -143,7 +143,7 @@ def mutate(
         if spec != target.spec and spec == r.old_target.spec:
             result, changes = with_spec(obj, target, spec), [TEMPLATE_REAPPLIED]
     elif target is None and not r.invalid and r.old is None and isinstance(obj, dict):
-        result, changes, profile = _operator_templates(r, obj)
+        result, changes, profile = operator_templates(r, obj)
     if mutated is not None and isinstance(result, dict):
         result = _queued(result, target, mutated, r, changes)
     if isinstance(result, dict) and not r.invalid and not problems:
@@ -170,15 +170,17 @@ def _queued(
     if pod.profile is None or pod.profile.queue is None or target is None:
         return result
     owners = owner_references(r.metadata)
+    context = r.context
     result, change = send_to_queue(
-        result, target.kind, pod.profile, pod.policy, owners, suspend, r.context.requester
-    )
+        result, target.kind, pod.profile, pod.policy, owners, suspend, context.requester,
+        context.state,
+    )  # fmt: skip
     if change is not None:
         changes.append(change)
     return result
 
 
-def _operator_templates(r: Review, obj: JSON) -> tuple[JSON, list[Change], str | None]:
+def operator_templates(r: Review, obj: JSON) -> tuple[JSON, list[Change], str | None]:
     """At CREATE, an operator's object with the profile in each pod template its entry
     declares (``platform.operators[].templates``) that is a run's (each by the RunPolicy
     its labels choose), sent to its queue when a template names a queue profile: the

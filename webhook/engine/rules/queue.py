@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from webhook.engine import scope
+from webhook.engine import scope, templates
 from webhook.engine.context import Requester
 from webhook.engine.rule import Declarations
 from webhook.engine.rules import ownership
@@ -226,6 +226,9 @@ def _policy(r: Review) -> Policy | None:
         return r.governing
     if r.old is None:
         return None
+    templated = _templates_policy(r)
+    if templated is not None:
+        return templated
     old_spec = r.old_target.spec if r.old_target is not None else None
     owner = scope.recorder(r.root, r.old, old_spec, r.namespace, None, stored=True)
     if owner is None:
@@ -234,6 +237,19 @@ def _policy(r: Review) -> Policy | None:
     installed = annotations.get(PLATFORM_RECORD) == ownership.INSTALLER
     if installed or ownership.recorded_platform(owner, annotations, r.root):
         return owner
+    return None
+
+
+def _templates_policy(r: Review) -> Policy | None:
+    """The RunPolicy of the first run template of an operator's object as it was stored
+    (a RayJob's head, workers, submitter: its run labels are there, not on the object)."""
+    entry = templates.declared(r.old, r.root, r.namespace)
+    if entry is None or not isinstance(r.old, dict):
+        return None
+    for _, target in templates.located(r.old, entry):
+        governing = scope.choose(r.root, target.labels, r.namespace)
+        if governing is not None:
+            return governing
     return None
 
 
