@@ -195,3 +195,25 @@ def test_a_rayjob_that_skipped_mutate_unqueued_is_refused() -> None:
     judged = validate(ray, queue_policy(), namespace="ml", context=Context(ALICE, State([])))
     assert not judged.allowed
     assert "profile.applied" in rules(judged)
+
+
+def deployment(labels: dict[str, str], kind: str = "Deployment") -> dict[str, Any]:
+    template = copy.deepcopy(run_job(labels)["spec"]["template"])
+    template["spec"].pop("restartPolicy", None)
+    return {"apiVersion": "apps/v1", "kind": kind,
+            "metadata": {"name": "web", "namespace": "ml", "labels": dict(labels)},
+            "spec": {"selector": {"matchLabels": {"dhcore/run": "r1"}},
+                     "template": template}}  # fmt: skip
+
+
+def test_a_deployment_of_a_queue_profile_without_its_queue_is_refused_at_apply() -> None:
+    context = Context(ALICE, State([]))
+    refused = evaluate(deployment(QUEUED), queue_policy(), namespace="ml", context=context)
+    assert rules(refused) == {"queue.kind"}
+    assert "add it, or run the work as a Job" in refused.message()
+    named = evaluate(deployment({**QUEUED, QUEUE: "team-a"}), queue_policy(), namespace="ml",
+                     context=context)  # fmt: skip
+    assert named.allowed, named.message()  # Kueue's pod integration holds its Pods
+    daemons = evaluate(deployment({**QUEUED, QUEUE: "team-a"}, "DaemonSet"), queue_policy(),
+                       namespace="ml", context=context)  # fmt: skip
+    assert rules(daemons) == {"queue.kind"}

@@ -27,6 +27,7 @@ from webhook.engine.pod import WARNING_LIMIT, Pod, spec_prefix
 from webhook.engine.podspec import Target
 from webhook.engine.receipts import Receipts, backstop_key
 from webhook.engine.rules import not_a_run, ownership, podclaims, run_checks, stamp
+from webhook.engine.rules.queue import check_queue_kind
 from webhook.engine.rules.queue_profile import send_to_queue
 from webhook.engine.rules.trust import run_object_checks, run_trust_checks
 from webhook.engine.subject import (
@@ -131,7 +132,8 @@ def _not_queued(obj: JSON, target: Target, pod: Pod, r: Review) -> list[Violatio
     if pod.profile is None or pod.profile.queue is None:
         return []
     if target.kind not in ("Pod", *TEMPLATES_MUTATED):
-        return []
+        name = pod.profile.queue.name
+        return check_queue_kind(target.kind, target.labels, target.spec_path, name, pod.policy)
     owners = owner_references(r.metadata)
     requester = r.context.requester
     _, change = send_to_queue(

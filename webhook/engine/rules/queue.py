@@ -28,6 +28,7 @@ from webhook.engine.context import Requester
 from webhook.engine.rule import Declarations
 from webhook.engine.rules import ownership
 from webhook.engine.rules.queue_profile import PRIORITY_LABEL
+from webhook.engine.rules.queue_profile import queue_label as queue_label_of
 from webhook.engine.subject import Review
 from webhook.engine.types import Violation
 from webhook.keys import PLATFORM_RECORD
@@ -64,6 +65,19 @@ QUEUE_PRIORITY_CLASS = RULES.rule(
         "(`scheduling.workloadPriorityClasses`), at CREATE or written by an UPDATE"
     ),
 )
+
+QUEUE_KIND = RULES.rule(
+    "queue.kind",
+    mutation="",
+    violation=(
+        "at CREATE, a queue profile on a kind its queue does not hold as Kueue expects: a "
+        "Deployment or StatefulSet whose pod template lacks the profile's queue label "
+        "(Kueue's pod integration holds their Pods one by one by it), or a DaemonSet or "
+        "bare ReplicaSet (no queue holds them); the message names what to use instead"
+    ),
+)
+# Long-lived controllers Kueue's pod integration holds Pod by Pod, by their template's label.
+_HELD_BY_POD = frozenset({"Deployment", "StatefulSet"})
 
 # Keys of an object's spec that start, stop and size a run: the queue's to change.
 _RUN_KEYS = frozenset({"suspend", "parallelism"})
@@ -407,6 +421,38 @@ def _labels(node: Any, reserved: tuple[str, ...], path: str) -> list[tuple[str, 
         for i, item in enumerate(node):
             out.extend(_labels(item, reserved, f"{path}[{i}]"))
     return out
+
+
+def check_queue_kind(
+    kind: str, labels: Mapping[str, str], spec_path: str, queue: str, policy: Policy
+) -> list[Violation]:
+    """``queue.kind``: a queue profile (queue ``queue``) on a pod controller whose Pods
+    would otherwise run unqueued (see the rule). Jobs, CronJobs, Pods and the operators'
+    kinds are queued by ``/mutate`` itself."""
+    if kind in ("Pod", "Job", "CronJob"):
+        return []
+    label = queue_label_of(policy)
+    where = f"{spec_path.removesuffix('.spec')}.metadata.labels[{label}]"
+    if kind in _HELD_BY_POD:
+        if labels.get(label) == queue:
+            return []
+        return [
+            Violation(
+                QUEUE_KIND,
+                where,
+                f"a {kind} of a queue profile runs only queued: Kueue's pod integration holds "
+                f"its Pods one by one by their label, so its pod template carries {label}: "
+                f"{queue}; add it, or run the work as a Job",
+            )
+        ]
+    return [
+        Violation(
+            QUEUE_KIND,
+            where,
+            f"no queue holds a {kind}: a queue profile is for a Job, a CronJob, a Pod, a "
+            "Deployment or StatefulSet whose template names the queue, or an operator's run",
+        )
+    ]
 
 
 def check_queue_priority_class(r: Review) -> list[Violation]:
