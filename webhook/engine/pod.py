@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 
 import orjson
 
+from webhook.engine import sizes
 from webhook.engine.context import (
     NO_CONTEXT,
     OWNERSHIP_OFF,
@@ -90,6 +91,10 @@ class Pod:
             self.profile_fallback = self.profile is not None
         if self.profile is not None and not self.may_use(self.profile):
             self.profile_refused, self.profile = self.profile, None
+        recorded = sizes.recorded_profile(self, name)
+        if recorded is not None:  # sized once, when its template was: judged against that
+            self.profile, self.profile_fallback = recorded, False
+            self.profile_invalid = self.profile_refused = None
 
     def resolve(self, name: str) -> Profile | None:
         """The profile ``name`` means in this run's namespace: its project's own

@@ -19,8 +19,9 @@ from collections.abc import Iterator
 from decimal import Decimal
 from typing import Any
 
+from webhook.engine import sizes, templates
 from webhook.engine.decide import Who, pod_of
-from webhook.engine.pod import Pod, main_container
+from webhook.engine.pod import Pod, main_container, spec_prefix
 from webhook.engine.podspec import Target
 from webhook.engine.rule import Declarations
 from webhook.engine.rules.queue import queue_of
@@ -28,6 +29,7 @@ from webhook.engine.rules.resources import effective_totals
 from webhook.engine.subject import Review
 from webhook.engine.types import JSON, Violation
 from webhook.inputs.quantity import parse
+from webhook.keys import SIZE_RECORD
 
 RULES = Declarations(__name__)
 RESOURCES_GROWN = RULES.rule(
@@ -39,6 +41,18 @@ RESOURCES_GROWN = RULES.rule(
         "away from its profile's exact value or range, a template's total above a maximum, "
         "an `emptyDir`'s `sizeLimit` grown past the run's bound; and on any request a pod-level "
         "`spec.resources` value above its containers' total for a resource the profile sets"
+    ),
+)
+
+RESOURCES_SIZE_RECORD = RULES.rule(
+    "resources.size-record",
+    mutation=(
+        "at CREATE, a Pod's size record (`runguard.io/size`) that runguard did not write removed"
+    ),
+    violation=(
+        "a size record (`runguard.io/size`) on a Pod at CREATE that runguard did not write "
+        "(only a controller's Pod of a template runguard sized carries one), or changed or "
+        "removed on UPDATE of a run or of its pod templates"
     ),
 )
 
@@ -242,3 +256,51 @@ def _totals_grown(pod: Pod, old: Pod) -> Iterator[Violation]:
                 f"maximum {pod.policy.resources.maximums[resource]} for one run",
                 amount - maximum,
             )
+
+
+def check_size_record(r: Review) -> list[Violation]:
+    """``resources.size-record``: a forged record on a Pod at CREATE (skipping ``/mutate``,
+    which removes it), or a record changed on UPDATE (see ``webhook.engine.sizes``)."""
+    if r.governing is None and r.old is None:
+        return []
+    if r.old is None:
+        if r.target is None or r.target.kind != "Pod" or SIZE_RECORD not in r.target.annotations:
+            return []
+        assert r.governing is not None
+        pod = pod_of(r.target, r.governing, r.target.spec, Who(r, r.governing))
+        if sizes.believed(pod):
+            return []
+        return [
+            Violation(
+                RESOURCES_SIZE_RECORD,
+                f"metadata.annotations[{SIZE_RECORD}]",
+                "not applied: runguard removes a size record it did not write (runguard's "
+                "mutating webhook does this: was it bypassed?)",
+                backstop=True,
+            )
+        ]
+    before, after = _records(r.old, r.old_target, r), _records(r.obj, r.target, r)
+    return [
+        Violation(
+            RESOURCES_SIZE_RECORD,
+            f"{path}.annotations[{SIZE_RECORD}]",
+            "runguard's record of the size the run was admitted at: written once, at CREATE",
+        )
+        for path in sorted(set(before) | set(after))
+        if before.get(path) != after.get(path)
+    ]
+
+
+def _records(obj: Any, target: Target | None, r: Review) -> dict[str, str]:
+    """metadata path -> the size record, of the object's pod (template) and of each
+    template an operator's entry declares."""
+    found: dict[str, str] = {}
+    if target is not None and SIZE_RECORD in target.annotations:
+        found[spec_prefix(target.spec_path) + "metadata"] = target.annotations[SIZE_RECORD]
+    entry = templates.declared(obj, r.root, r.namespace) if isinstance(obj, dict) else None
+    if entry is not None and isinstance(obj, dict):
+        for _, located in templates.located(obj, entry):
+            if SIZE_RECORD in located.annotations:
+                path = spec_prefix(located.spec_path) + "metadata"
+                found[path] = located.annotations[SIZE_RECORD]
+    return found

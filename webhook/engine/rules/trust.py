@@ -18,7 +18,7 @@ from webhook.engine.pod import spec_prefix
 from webhook.engine.rule import Declarations
 from webhook.engine.rules import ownership, podclaims, reserved, stamp
 from webhook.engine.rules.debug import check_debug_container
-from webhook.engine.rules.growth import check_growth
+from webhook.engine.rules.growth import check_growth, check_size_record
 from webhook.engine.rules.not_a_run import OWNERSHIP_UNKNOWN
 from webhook.engine.rules.operator_objects import (
     check_operator_references,
@@ -391,6 +391,7 @@ TRUST_CHECKS: tuple[TrustCheck, ...] = (
     check_operator_scale,
     *QUEUE_CHECKS,
     check_growth,
+    check_size_record,
 )
 
 
