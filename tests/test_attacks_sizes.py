@@ -122,3 +122,34 @@ def test_a_size_record_is_frozen_on_update(policy: Policy) -> None:
     assert "resources.size-record" in {v.rule for v in judged.violations}
     same = validate(copy.deepcopy(stored), policy, namespace="team-a", old=stored, context=update)
     assert same.allowed, same.message()
+
+
+def test_a_project_profile_under_builds_is_bounded_by_the_other_run_policies() -> None:
+    """The shipped ``builds`` RunPolicy has no maximums (the platform's image builds): a
+    project's profile a build names still gives no more than ``digitalhub`` allows
+    (cpu 18), or it is not applied."""
+    from test_trust import CORE, SHIPPED
+
+    from webhook.clusterstate import StaticClusterState
+
+    build = {"apiVersion": "v1", "kind": "Pod",
+             "metadata": {"name": "build", "namespace": "ml",
+                          "labels": {"app.kubernetes.io/managed-by": "dhcore",
+                                     "dhcore/framework": "k8sbuild", "dhcore/run": "r1",
+                                     "dhcore/template": "huge"}},
+             "spec": {"containers": [{"name": "kaniko", "image": "kaniko:1"}]}}  # fmt: skip
+
+    def judged(cpu: str) -> Any:
+        profile = project_profile("ml", "huge", resources={"requests": {"cpu": cpu}})
+        profile["metadata"]["namespace"] = "ml"
+        state = StaticClusterState.from_documents(
+            [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ml"}}, profile]
+        )
+        return evaluate(build, SHIPPED, namespace="ml", context=Context(CORE, state))
+
+    refused = judged("64")
+    assert "profile.project-invalid" in {v.rule for v in refused.violations}
+    assert "beyond RunPolicy digitalhub" in refused.message()
+    allowed = judged("4")
+    assert allowed.allowed, allowed.message()
+    assert allowed.object["spec"]["containers"][0]["resources"]["requests"]["cpu"] == "4"

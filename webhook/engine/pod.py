@@ -26,7 +26,12 @@ from webhook.engine.types import JSON, Change
 from webhook.inputs.quantity import parse
 from webhook.keys import MAIN_CONTAINER_ANNOTATION
 from webhook.policy.model import Policy, Profile
-from webhook.policy.project import ProjectProfileError, beyond, read_project_profile
+from webhook.policy.project import (
+    ProjectProfileError,
+    above_other_maximums,
+    beyond,
+    read_project_profile,
+)
 from webhook.policy.source import format_key
 
 DEFAULT_CONTAINER_ANNOTATION = "kubectl.kubernetes.io/default-container"
@@ -111,10 +116,12 @@ class Pod:
         except ProjectProfileError as exc:
             self.profile_invalid = (name, f"it does not load: {exc}")
             return None
-        found = beyond(profile, self.policy, self.namespace)
+        found, bound = beyond(profile, self.policy, self.namespace), self.policy
+        if not found and not self.policy.resources.maximums and self.root is not None:
+            bound, found = above_other_maximums(profile, self.root, self.policy, self.namespace)
         if found:
             problems = "; ".join(f"{format_key(('spec', *at))}: {why}" for at, why in found)
-            self.profile_invalid = (name, f"beyond RunPolicy {self.policy.name}: {problems}")
+            self.profile_invalid = (name, f"beyond RunPolicy {bound.name}: {problems}")
             return None
         return profile
 

@@ -34,9 +34,9 @@ from pydantic import ValidationError
 
 from webhook.inputs.quantity import parse
 from webhook.policy.kube import QuantityRange
-from webhook.policy.model import Profile, ProfileValues, ProjectProfileSpec, RunPolicySpec
+from webhook.policy.model import Policy, Profile, ProfileValues, ProjectProfileSpec, RunPolicySpec
 
-__all__ = ["KIND", "ProjectProfileError", "beyond", "read_project_profile"]
+__all__ = ["KIND", "ProjectProfileError", "above_other_maximums", "beyond", "read_project_profile"]
 
 KIND = "ProjectProfile"
 Where = tuple[str | int, ...]
@@ -100,6 +100,22 @@ def beyond(
             )
     found.extend(_other_namespaces(profile.affinity or {}, namespace))
     return found
+
+
+def above_other_maximums(
+    profile: ProfileValues, root: Policy, governing: Policy, namespace: str
+) -> tuple[Policy, list[tuple[Where, str]]]:
+    """Under a RunPolicy without maximums (the shipped ``builds``, for the platform's own
+    image builds), a project's profile is bounded by the maximums and device families of
+    every other RunPolicy that looks at its namespace: it never gives a run more than the
+    installation allows anywhere. (The RunPolicy, the problems) of the first it exceeds."""
+    for other in root.run_policies():
+        if other is governing or namespace in other.exclude_namespaces:
+            continue
+        found = [*_above_maximums(profile, other), *_above_families(profile, other)]
+        if found:
+            return other, found
+    return governing, []
 
 
 def _workload_priority_class(

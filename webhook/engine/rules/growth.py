@@ -26,9 +26,10 @@ from webhook.engine.podspec import Target
 from webhook.engine.rule import Declarations
 from webhook.engine.rules.queue import queue_of
 from webhook.engine.rules.resources import effective_totals
+from webhook.engine.shape import check_shape
 from webhook.engine.subject import Review
 from webhook.engine.types import JSON, Violation
-from webhook.inputs.quantity import parse
+from webhook.inputs.quantity import QuantityError, parse
 from webhook.keys import SIZE_RECORD
 
 RULES = Declarations(__name__)
@@ -65,6 +66,8 @@ def check_growth(r: Review) -> list[Violation]:
     """``resources.grown`` of a run's Pod or Job (see the module doc)."""
     if r.governing is None or r.target is None or r.target.kind not in _GROWN_KINDS:
         return []
+    if not _understood(r.target) or (r.old_target is not None and not _understood(r.old_target)):
+        return []  # what cannot be understood is denied as input.invalid
     who = Who(r, r.governing)
     pod = pod_of(r.target, r.governing, r.target.spec, who)
     if pod.profile is None or not pod.spec.get("containers"):
@@ -80,6 +83,10 @@ def check_growth(r: Review) -> list[Violation]:
     if r.target.kind != "Pod":
         found.extend(_totals_grown(pod, old))
     return found
+
+
+def _understood(target: Target) -> bool:
+    return not check_shape(target.spec, target.spec_path)
 
 
 def _old_pod(r: Review, who: Who) -> Pod | None:
@@ -161,7 +168,10 @@ def _pod_level(pod: Pod, old: Pod | None) -> Iterator[Violation]:
         for resource, text in values.items():
             if (part, resource) not in profiled and (_other(part), resource) not in profiled:
                 continue
-            excess = parse(text) - totals.get(resource, Decimal(0))
+            amount = _amount(text)
+            if amount is None:
+                continue
+            excess = amount - totals.get(resource, Decimal(0))
             if excess <= 0 or (
                 old is not None and excess <= _pod_level_excess(old, part, resource)
             ):
@@ -184,9 +194,10 @@ def _pod_level_excess(pod: Pod, part: str, resource: str) -> Decimal:
     res = pod.spec.get("resources")
     values = res.get(part) if isinstance(res, dict) else None
     text = values.get(resource) if isinstance(values, dict) else None
-    if text is None:
+    amount = _amount(text)
+    if amount is None:
         return Decimal(0)
-    return parse(text) - _containers_total(pod.spec, part).get(resource, Decimal(0))
+    return amount - _containers_total(pod.spec, part).get(resource, Decimal(0))
 
 
 def _volume_bound(pod: Pod, resource: str) -> Decimal | None:
@@ -209,9 +220,16 @@ def _size_limits(pod: Pod) -> dict[str, tuple[str, Decimal | None]]:
         if not isinstance(empty, dict):
             continue
         resource = "memory" if empty.get("medium") == "Memory" else "ephemeral-storage"
-        limit = empty.get("sizeLimit")
-        out[str(volume.get("name"))] = (resource, parse(limit) if limit is not None else None)
+        out[str(volume.get("name"))] = (resource, _amount(empty.get("sizeLimit")))
     return out
+
+
+def _amount(value: Any) -> Decimal | None:
+    """A quantity's amount; None when absent or not a quantity (the apiserver refuses it)."""
+    try:
+        return parse(value) if isinstance(value, str) else None
+    except QuantityError:
+        return None
 
 
 def _volumes_grown(pod: Pod, old: Pod) -> Iterator[Violation]:
@@ -265,6 +283,8 @@ def check_size_record(r: Review) -> list[Violation]:
         return []
     if r.old is None:
         if r.target is None or r.target.kind != "Pod" or SIZE_RECORD not in r.target.annotations:
+            return []
+        if not _understood(r.target):
             return []
         assert r.governing is not None
         pod = pod_of(r.target, r.governing, r.target.spec, Who(r, r.governing))
