@@ -143,10 +143,7 @@ def mutate(
         # CREATE, is turned back into the stored template: unchanged, as a Job's must be.
         spec, _, _ = steps_applied(target, governing, Who(r, governing))
         if spec != target.spec and spec == r.old_target.spec:
-            result, changes = with_spec(obj, target, spec), [TEMPLATE_REAPPLIED]
-            kept = r.old_target.annotations.get(sizes.SIZE_RECORD)
-            if kept is not None:  # the manifest never had runguard's record: kept as stored
-                result = sizes.with_record(result, target.keys, kept)
+            result, changes = _reapplied(obj, target, spec, r.old_target), [TEMPLATE_REAPPLIED]
     elif target is None and not r.invalid and r.old is None and isinstance(obj, dict):
         result, changes, profile = operator_templates(r, obj)
     if mutated is not None and isinstance(result, dict):
@@ -217,6 +214,14 @@ def operator_templates(r: Review, obj: JSON) -> tuple[JSON, list[Change], str | 
     if queued is not None:
         result = _queued(result, queued[0], queued[1], r, changes, entry.suspend_steps)
     return result, changes, profile
+
+
+def _reapplied(obj: JSON, target: Target, spec: JSON, stored: Target) -> JSON:
+    """``obj`` with the stored template's spec and size record: ``kubectl apply`` of a
+    manifest that never had runguard's values, turned back into the stored template."""
+    result = with_spec(obj, target, spec)
+    kept = stored.annotations.get(sizes.SIZE_RECORD)
+    return result if kept is None else sizes.with_record(result, target.keys, kept)
 
 
 def _sized(result: JSON, keys: tuple[str | int, ...], pod: Pod) -> JSON:
