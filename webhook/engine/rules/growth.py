@@ -66,6 +66,10 @@ def check_growth(r: Review) -> list[Violation]:
     """``resources.grown`` of a run's Pod or Job (see the module doc)."""
     if r.governing is None or r.target is None or r.target.kind not in _GROWN_KINDS:
         return []
+    if r.old_target is None and "resources" not in r.target.spec:
+        return []  # at CREATE only pod-level resources are judged here
+    if r.old_target is not None and r.old_target.spec == r.target.spec:
+        return []  # nothing of the spec changed (labels, status, finalizers)
     if not _understood(r.target) or (r.old_target is not None and not _understood(r.old_target)):
         return []  # what cannot be understood is denied as input.invalid
     who = Who(r, r.governing)
