@@ -98,8 +98,12 @@ def test_without_a_cluster_view_the_kept_profiles_are_unknown(policy: Policy) ->
 def test_a_job_is_explained_by_its_template(policy: Policy) -> None:
     e = explain(run("team-a", "small", "64Gi", kind="Job"), policy, context=CONTEXT)
     assert (e.kind, e.profile) == ("Job", "small")
-    # the records, and the profile written into the template (where a queue counts it)
-    assert all(op["path"].startswith(("/metadata", "/spec/template/spec/")) for op in e.patch)
+    # the records, and the profile written into the template (where a queue counts it),
+    # with the record of the size it gave
+    assert all(
+        op["path"].startswith(("/metadata", "/spec/template/spec/", "/spec/template/metadata"))
+        for op in e.patch
+    )
     assert any(op["path"].startswith("/spec/template/spec/containers") for op in e.patch)
     assert {PROFILE_APPLIED, PROFILE_RANGE} <= {c.rule for c in e.changes}
 

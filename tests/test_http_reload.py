@@ -25,6 +25,7 @@ from harness import (
     sample_policy,
 )
 
+from webhook.engine import mutate
 from webhook.policy.errors import PolicyError
 from webhook.policy.loader import load_policy
 from webhook.serving.policystore import PolicyPublication, PolicyState, PolicyStore
@@ -197,6 +198,34 @@ def test_a_pod_mutated_just_before_an_edit_is_not_denied_by_the_new_backstop(
     # What the new policy makes passes; what no /mutate made is still denied.
     assert validated(session, server, mutated_pod(session, server))["allowed"] is True
     denied = validated(session, server, bare)
+    assert denied["allowed"] is False and "was it bypassed?" in denied["status"]["message"]
+
+
+def test_a_pod_the_replaced_policy_would_admit_but_no_mutate_here_made_is_denied(
+    start_runguard: Any, tmp_path: Path
+) -> None:
+    """The attack review's chain: within the transition after a reload, an object that
+    skipped /mutate was admitted because the replaced policy would have admitted it, even
+    when no worker still served that policy. Now only an object a /mutate of this server
+    made under the replaced policy is (``webhook.serving.transition``)."""
+    server = start_runguard(policy=sample_policy(**OLD), atomic=True)
+    assert server.policy_volume is not None
+    session = server.session()
+    made_here = mutated_pod(session, server)
+    (tmp_path / "old").mkdir()
+    for name, text in sample_policy(**OLD).items():
+        (tmp_path / "old" / name).write_text(text)
+    pod = run_pod()
+    pod["metadata"]["name"] = "elsewhere"
+    pod["spec"]["containers"][0]["image"] = "python:3.12-slim"  # never sent to /mutate
+    elsewhere = mutate(pod, load_policy(tmp_path / "old"), namespace="ml").object
+    assert validated(session, server, elsewhere)["allowed"] is True  # the old policy's own
+
+    new = sample_policy(**NEW)
+    server.policy_volume.update(new)
+    until_every_worker_adopted(server, digest_of(new, tmp_path / "new"))
+    assert validated(session, server, made_here)["allowed"] is True
+    denied = validated(session, server, elsewhere)
     assert denied["allowed"] is False and "was it bypassed?" in denied["status"]["message"]
 
 

@@ -9,15 +9,18 @@ from pathlib import Path
 from typing import Any
 
 from harness.pods import policy_of
+from test_ownership import Meta, State
 
 from webhook.engine.context import Requester
 from webhook.engine.rules.profile import PROFILE_APPLIED
 from webhook.engine.rules.queue_profile import (
+    ADMISSION_GATE,
     PRIORITY_LABEL,
     QUEUE_LABEL,
     queue_label,
     send_to_queue,
 )
+from webhook.keys import POLICY_LABEL
 from webhook.policy.model import Policy, Profile
 
 JOBS = Requester("system:serviceaccount:kube-system:job-controller")
@@ -82,11 +85,17 @@ def test_a_cronjob_queues_the_jobs_it_makes(tmp_path: Path) -> None:
     }
 
 
-def test_a_pod_is_labelled_not_suspended(tmp_path: Path) -> None:
+def test_a_pod_is_labelled_and_gated_not_suspended(tmp_path: Path) -> None:
     p = policy(tmp_path)
     out, change = send_to_queue({"kind": "Pod", "metadata": {}}, "Pod", profile(p), p)
     assert change is not None
-    assert out == {"kind": "Pod", "metadata": {"labels": QUEUED}}
+    gates = [{"name": ADMISSION_GATE}]
+    assert out == {
+        "kind": "Pod",
+        "metadata": {"labels": QUEUED},
+        "spec": {"schedulingGates": gates},
+    }
+    assert send_to_queue(out, "Pod", profile(p), p) == (out, None)  # a fixed point
 
 
 def test_an_operators_kind_is_suspended_where_its_entry_says(tmp_path: Path) -> None:
@@ -106,7 +115,16 @@ def test_a_jobs_pod_made_by_the_job_controller_is_queued_with_its_job(tmp_path: 
     p = policy(tmp_path)
     pod = {"kind": "Pod", "metadata": {"name": "train-x"}}
     owners = ({"kind": "Job", "name": "train", "uid": "u1", "controller": True},)
-    assert send_to_queue(pod, "Pod", profile(p), p, owners, requester=JOBS) == (pod, None)
+    job = Meta("Job", "ml", "train", "u1", {QUEUE_LABEL: "gpu", POLICY_LABEL: "p"}, {})
+    cluster = State([job])
+    assert send_to_queue(pod, "Pod", profile(p), p, owners, None, JOBS, cluster) == (pod, None)
+    # a Job the cluster does not hold as queued and recorded: the Pod is queued itself
+    for labels in ({QUEUE_LABEL: "gpu"}, {POLICY_LABEL: "p"}):
+        unqueued = State([Meta("Job", "ml", "train", "u1", labels, {})])
+        _, change = send_to_queue(pod, "Pod", profile(p), p, owners, None, JOBS, unqueued)
+        assert change is not None
+    _, change = send_to_queue(pod, "Pod", profile(p), p, owners, requester=JOBS)  # no view
+    assert change is not None
     # the same owner written by a user: the Pod is queued itself
     out, change = send_to_queue(pod, "Pod", profile(p), p, owners, requester=Requester("alice"))
     assert change is not None and out["metadata"]["labels"] == QUEUED

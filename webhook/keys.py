@@ -17,6 +17,7 @@ __all__ = [
     "PROFILE_LABEL",
     "REPORT_LABEL",
     "REQUESTED_BY",
+    "SIZE_RECORD",
 ]
 
 # Who created a run Pod, controller or operator object (the stamp), set at CREATE.
@@ -33,6 +34,10 @@ PLATFORM_POLICY = "runguard.io/platform-policy"
 # so that the webhooks' objectSelector can route by it). Also on each PolicyReport
 # ``runguard audit`` writes: the RunPolicy whose runs it lists.
 POLICY_LABEL = "runguard.io/policy"
+# What a run's pod template was sized at when runguard applied its profile at CREATE (the
+# profile, its digest and the main container's resources, JSON): the Pods made from the
+# template copy it and are judged against it, never re-sized from a profile edited since.
+SIZE_RECORD = "runguard.io/size"
 # A run's annotation naming its main container, when a profile's sidecars leave a choice.
 MAIN_CONTAINER_ANNOTATION = "runguard.io/main-container"
 # The defaults of ``profiles.label`` and ``scheduling.preemption.annotation``.

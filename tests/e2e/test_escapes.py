@@ -112,7 +112,38 @@ def test_a_resize_past_the_maximums_is_refused(
     assert denied.returncode != 0
     assert "resources.exceeded" in rule_ids(denied.stderr), denied.stderr
     assert cpu_limit() == "1"
-    within = resize(cluster, namespace, "train", "2")
+    # within the maximum, and the profile's (default: a cpu request of 1) kept
+    patch = {"spec": {"containers": [{"name": "main", "resources": {"limits": {"cpu": "2"}}}]}}
+    within = cluster.kubectl(
+        "patch", "-n", namespace, "pod", "train", "--subresource", "resize", "-p", json.dumps(patch)
+    )
+    assert within.returncode == 0, within.stderr
+
+
+def test_a_resize_away_from_an_exact_profile_is_refused(
+    cluster: Cluster, runguard: Webhook, namespace: str
+) -> None:
+    """The attack review's chain: a run of an exact profile (1xa100: cpu 8) resized to
+    more cores under the maximum (16) went through; the profile is now judged on a resize
+    (``resources.grown``), and a resize the profile leaves free (the cpu limit) is not."""
+    if not RESIZE:
+        pytest.skip("no pods/resize in this release")
+    assert apply(cluster, namespace, run_pod("train", "1xa100")).returncode == 0
+
+    def sent(part: dict[str, dict[str, str]]) -> subprocess.CompletedProcess[str]:
+        patch = {"spec": {"containers": [{"name": "main", "resources": part}]}}
+        result: subprocess.CompletedProcess[str] = cluster.kubectl(
+            "patch", "-n", namespace, "pod", "train", "--subresource", "resize",
+            "-p", json.dumps(patch),
+        )  # fmt: skip
+        return result
+
+    denied = sent({"requests": {"cpu": "12"}, "limits": {"cpu": "12"}})
+    assert denied.returncode != 0
+    assert "resources.grown" in rule_ids(denied.stderr), denied.stderr
+    stored = get(cluster, namespace, "pod", "train")["spec"]["containers"][0]["resources"]
+    assert stored["requests"]["cpu"] == "8"
+    within = sent({"limits": {"cpu": "12"}})
     assert within.returncode == 0, within.stderr
 
 

@@ -282,3 +282,36 @@ def test_a_queue_profiles_rayjob_is_sent_to_its_queue_and_placed_by_kueue(
     job = started(cluster, team, "q-train")
     for template in templates(job):
         assert template["spec"]["nodeSelector"] == FLAVORS["a100"][0]
+
+
+def test_a_users_own_rayjob_cannot_leave_its_queue(
+    cluster: Cluster, kueue: Kueue, team: str
+) -> None:
+    """The attack review's chain: a user's RayJob of the queue profile (its run labels on
+    its templates only, no platform record) was not found as queued on UPDATE: the label
+    removed and the RayJob unsuspended went through. Its RunPolicy is now found from its
+    templates as stored, and its queue is frozen."""
+    create(cluster, team, run_rayjob("fill", "1xa100"))  # a100's two GPUs taken
+    admitted(kueue, team, "fill")
+    mallory = user(cluster)
+    job = run_rayjob("mine", "gpu-queued", queue=None)
+    done = mallory.kubectl("create", "-n", team, "-o", "json", "-f", "-", input=json.dumps(job))
+    assert done.returncode == 0, done.stderr
+    made = json.loads(done.stdout)
+    assert made["metadata"]["labels"][QUEUE_LABEL] == QUEUE and made["spec"]["suspend"] is True
+
+    def waiting() -> JSON | None:
+        workload = kueue.workload_of(team, "mine", kind=RAYJOB.kind)
+        found = condition(workload, "QuotaReserved") if workload else None
+        return found if found and found["status"] == "False" else None
+
+    until("Kueue finds no room for her RayJob", waiting, WAIT)  # (t4 has one GPU, not two)
+    # each alone (both at once Kueue's own webhook refuses: the label of a started run)
+    for change in ({"op": "remove", "path": "/metadata/labels/kueue.x-k8s.io~1queue-name"},
+                   {"op": "replace", "path": "/spec/suspend", "value": False}):  # fmt: skip
+        left = mallory.kubectl("patch", "-n", team, RAYJOBS, "mine", "--type=json",
+                               "-p", json.dumps([change]))  # fmt: skip
+        assert left.returncode != 0, change
+        assert rule_ids(left.stderr) >= {"queue.bypassed"}, left.stderr
+    kept = stored(cluster, team, "mine")
+    assert kept["metadata"]["labels"][QUEUE_LABEL] == QUEUE and kept["spec"]["suspend"] is True

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from webhook.engine import scope, templates
+from webhook.engine import scope, sizes, templates
 from webhook.engine.context import NO_CONTEXT, Context
 from webhook.engine.decide import (
     Who,
@@ -21,12 +21,13 @@ from webhook.engine.decide import (
     with_spec,
 )
 from webhook.engine.diff import make_patch
-from webhook.engine.pod import Pod
+from webhook.engine.pod import Pod, main_container
 from webhook.engine.pod import warning as warning_text
 from webhook.engine.podspec import Target
 from webhook.engine.receipts import Receipts, backstop_key, state_version
 from webhook.engine.rule import Declarations
 from webhook.engine.rules import ownership
+from webhook.engine.rules.growth import RESOURCES_SIZE_RECORD
 from webhook.engine.rules.hardening import harden_debug_containers
 from webhook.engine.rules.profile import PRIORITY_COMPUTED
 from webhook.engine.rules.queue_profile import send_to_queue
@@ -135,17 +136,19 @@ def mutate(  # noqa: C901
         else:
             result = with_spec(obj, target, spec)
         result = _queued(result, target, mutated_template, r, changes)
+        result = _sized(result, target.keys, mutated_template)
     elif target is not None and not problems and r.old_target and _template_mutated(r, target):
         # An UPDATE writes nothing new into the template. Only ``kubectl apply`` of the
         # manifest again, whose three-way merge re-sends the values runguard changed at
         # CREATE, is turned back into the stored template: unchanged, as a Job's must be.
         spec, _, _ = steps_applied(target, governing, Who(r, governing))
         if spec != target.spec and spec == r.old_target.spec:
-            result, changes = with_spec(obj, target, spec), [TEMPLATE_REAPPLIED]
+            result, changes = _reapplied(obj, target, spec, r.old_target), [TEMPLATE_REAPPLIED]
     elif target is None and not r.invalid and r.old is None and isinstance(obj, dict):
-        result, changes, profile = _operator_templates(r, obj)
+        result, changes, profile = operator_templates(r, obj)
     if mutated is not None and isinstance(result, dict):
         result = _queued(result, target, mutated, r, changes)
+        result = _unbelieved_record_removed(result, mutated, changes)
     if isinstance(result, dict) and not r.invalid and not problems:
         # (an object that cannot be understood is denied by /validate: nothing to record)
         result, recorded = record_changes(r, result)
@@ -170,15 +173,17 @@ def _queued(
     if pod.profile is None or pod.profile.queue is None or target is None:
         return result
     owners = owner_references(r.metadata)
+    context = r.context
     result, change = send_to_queue(
-        result, target.kind, pod.profile, pod.policy, owners, suspend, r.context.requester
-    )
+        result, target.kind, pod.profile, pod.policy, owners, suspend, context.requester,
+        context.state,
+    )  # fmt: skip
     if change is not None:
         changes.append(change)
     return result
 
 
-def _operator_templates(r: Review, obj: JSON) -> tuple[JSON, list[Change], str | None]:
+def operator_templates(r: Review, obj: JSON) -> tuple[JSON, list[Change], str | None]:
     """At CREATE, an operator's object with the profile in each pod template its entry
     declares (``platform.operators[].templates``) that is a run's (each by the RunPolicy
     its labels choose), sent to its queue when a template names a queue profile: the
@@ -203,11 +208,43 @@ def _operator_templates(r: Review, obj: JSON) -> tuple[JSON, list[Change], str |
         if spec != target.spec:
             result = templates.with_spec(result, keys, spec)
             changes.extend(c for c in made if c not in changes)
+        result = _sized(result, keys, pod)
         if queued is None and pod.profile is not None and pod.profile.queue is not None:
             queued = target, pod
     if queued is not None:
         result = _queued(result, queued[0], queued[1], r, changes, entry.suspend_steps)
     return result, changes, profile
+
+
+def _reapplied(obj: JSON, target: Target, spec: JSON, stored: Target) -> JSON:
+    """``obj`` with the stored template's spec and size record: ``kubectl apply`` of a
+    manifest that never had runguard's values, turned back into the stored template."""
+    result = with_spec(obj, target, spec)
+    kept = stored.annotations.get(sizes.SIZE_RECORD)
+    return result if kept is None else sizes.with_record(result, target.keys, kept)
+
+
+def _sized(result: JSON, keys: tuple[str | int, ...], pod: Pod) -> JSON:
+    """At CREATE, the template at ``keys`` with the record of the size its profile gave
+    (``webhook.engine.sizes``): its Pods are judged against it, never re-sized."""
+    if pod.profile is None or not pod.spec.get("containers"):
+        return result
+    return sizes.with_record(result, keys, sizes.record(pod.profile, main_container(pod)))
+
+
+def _unbelieved_record_removed(result: JSON, pod: Pod, changes: list[Change]) -> JSON:
+    """At CREATE, a Pod's size record runguard did not write, removed
+    (``webhook.engine.sizes``): judged by it later, it would be the user's own size."""
+    if sizes.SIZE_RECORD not in pod.annotations or sizes.believed(pod):
+        return result
+    metadata = dict(result.get("metadata") or {})
+    annotations = dict(metadata.get("annotations") or {})
+    annotations.pop(sizes.SIZE_RECORD, None)
+    metadata["annotations"] = annotations
+    changes.append(
+        Change(RESOURCES_SIZE_RECORD, warning_text("size record removed: not runguard's"))
+    )
+    return {**result, "metadata": metadata}
 
 
 def _template_mutated(r: Review, target: Target) -> bool:

@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 
 import orjson
 
+from webhook.engine import sizes
 from webhook.engine.context import (
     NO_CONTEXT,
     OWNERSHIP_OFF,
@@ -25,7 +26,12 @@ from webhook.engine.types import JSON, Change
 from webhook.inputs.quantity import parse
 from webhook.keys import MAIN_CONTAINER_ANNOTATION
 from webhook.policy.model import Policy, Profile
-from webhook.policy.project import ProjectProfileError, beyond, read_project_profile
+from webhook.policy.project import (
+    ProjectProfileError,
+    above_other_maximums,
+    beyond,
+    read_project_profile,
+)
 from webhook.policy.source import format_key
 
 DEFAULT_CONTAINER_ANNOTATION = "kubectl.kubernetes.io/default-container"
@@ -90,6 +96,10 @@ class Pod:
             self.profile_fallback = self.profile is not None
         if self.profile is not None and not self.may_use(self.profile):
             self.profile_refused, self.profile = self.profile, None
+        recorded = sizes.recorded_profile(self, name)
+        if recorded is not None:  # sized once, when its template was: judged against that
+            self.profile, self.profile_fallback = recorded, False
+            self.profile_invalid = self.profile_refused = None
 
     def resolve(self, name: str) -> Profile | None:
         """The profile ``name`` means in this run's namespace: its project's own
@@ -106,10 +116,12 @@ class Pod:
         except ProjectProfileError as exc:
             self.profile_invalid = (name, f"it does not load: {exc}")
             return None
-        found = beyond(profile, self.policy, self.namespace)
+        found, bound = beyond(profile, self.policy, self.namespace), self.policy
+        if not found and not self.policy.resources.maximums and self.root is not None:
+            bound, found = above_other_maximums(profile, self.root, self.policy, self.namespace)
         if found:
             problems = "; ".join(f"{format_key(('spec', *at))}: {why}" for at, why in found)
-            self.profile_invalid = (name, f"beyond RunPolicy {self.policy.name}: {problems}")
+            self.profile_invalid = (name, f"beyond RunPolicy {bound.name}: {problems}")
             return None
         return profile
 

@@ -169,3 +169,28 @@ def backstop_key(pod: Pod, since: str | None = None, **fields_now: Any) -> bytes
     except (orjson.JSONEncodeError, TypeError):
         return None
     return hashlib.blake2b(encoded, digest_size=KEY_SIZE, person=_PERSON).digest()
+
+
+def made_key(policy_digest: str, obj: Any) -> bytes | None:
+    """The key ``/mutate`` leaves for the object it returned under the policy of digest
+    ``policy_digest`` (its kind, namespace and spec), for ``webhook.serving.transition``:
+    a worker of this server that still served that policy made this object. None when the
+    object cannot be encoded exactly (it never has such a key)."""
+    if not isinstance(obj, dict):
+        return None
+    metadata = obj.get("metadata")
+    namespace = metadata.get("namespace") if isinstance(metadata, dict) else None
+    try:
+        text = orjson.dumps(
+            ["made", policy_digest, obj.get("kind"), namespace, obj.get("spec")], option=_EXACT
+        )
+    except TypeError:
+        return None
+    return hashlib.blake2b(text, digest_size=KEY_SIZE).digest()
+
+
+def leave_made(receipts: Receipts, policy_digest: str, obj: Any) -> None:
+    """Leave ``made_key`` of the object ``/mutate`` returned, when it has one."""
+    key = made_key(policy_digest, obj)
+    if key is not None:
+        receipts.add(key)

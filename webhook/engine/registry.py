@@ -16,6 +16,7 @@ from webhook.engine.rule import CONCERNS, Concern, Declarations, Rule, collect
 from webhook.engine.rules import (
     debug,
     devices,
+    growth,
     hardening,
     not_a_run,
     operator_objects,
@@ -41,6 +42,7 @@ DECLARATIONS: tuple[Declarations, ...] = tuple(
     for module in (
         profile,
         resources,
+        growth,
         devices,
         security,
         hardening,

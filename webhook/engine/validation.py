@@ -22,11 +22,12 @@ from webhook.engine.decide import (
     selected,
     steps_applied,
 )
-from webhook.engine.mutation import TEMPLATES_MUTATED
+from webhook.engine.mutation import TEMPLATES_MUTATED, operator_templates
 from webhook.engine.pod import WARNING_LIMIT, Pod, spec_prefix
 from webhook.engine.podspec import Target
 from webhook.engine.receipts import Receipts, backstop_key
 from webhook.engine.rules import not_a_run, ownership, podclaims, run_checks, stamp
+from webhook.engine.rules.queue import check_queue_kind
 from webhook.engine.rules.queue_profile import send_to_queue
 from webhook.engine.rules.trust import run_object_checks, run_trust_checks
 from webhook.engine.subject import (
@@ -86,7 +87,7 @@ def validate(  # noqa: C901
     if problems or (r.invalid and r.old is not None):
         return deny(obj, governing, namespace, [*problems, *trust])
     if target is None:
-        return _outside_selector(r, trust)
+        return _outside_selector(r, trust, admitted)
     who = Who(r, governing)
     pod = pod_of(target, governing, target.spec, who)
     mutations: list[Change] = []
@@ -131,10 +132,13 @@ def _not_queued(obj: JSON, target: Target, pod: Pod, r: Review) -> list[Violatio
     if pod.profile is None or pod.profile.queue is None:
         return []
     if target.kind not in ("Pod", *TEMPLATES_MUTATED):
-        return []
+        name = pod.profile.queue.name
+        return check_queue_kind(target.kind, target.labels, target.spec_path, name, pod.policy)
     owners = owner_references(r.metadata)
     requester = r.context.requester
-    _, change = send_to_queue(obj, target.kind, pod.profile, pod.policy, owners, None, requester)
+    _, change = send_to_queue(
+        obj, target.kind, pod.profile, pod.policy, owners, None, requester, r.context.state
+    )
     if change is None:
         return []
     return [
@@ -148,15 +152,40 @@ def _not_queued(obj: JSON, target: Target, pod: Pod, r: Review) -> list[Violatio
     ]
 
 
+def _operator_not_mutated(r: Review) -> list[Violation]:
+    """The backstop of an operator's object (a RayJob, a PyTorchJob...): created without
+    the profile in its run templates, or without its queue's label and suspend, it
+    skipped ``/mutate`` and would run unsized or unqueued. Each change ``/mutate`` would
+    make is a violation under its own rule id."""
+    if not isinstance(r.obj, dict):
+        return []
+    result, changes, _ = operator_templates(r, r.obj)
+    if result is r.obj or result == r.obj:
+        return []
+    return [
+        Violation(
+            c.rule,
+            "spec",
+            f"not applied: {c.warning.removeprefix('runguard: ')} "
+            "(runguard's mutating webhook does this: was it bypassed?)",
+            backstop=True,
+        )
+        for c in changes
+    ]
+
+
 def _has_receipt(pod: Pod, receipts: Receipts | None) -> bool:
     return receipts is not None and backstop_key(pod) in receipts
 
 
-def _outside_selector(r: Review, trust: list[Violation]) -> Decision:
+def _outside_selector(r: Review, trust: list[Violation], admitted: bool = False) -> Decision:
     """Not a run: allowed untouched, unless it uses the platform's objects without being
-    the platform's (``ownership.not-a-run``), or breaks a trust check."""
+    the platform's (``ownership.not-a-run``), or breaks a trust check, or (an operator's
+    object at CREATE) its run templates lack what ``/mutate`` would write."""
     policy = r.policy
     violations = list(trust)
+    if r.old is None and not admitted:
+        violations.extend(_operator_not_mutated(r))
     if r.target is not None:
         violations.extend(_not_a_run(r))
         if r.old is not None and names_platform_objects(r):

@@ -266,6 +266,7 @@ def _run_policy_issues(
             )
         )
 
+    issues.extend(_workload_class_issues(run_policy, profiles))
     issues.extend(_family_issues(run_policy, profiles, gpu))
 
     maximums_path = run_policy_path("resources", "maximums")
@@ -286,6 +287,26 @@ def _run_policy_issues(
                         )
                     )
     return issues
+
+
+def _workload_class_issues(
+    run_policy: SourceDocument, profiles: list[SourceDocument]
+) -> list[PolicyIssue]:
+    """A queue profile naming a Kueue priority class the RunPolicy does not allow: the
+    run would be refused, so the profile is (as a project's is, ``project.beyond``)."""
+    allowed = run_policy.get(*run_policy_path("scheduling", "workload_priority_classes"))
+    if not isinstance(allowed, list):
+        return []
+    where = f"{run_policy.file}:{run_policy.line_of(('kind',))}"
+    return [
+        doc.issue(
+            ("spec", "queue", "priorityClass"),
+            f'"{wanted}" is not an allowed Kueue priority class ({show_list(allowed)}) ({where})',
+        )
+        for doc in profiles
+        if isinstance(wanted := doc.get("spec", "queue", "priorityClass"), str)
+        and wanted not in allowed
+    ]
 
 
 def _reference_issues(platform: PlatformAt) -> list[PolicyIssue]:  # noqa: C901

@@ -34,9 +34,9 @@ from pydantic import ValidationError
 
 from webhook.inputs.quantity import parse
 from webhook.policy.kube import QuantityRange
-from webhook.policy.model import Profile, ProfileValues, ProjectProfileSpec, RunPolicySpec
+from webhook.policy.model import Policy, Profile, ProfileValues, ProjectProfileSpec, RunPolicySpec
 
-__all__ = ["KIND", "ProjectProfileError", "beyond", "read_project_profile"]
+__all__ = ["KIND", "ProjectProfileError", "above_other_maximums", "beyond", "read_project_profile"]
 
 KIND = "ProjectProfile"
 Where = tuple[str | int, ...]
@@ -113,6 +113,7 @@ def beyond(
                 f'"{pc}" is not an allowed priority class ({", ".join(sorted(allowed))})',
             )
         )
+    found.extend(_workload_priority_class(profile, policy))
     device_env = set(policy.resources.device_env)
     for i, var in enumerate(profile.env):
         if var.get("name") in device_env:
@@ -125,6 +126,36 @@ def beyond(
             )
     found.extend(_other_namespaces(profile.affinity or {}, namespace))
     return found
+
+
+def above_other_maximums(
+    profile: ProfileValues, root: Policy, governing: Policy, namespace: str
+) -> tuple[Policy, list[tuple[Where, str]]]:
+    """Under a RunPolicy without maximums (the shipped ``builds``, for the platform's own
+    image builds), a project's profile is bounded by the maximums and device families of
+    every other RunPolicy that looks at its namespace: it never gives a run more than the
+    installation allows anywhere. (The RunPolicy, the problems) of the first it exceeds."""
+    for other in root.run_policies():
+        if other is governing or namespace in other.exclude_namespaces:
+            continue
+        found = [*_above_maximums(profile, other), *_above_families(profile, other)]
+        if found:
+            return other, found
+    return governing, []
+
+
+def _workload_priority_class(
+    profile: ProfileValues, policy: RunPolicySpec
+) -> Iterator[tuple[Where, str]]:
+    """The Kueue priority class a queue profile names, where the RunPolicy bounds them."""
+    allowed = policy.scheduling.workload_priority_classes
+    wanted = profile.queue.priority_class if profile.queue is not None else None
+    if wanted is not None and allowed is not None and wanted not in allowed:
+        yield (
+            ("queue", "priorityClass"),
+            f'"{wanted}" is not an allowed Kueue priority class '
+            f"({', '.join(sorted(allowed)) or 'none'})",
+        )
 
 
 def _bounds(value: str | QuantityRange) -> Iterator[tuple[Where, str, Decimal]]:

@@ -14,7 +14,16 @@ more, never more leniently than one of the two policies that serve right now:
    one behind): allowed if it allows;
 2. with the policy the current one replaced, kept ``policystore.TRANSITION`` seconds
    (``PolicyState.recent``): allowed if that whole policy allows the Pod, every check
-   and its own backstop, with a warning saying so.
+   and its own backstop, with a warning saying so, and only if a ``/mutate`` of this
+   server still serving that policy made the object. ``/mutate`` leaves a key of the
+   object it returned and the digest of the policy it served
+   (``receipts.made_key``) in the table every worker of this server maps
+   (``admission.RECEIPTS``): its presence is how a worker knows the replaced policy was
+   still being served, by any worker, when the object was made. An object no ``/mutate``
+   of this server made under that policy (one that skipped ``/mutate``, or one another
+   replica made) cannot show it, and its denial is kept: in doubt, denied. (Another
+   replica's Pods denied so are recreated by their controller, and the next ``/mutate``
+   serves the new policy.)
 
 Any other violation (a check of the current policy) keeps the denial as it is, so an
 edit that tightens a maximum or forbids an image holds from the moment it serves.
@@ -23,6 +32,7 @@ edit that tightens a maximum or forbids an image holds from the moment it serves
 from __future__ import annotations
 
 from webhook.engine.context import ClusterView
+from webhook.engine.receipts import leave_made, made_key
 from webhook.policy.model import Policy
 from webhook.serving import admission
 from webhook.serving.admission import AdmissionRequest, Endpoint, Outcome
@@ -52,7 +62,12 @@ def settle(
     cluster: ClusterView | None,
 ) -> tuple[Outcome, Policy]:
     """``outcome`` of ``policy``, or the judgment of the policy that made the Pod when
-    ``outcome`` is a backstop denial (see the module doc); with the policy that decided."""
+    ``outcome`` is a backstop denial (see the module doc); with the policy that decided.
+    A ``/mutate`` at CREATE leaves the key of what it made (``receipts.made_key``)."""
+    decision = outcome.decision
+    if endpoint == "mutate" and decision is not None and decision.applies:
+        if request.get("operation") == "CREATE":
+            leave_made(admission.RECEIPTS, policy.digest, decision.object)
     if endpoint != "validate" or not backstop_only(outcome):
         return outcome, policy
     newer = store.catch_up()
@@ -63,6 +78,8 @@ def settle(
     previous = store.state.recent()
     if previous is None or previous.digest == policy.digest:
         return outcome, policy
+    if made_key(previous.digest, request.get("object")) not in admission.RECEIPTS:
+        return outcome, policy  # no /mutate here made it with that policy: in doubt, denied
     again = admission.review(endpoint, request, previous, cluster)
     if again.decision is None or not again.decision.allowed:
         return outcome, policy

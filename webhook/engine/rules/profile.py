@@ -27,9 +27,12 @@ PROFILE_APPLIED = RULES.rule(
     mutation=(
         "the profile's values set (main container), in a Pod and at CREATE in a run Job's, "
         "CronJob's or operator object's pod templates; a queue profile's queue label (and "
-        "`suspend: true` on a Job-like object)"
+        "`suspend: true` on a Job-like object, Kueue's admission gate on a Pod)"
     ),
-    violation="a Pod created without `/mutate` whose profile is not applied",
+    violation=(
+        "a Pod, or an operator object's run template, created without `/mutate` whose "
+        "profile is not applied (or, a queue profile's, not queued)"
+    ),
 )
 PROFILE_UNKNOWN = RULES.rule(
     "profile.unknown",

@@ -20,12 +20,15 @@ the queue finds a run's Workload by).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
-from webhook.engine import scope
+from webhook.engine import scope, templates
 from webhook.engine.context import Requester
 from webhook.engine.rule import Declarations
 from webhook.engine.rules import ownership
+from webhook.engine.rules.queue_profile import PRIORITY_LABEL
+from webhook.engine.rules.queue_profile import queue_label as queue_label_of
 from webhook.engine.subject import Review
 from webhook.engine.types import Violation
 from webhook.keys import PLATFORM_RECORD
@@ -52,6 +55,29 @@ QUEUE_RESERVED_LABEL = RULES.rule(
         "its installers, controllers or operators"
     ),
 )
+
+QUEUE_PRIORITY_CLASS = RULES.rule(
+    "queue.priority-class",
+    mutation="",
+    violation=(
+        "a run naming a Kueue priority class (label `kueue.x-k8s.io/priority-class`, on the "
+        "object or a CronJob's job template) that its RunPolicy does not allow "
+        "(`scheduling.workloadPriorityClasses`), at CREATE or written by an UPDATE"
+    ),
+)
+
+QUEUE_KIND = RULES.rule(
+    "queue.kind",
+    mutation="",
+    violation=(
+        "at CREATE, a queue profile on a kind its queue does not hold as Kueue expects: a "
+        "Deployment or StatefulSet whose pod template lacks the profile's queue label "
+        "(Kueue's pod integration holds their Pods one by one by it), or a DaemonSet or "
+        "bare ReplicaSet (no queue holds them); the message names what to use instead"
+    ),
+)
+# Long-lived controllers Kueue's pod integration holds Pod by Pod, by their template's label.
+_HELD_BY_POD = frozenset({"Deployment", "StatefulSet"})
 
 # Keys of an object's spec that start, stop and size a run: the queue's to change.
 _RUN_KEYS = frozenset({"suspend", "parallelism"})
@@ -214,6 +240,9 @@ def _policy(r: Review) -> Policy | None:
         return r.governing
     if r.old is None:
         return None
+    templated = _templates_policy(r)
+    if templated is not None:
+        return templated
     old_spec = r.old_target.spec if r.old_target is not None else None
     owner = scope.recorder(r.root, r.old, old_spec, r.namespace, None, stored=True)
     if owner is None:
@@ -222,6 +251,19 @@ def _policy(r: Review) -> Policy | None:
     installed = annotations.get(PLATFORM_RECORD) == ownership.INSTALLER
     if installed or ownership.recorded_platform(owner, annotations, r.root):
         return owner
+    return None
+
+
+def _templates_policy(r: Review) -> Policy | None:
+    """The RunPolicy of the first run template of an operator's object as it was stored
+    (a RayJob's head, workers, submitter: its run labels are there, not on the object)."""
+    entry = templates.declared(r.old, r.root, r.namespace)
+    if entry is None or not isinstance(r.old, dict):
+        return None
+    for _, target in templates.located(r.old, entry):
+        governing = scope.choose(r.root, target.labels, r.namespace)
+        if governing is not None:
+            return governing
     return None
 
 
@@ -236,8 +278,26 @@ def _trusted(policy: Policy, requester: Requester | None) -> bool:
     return queue_of(policy, requester) is not None
 
 
+def _queued_part(obj: Any) -> Any:
+    """Where a run's queue records are: a CronJob's job template (the Jobs it makes copy
+    them), else the object itself."""
+    if isinstance(obj, dict) and obj.get("kind") == "CronJob":
+        spec = obj.get("spec")
+        template = spec.get("jobTemplate") if isinstance(spec, dict) else None
+        return template if isinstance(template, dict) else {}
+    return obj
+
+
+def run_labels(obj: Any) -> Mapping[str, str]:
+    """The labels a queue reads a run's queue and Kueue priority class from."""
+    part = _queued_part(obj)
+    metadata = part.get("metadata") if isinstance(part, dict) else None
+    return ownership.string_map(metadata if isinstance(metadata, dict) else {}, "labels")
+
+
 def _suspended(obj: Any) -> bool:
-    spec = obj.get("spec") if isinstance(obj, dict) else None
+    part = _queued_part(obj)
+    spec = part.get("spec") if isinstance(part, dict) else None
     if not isinstance(spec, dict):
         return False
     run_policy = spec.get("runPolicy")
@@ -265,8 +325,8 @@ def check_queue_bypass(r: Review) -> list[Violation]:
     policy = _policy(r)
     if policy is None or not policy.platform.queues or _trusted(policy, r.context.requester):
         return []
-    old_labels = ownership.string_map(r.old_metadata, "labels")
-    labels = ownership.string_map(r.metadata, "labels")
+    old_labels, labels = run_labels(r.old), run_labels(r.obj)
+    where = "spec.jobTemplate.metadata" if r.obj.get("kind") == "CronJob" else "metadata"
     out = []
     for queue in policy.platform.queues:
         key = queue.queue_label
@@ -275,16 +335,25 @@ def check_queue_bypass(r: Review) -> list[Violation]:
             out.append(
                 Violation(
                     QUEUE_BYPASSED,
-                    f"metadata.labels[{key}]",
+                    f"{where}.labels[{key}]",
                     f"the run waits in queue {name!r}: its queue label is the queue's and the "
                     "platform's to change, not removed or changed by an update",
+                )
+            )
+        if name is not None and labels.get(PRIORITY_LABEL) != old_labels.get(PRIORITY_LABEL):
+            out.append(
+                Violation(
+                    QUEUE_BYPASSED,
+                    f"{where}.labels[{PRIORITY_LABEL}]",
+                    f"the run waits in queue {name!r}: its Kueue priority class is the "
+                    "queue's and the platform's to change, not written by an update",
                 )
             )
         if name is not None and _suspended(r.old) and not _suspended(r.obj):
             out.append(
                 Violation(
                     QUEUE_BYPASSED,
-                    "spec.suspend",
+                    "spec.jobTemplate.spec.suspend" if where != "metadata" else "spec.suspend",
                     f"the run waits in queue {name!r}: only the queue starts it, when it admits it",
                 )
             )
@@ -354,4 +423,60 @@ def _labels(node: Any, reserved: tuple[str, ...], path: str) -> list[tuple[str, 
     return out
 
 
-QUEUE_CHECKS = (check_queue_bypass, check_queue_labels)
+def check_queue_kind(
+    kind: str, labels: Mapping[str, str], spec_path: str, queue: str, policy: Policy
+) -> list[Violation]:
+    """``queue.kind``: a queue profile (queue ``queue``) on a pod controller whose Pods
+    would otherwise run unqueued (see the rule). Jobs, CronJobs, Pods and the operators'
+    kinds are queued by ``/mutate`` itself."""
+    if kind in ("Pod", "Job", "CronJob"):
+        return []
+    label = queue_label_of(policy)
+    where = f"{spec_path.removesuffix('.spec')}.metadata.labels[{label}]"
+    if kind in _HELD_BY_POD:
+        if labels.get(label) == queue:
+            return []
+        return [
+            Violation(
+                QUEUE_KIND,
+                where,
+                f"a {kind} of a queue profile runs only queued: Kueue's pod integration holds "
+                f"its Pods one by one by their label, so its pod template carries {label}: "
+                f"{queue}; add it, or run the work as a Job",
+            )
+        ]
+    return [
+        Violation(
+            QUEUE_KIND,
+            where,
+            f"no queue holds a {kind}: a queue profile is for a Job, a CronJob, a Pod, a "
+            "Deployment or StatefulSet whose template names the queue, or an operator's run",
+        )
+    ]
+
+
+def check_queue_priority_class(r: Review) -> list[Violation]:
+    """``queue.priority-class``: a run naming a Kueue priority class its RunPolicy does not
+    allow, at CREATE or when an update writes it (a class admitted before the policy
+    changed may stay)."""
+    policy = r.governing
+    allowed = policy.scheduling.workload_priority_classes if policy is not None else None
+    if allowed is None or not isinstance(r.obj, dict):
+        return []
+    wanted = run_labels(r.obj).get(PRIORITY_LABEL)
+    if wanted is None or wanted in allowed:
+        return []
+    if r.old is not None and run_labels(r.old).get(PRIORITY_LABEL) == wanted:
+        return []
+    where = "spec.jobTemplate.metadata" if r.obj.get("kind") == "CronJob" else "metadata"
+    return [
+        Violation(
+            QUEUE_PRIORITY_CLASS,
+            f"{where}.labels[{PRIORITY_LABEL}]",
+            f"Kueue priority class {wanted!r} is not allowed "
+            f"({', '.join(sorted(allowed)) or 'none'})",
+        )
+    ]
+
+
+QUEUE_CHECKS = (check_queue_bypass, check_queue_labels, check_queue_priority_class)

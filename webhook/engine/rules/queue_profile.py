@@ -16,14 +16,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from webhook.engine.context import Requester
+from webhook.engine.context import ClusterView, Requester
 from webhook.engine.pod import kept_change
 from webhook.engine.rules.profile import PROFILE_APPLIED
 from webhook.engine.types import JSON, Change
+from webhook.keys import POLICY_LABEL
 from webhook.policy.model import Policy, Profile
 
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"  # Kueue's, when no platform.queues entry says
 PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
+# Kueue's scheduling gate on a Pod it holds (its Pod integration): lifted when admitted.
+ADMISSION_GATE = "kueue.x-k8s.io/admission"
+# Owners whose objects a queue holds one by one, never the owner as a whole.
+NOT_HELD_WHOLE = frozenset({"CronJob", "ReplicaSet", "Deployment", "StatefulSet", "DaemonSet"})
 # kind -> (keys to the metadata holding the queue's labels, keys to its suspend flag)
 _QUEUED: dict[str, tuple[tuple[str, ...], tuple[str, ...] | None]] = {
     "Job": (("metadata",), ("spec", "suspend")),
@@ -50,23 +55,41 @@ def queue_labels(profile: Profile, policy: Policy) -> dict[str, str]:
 
 
 def queued_as_a_whole(
-    owner_references: tuple[Any, ...], policy: Policy, requester: Requester | None
+    owner_references: tuple[Any, ...],
+    policy: Policy,
+    requester: Requester | None,
+    cluster: ClusterView | None = None,
 ) -> bool:
     """An object a controller or operator makes for its controller owner (a Job's Pod by
     the job-controller, a RayJob's RayCluster or submitter Job by KubeRay, a JobSet's
     Jobs): its owner is what the queue admits, so the object itself names no queue and is
-    not suspended. Only the owner's own controller is believed: ``ownerReferences`` are
-    anyone's to write, and a user's object naming a Job as its owner is queued itself."""
-    if requester is None:
+    not suspended. Believed only when all hold: the owner's own controller makes it
+    (``ownerReferences`` are anyone's to write); the owner is of a kind a queue holds
+    whole (not a CronJob, whose Jobs Kueue holds one by one, nor a ReplicaSet or
+    StatefulSet, whose Pods its pod integration holds one by one); and the owner's stored
+    object (``cluster``, by uid) carries its queue label and runguard's RunPolicy record.
+    Otherwise the object is queued itself."""
+    if requester is None or cluster is None:
         return False
     owned = policy.platform.owner_kinds.get(requester.username)
     if not owned:
         return False
-    kinds = {k.rpartition("/")[2] for k in owned}
-    return any(
-        isinstance(ref, dict) and ref.get("controller") is True and ref.get("kind") in kinds
-        for ref in owner_references
-    )
+    kinds = {k.rpartition("/")[2] for k in owned} - NOT_HELD_WHOLE
+    label = queue_label(policy)
+    for ref in owner_references:
+        if not isinstance(ref, dict) or ref.get("controller") is not True:
+            continue
+        if ref.get("kind") not in kinds:
+            continue
+        stored = cluster.by_uid(str(ref.get("uid")))
+        if (
+            stored is not None
+            and stored.kind.rpartition("/")[2] == ref.get("kind")
+            and stored.labels.get(label)
+            and stored.labels.get(POLICY_LABEL)
+        ):
+            return True
+    return False
 
 
 def send_to_queue(
@@ -77,16 +100,18 @@ def send_to_queue(
     owner_references: tuple[Any, ...] = (),
     suspend: tuple[str, ...] | None = None,
     requester: Requester | None = None,
+    cluster: ClusterView | None = None,
 ) -> tuple[JSON, Change | None]:
-    """``obj`` with its queue profile's labels (and suspended, for a Job-like kind), and
-    the change; ``obj`` itself and None when it has them already. ``suspend``: the keys to
-    the suspend flag of an operator's kind (its entry's ``suspend``)."""
+    """``obj`` with its queue profile's labels (and suspended, for a Job-like kind; a Pod
+    gated with Kueue's admission gate), and the change; ``obj`` itself and None when it
+    has them already. ``suspend``: the keys to the suspend flag of an operator's kind (its
+    entry's ``suspend``); ``cluster``: where an owner's stored object is found."""
     labels = queue_labels(profile, policy)
     if kind in _QUEUED:
         where, suspend = _QUEUED[kind]
     else:
         where = ("metadata",)
-    if not labels or queued_as_a_whole(owner_references, policy, requester):
+    if not labels or queued_as_a_whole(owner_references, policy, requester, cluster):
         return obj, None
     out = dict(obj)
     node = _copied(out, where)
@@ -100,9 +125,24 @@ def send_to_queue(
         if parent.get(suspend[-1]) is not True:
             parent[suspend[-1]] = True
             items.append(f"{'.'.join(suspend)} true")
+    if kind == "Pod" and _gated(out):
+        items.append(f"schedulingGate {ADMISSION_GATE}")
     if not items:
         return obj, None
     return out, kept_change(PROFILE_APPLIED, f"profile {profile.name} queued", tuple(items))
+
+
+def _gated(pod: JSON) -> bool:
+    """A Pod held by Kueue's admission gate, added when missing (as Kueue's own webhook
+    does for a Pod it manages): held even where that webhook ran first and is not called
+    again. Whether a gate was added."""
+    spec = _copied(pod, ("spec",))
+    gates = spec.get("schedulingGates")
+    gates = list(gates) if isinstance(gates, list) else []
+    if any(isinstance(g, dict) and g.get("name") == ADMISSION_GATE for g in gates):
+        return False
+    spec["schedulingGates"] = [*gates, {"name": ADMISSION_GATE}]
+    return True
 
 
 def _copied(obj: JSON, keys: tuple[str, ...]) -> JSON:

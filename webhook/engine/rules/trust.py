@@ -18,6 +18,7 @@ from webhook.engine.pod import spec_prefix
 from webhook.engine.rule import Declarations
 from webhook.engine.rules import ownership, podclaims, reserved, stamp
 from webhook.engine.rules.debug import check_debug_container
+from webhook.engine.rules.growth import check_growth, check_size_record
 from webhook.engine.rules.not_a_run import OWNERSHIP_UNKNOWN
 from webhook.engine.rules.operator_objects import (
     check_operator_references,
@@ -389,6 +390,8 @@ TRUST_CHECKS: tuple[TrustCheck, ...] = (
     check_operator_references,
     check_operator_scale,
     *QUEUE_CHECKS,
+    check_growth,
+    check_size_record,
 )
 
 

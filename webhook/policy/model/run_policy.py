@@ -354,6 +354,12 @@ class SchedulingConfig(Section):
         default=None,
         description="MLRun's preemption modes, on spot/preemptible nodes; absent: off.",
     )
+    workload_priority_classes: frozenset[DnsLabel] | None = Field(
+        default=None,
+        description="The Kueue WorkloadPriorityClasses a run may name in its "
+        "kueue.x-k8s.io/priority-class label, and a profile (installation-wide or a "
+        "project's) in queue.priorityClass; absent: any.",
+    )
 
     @cached_property
     def default_priority_class(self) -> str | None:
