@@ -1,7 +1,8 @@
 """``runguard manifests``: the webhook configurations rendered from the policy.
 
     runguard manifests -p DIR [--namespace N] [--service S] [--ca-bundle FILE] [--url URL]
-                       [--policy-objects] [--shells] [-o yaml|json]
+                       [--policy-objects] [--shells] [--no-floor] [--available]
+                       [-o yaml|json]
     runguard manifests -p DIR --write OUT      # regenerate the kustomize base's files
     runguard manifests -p DIR --check OUT      # exit 1 when they disagree with DIR
 
@@ -36,7 +37,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             "by CEL matchConditions (Kubernetes 1.30+); namespaceSelector leaving out "
             "runguard's namespace and excludeNamespaces. With --write, regenerate the "
             "generated files of the kustomize base (webhook configurations and the policy "
-            "ConfigMap); with --check, fail when they disagree with the policy."
+            "ConfigMap); with --check, fail when they disagree with the policy. The floor "
+            "(ValidatingAdmissionPolicies of the rules that need no cluster state, which "
+            "hold while runguard is unreachable) comes with them unless --no-floor; "
+            "--available makes the webhooks judging runs fail open, leaving the floor to "
+            'judge runs while runguard is down (docs/operations.md, "Outages").'
         ),
     )
     parser.add_argument(
@@ -78,6 +83,19 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "attach, port-forward, pods/proxy, services/proxy, a token bound to it), judged "
         "on the Pods they reach: runguard needs --cluster-state to read them",
     )
+    parser.add_argument(
+        "--no-floor",
+        dest="floor",
+        action="store_false",
+        help="leave out the floor (ValidatingAdmissionPolicies; Kubernetes 1.30+)",
+    )
+    parser.add_argument(
+        "--available",
+        action="store_true",
+        help="the available mode: the webhooks that judge runs use failurePolicy Ignore, so "
+        "runs start unmutated, judged by the floor alone, while runguard is unreachable "
+        "(needs the floor)",
+    )
     parser.add_argument("-o", "--output", choices=("yaml", "json"), default="yaml")
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument(
@@ -99,9 +117,14 @@ def run(args: argparse.Namespace) -> int:
     if policy is None:
         return EXIT_BAD_INPUT
 
+    if args.available and not args.floor:
+        return _fail("--available needs the floor: it alone judges runs while runguard is down")
     if args.write or args.check:
-        if args.ca_bundle or args.url:
-            return _fail("--ca-bundle and --url do not apply to the kustomize base")
+        if args.ca_bundle or args.url or args.available or not args.floor:
+            return _fail(
+                "--ca-bundle, --url, --available and --no-floor do not apply to the kustomize "
+                "base (its available-mode component is the available mode)"
+            )
         try:
             files = manifests.generated_files(
                 policy, manifests.read_policy_files(args.policy), namespace=args.namespace
@@ -118,7 +141,10 @@ def run(args: argparse.Namespace) -> int:
             service=args.service,
             ca_bundle=ca_bundle,
             url=args.url,
+            available=args.available,
         )
+        if args.floor:
+            objects += manifests.floor_policies(policy, namespace=args.namespace)
         if args.policy_objects:
             objects.append(
                 manifests.policy_object_webhook(
