@@ -4,7 +4,7 @@ The shell around ``webhook.audit.clusteraudit``: the cluster read one list reque
 page (``webhook.cli.cluster``), progress on stderr when it is a terminal, and
 ``--write``: the PolicyReports server-side applied, one per namespace and RunPolicy (and
 part), and the ClusterPolicyReport about the policy objects. ``--rbac`` is
-``webhook.cli.audit_rbac``'s.
+``webhook.cli.audit_rbac``'s, ``--outage`` ``webhook.cli.audit_outage``'s.
 """
 
 from __future__ import annotations
@@ -111,6 +111,15 @@ def register(sub: Any) -> None:
         help="judge with the cluster's RunPolicy, Platform and Profile objects (what runguard "
         "serves with --policy-objects) instead of the files of -p",
     )
+    p.add_argument(
+        "--outage",
+        action="store_true",
+        help="say what holds while runguard is unreachable: whether runs fail closed or "
+        "start unmutated (the available mode, and what it gives up), whether the floor is "
+        "the policy's, the rules it carries and those only runguard judges (the cluster's "
+        "admission objects, or --cluster-state files); exit 1 for the available mode "
+        "without the policy's floor",
+    )
     p.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, in-cluster)")
     p.add_argument("--context", help="kubeconfig context")
     rbac = p.add_argument_group(
@@ -162,6 +171,10 @@ def run(args: argparse.Namespace) -> int:
 
     if args.rbac:
         return run_rbac(args)
+    if args.outage:
+        from webhook.cli.audit_outage import run_outage
+
+        return run_outage(args)
     if args.cluster_state or args.shells or args.include_expected:
         print("runguard audit: --cluster-state, --shells and --include-expected go with "
               "--rbac", file=sys.stderr)  # fmt: skip
