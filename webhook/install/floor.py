@@ -27,10 +27,12 @@ What it leaves to runguard (it needs runguard's mutation, the cluster, or who cr
 the Pod): fields a run leaves out and runguard fills (``runAsNonRoot``, seccomp, dropped
 capabilities, no escalation: the namespace's Pod Security ``enforce`` label checks them
 in the apiserver too), profiles, defaults, secrets and pre-existing volumes, ownership,
-queues and records, device classes, run time, the identity checks of
-``allowedHostPaths``, and Pod UPDATEs. A RunPolicy naming ``requesters`` governs only the
-Pods they create, directly or through a controller, which the apiserver cannot tell: its
-floor denies a Pod the next RunPolicy's floor would deny too.
+queues and records (a run's profile depends on its project's profiles, which shadow the
+policy's by name: cluster state), device classes (not in the policy model yet), run
+time, the identity checks of ``allowedHostPaths``, and Pod UPDATEs. A RunPolicy naming
+``requesters`` governs only the Pods they create, directly or through a controller,
+which the apiserver cannot tell: its floor denies a Pod the next RunPolicy's floor would
+deny too.
 """
 
 from __future__ import annotations
