@@ -92,9 +92,14 @@ class Floor:
         return value.plain_value()
 
     def denials(
-        self, objects: list[dict[str, Any]], pod: dict[str, Any], namespace: str
+        self,
+        objects: list[dict[str, Any]],
+        pod: dict[str, Any],
+        namespace: str,
+        action: str = "Deny",
     ) -> list[str]:
-        """The messages of the validations that deny ``pod`` (bindings acting Deny)."""
+        """The messages of the validations that deny ``pod`` (bindings acting Deny; or
+        those that would warn, ``action`` Warn)."""
         pod = _as_served(pod)
         policies = {o["metadata"]["name"]: o for o in objects if o["kind"].endswith("Policy")}
         out = []
@@ -105,7 +110,7 @@ class Floor:
             if not (
                 _selects(match["objectSelector"], labels)
                 and _selects(match["namespaceSelector"], {manifests.NAMESPACE_LABEL: namespace})
-                and "Deny" in spec["validationActions"]
+                and action in spec["validationActions"]
             ):
                 continue
             vap = policies[spec["policyName"]]["spec"]
@@ -311,6 +316,34 @@ def test_the_floor_has_the_webhooks_scope(judge: Floor) -> None:
     assert rules(judge, run_pod(RUN, **root), namespace="kube-system") == []
     assert rules(judge, run_pod(RUN, **root), namespace=manifests.DEFAULT_NAMESPACE) == []
     assert rules(judge, run_pod({"app": "web"}, **root)) == []
+
+
+MLRUN = load_policy(Path(__file__).parent.parent / "policies" / "examples" / "mlrun")
+
+
+@pytest.mark.parametrize(
+    ("path", "namespace", "allowed"),
+    [
+        ("/var/run/iguazio/dayman/default-tenant", "default-tenant", True),
+        ("/var/run/iguazio/dayman/default-tenant/", "default-tenant", True),
+        ("/var/run/iguazio/dayman/default-tenant", "other-tenant", False),
+        ("/var/run/iguazio/dayman/default-tenant/../..", "default-tenant", False),
+        ("//var/run/iguazio/dayman/default-tenant", "default-tenant", False),
+        ("/var/run/iguazio/dayman/{namespace}", "default-tenant", False),
+        ("/var/run/iguazio/dayman/*", "default-tenant", False),
+        ("/var/run/iguazio/daymanXdefault-tenant", "default-tenant", False),
+        ("/", "default-tenant", False),
+    ],
+)
+def test_allowed_host_paths_are_the_requests_namespaces_exactly(
+    judge: Floor, path: str, namespace: str, allowed: bool
+) -> None:
+    """The example's RunPolicy warns (enforcement Warn): so does its floor's binding."""
+    labels = {"mlrun/class": "job", "mlrun/project": "fraud"}
+    pod = run_pod(labels, volumes=[{"name": "d", "hostPath": {"path": path}}])
+    warned = judge.denials(floor.floor_policies(MLRUN), pod, namespace, action="Warn")
+    assert (warned == []) == allowed, warned
+    _agree(judge, pod, MLRUN, namespace)
 
 
 def test_a_warn_policy_floor_only_warns() -> None:

@@ -147,8 +147,9 @@ def _host_path(p: Policy) -> str:
 
 
 def _regex_literal(text: str) -> str:
+    """``text`` matched literally by an RE2 regex (a bracket per special character)."""
     return "".join(
-        c if c.isalnum() or c in "/_-" else f"[{c}]" if c != "\\" else "\\\\" for c in text
+        c if c.isalnum() or c in "/_-" else "\\" + c if c in "\\^]" else f"[{c}]" for c in text
     )
 
 

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from pathlib import PurePath
 from typing import Any
 
+from webhook.install.cel import _cel_string
 from webhook.install.floor import FLOOR_PREFIX
 from webhook.install.names import (
     CONFIGURATION_NAME,
@@ -50,11 +51,7 @@ _WEBHOOK_CONFIGURATIONS = (CONFIGURATION_NAME, POLICY_CONFIGURATION_NAME, SHELLS
 
 
 def _cel_list(values: Sequence[str]) -> str:
-    return (
-        "["
-        + ", ".join("'" + v.replace("\\", "\\\\").replace("'", "\\'") + "'" for v in values)
-        + "]"
-    )
+    return "[" + ", ".join(_cel_string(v) for v in values) + "]"
 
 
 def break_glass_expression(identities: Sequence[str]) -> str:
