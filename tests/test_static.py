@@ -99,6 +99,11 @@ def test_runguards_deployment_is_not_scaled_to_zero(refuses: Any) -> None:
                             subresource))  # fmt: skip
 
     assert scale(0) and scale(0, "scale")
+    # a Scale leaves its replicas out when 0 (omitempty): what `kubectl scale --replicas=0` sends
+    assert refuses("apps", "deployments", "runguard", "UPDATE", ADMIN, "runguard", {"spec": {}},
+                   "scale")  # fmt: skip
+    assert not refuses("apps", "deployments", "runguard", "UPDATE", ADMIN, "runguard",
+                       {"spec": {}})  # fmt: skip
     assert not scale(3) and not scale(3, "scale")
     assert not scale(0, namespace="team-a")
     assert refuses("apps", "deployments", "runguard", "DELETE", ADMIN, "runguard")
@@ -134,6 +139,10 @@ def test_cli_writes_them_and_asks_for_a_break_glass_identity(
     policies = str(REPO / "policies")
     out = tmp_path / "static"
     assert main(["manifests", "-p", policies, "--static", str(out), "--break-glass", "alice"]) == 0
+    # The API server splits a file on "---" and refuses a document without a kind.
+    for path in out.rglob("*.yaml"):
+        chunks = path.read_text().split("\n---\n")
+        assert all(yaml.safe_load(chunk.removeprefix("---\n"))["kind"] for chunk in chunks), path
     protect = out / "validating-admission-policy" / "runguard-protect.yaml"
     written = list(yaml.safe_load_all(protect.read_text()))
     assert [d["metadata"]["name"] for d in written] == [PROTECT_NAME, PROTECT_NAME]
