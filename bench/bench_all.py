@@ -84,6 +84,7 @@ CREATE_KEYS = (
     "create_added_ms_validate",
     "create_added_ms_pair",
     "create_added_ms_vap",
+    "create_added_ms_floor",  # the floor's VAPs beside the pair (bench-pair-floor - bench-pair)
 )
 
 

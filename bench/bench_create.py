@@ -9,7 +9,10 @@ cluster, without reconfiguring anything between measurements:
 * ``bench-pair``: runguard's MutatingWebhookConfiguration and ValidatingWebhookConfiguration;
 * ``bench-vap``: a ValidatingAdmissionPolicy (CEL, in the apiserver's process) carrying
   the validation rules runguard's ``/validate`` applies to a run Pod
-  (``bench/vap/policy.yaml``, rendered from the loaded policy by ``vap_documents``).
+  (``bench/vap/policy.yaml``, rendered from the loaded policy by ``vap_documents``);
+* ``bench-pair-floor``: runguard's two webhooks and its floor (``runguard manifests``'
+  ValidatingAdmissionPolicies, ``webhook/install/floor.py``): what the floor adds to a
+  run's create beside the pair (``create_added_ms_floor``, over ``bench-pair``).
 
 The webhook configurations are ``runguard manifests``' own, each webhook given one
 more ``namespaceSelector`` term (``kubernetes.io/metadata.name In [...]``); the VAP's
@@ -95,6 +98,7 @@ from webhook.engine.rules.pod_security import (
     SAFE_SYSCTLS,
     SELINUX_TYPES,
 )
+from webhook.install.floor import FLOOR_PREFIX, floor_policies
 from webhook.install.manifests import name_regex, selector_expression
 from webhook.keys import REQUESTED_BY
 from webhook.policy.loader import load_policy
@@ -114,11 +118,12 @@ NS = {
     "pair": "bench-pair",
     "vap": "bench-vap",
     "vap_trivial": "bench-vap-trivial",
+    "pair_floor": "bench-pair-floor",
 }
 # Which namespaces each of runguard's configurations serves.
 WEBHOOK_NAMESPACES = {
-    "MutatingWebhookConfiguration": [NS["pair"]],
-    "ValidatingWebhookConfiguration": [NS["validate"], NS["pair"]],
+    "MutatingWebhookConfiguration": [NS["pair"], NS["pair_floor"]],
+    "ValidatingWebhookConfiguration": [NS["validate"], NS["pair"], NS["pair_floor"]],
 }
 NAMESPACE_LABEL = "kubernetes.io/metadata.name"
 # case -> (namespace, pod variant); the first four give the three targets
@@ -131,6 +136,7 @@ CASES: dict[str, tuple[str, str]] = {
     "pair_full_patch": (NS["pair"], "full"),
     "pair_empty_patch": (NS["pair"], "stamped"),
     "vap_trivial": (NS["vap_trivial"], "valid"),
+    "pair_floor": (NS["pair_floor"], "valid"),
 }
 ADDED = {  # reported figure -> (case, its baseline)
     "create_added_ms_validate": ("validate", "none"),
@@ -139,6 +145,8 @@ ADDED = {  # reported figure -> (case, its baseline)
     "create_added_ms_pair_full_patch": ("pair_full_patch", "none_full"),
     "create_added_ms_pair_empty_patch": ("pair_empty_patch", "none"),
     "create_added_ms_vap_trivial": ("vap_trivial", "none"),
+    "create_added_ms_pair_floor": ("pair_floor", "none"),
+    "create_added_ms_floor": ("pair_floor", "pair"),  # the floor beside the pair
 }
 TARGETS = {"create_added_ms_validate": 1.5, "create_added_ms_pair": 2.5}  # x ..._vap
 MAX_ROUNDS, MAX_CREATES = 20, 2000
@@ -670,6 +678,19 @@ _Dumper.add_representer(str, _str)
 # --- the cluster, runguard, and the registrations --------------------------------------
 
 
+def floor_documents(policy: Policy) -> list[JSON]:
+    """runguard's floor (``runguard manifests``' ValidatingAdmissionPolicies), each
+    binding also limited to ``bench-pair-floor``."""
+    out = copy.deepcopy(floor_policies(policy))
+    for obj in out:
+        if obj["kind"] == "ValidatingAdmissionPolicyBinding":
+            selector = obj["spec"]["matchResources"]["namespaceSelector"]
+            selector.setdefault("matchExpressions", []).append(
+                {"key": NAMESPACE_LABEL, "operator": "In", "values": [NS["pair_floor"]]}
+            )
+    return out
+
+
 def _with_namespaces(configuration: JSON, namespaces: Sequence[str]) -> JSON:
     """runguard's configuration, each webhook also limited to ``namespaces``."""
     configuration = copy.deepcopy(configuration)
@@ -877,7 +898,7 @@ class CreateLatency:
         # must carry the requester's stamp.
         self.cases = dict(CASES)
         self.added = dict(ADDED)
-        self.stamped_namespaces = {NS["pair"]}
+        self.stamped_namespaces = {NS["pair"], NS["pair_floor"]}
         self._bodies = {name: json.dumps(pod).encode() for name, pod in self.pods.items()}
         user = platform_requester().username
         self._reviews = {
@@ -922,6 +943,7 @@ class CreateLatency:
             *registered,
             *vap_documents(self.policy),
             *trivial_vap_documents(self.policy),
+            *floor_documents(self.policy),
         ]
         listed = {"apiVersion": "v1", "kind": "List", "items": documents}
         cluster.kubectl("apply", "-f", "-", input=json.dumps(listed), check=True)
@@ -979,8 +1001,12 @@ class CreateLatency:
         deadline = time.monotonic() + timeout
         while True:
             denied = {
-                key: self.create(NS[key], bad)[0] != 201 for key in ("validate", "pair", "vap")
+                key: self.create(NS[key], bad)[0] != 201
+                for key in ("validate", "pair", "vap", "pair_floor")
             }
+            # the floor's binding seen too: it refuses first, naming itself
+            refusal = self.create(NS["pair_floor"], bad)[1].get("message", "")
+            denied["floor"] = FLOOR_PREFIX in str(refusal)
             status, answer, _ = self.create(NS["pair"], self._bodies["valid"])
             stamped = status == 201 and self._stamped(answer)
             if all(denied.values()) and stamped:

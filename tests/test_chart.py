@@ -5,6 +5,7 @@ itself (lint, template against kustomize, install) is in tests/e2e/test_helm.py.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -70,3 +71,37 @@ def test_cli_write_then_check(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     capsys.readouterr()
     assert main([*check, "--check", str(out)]) == 1
     assert "--write" in capsys.readouterr().err
+
+
+def test_the_floor_is_on_by_default_and_the_available_mode_a_value() -> None:
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    assert values["floor"]["enabled"] is True and values["webhooks"]["available"] is False
+    policy = load_policy(REPO / "policies")
+    text = (CHART / "templates" / "floor.yaml").read_text().split("\n", 2)[2]
+    condition, *body, end = text.rstrip().splitlines()
+    assert (condition, end) == ("{{- if .Values.floor.enabled }}", "{{- end }}")
+    served = "\n".join(body).replace("{{ .Release.Namespace }}", manifests.DEFAULT_NAMESPACE)
+    # (the release's namespace sorts elsewhere among those the bindings leave out)
+    assert [_sorted(d) for d in yaml.safe_load_all(served) if d] == [
+        _sorted(d) for d in manifests.floor_policies(policy)
+    ]
+    # Each webhook judging runs fails open with the value (by Service and by URL), no other.
+    hooks = (CHART / "templates" / "webhooks.yaml").read_text()
+    opened = manifests.webhook_configurations(policy, available=True)
+    runs = sum(h["failurePolicy"] == "Ignore" for c in opened for h in c["webhooks"])
+    assert (
+        hooks.count('failurePolicy: {{ ternary "Ignore" "Fail" .Values.webhooks.available }}')
+        == 2 * runs
+    )
+    assert "webhooks.available needs floor.enabled" in hooks
+
+
+def _sorted(obj: dict[str, Any]) -> dict[str, Any]:
+    for requirement in (
+        obj["spec"]
+        .get("matchResources", {})
+        .get("namespaceSelector", {})
+        .get("matchExpressions", [])
+    ):
+        requirement["values"] = sorted(requirement["values"])
+    return obj

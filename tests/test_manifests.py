@@ -909,12 +909,16 @@ def test_cli_renders_json_with_ca_bundle(
     )
     listing = json.loads(capsys.readouterr().out)
     assert listing["kind"] == "List"
+    policy = load_policy(REPO / "policies")
+    floor = ["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"] * len(
+        policy.run_policies()
+    )
     assert [o["kind"] for o in listing["items"]] == [
         "MutatingWebhookConfiguration",
         "ValidatingWebhookConfiguration",
+        *floor,
     ]
-    policy = load_policy(REPO / "policies")
-    for item in listing["items"]:
+    for item in listing["items"][:2]:
         for hook in item["webhooks"]:
             assert base64.b64decode(hook["clientConfig"]["caBundle"]) == ca.read_bytes()
         assert item["webhooks"][0]["objectSelector"] == policy.selector.to_dict()
@@ -923,10 +927,42 @@ def test_cli_renders_json_with_ca_bundle(
 def test_cli_renders_yaml_for_a_url(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["manifests", "-p", str(REPO / "policies"), "--url", "https://127.0.0.1:8443"]) == 0
     docs = list(yaml.safe_load_all(capsys.readouterr().out))
-    assert [d["webhooks"][0]["clientConfig"] for d in docs] == [
+    assert [d["webhooks"][0]["clientConfig"] for d in docs if "webhooks" in d] == [
         {"url": "https://127.0.0.1:8443/mutate"},
         {"url": "https://127.0.0.1:8443/validate"},
     ]
+    assert [d for d in docs if "webhooks" not in d] == manifests.floor_policies(
+        load_policy(REPO / "policies")
+    )
+
+
+def test_cli_renders_the_available_mode_without_the_floor_only_on_request(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """--available: the webhooks judging runs fail open, the others stay closed; never
+    without the floor, which alone judges runs while runguard is down."""
+    policies = str(REPO / "policies")
+    assert main(["manifests", "-p", policies, "--no-floor"]) == 0
+    closed = list(yaml.safe_load_all(capsys.readouterr().out))
+    assert [d["kind"] for d in closed] == [
+        "MutatingWebhookConfiguration",
+        "ValidatingWebhookConfiguration",
+    ]
+    assert main(["manifests", "-p", policies, "--available"]) == 0
+    opened = [d for d in yaml.safe_load_all(capsys.readouterr().out) if "webhooks" in d]
+    ignored = {h["name"] for d in opened for h in d["webhooks"] if h["failurePolicy"] == "Ignore"}
+    assert ignored == {
+        "mutate.runguard.io", "mutate-digitalhub.runguard.io", "validate.runguard.io",
+        "validate-digitalhub.runguard.io", manifests.MUTATING_CONTROLLERS_WEBHOOK,
+        manifests.CONTROLLERS_WEBHOOK, manifests.MUTATING_OPERATORS_WEBHOOK,
+        manifests.OPERATORS_WEBHOOK,
+    }  # fmt: skip
+    for shut, open_ in zip(closed, opened, strict=True):
+        for a, b in zip(shut["webhooks"], open_["webhooks"], strict=True):
+            assert a["failurePolicy"] == "Fail"
+            assert {**b, "failurePolicy": "Fail"} == a
+    assert main(["manifests", "-p", policies, "--available", "--no-floor"]) == 2
+    assert "needs the floor" in capsys.readouterr().err
 
 
 def test_cli_bad_inputs_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -946,7 +982,9 @@ def test_cli_write_then_check_catches_a_policy_edit(
     out = tmp_path / "base"
     assert main(["manifests", "-p", str(policies), "--write", str(out)]) == 0
     assert sorted(p.name for p in out.iterdir()) == [
+        "available-mode",
         "cluster-state",
+        "floor.yaml",
         "policy-configmap.yaml",
         "policy-objects",
         "run-user-role.yaml",
@@ -972,6 +1010,16 @@ def test_cli_write_then_check_catches_a_policy_edit(
     report = capsys.readouterr()
     assert "+      - kube-other" in report.out
     assert "--write" in report.err
+
+    # The floor is checked as the webhooks are: a maximum raised in the policy is drift.
+    assert main(["manifests", "-p", str(policies), "--write", str(out)]) == 0
+    sized = policies / "runpolicy.yaml"
+    sized.write_text(sized.read_text().replace('cpu: "18"', 'cpu: "20"'))
+    capsys.readouterr()
+    assert main(["manifests", "-p", str(policies), "--check", str(out)]) == 1
+    report = capsys.readouterr()
+    assert f"{out / manifests.FLOOR_FILE} (committed)" in report.out
+    assert "quantity('20')" in report.out
 
 
 # --- the kustomize base ------------------------------------------------------------------
@@ -1038,6 +1086,8 @@ def test_kustomization_lists_every_resource_and_only_existing_files() -> None:
         "PodDisruptionBudget",
         "MutatingWebhookConfiguration",
         "ValidatingWebhookConfiguration",
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
     }
 
 

@@ -124,7 +124,11 @@ class Cluster(WholePath, Identities):
         whole_path: bool = False,
         address: str = "127.0.0.1",
         netns: str | None = None,
+        static_policies: Path | None = None,
     ) -> None:
+        # The static ValidatingAdmissionPolicies' directory (manifest-based admission,
+        # Kubernetes 1.37; its feature gate on): a module's own cluster, never the session's.
+        self.static_policies = static_policies
         self.directory = Path(directory).resolve()
         self.bin_dir = Path(bin_dir).resolve()
         self.address = address
@@ -203,7 +207,19 @@ class Cluster(WholePath, Identities):
                 "--log-level=warn",
             ],
         )
-        admission_config = write_webhook_client(self.directory, self.pki, self.webhook_client_user)
+        admission_config = write_webhook_client(
+            self.directory, self.pki, self.webhook_client_user, self.static_policies
+        )
+        gates = [
+            # Dynamic resource allocation, GA and on from 1.34, is beta and off before:
+            # on, a Pod's resourceClaims reach admission as on the releases serving it.
+            *(
+                ["DynamicResourceAllocation=true"]
+                if (1, 32) <= kubernetes_version()[:2] < (1, 34)
+                else []
+            ),
+            *(["ManifestBasedAdmissionControlConfig=true"] if self.static_policies else []),
+        ]
         self._spawn(
             "kube-apiserver",
             [
@@ -233,13 +249,7 @@ class Cluster(WholePath, Identities):
                 "--audit-log-format=json",
                 "--audit-log-mode=blocking",
                 "--profiling=false",
-                # Dynamic resource allocation, GA and on from 1.34, is beta and off before:
-                # on, a Pod's resourceClaims reach admission as on the releases serving it.
-                *(
-                    ["--feature-gates=DynamicResourceAllocation=true"]
-                    if (1, 32) <= kubernetes_version()[:2] < (1, 34)
-                    else []
-                ),
+                *([f"--feature-gates={','.join(gates)}"] if gates else []),
                 *(
                     # Webhook Services resolve to a ready endpoint's Pod IP (no kube-proxy),
                     # and the real node's kubelet is reached at its InternalIP.

@@ -245,11 +245,13 @@ class Runguard:
         """``runguard manifests --url``: the webhook configurations, calling this server."""
         return self.manifests_with("-o", output)
 
-    def manifests_with(self, *args: str) -> str:
-        """``runguard manifests --url`` with more options (``--policy-objects``)."""
+    def manifests_with(self, *args: str, floor: bool = False) -> str:
+        """``runguard manifests --url`` with more options (``--policy-objects``); the
+        floor only when asked (``unregister`` leaves ValidatingAdmissionPolicies, and a
+        module sharing the cluster must not meet another's)."""
         return self._run(
             "manifests", "-p", str(self.policy_dir), "--url", self.url,
-            "--ca-bundle", str(self.ca_file), *args,
+            "--ca-bundle", str(self.ca_file), *args, *(() if floor else ("--no-floor",)),
         )  # fmt: skip
 
     def register(self, cluster: Cluster) -> None:

@@ -234,10 +234,13 @@ def write_kubeconfig(
     path.chmod(0o600)
 
 
-def write_webhook_client(directory: Path, pki: Pki, user: str) -> Path:
+def write_webhook_client(
+    directory: Path, pki: Pki, user: str, static_policies: Path | None = None
+) -> Path:
     """An AdmissionConfiguration whose webhook kubeconfig gives every webhook ("*")
     a client certificate for ``user`` signed by the cluster's CA, as docs/dev/server.md
-    shows; the files go in ``directory``."""
+    shows; the files go in ``directory``. ``static_policies``: the directory of static
+    ValidatingAdmissionPolicies (manifest-based admission, 1.37) the apiserver loads."""
     cert, key = directory / "webhook-client.crt", directory / "webhook-client.key"
     issue_client_cert(pki, cert, key, user)
     kubeconfig = directory / "webhook-client.kubeconfig"
@@ -261,6 +264,20 @@ def write_webhook_client(directory: Path, pki: Pki, user: str) -> Path:
                 "plugins": [
                     {"name": "ValidatingAdmissionWebhook", "configuration": webhooks},
                     {"name": "MutatingAdmissionWebhook", "configuration": webhooks},
+                    *(
+                        [
+                            {
+                                "name": "ValidatingAdmissionPolicy",
+                                "configuration": {
+                                    "apiVersion": "apiserver.config.k8s.io/v1",
+                                    "kind": "ValidatingAdmissionPolicyConfiguration",
+                                    "staticManifestsDir": str(static_policies),
+                                },
+                            }
+                        ]
+                        if static_policies is not None
+                        else []
+                    ),
                 ],
             }
         )

@@ -38,6 +38,7 @@ CHOICES = [
             "policies.objects=true",
         ),
     ),
+    (("available-mode",), ("webhooks.available=true",)),
 ]
 
 
@@ -69,7 +70,11 @@ def comparable(text: str) -> dict[tuple[str, str], Any]:
             obj.pop("data", None)
         for hook in obj.get("webhooks", []):
             hook["clientConfig"].pop("caBundle", None)
-            for expr in (hook.get("namespaceSelector") or {}).get("matchExpressions", []):
+        # webhooks' and the floor's bindings' namespace selectors
+        selectors = [h.get("namespaceSelector") for h in obj.get("webhooks", [])]
+        selectors.append(obj.get("spec", {}).get("matchResources", {}).get("namespaceSelector"))
+        for selector in selectors:
+            for expr in (selector or {}).get("matchExpressions", []):
                 expr["values"] = sorted(expr.get("values", []))
         out[obj["kind"], obj["metadata"]["name"]] = obj
     return out
@@ -129,13 +134,15 @@ def test_the_template_passes_a_server_side_dry_run(helm: str, cluster: Cluster) 
 
 
 def admitted(cluster: Cluster) -> bool:
-    """A server-side dry run of a run Pod is mutated and denied by runguard."""
+    """A server-side dry run of a run Pod is mutated and denied by runguard, or by the
+    chart's floor (on by default), which the apiserver runs before the webhooks."""
     probe = json.dumps(run_pod("admission-probe", hostNetwork=True))
     done = cluster.kubectl(
         "create", "-n", "default", "--dry-run=server", "-f", "-", input=probe
     )  # fmt: skip
     mutated = any(w.startswith("runguard:") for w in kubectl_warnings(done.stderr))
-    return mutated and done.returncode != 0 and '.runguard.io" denied' in done.stderr
+    denied = '.runguard.io" denied' in done.stderr or "'runguard-floor-" in done.stderr
+    return mutated and done.returncode != 0 and denied
 
 
 @pytest.fixture

@@ -4,7 +4,8 @@ The shell around ``webhook.audit.clusteraudit``: the cluster read one list reque
 page (``webhook.cli.cluster``), progress on stderr when it is a terminal, and
 ``--write``: the reports server-side applied (``webhook.cli.audit_write``), one per
 namespace and RunPolicy (and part), and one about the policy objects, as wgpolicyk8s.io
-PolicyReports, OpenReports or both. ``--rbac`` is ``webhook.cli.audit_rbac``'s.
+PolicyReports, OpenReports or both. ``--rbac`` is ``webhook.cli.audit_rbac``'s,
+``--outage`` ``webhook.cli.audit_outage``'s.
 """
 
 from __future__ import annotations
@@ -105,6 +106,15 @@ def register(sub: Any) -> None:
         help="judge with the cluster's RunPolicy, Platform and Profile objects (what runguard "
         "serves with --policy-objects) instead of the files of -p",
     )
+    p.add_argument(
+        "--outage",
+        action="store_true",
+        help="say what holds while runguard is unreachable: whether runs fail closed or "
+        "start unmutated (the available mode, and what it gives up), whether the floor is "
+        "the policy's, the rules it carries and those only runguard judges (the cluster's "
+        "admission objects, or --cluster-state files); exit 1 for the available mode "
+        "without the policy's floor",
+    )
     p.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, in-cluster)")
     p.add_argument("--context", help="kubeconfig context")
     rbac = p.add_argument_group(
@@ -152,6 +162,10 @@ def run(args: argparse.Namespace) -> int:
 
     if args.rbac:
         return run_rbac(args)
+    if args.outage:
+        from webhook.cli.audit_outage import run_outage
+
+        return run_outage(args)
     if args.reports and not args.write:
         print("runguard audit: --reports goes with --write", file=sys.stderr)
         return EXIT_BAD_INPUT

@@ -144,11 +144,18 @@ def _rbac_output(report: RbacReport, args: argparse.Namespace) -> list[dict[str,
 
 def _rbac_objects(api_client: Any) -> list[dict[str, Any]]:
     """Every Namespace, Role, RoleBinding, ClusterRole and ClusterRoleBinding."""
+    return listed_objects(api_client, RBAC_LISTS)
+
+
+def listed_objects(
+    api_client: Any, lists: tuple[tuple[str, str, str, str], ...]
+) -> list[dict[str, Any]]:
+    """Every object of each (kind, apiVersion, API class, list call), one request each."""
     import orjson
     from kubernetes import client
 
     objects: list[dict[str, Any]] = []
-    for kind, api_version, api_class, call in RBAC_LISTS:
+    for kind, api_version, api_class, call in lists:
         api = getattr(client, api_class)(api_client)
         response = getattr(api, call)(_preload_content=False, _request_timeout=REQUEST_TIMEOUT)
         try:

@@ -1,9 +1,12 @@
 """``runguard manifests``: the webhook configurations rendered from the policy.
 
     runguard manifests -p DIR [--namespace N] [--service S] [--ca-bundle FILE] [--url URL]
-                       [--policy-objects] [--shells] [-o yaml|json]
+                       [--policy-objects] [--shells] [--no-floor] [--available]
+                       [-o yaml|json]
     runguard manifests -p DIR --write OUT      # regenerate the kustomize base's files
     runguard manifests -p DIR --check OUT      # exit 1 when they disagree with DIR
+    runguard manifests -p DIR --static STATIC --break-glass ID [--url URL --ca-bundle F]
+                                               # a control plane's static manifests
 
 Exit codes: 0 rendered / up to date, 1 ``--check`` found drift, 2 bad policy or input.
 """
@@ -36,7 +39,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             "by CEL matchConditions (Kubernetes 1.30+); namespaceSelector leaving out "
             "runguard's namespace and excludeNamespaces. With --write, regenerate the "
             "generated files of the kustomize base (webhook configurations and the policy "
-            "ConfigMap); with --check, fail when they disagree with the policy."
+            "ConfigMap); with --check, fail when they disagree with the policy. The floor "
+            "(ValidatingAdmissionPolicies of the rules that need no cluster state, which "
+            "hold while runguard is unreachable) comes with them unless --no-floor; "
+            "--available makes the webhooks judging runs fail open, leaving the floor to "
+            'judge runs while runguard is down (docs/operations.md, "Outages").'
         ),
     )
     parser.add_argument(
@@ -78,6 +85,19 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "attach, port-forward, pods/proxy, services/proxy, a token bound to it), judged "
         "on the Pods they reach: runguard needs --cluster-state to read them",
     )
+    parser.add_argument(
+        "--no-floor",
+        dest="floor",
+        action="store_false",
+        help="leave out the floor (ValidatingAdmissionPolicies; Kubernetes 1.30+)",
+    )
+    parser.add_argument(
+        "--available",
+        action="store_true",
+        help="the available mode: the webhooks that judge runs use failurePolicy Ignore, so "
+        "runs start unmutated, judged by the floor alone, while runguard is unreachable "
+        "(needs the floor)",
+    )
     parser.add_argument("-o", "--output", choices=("yaml", "json"), default="yaml")
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument(
@@ -85,6 +105,30 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     mode.add_argument(
         "--check", type=Path, metavar="OUT", help="exit 1 when OUT's generated files are stale"
+    )
+    mode.add_argument(
+        "--static",
+        type=Path,
+        metavar="STATIC",
+        help="write the control plane's static manifests (Kubernetes 1.37, manifest-based "
+        "admission) in STATIC: a policy refusing UPDATE and DELETE of runguard's webhook "
+        "configurations, floor, CRDs and a scale of its Deployment to zero to all but "
+        "--break-glass, with --url runguard's webhooks too, and the AdmissionConfiguration "
+        'naming them (docs/operations.md, "Protected from the API")',
+    )
+    parser.add_argument(
+        "--break-glass",
+        action="append",
+        default=[],
+        metavar="ID",
+        help="with --static: a user name (or group:NAME) who may still change or delete them "
+        "(repeatable)",
+    )
+    parser.add_argument(
+        "--control-plane-dir",
+        metavar="PATH",
+        help="with --static: where STATIC is on the control plane's disk, as the "
+        "AdmissionConfiguration names it (default: STATIC's absolute path)",
     )
     parser.set_defaults(func=run)
 
@@ -99,9 +143,18 @@ def run(args: argparse.Namespace) -> int:
     if policy is None:
         return EXIT_BAD_INPUT
 
+    if args.available and not args.floor:
+        return _fail("--available needs the floor: it alone judges runs while runguard is down")
+    if (args.break_glass or args.control_plane_dir) and not args.static:
+        return _fail("--break-glass and --control-plane-dir go with --static")
+    if args.static:
+        return _static(args, policy)
     if args.write or args.check:
-        if args.ca_bundle or args.url:
-            return _fail("--ca-bundle and --url do not apply to the kustomize base")
+        if args.ca_bundle or args.url or args.available or not args.floor:
+            return _fail(
+                "--ca-bundle, --url, --available and --no-floor do not apply to the kustomize "
+                "base (its available-mode component is the available mode)"
+            )
         try:
             files = manifests.generated_files(
                 policy, manifests.read_policy_files(args.policy), namespace=args.namespace
@@ -118,7 +171,10 @@ def run(args: argparse.Namespace) -> int:
             service=args.service,
             ca_bundle=ca_bundle,
             url=args.url,
+            available=args.available,
         )
+        if args.floor:
+            objects += manifests.floor_policies(policy, namespace=args.namespace)
         if args.policy_objects:
             objects.append(
                 manifests.policy_object_webhook(
@@ -148,6 +204,32 @@ def run(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(manifests.to_yaml(objects, manifests.REQUIRES))
     return EXIT_OK
+
+
+def _static(args: argparse.Namespace, policy: Any) -> int:
+    from pathlib import PurePosixPath
+
+    from webhook.install.static import static_files, static_text
+
+    where = PurePosixPath(args.control_plane_dir or args.static.absolute())
+    if not where.is_absolute():
+        return _fail("--control-plane-dir must be an absolute path")
+    try:
+        ca_bundle = args.ca_bundle.read_bytes() if args.ca_bundle else None
+        files = static_files(
+            policy,
+            args.break_glass,
+            where,
+            namespace=args.namespace,
+            url=args.url,
+            ca_bundle=ca_bundle,
+            available=args.available,
+        )
+    except OSError as exc:
+        return _fail(f"{exc.filename}: {exc.strerror}")
+    except manifests.ManifestError as exc:
+        return _fail(str(exc))
+    return _write(args.static, {name: static_text(objects) for name, objects in files.items()})
 
 
 def _write(out: Path, files: dict[str, str]) -> int:

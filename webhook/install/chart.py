@@ -20,6 +20,8 @@ component audit-cronjob     ``audit.enabled``, ``audit.schedule``
 component policyreport-crd  ``audit.reportCRDs``
 component policy-objects    ``policies.objects``
 ``runguard manifests --url``  ``webhooks.url`` (development: a server on loopback)
+floor.yaml                  ``floor.enabled`` (on by default)
+component available-mode    ``webhooks.available`` (``runguard manifests --available``)
 ==========================  ===============================================
 
 A component's patches to the base's objects (its JSON patch operations on the
@@ -143,6 +145,18 @@ webhooks:
   # Development only: call runguard at this https URL (a server on loopback, as
   # `runguard manifests --url`) instead of its Service.
   url: ""
+  # The available mode: the webhooks that judge runs fail open (failurePolicy Ignore), so
+  # while runguard is unreachable runs start unmutated, judged by the floor alone: no
+  # profile, no default, no ownership through controllers, no records (docs/operations.md,
+  # "Outages"). false: they fail closed, and no run starts while runguard is down.
+  available: false
+
+floor:
+  # The rules that need no cluster state (no root, no privilege, no host namespaces,
+  # ports or paths, volume types, capabilities, maximums per run, priority classes) as
+  # ValidatingAdmissionPolicies the apiserver runs itself: they hold while runguard is
+  # unreachable. The available mode needs it.
+  enabled: true
 """
 
 
@@ -236,6 +250,13 @@ def _when(condition: str, text: str) -> str:
     return f"{{{{- if {condition} }}}}\n{text.rstrip()}\n{{{{- end }}}}\n"
 
 
+RUN_FAILURE = '{{ ternary "Ignore" "Fail" .Values.webhooks.available }}'
+AVAILABLE_NEEDS_FLOOR = (
+    "{{- if and .Values.webhooks.available (not .Values.floor.enabled) }}\n"
+    '{{- fail "webhooks.available needs floor.enabled: the floor alone judges runs while '
+    'runguard is down" }}\n'
+    "{{- end }}\n"
+)
 AUTOMOUNT_EXPRESSION = "{{ or .Values.clusterState.enabled .Values.policies.objects }}"
 
 
@@ -396,7 +417,8 @@ def chart_files(
     templates["policy-configmap.yaml"] = _dump([config_map])
 
     def with_ca(**kw: Any) -> list[dict[str, Any]]:
-        return _with_ca(manifests.webhook_configurations(policy, **kw))
+        # rendered open: every Ignore is a webhook judging runs, Fail but in the mode
+        return _with_ca(manifests.webhook_configurations(policy, available=True, **kw))
 
     policy_hook = _webhooks(lambda **kw: _with_ca([manifests.policy_object_webhook(**kw)]))
     shells_hook = _webhooks(
@@ -404,11 +426,15 @@ def chart_files(
     )
     templates["webhooks.yaml"] = (
         CERTIFICATES
+        + AVAILABLE_NEEDS_FLOOR
         + "---\n"
-        + _webhooks(with_ca)
+        + _webhooks(with_ca).replace("failurePolicy: Ignore", f"failurePolicy: {RUN_FAILURE}")
         # in the Secret's template: the CA generated at install is known only here
         + _when(COMPONENTS["policy-objects"], "---\n" + policy_hook)
         + _when(COMPONENTS["cluster-state"], "---\n" + shells_hook)
+    )
+    templates["floor.yaml"] = _when(
+        ".Values.floor.enabled", _dump(manifests.floor_policies(policy, namespace=NS))
     )
     for name, (objects, _) in components.items():
         condition = COMPONENTS[name]

@@ -13,11 +13,14 @@ import yaml
 
 from webhook.engine.rules.operators import plural
 from webhook.engine.rules.ownership import enabled as ownership_enabled
+from webhook.install.floor import floor_policies
 from webhook.install.names import (
+    AVAILABLE_MODE_FILE,
     CONFIG_MAP_FILE,
     CONFIG_MAP_NAME,
     DEFAULT_NAMESPACE,
     DEFAULT_SERVICE,
+    FLOOR_FILE,
     LABELS,
     MIN_KUBERNETES,
     POLICY_OBJECTS_DIR,
@@ -204,6 +207,50 @@ _CRD_HEADER = (
 )
 
 
+_FLOOR_HEADER = (
+    "# The floor: the rules that need no cluster state, as ValidatingAdmissionPolicies the\n"
+    "# apiserver runs itself, so they hold while runguard is unreachable (docs/operations.md,\n"
+    '# "Outages"). Needs Kubernetes 1.30+ (ValidatingAdmissionPolicy GA).\n'
+)
+
+
+def available_mode(policy: Policy, *, namespace: str = DEFAULT_NAMESPACE) -> dict[str, Any]:
+    """The kustomize component of the available mode: the webhooks that judge runs fail
+    open (``failurePolicy: Ignore``), each by its index in its configuration."""
+    closed = webhook_configurations(policy, namespace=namespace)
+    opened = webhook_configurations(policy, namespace=namespace, available=True)
+    patches = []
+    for shut, open_ in zip(closed, opened, strict=True):
+        ops = [
+            {"op": "replace", "path": f"/webhooks/{i}/failurePolicy", "value": "Ignore"}
+            for i, (a, b) in enumerate(zip(shut["webhooks"], open_["webhooks"], strict=True))
+            if a["failurePolicy"] != b["failurePolicy"]
+        ]
+        patches.append(
+            {
+                "target": {"kind": shut["kind"], "name": shut["metadata"]["name"]},
+                "patch": yaml.dump(ops, Dumper=_Dumper, sort_keys=False, width=100),
+            }
+        )
+    return {
+        "apiVersion": "kustomize.config.k8s.io/v1alpha1",
+        "kind": "Component",
+        "metadata": {"name": AVAILABLE_MODE_FILE.split("/")[0], "labels": dict(LABELS)},
+        "patches": patches,
+    }
+
+
+_AVAILABLE_HEADER = (
+    "# Optional component: the available mode. The webhooks that judge runs fail open\n"
+    "# (failurePolicy: Ignore): while runguard is unreachable, runs are admitted unmutated,\n"
+    "# judged only by the floor (floor.yaml). What that gives up: docs/operations.md,\n"
+    '# "Outages". Enable it in manifests/kustomization.yaml:\n'
+    "#\n"
+    "#   components:\n"
+    "#     - available-mode\n"
+)
+
+
 def generated_files(
     policy: Policy, files: Mapping[str, str], *, namespace: str = DEFAULT_NAMESPACE
 ) -> dict[str, str]:
@@ -215,6 +262,10 @@ def generated_files(
     return {
         WEBHOOKS_FILE: to_yaml(
             webhook_configurations(policy, namespace=namespace), _HEADER + REQUIRES
+        ),
+        FLOOR_FILE: to_yaml(floor_policies(policy, namespace=namespace), _HEADER + _FLOOR_HEADER),
+        AVAILABLE_MODE_FILE: to_yaml(
+            [available_mode(policy, namespace=namespace)], _HEADER + _AVAILABLE_HEADER
         ),
         CONFIG_MAP_FILE: to_yaml([policy_config_map(files, namespace=namespace)], _HEADER),
         OPERATORS_RBAC_FILE: to_yaml(operators_watch_rbac(policy), _HEADER),

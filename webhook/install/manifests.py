@@ -27,7 +27,8 @@ same ``policies/`` and a test fails when they disagree.
 The rendering is split by concern, every name importable from here: ``names`` (what
 the objects are called, paths, files, labels), ``cel`` (the CEL expressions),
 ``conditions`` (the webhooks' matchConditions and rules from the policy), ``webhooks``
-(the configurations), ``files`` (the generated files and their YAML).
+(the configurations), ``files`` (the generated files and their YAML), ``floor`` (the
+ValidatingAdmissionPolicies that hold while runguard is unreachable).
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ from webhook.install.files import (
     RUN_USER_ROLE_FILE,
     RUN_USER_RULES,
     YamlDumper,
+    available_mode,
     generated_files,
     operators_watch_rbac,
     policy_config_map,
@@ -64,14 +66,17 @@ from webhook.install.files import (
     run_user_role,
     to_yaml,
 )
+from webhook.install.floor import FLOOR_LABELS, floor_policies, floor_rules
 from webhook.install.names import (
     ADMISSION_LABELS,
+    AVAILABLE_MODE_FILE,
     CONFIG_MAP_FILE,
     CONFIG_MAP_NAME,
     CONFIGURATION_NAME,
     CONTROLLERS_WEBHOOK,
     DEFAULT_NAMESPACE,
     DEFAULT_SERVICE,
+    FLOOR_FILE,
     LABELS,
     MIN_KUBERNETES,
     MUTATE_PATH,
@@ -118,6 +123,9 @@ from webhook.install.webhooks import (
 
 __all__ = [
     "ADMISSION_LABELS",
+    "AVAILABLE_MODE_FILE",
+    "FLOOR_FILE",
+    "FLOOR_LABELS",
     "CONFIGURATION_NAME",
     "CONFIG_MAP_FILE",
     "CONFIG_MAP_NAME",
@@ -168,7 +176,10 @@ __all__ = [
     "VALIDATING_WEBHOOK",
     "WEBHOOKS_FILE",
     "YamlDumper",
+    "available_mode",
     "controller_condition",
+    "floor_policies",
+    "floor_rules",
     "generated_files",
     "mutating_webhook_configuration",
     "name_regex",

@@ -46,6 +46,10 @@ STATUS = "status"
 POD_STATUS = f"pods/{STATUS}"
 STATUS_METADATA = {"labels": "{}", "annotations": "{}", "ownerReferences": "[]"}
 WEBHOOKS_FILE = "webhooks.yaml"
+# The floor's ValidatingAdmissionPolicies (``floor.py``), and the component that makes
+# the webhooks judging runs fail open.
+FLOOR_FILE = "floor.yaml"
+AVAILABLE_MODE_FILE = "available-mode/kustomization.yaml"
 CONFIG_MAP_FILE = "policy-configmap.yaml"
 # The policy-objects component: RunPolicy, Platform and Profile as custom resources (its CRDs and
 # the webhook that checks them are generated; its kustomization and RBAC are written).

@@ -69,8 +69,10 @@ class _Target:
         service: str,
         ca_bundle: bytes | None,
         url: str | None,
+        available: bool = False,
     ) -> None:
         _check_inputs(ca_bundle, url)
+        self.available = available
         self.policy = policy
         self.namespace = namespace
         self.service = service
@@ -86,7 +88,10 @@ class _Target:
         object_selector: Policy | None = None,
         conditions: Sequence[Mapping[str, str]] = (),
         mutating: bool = False,
+        run: bool = False,
     ) -> dict[str, Any]:
+        """``run``: a webhook that judges runs, which the available mode lets through
+        while runguard is unreachable (the floor still judges them)."""
         hook: dict[str, Any] = {
             "name": name,
             "admissionReviewVersions": ["v1"],
@@ -94,7 +99,8 @@ class _Target:
                 path, self.namespace, self.service, self.ca_bundle, self.url
             ),
             "rules": rules,
-            "failurePolicy": "Fail",  # every webhook: what reaches runguard waits for it
+            # what reaches runguard waits for it; in the available mode a run does not
+            "failurePolicy": "Ignore" if run and self.available else "Fail",
             "matchPolicy": "Equivalent",
             "sideEffects": "None",
             "timeoutSeconds": TIMEOUT_SECONDS,
@@ -159,12 +165,13 @@ def mutating_webhook_configuration(
     service: str = DEFAULT_SERVICE,
     ca_bundle: bytes | None = None,
     url: str | None = None,
+    available: bool = False,
 ) -> dict[str, Any]:
     """Run Pods are mutated on CREATE; on UPDATE runguard only puts back the running spec
     (``kubectl apply`` re-sending the user's manifest), since a Pod's spec is immutable.
     Run controllers, and Pods outside the selector naming the platform's objects, are
     only stamped (``runguard.io/requested-by``), at CREATE."""
-    target = _Target(policy, namespace, service, ca_bundle, url)
+    target = _Target(policy, namespace, service, ca_bundle, url, available)
     hooks = [
         target.webhook(
             _per_run_policy(MUTATING_WEBHOOK, run_policy, i),
@@ -175,6 +182,7 @@ def mutating_webhook_configuration(
             object_selector=run_policy,
             conditions=_conditions(None),
             mutating=True,
+            run=True,
         )
         for i, run_policy in enumerate(policy.run_policies())
     ]
@@ -187,6 +195,7 @@ def mutating_webhook_configuration(
             _controller_rules(["CREATE", "UPDATE"]),
             conditions=_conditions(controller_condition(policy)),
             mutating=True,
+            run=True,
         ),
     ]
     operators = _operator_rules(policy)
@@ -198,6 +207,7 @@ def mutating_webhook_configuration(
                 operators,
                 conditions=_conditions(operator_condition(policy)),
                 mutating=True,
+                run=True,
             )
         )
     references = _pod_reference_conditions(policy)
@@ -221,11 +231,12 @@ def validating_webhook_configuration(
     service: str = DEFAULT_SERVICE,
     ca_bundle: bytes | None = None,
     url: str | None = None,
+    available: bool = False,
 ) -> dict[str, Any]:
     """Run Pods (objectSelector), the controllers whose template is a run's or names the
     platform's objects, and with ownership on, Pods outside the selector naming them and
     objects created with a platform name (CEL matchConditions). All fail closed."""
-    target = _Target(policy, namespace, service, ca_bundle, url)
+    target = _Target(policy, namespace, service, ca_bundle, url, available)
     ops = ["CREATE", "UPDATE"]
     hooks = [
         target.webhook(
@@ -234,6 +245,7 @@ def validating_webhook_configuration(
             [_rule("", ["pods", *POD_SPEC_SUBRESOURCES, POD_STATUS], ops)],
             object_selector=run_policy,
             conditions=_conditions(None),
+            run=True,
         )
         for i, run_policy in enumerate(policy.run_policies())
     ]
@@ -245,6 +257,7 @@ def validating_webhook_configuration(
             VALIDATE_PATH,
             _controller_rules(ops),
             conditions=_conditions(controller_condition(policy)),
+            run=True,
         ),
     ]
     operators = _operator_rules(policy)
@@ -255,6 +268,7 @@ def validating_webhook_configuration(
                 VALIDATE_PATH,
                 operators,
                 conditions=_conditions(operator_condition(policy)),
+                run=True,
             )
         )
     references = _pod_reference_conditions(policy)
@@ -289,13 +303,17 @@ def webhook_configurations(
     service: str = DEFAULT_SERVICE,
     ca_bundle: bytes | None = None,
     url: str | None = None,
+    available: bool = False,
 ) -> list[dict[str, Any]]:
-    """The mutating then the validating configuration (``ManifestError`` on bad input)."""
+    """The mutating then the validating configuration (``ManifestError`` on bad input);
+    ``available``: the webhooks that judge runs fail open (``failurePolicy: Ignore``),
+    where the floor (``floor.py``) holds while runguard is unreachable."""
     kw: dict[str, Any] = {
         "namespace": namespace,
         "service": service,
         "ca_bundle": ca_bundle,
         "url": url,
+        "available": available,
     }
     return [
         mutating_webhook_configuration(policy, **kw),
