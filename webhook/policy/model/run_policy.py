@@ -29,6 +29,7 @@ from webhook.policy.kube import (
     ResourceRequirements,
     TolerationDict,
 )
+from webhook.policy.model.devices import VALUE, DeviceClassConfig
 from webhook.policy.model.fields import (
     ROOT_CA_CONFIG_MAP,
     Capability,
@@ -98,10 +99,14 @@ class DeviceFamily(Section):
         )
 
     def weight(self, resource: str) -> Decimal | None:
-        """What one of ``resource`` counts for in this family; None: not a member."""
+        """What one of ``resource`` counts for in this family; None: not a member. A name
+        with ``*`` (a device whose MIG profile no selector pins) counts as the heaviest
+        member it may be."""
         exact = self.members.get(resource)
         if exact is not None:
             return exact
+        if "*" in resource:
+            return self._heaviest(resource)
         known = self._weights
         if resource in known:
             return known[resource]
@@ -109,6 +114,14 @@ class DeviceFamily(Section):
         if len(known) < 1024:  # resource names are the user's: bounded
             known[resource] = found
         return found
+
+    def _heaviest(self, pattern: str) -> Decimal | None:
+        """The heaviest member a name of ``pattern`` may be: a member key it matches
+        (nvidia.com/mig-* matches nvidia.com/mig-1g.*), or a member pattern matching it."""
+        regex = re.compile(".*".join(re.escape(part) for part in pattern.split("*")))
+        found = [w for k, w in self.members.items() if regex.fullmatch(k)]
+        found.extend(w for member, w in self.patterns if member.fullmatch(pattern))
+        return max(found, default=None)
 
     @cached_property
     def _weights(self) -> dict[str, Decimal | None]:
@@ -151,6 +164,39 @@ class ResourcesConfig(Section):
         "may name one (resourceClaimName); any other existing claim is removed (denied with "
         "volumes.onPreExisting Deny). A run's own claims come from its templates.",
     )
+
+    device_classes: Mapping[DnsSubdomain, DeviceClassConfig] = Field(
+        default_factory=dict,
+        description="The DeviceClasses runs may name in their device claims (dynamic resource "
+        "allocation), each with what one device counts as against the maximums and device "
+        "families; a request of any other class, allocationMode All or adminAccess is refused "
+        "for runs.",
+    )
+
+    @cached_property
+    def device_class_resources(self) -> Mapping[str, str]:
+        """Each allowed class's ``countsAs``, ``gpu`` resolved to ``gpuResourceName``."""
+        return {
+            name: self.gpu_resource_name if c.counts_as == "gpu" else c.counts_as
+            for name, c in self.device_classes.items()
+        }
+
+    @cached_property
+    def extended_device_classes(self) -> Mapping[str, str]:
+        """The classes' own extendedResourceName to the class, where it is not already the
+        resource its devices count as (that one counts as itself, once)."""
+        return {
+            c.extended_resource_name: name
+            for name, c in self.device_classes.items()
+            if c.extended_resource_name is not None
+            and c.extended_resource_name != self.device_class_resources[name]
+        }
+
+    def device_resource(self, device_class: str, value: str | None) -> str:
+        """The resource one device of allowed ``device_class`` counts as, given the value a
+        selector pins of its attribute (None: unpinned, ``*``, the heaviest)."""
+        counts_as = self.device_class_resources[device_class]
+        return counts_as.replace(VALUE, "*" if value is None else value)
 
     @cached_property
     def default_requests(self) -> Mapping[str, str]:
