@@ -1489,7 +1489,8 @@ def test_cluster_state_rbac_is_read_only_for_exactly_its_kinds() -> None:
         for verb in ("get", "list", "watch")
     } | {("", "pods", "get"), ("", "pods", "list"), ("", "services", "get"),
          ("", "endpoints", "get"), ("discovery.k8s.io", "endpointslices", "list")} | {
-        ("resource.k8s.io", "resourceclaims", verb) for verb in ("get", "list", "watch")
+        ("resource.k8s.io", resource, verb) for verb in ("get", "list", "watch")
+        for resource in ("resourceclaims", "resourceclaimtemplates")
     } | {("runguard.io", "projectprofiles", verb) for verb in ("get", "list", "watch")}  # fmt: skip
     # the operators' kinds the shipped policies name, and nothing else
     policy = load_policy(REPO / "policies")

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
 from webhook.clusterstate.model import (
+    CLAIM_TEMPLATES,
     DEVICE_CLAIMS,
     KINDS,
     MAX_OPERATOR_KINDS,
@@ -73,8 +74,10 @@ def operator_kinds(policy: Policy | None) -> tuple[str, ...]:
 def watched_kinds(policy: Policy | None) -> tuple[str, ...]:
     """The kinds the watch keeps in its operator slots: ResourceClaims first (whose
     claims are a Pod's own, ``model.DEVICE_CLAIMS``), projects' profiles second
-    (``model.PROJECT_PROFILES``), then ``operator_kinds``."""
-    return tuple(dict.fromkeys((DEVICE_CLAIMS, PROJECT_PROFILES, *operator_kinds(policy))))
+    (``model.PROJECT_PROFILES``), claim templates third (``model.CLAIM_TEMPLATES``), then
+    ``operator_kinds``."""
+    reserved = (DEVICE_CLAIMS, PROJECT_PROFILES, CLAIM_TEMPLATES)
+    return tuple(dict.fromkeys((*reserved, *operator_kinds(policy))))
 
 
 class WatchProcess:

@@ -16,6 +16,7 @@ from webhook.engine.rule import CONCERNS, Concern, Declarations, Rule, collect
 from webhook.engine.rules import (
     debug,
     devices,
+    dra,
     hardening,
     not_a_run,
     operator_objects,
@@ -42,6 +43,7 @@ DECLARATIONS: tuple[Declarations, ...] = tuple(
         profile,
         resources,
         devices,
+        dra,
         security,
         hardening,
         pod_security,

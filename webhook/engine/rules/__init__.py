@@ -14,6 +14,7 @@ from webhook.engine.doors import Door
 from webhook.engine.pod import Pod
 from webhook.engine.rules import (
     devices,
+    dra,
     not_a_run,
     pod_security,
     profile,
@@ -61,6 +62,7 @@ CHECKS: tuple[Check, ...] = (
     volumes.check_volumes,
     secrets.check_secrets,
     devices.check_device_claims,
+    dra.check_device_requests,
     scheduling.check_scheduling,
 )
 

@@ -1,0 +1,198 @@
+"""Devices by dynamic resource allocation, counted against a run's maximums and device
+families with the shipped policies (gpu maximum 2 per run, the nvidia family 14 compute
+slices; ``resources.deviceClasses``: gpu.nvidia.com a whole GPU, mig.nvidia.com a MIG
+slice by its profile): each attack of the issue is refused, each legitimate use is not.
+
+The templates reach the engine as they do in ``runguard apply --cluster-state``: a
+``StaticClusterState`` made from the API objects, the template's spec kept.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+import yaml
+from test_trust import ALICE, REPO, SHIPPED, rules
+
+from webhook.clusterstate.static import StaticClusterState
+from webhook.engine import evaluate
+from webhook.engine.context import Context
+
+GPU = "gpu.nvidia.com"
+MIG = "mig.nvidia.com"
+
+
+def request(name: str = "gpu", device_class: str = GPU, count: int = 1, **more: Any) -> Any:
+    return {"name": name, "exactly": {"deviceClassName": device_class, "count": count, **more}}
+
+
+def template(name: str, *requests: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": name, "namespace": "ml"},
+        "spec": {"spec": {"devices": {"requests": list(requests)}}},
+    }
+
+
+def run(*templates: str, gpus: str | None = None, **spec: Any) -> dict[str, Any]:
+    """Her run Pod (the shipped ``small`` profile), naming ``templates`` by claim."""
+    container: dict[str, Any] = {"name": "main", "image": "python:3.11"}
+    if templates:
+        container["resources"] = {"claims": [{"name": f"c{i}"} for i in range(len(templates))]}
+    if gpus is not None:
+        container.setdefault("resources", {})["limits"] = {"nvidia.com/gpu": gpus}
+    pod: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": "train",
+            "namespace": "ml",
+            "labels": {"app.kubernetes.io/managed-by": "dhcore", "dhcore/run": "r1"},
+        },
+        "spec": {"containers": [container], **spec},
+    }
+    if templates:
+        pod["spec"]["resourceClaims"] = [
+            {"name": f"c{i}", "resourceClaimTemplateName": t} for i, t in enumerate(templates)
+        ]
+    return pod
+
+
+def judged(pod: dict[str, Any], *objects: dict[str, Any]) -> Any:
+    state = StaticClusterState.from_documents(objects)
+    decision = evaluate(pod, SHIPPED, namespace="ml", context=Context(ALICE, state, "CREATE"))
+    assert decision.error is None, decision.message()
+    return decision
+
+
+def mig(profile: str | None, count: int = 1, name: str = "slice") -> Any:
+    selectors = (
+        [{"cel": {"expression": f'device.attributes["{GPU}"].profile == "{profile}"'}}]
+        if profile
+        else []
+    )
+    return request(name, MIG, count, selectors=selectors)
+
+
+# --- the attacks of the issue: each admitted unchanged before ---------------------------
+
+
+def test_eight_gpus_through_a_claim_template_are_refused_naming_the_maximum() -> None:
+    decision = judged(run("eight"), template("eight", request(count=8)))
+    assert not decision.allowed and rules(decision) == {"resources.exceeded"}
+    message = decision.message()
+    assert "8 gpu (8 by template eight), above the maximum 2 for one run" in message
+    assert "count 56, above the family's maximum 14" in message  # and the nvidia family
+
+
+@pytest.mark.parametrize(
+    ("more", "said"),
+    [
+        ({"allocationMode": "All"}, "allocationMode All (every matching device of the node)"),
+        ({"adminAccess": True}, "adminAccess (access to devices other Pods hold)"),
+    ],
+)
+def test_every_device_of_the_node_or_admin_access_is_refused(more: Any, said: str) -> None:
+    decision = judged(run("all"), template("all", request(**more)))
+    assert not decision.allowed and "resources.device-request" in rules(decision)
+    assert said in decision.message()
+
+
+def test_first_available_counts_at_its_largest() -> None:
+    alternatives = {
+        "name": "gpu",
+        "firstAvailable": [
+            {"name": "eight", "deviceClassName": GPU, "count": 8},
+            {"name": "one", "deviceClassName": GPU, "count": 1},
+        ],
+    }
+    decision = judged(run("either"), template("either", alternatives))
+    assert not decision.allowed and rules(decision) == {"resources.exceeded"}
+    assert "8 gpu (8 by template either)" in decision.message()
+
+
+def test_extended_resources_and_claims_add_up() -> None:
+    decision = judged(run("one", gpus="2"), template("one", request()))
+    assert not decision.allowed and rules(decision) == {"resources.exceeded"}
+    assert "3 gpu (2 as nvidia.com/gpu, 1 by template one)" in decision.message()
+
+
+def test_two_requests_of_one_template_and_two_claims_of_one_pod_add_up() -> None:
+    twice = template("twice", request("a", count=2), request("b", count=2))
+    assert "4 gpu (4 by template twice)" in judged(run("twice"), twice).message()
+    pair = template("pair", request(count=2))
+    decision = judged(run("pair", "pair"), pair)
+    assert not decision.allowed
+    assert "4 gpu (2 by template pair, 2 by template pair)" in decision.message()
+
+
+def test_a_device_class_the_admin_never_named_is_refused_naming_the_allowed_ones() -> None:
+    decision = judged(run("fpga"), template("fpga", request(device_class="fpga.example.com")))
+    assert not decision.allowed and rules(decision) == {"resources.device-request"}
+    assert (
+        "DeviceClass 'fpga.example.com' is not one runs may use "
+        "(allowed: gpu.nvidia.com, mig.nvidia.com)"
+    ) in decision.message()
+
+
+def test_mig_devices_of_unknown_profile_count_as_the_heaviest() -> None:
+    decision = judged(run("migs"), template("migs", mig(None, count=3)))
+    assert not decision.allowed and rules(decision) == {"resources.exceeded"}
+    assert "count 21, above the family's maximum 14" in decision.message()
+    # A selector that only may pin it (an alternative of two) pins nothing.
+    either = {
+        "cel": {
+            "expression": f'device.attributes["{GPU}"].profile == "1g.10gb" || true',
+        }
+    }
+    loose = template("loose", request("s", MIG, 3, selectors=[either]))
+    assert not judged(run("loose"), loose).allowed
+
+
+def test_an_extended_resource_a_device_class_maps_counts_as_its_devices() -> None:
+    pod = run()
+    implicit = f"deviceclass.resource.kubernetes.io/{GPU}"
+    pod["spec"]["containers"][0]["resources"] = {"limits": {implicit: "8"}}
+    decision = judged(pod)
+    assert not decision.allowed and rules(decision) == {"resources.exceeded"}
+    assert f"8 gpu (8 as {implicit})" in decision.message()
+    pod["spec"]["containers"][0]["resources"] = {
+        "limits": {"deviceclass.resource.kubernetes.io/fpga.example.com": "1"}
+    }
+    assert rules(judged(pod)) == {"resources.device-request"}
+
+
+# --- legitimate uses -------------------------------------------------------------------
+
+
+def test_one_gpu_by_claim_and_a_mig_slice_within_the_family_are_admitted() -> None:
+    assert judged(run("one"), template("one", request())).allowed
+    assert judged(run("two"), template("two", request(count=2))).allowed
+    slices = template("slices", mig("1g.10gb", count=3), mig("3g.40gb", name="big"))
+    assert judged(run("slices"), slices).allowed  # 3 x 1 + 3 = 6 of 14
+    # One GPU by extended resource and 7 compute slices by claim: 14, the family's maximum.
+    assert judged(run("half", gpus="1"), template("half", mig("7g.80gb"))).allowed
+
+
+def test_a_template_not_there_yet_or_no_cluster_state_counts_nothing_here() -> None:
+    assert judged(run("later")).allowed  # judged when it is made (and its claim)
+    decision = evaluate(run("eight"), SHIPPED, namespace="ml")
+    assert decision.allowed  # offline without --cluster-state: no template known
+
+
+def test_runguard_apply_with_cluster_state_refuses_eight_gpus(tmp_path: Any) -> None:
+    state = tmp_path / "state.yaml"
+    state.write_text(yaml.safe_dump(template("eight", request(count=8))))
+    pod = tmp_path / "pod.yaml"
+    pod.write_text(yaml.safe_dump(run("eight")))
+    found = subprocess.run(
+        [sys.executable, "-m", "webhook", "apply", "-p", str(REPO / "policies"),
+         "--cluster-state", str(state), "-o", "json", str(pod)],
+        capture_output=True, text=True, check=False, timeout=120,
+    )  # fmt: skip
+    assert found.returncode == 1, found.stderr
+    assert "above the maximum 2 for one run" in found.stdout
