@@ -9,17 +9,22 @@ The templates reach the engine as they do in ``runguard apply --cluster-state``:
 
 from __future__ import annotations
 
+import copy
 import subprocess
 import sys
 from typing import Any
 
 import pytest
 import yaml
-from test_trust import ALICE, REPO, SHIPPED, rules
+from test_manifests import Cel
+from test_trust import ALICE, KCM, REPO, SHIPPED, rules
 
 from webhook.clusterstate.static import StaticClusterState
-from webhook.engine import evaluate
-from webhook.engine.context import Context
+from webhook.engine import evaluate, validate
+from webhook.engine.context import Context, Requester
+from webhook.install import manifests
+from webhook.install.names import RESERVED_NAMES_WEBHOOK
+from webhook.keys import POLICY_LABEL
 
 GPU = "gpu.nvidia.com"
 MIG = "mig.nvidia.com"
@@ -196,3 +201,70 @@ def test_runguard_apply_with_cluster_state_refuses_eight_gpus(tmp_path: Any) -> 
     )  # fmt: skip
     assert found.returncode == 1, found.stderr
     assert "above the maximum 2 for one run" in found.stdout
+
+
+# --- the claim the resource-claim controller makes: no race with the template ----------
+
+CLAIM_CONTROLLER = Requester(f"{KCM}resource-claim-controller")
+
+
+def made_claim(*requests: Any, owner: str = "train") -> dict[str, Any]:
+    """The ResourceClaim the controller makes for Pod ``owner`` from its template."""
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {
+            "name": f"{owner}-c0-x7k2p",
+            "namespace": "ml",
+            "ownerReferences": [
+                {"apiVersion": "v1", "kind": "Pod", "name": owner, "uid": "u1", "controller": True}
+            ],
+        },
+        "spec": {"devices": {"requests": list(requests)}},
+    }
+
+
+def admitted_run_pod() -> dict[str, Any]:
+    """The run Pod as the cache holds it once admitted: its RunPolicy recorded."""
+    pod = run("later")
+    pod["metadata"]["labels"][POLICY_LABEL] = "digitalhub"
+    return pod
+
+
+def claim_judged(claim: dict[str, Any], *objects: dict[str, Any]) -> Any:
+    state = StaticClusterState.from_documents(objects)
+    context = Context(CLAIM_CONTROLLER, state, "CREATE")
+    decision = validate(claim, SHIPPED, namespace="ml", context=context)
+    assert decision.error is None, decision.message()
+    return decision
+
+
+def test_a_template_made_after_its_pod_gets_the_run_no_more_than_its_maximum() -> None:
+    """The Pod was admitted before its template existed (nothing to count); the claim the
+    controller then makes from an 8-GPU template is refused, naming the maximum."""
+    assert judged(run("later")).allowed
+    decision = claim_judged(made_claim(request(count=8)), admitted_run_pod())
+    assert not decision.allowed and rules(decision) == {"resources.exceeded"}
+    assert "8 gpu (8 by claim train-c0-x7k2p of Pod train), above the maximum 2" in (
+        decision.message()
+    )
+    refused = claim_judged(made_claim(request(allocationMode="All")), admitted_run_pod())
+    assert rules(refused) == {"resources.device-request"}
+    assert claim_judged(made_claim(request()), admitted_run_pod()).allowed
+    # Another Pod's claim (no run of runguard's: the cache keeps run Pods only) is its own.
+    assert claim_judged(made_claim(request(count=8), owner="other"), admitted_run_pod()).allowed
+
+
+def test_a_claim_made_for_a_pod_is_routed_whatever_the_policy() -> None:
+    _, validating = manifests.webhook_configurations(SHIPPED)
+    (hook,) = [h for h in validating["webhooks"] if h["name"] == RESERVED_NAMES_WEBHOOK]
+    assert any(
+        "resourceclaims" in r["resources"] and r["operations"] == ["CREATE"] for r in hook["rules"]
+    )
+    cel = Cel()
+    claim = made_claim(request(count=8))
+    assert cel.routed(hook, claim, "resourceclaims")
+    mine = copy.deepcopy(claim)
+    del mine["metadata"]["ownerReferences"]
+    mine["metadata"]["name"] = "mine"
+    assert not cel.routed(hook, mine, "resourceclaims")

@@ -14,13 +14,13 @@ from test_ownership import Meta, OwnerRef, State
 from test_scope_routing import RESOURCES, calls
 from test_trust import ALICE, CORE, SHIPPED, rules
 
-from webhook.clusterstate.model import CLAIM_TEMPLATES, DEVICE_CLAIMS, PROJECT_PROFILES
+from webhook.clusterstate.model import CLAIM_TEMPLATES, DEVICE_CLAIMS, PROJECT_PROFILES, RUN_PODS
 from webhook.clusterstate.process import operator_kinds, watched_kinds
 from webhook.engine import evaluate, validate
 from webhook.engine.context import Context
 from webhook.install import manifests
 
-RESERVED = (DEVICE_CLAIMS, PROJECT_PROFILES, CLAIM_TEMPLATES)  # the slots of every policy
+RESERVED = (DEVICE_CLAIMS, PROJECT_PROFILES, CLAIM_TEMPLATES, RUN_PODS)  # the slots of every policy
 SCRATCH = "train-scratch"  # the ephemeral volume's PVC of the platform's run Pod train
 
 

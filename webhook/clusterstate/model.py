@@ -35,6 +35,7 @@ __all__ = [
     "MAX_OPERATOR_KINDS",
     "OPERATOR_CORE_KINDS",
     "PROJECT_PROFILES",
+    "RUN_PODS",
     "RESOURCES",
     "SPEC_KINDS",
     "ClusterState",
@@ -108,6 +109,10 @@ PROJECT_PROFILES = "runguard.io/ProjectProfile"
 # against its maximums (``webhook.engine.rules.dra``). Not served (no dynamic resource
 # allocation), no Pod naming one is admitted by that apiserver anyway.
 CLAIM_TEMPLATES = "resource.k8s.io/ResourceClaimTemplate"
+# Run Pods (by runguard's RunPolicy label, ``OPERATOR_CORE_KINDS``), watched in an
+# operator slot (the fourth) whatever the policy: a ResourceClaim made for a Pod is judged
+# against the RunPolicy of the run it is for (``webhook.engine.rules.dra``).
+RUN_PODS = "Pod"
 # Kinds whose spec is kept, as JSON text (``Meta.spec``), at most MAX_SPEC bytes of it.
 SPEC_KINDS = frozenset({"ProjectProfile", "ResourceClaimTemplate"})
 MAX_SPEC = 65536

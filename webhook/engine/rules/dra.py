@@ -26,16 +26,19 @@ from typing import Any
 import orjson
 
 from webhook.engine.claimspec import Asked, claim_asks, class_refused
+from webhook.engine.context import Context
 from webhook.engine.pod import CONTAINER_LISTS, Pod
 from webhook.engine.rule import Declarations
 from webhook.engine.rules.resources import RESOURCES_EXCEEDED, effective_totals, family_total
 from webhook.engine.types import Violation
-from webhook.policy.model import ResourcesConfig
+from webhook.keys import POLICY_LABEL
+from webhook.policy.model import Policy, ResourcesConfig
 
 __all__ = [
     "CLAIM_TEMPLATE",
     "IMPLICIT_PREFIX",
     "RESOURCES_DEVICE_REQUEST",
+    "check_claim_devices",
     "check_device_requests",
 ]
 
@@ -183,13 +186,14 @@ def _over(
         direct = totals[resource] - sum((amount for amount, _ in ways), start=Decimal(0))
         if direct > 0:
             ways.insert(0, (direct, f"as {resource}"))
-    out.extend(_above_maximums(pod, cfg, totals, routes))
-    out.extend(_above_families(pod, cfg, totals, routes))
+    where = f"{pod.spec_path}.resourceClaims"
+    out.extend(_above_maximums(where, cfg, totals, routes))
+    out.extend(_above_families(where, cfg, totals, routes))
     return out
 
 
 def _above_maximums(
-    pod: Pod, cfg: ResourcesConfig, totals: dict[str, Decimal], routes: Routes
+    where: str, cfg: ResourcesConfig, totals: dict[str, Decimal], routes: Routes
 ) -> list[Violation]:
     out = []
     for resource, ways in routes.items():
@@ -198,8 +202,8 @@ def _above_maximums(
             out.append(
                 Violation(
                     RESOURCES_EXCEEDED,
-                    f"{pod.spec_path}.resourceClaims",
-                    f"the run's devices count {_num(totals[resource])} {pod.short(resource)} "
+                    where,
+                    f"the run's devices count {_num(totals[resource])} {cfg.short(resource)} "
                     f"({_ways(ways)}), above the maximum {cfg.maximums[resource]} for one run",
                     totals[resource],
                 )
@@ -208,18 +212,18 @@ def _above_maximums(
 
 
 def _above_families(
-    pod: Pod, cfg: ResourcesConfig, totals: dict[str, Decimal], routes: Routes
+    where: str, cfg: ResourcesConfig, totals: dict[str, Decimal], routes: Routes
 ) -> list[Violation]:
     out = []
     for family in cfg.families:
         if not any(family.weight(resource) for resource in routes):
             continue  # no device by claim in this family: check_device_families judges it
-        total, shown = family_total(pod, family, totals)
+        total, shown = family_total(cfg, family, totals)
         if total > family.max:
             out.append(
                 Violation(
                     RESOURCES_EXCEEDED,
-                    f"{pod.spec_path}.resourceClaims.family:{family.name}",
+                    f"{where}.family:{family.name}",
                     f"the run's {family.name} devices, claims included ({shown}), count "
                     f"{_num(total)}, above the family's maximum {_num(family.max)} for one run",
                     total,
@@ -234,3 +238,57 @@ def _ways(ways: list[tuple[Decimal, str]]) -> str:
 
 def _num(amount: Decimal) -> str:
     return f"{amount.normalize():f}"
+
+
+# --- the claim the resource-claim controller makes from a run's template ---------------
+
+
+def check_claim_devices(
+    obj: Any, root: Policy, context: Context, namespace: str
+) -> list[Violation]:
+    """A ResourceClaim created for a run Pod (its controller owner, a Pod runguard's cache
+    holds as a run: it keeps run Pods, by their RunPolicy label) is judged against that
+    run's RunPolicy, whatever the order in which the Pod and its template were created:
+    its classes, ``allocationMode`` and ``adminAccess``, and its devices against the
+    maximums and families (the claim alone; the Pod counted its own routes when admitted).
+    A Pod the cache does not hold is no run of runguard's (or not seen yet: the window
+    ``docs/threat-model.md`` names)."""
+    if context.operation != "CREATE" or obj.get("kind") != "ResourceClaim":
+        return []
+    pod = _owner_pod(obj)
+    state = context.state
+    if pod is None or state is None:
+        return []
+    found = state.get("Pod", namespace, pod) if state.synced("Pod") else None
+    policy = root.named(found.labels.get(POLICY_LABEL, "")) if found is not None else None
+    if policy is None:
+        return []
+    cfg = policy.resources
+    asked = claim_asks(obj.get("spec"), cfg)
+    out = [
+        Violation(RESOURCES_DEVICE_REQUEST, "spec.devices.requests", f"run Pod {pod}: {p}")
+        for p in asked.problems
+    ]
+    routes: Routes = {
+        r: [(a, f"by claim {_name(obj)} of Pod {pod}")] for r, a in asked.amounts.items()
+    }
+    out.extend(_above_maximums("spec.devices", cfg, asked.amounts, routes))
+    out.extend(_above_families("spec.devices", cfg, asked.amounts, routes))
+    return out
+
+
+def _owner_pod(obj: Any) -> str | None:
+    """The name of the Pod that is the claim's controller owner, if any."""
+    metadata = obj.get("metadata")
+    owners = metadata.get("ownerReferences") if isinstance(metadata, dict) else None
+    for owner in owners if isinstance(owners, list) else ():
+        if isinstance(owner, dict) and owner.get("kind") == "Pod" and owner.get("controller"):
+            name = owner.get("name")
+            return name if isinstance(name, str) else None
+    return None
+
+
+def _name(obj: Any) -> str:
+    metadata = obj.get("metadata")
+    name = metadata.get("name") if isinstance(metadata, dict) else None
+    return name if isinstance(name, str) else "(generated)"

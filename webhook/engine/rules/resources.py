@@ -299,7 +299,7 @@ def check_device_families(pod: Pod) -> list[Violation]:
     for part in ("requests", "limits"):
         totals = effective_totals(pod.spec, part)
         for family in families:
-            total, shown = family_total(pod, family, totals)
+            total, shown = family_total(pod.policy.resources, family, totals)
             if total > family.max:
                 out.append(
                     Violation(
@@ -314,7 +314,7 @@ def check_device_families(pod: Pod) -> list[Violation]:
     return out
 
 
-def family_total(pod: Pod, family: Any, totals: dict[str, Decimal]) -> tuple[Decimal, str]:
+def family_total(cfg: Any, family: Any, totals: dict[str, Decimal]) -> tuple[Decimal, str]:
     """The weighted total of ``family`` in ``totals``, and its members as messages show
     them (``2 gpu x 7, 1 nvidia.com/mig-1g.10gb``)."""
     counted = [
@@ -324,7 +324,7 @@ def family_total(pod: Pod, family: Any, totals: dict[str, Decimal]) -> tuple[Dec
     ]
     total = sum((amount * weight for _, amount, weight in counted), Decimal(0))
     shown = ", ".join(
-        f"{show_amount(r, a)} {pod.short(r)}" + (f" x {w.normalize():f}" if w != 1 else "")
+        f"{show_amount(r, a)} {cfg.short(r)}" + (f" x {w.normalize():f}" if w != 1 else "")
         for r, a, w in counted
     )
     return total, shown
