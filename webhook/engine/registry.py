@@ -25,6 +25,7 @@ from webhook.engine.rules import (
     queue,
     reserved,
     resources,
+    runtime,
     scheduling,
     scope,
     secrets,
@@ -41,6 +42,7 @@ DECLARATIONS: tuple[Declarations, ...] = tuple(
     module.RULES
     for module in (
         profile,
+        runtime,
         resources,
         devices,
         dra,

@@ -16,7 +16,8 @@ gives nothing beyond it:
   devices come through requests, as for the users' own containers (an installation-wide
   profile may set them, a project's may not);
 * no inter-pod affinity term reaching Pods of other namespaces (``namespaces`` naming
-  another, or a ``namespaceSelector``): a project's profile keeps to its project.
+  another, or a ``namespaceSelector``): a project's profile keeps to its project;
+* its run time (default and maximum) at most the RunPolicy's ``runTime.maximum``.
 
 Nothing a profile sets touches the run's security context: root and privileges are
 stripped or denied after the profile is applied, whatever profile the run names.
@@ -98,7 +99,19 @@ def beyond(
                 )
             )
     found.extend(_other_namespaces(profile.affinity or {}, namespace))
+    found.extend(_longer_run_time(profile, policy))
     return found
+
+
+def _longer_run_time(profile: ProfileValues, policy: RunPolicySpec) -> Iterator[tuple[Where, str]]:
+    """A run time the profile gives above the RunPolicy's ``runTime.maximum``."""
+    most, run_time = policy.run_time.maximum, profile.run_time
+    if most is None or run_time is None:
+        return
+    for key in ("default", "maximum"):
+        seconds = getattr(run_time, key)
+        if seconds is not None and seconds > most:
+            yield ("runTime", key), f"{seconds} seconds is above the RunPolicy's maximum {most}"
 
 
 def _bounds(value: str | QuantityRange) -> Iterator[tuple[Where, str, Decimal]]:

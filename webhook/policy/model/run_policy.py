@@ -414,6 +414,16 @@ class SchedulingConfig(Section):
 PlatformName = DnsSubdomain
 
 
+class RunTimeConfig(Section):
+    """How long runs may run, whatever their profile gives."""
+
+    maximum: Annotated[int, Field(ge=1, le=2147483647)] | None = Field(
+        default=None,
+        description="The most seconds a profile may give a run (its runTime default and "
+        "maximum): a project's profile above it is not applied (profile.project-invalid).",
+    )
+
+
 class RunPolicySpec(Section):
     """What runguard enforces on platform runs."""
 
@@ -442,6 +452,7 @@ class RunPolicySpec(Section):
     volumes: VolumesConfig = Field(default_factory=VolumesConfig)
     secrets: SecretsConfig = Field(default_factory=SecretsConfig)
     scheduling: SchedulingConfig = Field(default_factory=SchedulingConfig)
+    run_time: RunTimeConfig = Field(default_factory=RunTimeConfig)
     # The engine reads a PlatformConfig (``Policy.platform``): the loader puts the named
     # Platform document's spec here (``platforms.resolved``) before the Policy is built.
     platform: PlatformName | PlatformConfig = Field(
