@@ -11,13 +11,17 @@ from typing import Any
 
 import pytest
 from harness import write
+from harness.pods import container, policy_of
 from test_project_profiles import PROFILES, RUN_POLICY, cluster, project_profile, run
 
 from webhook.engine import evaluate, mutate, validate
 from webhook.engine.rules.profile import PROFILE_PROJECT_INVALID
+from webhook.engine.rules.runtime import MAX_EXEC_TIME
+from webhook.keys import PROFILE_LABEL
 from webhook.policy.loader import load_policy
 from webhook.policy.model import Policy
 
+KUEUE = "system:serviceaccount:kueue-system:kueue-controller-manager"
 TIMED = """\
     {apiVersion: runguard.io/v1, kind: Profile, metadata: {name: notebook},
      spec: {resources: {requests: {cpu: "1"}}, runTime: {default: 3600, maximum: 28800}}}
@@ -102,3 +106,58 @@ def test_a_project_profile_above_the_run_policys_maximum_is_not_applied(policy: 
     assert "10000000 seconds is above the RunPolicy's maximum 86400" in violation.message
     within = cluster(project_profile("team-a", "day", runTime={"maximum": 86400}))
     assert evaluate(run("team-a", "day"), policy, namespace="team-a", context=within).allowed
+
+
+# --- queued runs: Kueue's maximum execution time ---------------------------------------
+
+
+def queued_policy(tmp_path: Path) -> Policy:
+    return policy_of(
+        tmp_path,
+        {"platform": {"queues": [{"identity": KUEUE}]}},
+        {"queued": {"queue": {"name": "gpu"}, "runTime": {"default": 3600, "maximum": 28800}}},
+    )
+
+
+def queued_job() -> dict[str, Any]:
+    labels = {"app": "run", PROFILE_LABEL: "queued"}
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "train", "namespace": "ml", "labels": labels},
+        "spec": {
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {"restartPolicy": "Never", "containers": [container()]},
+            }
+        },
+    }
+
+
+def test_a_queued_run_carries_kueues_maximum_execution_time(tmp_path: Path) -> None:
+    p = queued_policy(tmp_path)
+    decision = mutate(queued_job(), p, namespace="ml")
+    assert decision.error is None, decision.message()
+    job = decision.object
+    assert job["metadata"]["labels"][MAX_EXEC_TIME] == "28800"
+    assert job["spec"]["template"]["spec"]["activeDeadlineSeconds"] == 3600
+
+
+def test_removing_or_raising_kueues_maximum_execution_time_is_refused(tmp_path: Path) -> None:
+    p = queued_policy(tmp_path)
+    admitted = mutate(queued_job(), p, namespace="ml").object
+    for value in (None, "999999"):
+        changed = copy.deepcopy(admitted)
+        if value is None:
+            del changed["metadata"]["labels"][MAX_EXEC_TIME]
+        else:
+            changed["metadata"]["labels"][MAX_EXEC_TIME] = value
+        decision = validate(changed, p, namespace="ml", old=admitted)
+        assert not decision.allowed
+        assert "profile.run-time" in {v.rule for v in decision.violations}
+        assert f"{MAX_EXEC_TIME} was 28800" in decision.message()
+    lowered = copy.deepcopy(admitted)
+    lowered["metadata"]["labels"][MAX_EXEC_TIME] = "600"
+    assert "profile.run-time" not in {
+        v.rule for v in validate(lowered, p, namespace="ml", old=admitted).violations
+    }

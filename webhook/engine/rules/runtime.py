@@ -8,15 +8,32 @@ and the maximum winning. A run whose value is absent or above the maximum is den
 ``/validate``: a Pod that skipped ``/mutate``, and on UPDATE a run's value removed or
 raised (the apiserver lets a Pod's only shrink; a suspended Job's template is the
 user's to edit until it starts).
+
+A queued run (a queue profile's) also carries Kueue's maximum execution time label,
+``kueue.x-k8s.io/max-exec-time-seconds`` (the profile's maximum, else its default),
+written with the queue's labels; an UPDATE removing or raising it is refused.
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from webhook.engine.pod import Pod
 from webhook.engine.rule import Declarations
 from webhook.engine.types import Change, Violation
+from webhook.policy.model import Profile
 
-__all__ = ["PROFILE_RUN_TIME", "apply_run_time", "check_run_time"]
+if TYPE_CHECKING:
+    from webhook.engine.subject import Review
+
+__all__ = [
+    "MAX_EXEC_TIME",
+    "PROFILE_RUN_TIME",
+    "apply_run_time",
+    "check_exec_time_kept",
+    "check_run_time",
+    "max_exec_time_label",
+]
 
 RULES = Declarations(__name__)
 PROFILE_RUN_TIME = RULES.rule(
@@ -25,7 +42,10 @@ PROFILE_RUN_TIME = RULES.rule(
         "`activeDeadlineSeconds` set to the profile's `runTime` default where absent, lowered "
         "to its maximum where above"
     ),
-    violation=("`activeDeadlineSeconds` absent (removed) or above the profile's `runTime` maximum"),
+    violation=(
+        "`activeDeadlineSeconds` absent (removed) or above the profile's `runTime` maximum; "
+        "a queued run's `kueue.x-k8s.io/max-exec-time-seconds` removed or raised on UPDATE"
+    ),
 )
 
 DEADLINE = "activeDeadlineSeconds"
@@ -83,3 +103,52 @@ def check_run_time(pod: Pod) -> list[Violation]:
             )
         ]
     return []
+
+
+# --- queued runs: Kueue's maximum execution time ----------------------------------------
+
+# Kueue deactivates a Workload that has run longer than this label says.
+MAX_EXEC_TIME = "kueue.x-k8s.io/max-exec-time-seconds"
+# kind -> the keys to the metadata holding the queue's labels (as the queue profile writes)
+_LABELLED: dict[str, tuple[str, ...]] = {"CronJob": ("spec", "jobTemplate", "metadata")}
+
+
+def max_exec_time_label(profile: Profile) -> dict[str, str]:
+    """The label a queued run of ``profile`` carries for its run time (the maximum, else
+    the default), none without one."""
+    run_time = profile.run_time
+    seconds = None if run_time is None else run_time.maximum or run_time.given
+    return {} if seconds is None else {MAX_EXEC_TIME: str(seconds)}
+
+
+def _exec_time(obj: Any) -> tuple[str, Any]:
+    """(path, value) of the run's Kueue maximum execution time label (None: absent)."""
+    keys = _LABELLED.get(obj.get("kind", ""), ("metadata",)) if isinstance(obj, dict) else ()
+    node: Any = obj
+    for key in keys:
+        node = node.get(key) if isinstance(node, dict) else None
+    labels = node.get("labels") if isinstance(node, dict) else None
+    path = ".".join(keys) + f".labels[{MAX_EXEC_TIME}]"
+    return path, labels.get(MAX_EXEC_TIME) if isinstance(labels, dict) else None
+
+
+def check_exec_time_kept(r: Review) -> list[Violation]:
+    """``profile.run-time``: on UPDATE, a queued run's maximum execution time label
+    removed or raised (Kueue would let the run hold its devices longer than its
+    profile says); lowering it is anyone's."""
+    if r.old is None or not isinstance(r.obj, dict):
+        return []
+    _, before = _exec_time(r.old)
+    if not isinstance(before, str) or not before.isdigit():
+        return []
+    path, after = _exec_time(r.obj)
+    if isinstance(after, str) and after.isdigit() and int(after) <= int(before):
+        return []
+    return [
+        Violation(
+            PROFILE_RUN_TIME,
+            path,
+            f"{MAX_EXEC_TIME} was {before}: a run's maximum execution time may be lowered, "
+            f"never {'removed' if after is None else 'raised'}",
+        )
+    ]

@@ -16,7 +16,7 @@ from typing import Any
 from webhook.engine import scope
 from webhook.engine.pod import spec_prefix
 from webhook.engine.rule import Declarations
-from webhook.engine.rules import dra, ownership, podclaims, reserved, stamp
+from webhook.engine.rules import dra, ownership, podclaims, reserved, runtime, stamp
 from webhook.engine.rules.debug import check_debug_container
 from webhook.engine.rules.not_a_run import OWNERSHIP_UNKNOWN
 from webhook.engine.rules.operator_objects import (
@@ -389,6 +389,7 @@ TRUST_CHECKS: tuple[TrustCheck, ...] = (
     check_operator_references,
     check_operator_scale,
     *QUEUE_CHECKS,
+    runtime.check_exec_time_kept,
 )
 
 
