@@ -19,6 +19,8 @@ import yaml
 from test_manifests import Cel
 from test_trust import ALICE, KCM, REPO, SHIPPED, rules
 
+from webhook.audit.liveview import WHATIF_KINDS, ReadState
+from webhook.clusterstate.model import meta_from_object
 from webhook.clusterstate.static import StaticClusterState
 from webhook.engine import evaluate, validate
 from webhook.engine.context import Context, Requester
@@ -268,3 +270,17 @@ def test_a_claim_made_for_a_pod_is_routed_whatever_the_policy() -> None:
     del mine["metadata"]["ownerReferences"]
     mine["metadata"]["name"] = "mine"
     assert not cel.routed(hook, mine, "resourceclaims")
+
+
+def test_audit_and_what_if_read_the_templates_and_fail_closed_without_them() -> None:
+    """``runguard audit`` and ``what-if`` read the cluster's ``WHATIF_KINDS`` into a
+    ``ReadState``: the templates among them, so a run's devices by claim are counted; a
+    view that could not list them says so instead of counting nothing."""
+    assert "ResourceClaimTemplate" in WHATIF_KINDS
+    eight = [meta_from_object(template("eight", request(count=8)))]
+    read = ReadState(eight, WHATIF_KINDS)
+    decision = evaluate(run("eight"), SHIPPED, namespace="ml", context=Context(ALICE, read))
+    assert "8 gpu (8 by template eight)" in decision.message()
+    unread = ReadState([], [k for k in WHATIF_KINDS if k != "ResourceClaimTemplate"])
+    decision = evaluate(run("eight"), SHIPPED, namespace="ml", context=Context(ALICE, unread))
+    assert not decision.allowed and "cannot count the devices of 'eight'" in decision.message()
