@@ -23,12 +23,21 @@ from webhook.audit.liveview import WHATIF_KINDS, ReadState
 from webhook.clusterstate.model import meta_from_object
 from webhook.clusterstate.static import StaticClusterState
 from webhook.engine import evaluate, validate
+from webhook.engine.claimspec import claim_asks
 from webhook.engine.context import Context, Requester
 from webhook.install import manifests
 from webhook.install.names import RESERVED_NAMES_WEBHOOK
 from webhook.keys import POLICY_LABEL
+from webhook.policy.model import build_policy
 
 GPU = "gpu.nvidia.com"
+DIGITALHUB = SHIPPED.named("digitalhub")
+assert DIGITALHUB is not None
+DIGITALHUB_SPEC = {
+    k: v
+    for k, v in yaml.safe_load((REPO / "policies" / "runpolicy.yaml").read_text())["spec"].items()
+    if k != "platform"  # a Platform document's name: no platform needed here
+}
 MIG = "mig.nvidia.com"
 
 
@@ -284,3 +293,51 @@ def test_audit_and_what_if_read_the_templates_and_fail_closed_without_them() -> 
     unread = ReadState([], [k for k in WHATIF_KINDS if k != "ResourceClaimTemplate"])
     decision = evaluate(run("eight"), SHIPPED, namespace="ml", context=Context(ALICE, unread))
     assert not decision.allowed and "cannot count the devices of 'eight'" in decision.message()
+
+
+# --- how a claim's spec is read (claimspec) ---------------------------------------------
+
+
+def asks(*requests: Any) -> Any:
+    return claim_asks({"devices": {"requests": list(requests)}}, DIGITALHUB.resources)
+
+
+def test_v1beta1_requests_bracket_selectors_and_several_pins_are_read() -> None:
+    # v1beta1: the request's fields directly on it, no "exactly"
+    assert asks({"name": "g", "deviceClassName": GPU, "count": 3}).amounts == {"nvidia.com/gpu": 3}
+    bracket = {"cel": {"expression": f"device.attributes['{GPU}']['profile'] == '2g.20gb'"}}
+    found = asks(request("s", MIG, 2, selectors=[bracket]))
+    assert found.amounts == {"nvidia.com/mig-2g.20gb": 2}
+    other = {"cel": {"expression": f'device.attributes["{GPU}"].profile == "1g.10gb"'}}
+    # two selectors pinning two values: no device matches both, counted as the heaviest
+    assert asks(request("s", MIG, 1, selectors=[bracket, other])).amounts == {"nvidia.com/mig-*": 1}
+    assert DIGITALHUB.resources.families[0].weight("nvidia.com/mig-*") == 7
+
+
+def test_what_cannot_be_counted_is_a_problem_never_an_error() -> None:
+    assert asks({"name": "g", "exactly": {"deviceClassName": GPU, "count": "8"}}).problems == [
+        "request 'g': count '8' is not a whole number above 0"
+    ]
+    assert claim_asks({"devices": {"requests": "all"}}, DIGITALHUB.resources).problems == [
+        "devices.requests is not a list"
+    ]
+    assert asks("gpu").problems == ["request 0 is not a mapping"]
+    assert asks({"name": "g", "firstAvailable": [{"name": "a", "count": 1}]}).problems == [
+        "request 'g/a': DeviceClass None is not one runs may use "
+        "(allowed: gpu.nvidia.com, mig.nvidia.com)"
+    ]
+
+
+def test_a_class_mapped_to_its_own_extended_resource_counts_once() -> None:
+    spec = copy.deepcopy(DIGITALHUB_SPEC)
+    classes = spec["resources"]["deviceClasses"]
+    classes[GPU]["extendedResourceName"] = "nvidia.com/gpu"  # as itself: counted once
+    classes[MIG]["extendedResourceName"] = "example.com/mig"  # a slice, of no known profile
+    policy = build_policy({"kind": "RunPolicy", "metadata": {"name": "p"}, "spec": spec}, [])
+    assert policy.resources.extended_device_classes == {"example.com/mig": MIG}
+    pod = run(gpus="2")
+    assert evaluate(pod, policy, namespace="ml").allowed  # 2 gpu, not 4
+    pod["spec"]["containers"][0]["resources"]["limits"]["example.com/mig"] = "1"
+    decision = evaluate(pod, policy, namespace="ml")
+    assert not decision.allowed
+    assert "count 21, above the family's maximum 14" in decision.message()  # 2 x 7 + 7
