@@ -19,6 +19,7 @@ import yaml
 from test_manifests import Cel
 from test_trust import ALICE, KCM, REPO, SHIPPED, rules
 
+from webhook.audit.explain import explain, to_text
 from webhook.audit.liveview import WHATIF_KINDS, ReadState
 from webhook.clusterstate.model import meta_from_object
 from webhook.clusterstate.static import StaticClusterState
@@ -341,3 +342,14 @@ def test_a_class_mapped_to_its_own_extended_resource_counts_once() -> None:
     decision = evaluate(pod, policy, namespace="ml")
     assert not decision.allowed
     assert "count 21, above the family's maximum 14" in decision.message()  # 2 x 7 + 7
+
+
+def test_explain_names_the_route_each_device_came_by() -> None:
+    state = StaticClusterState.from_documents([template("one", request())])
+    context = Context(ALICE, state, "CREATE")
+    found = explain(run("one", gpus="1"), SHIPPED, namespace="ml", context=context)
+    assert found.devices == ("2 gpu: 1 as nvidia.com/gpu, 1 by template one",)
+    assert "  devices:    2 gpu: 1 as nvidia.com/gpu, 1 by template one" in to_text(found)
+    assert found.to_dict()["devices"] == list(found.devices)
+    plain = explain(run(gpus="1"), SHIPPED, namespace="ml", context=context)
+    assert plain.devices == ("1 gpu: 1 as nvidia.com/gpu",)

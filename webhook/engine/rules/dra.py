@@ -40,6 +40,7 @@ __all__ = [
     "RESOURCES_DEVICE_REQUEST",
     "check_claim_devices",
     "check_device_requests",
+    "device_routes",
 ]
 
 RULES = Declarations(__name__)
@@ -89,6 +90,34 @@ def check_device_requests(pod: Pod) -> list[Violation]:
     claims = pod.spec.get("resourceClaims")
     if not mapped and not claims:  # the usual run
         return []
+    out, totals, routes = _counted(pod, cfg, mapped, claims)
+    where = f"{pod.spec_path}.resourceClaims"
+    out.extend(_above_maximums(where, cfg, totals, routes))
+    out.extend(_above_families(where, cfg, totals, routes))
+    return out
+
+
+def device_routes(pod: Pod) -> list[str]:
+    """How the run gets its devices, by the resource each counts as (``runguard explain``):
+    ``3 gpu: 2 as nvidia.com/gpu, 1 by template one-gpu``."""
+    cfg = pod.policy.resources
+    _, totals, routes = _counted(
+        pod, cfg, _mapped_resources(pod, cfg), pod.spec.get("resourceClaims")
+    )
+    for resource, amount in totals.items():
+        device = resource == cfg.gpu_resource_name or any(f.weight(resource) for f in cfg.families)
+        if amount and device and resource not in routes:
+            routes[resource] = [(amount, f"as {resource}")]
+    return [
+        f"{_num(totals[r])} {cfg.short(r)}: {_ways(ways)}" for r, ways in sorted(routes.items())
+    ]
+
+
+def _counted(
+    pod: Pod, cfg: ResourcesConfig, mapped: list[str], claims: Any
+) -> tuple[list[Violation], dict[str, Decimal], Routes]:
+    """What the run asks for, by the resource each device counts as: the violations met
+    on the way (classes, modes, templates runguard cannot read), the totals, the routes."""
     out: list[Violation] = []
     asked = Asked()
     routes: Routes = {}
@@ -109,8 +138,8 @@ def check_device_requests(pod: Pod) -> list[Violation]:
         for resource, amount in found.amounts.items():
             routes.setdefault(resource, []).append((amount, f"by template {template}"))
         asked.add(Asked(found.amounts))
-    out.extend(_over(pod, cfg, asked.amounts, mapped, routes))
-    return out
+    totals = _totals(pod, cfg, asked.amounts, mapped, routes, out)
+    return out, totals, routes
 
 
 def _template_asks(pod: Pod, template: str, path: str, out: list[Violation]) -> Asked | None:
@@ -151,20 +180,20 @@ def _template_asks(pod: Pod, template: str, path: str, out: list[Violation]) -> 
     return claim_asks(spec.get("spec"), cfg=pod.policy.resources)
 
 
-def _over(
+def _totals(
     pod: Pod,
     cfg: ResourcesConfig,
     claimed: dict[str, Decimal],
     mapped: list[str],
     routes: Routes,
-) -> list[Violation]:
+    out: list[Violation],
+) -> dict[str, Decimal]:
     """The run's totals, its claims' devices and mapped extended resources counted as the
-    resources their classes stand for, above a maximum or a family's maximum."""
+    resources their classes stand for (a class refused added to ``out``)."""
     totals: dict[str, Decimal] = {}
     for part in ("requests", "limits"):
         for resource, amount in effective_totals(pod.spec, part).items():
             totals[resource] = max(totals.get(resource, Decimal(0)), amount)
-    out: list[Violation] = []
     for resource in mapped:
         device_class = mapped_class(resource, cfg)
         amount = totals.pop(resource, Decimal(0))
@@ -186,10 +215,7 @@ def _over(
         direct = totals[resource] - sum((amount for amount, _ in ways), start=Decimal(0))
         if direct > 0:
             ways.insert(0, (direct, f"as {resource}"))
-    where = f"{pod.spec_path}.resourceClaims"
-    out.extend(_above_maximums(where, cfg, totals, routes))
-    out.extend(_above_families(where, cfg, totals, routes))
-    return out
+    return totals
 
 
 def _above_maximums(
