@@ -353,3 +353,31 @@ def test_explain_names_the_route_each_device_came_by() -> None:
     assert found.to_dict()["devices"] == list(found.devices)
     plain = explain(run(gpus="1"), SHIPPED, namespace="ml", context=context)
     assert plain.devices == ("1 gpu: 1 as nvidia.com/gpu",)
+
+
+# --- a profile that gives its devices through DRA (Kubernetes 1.37's mapping) ----------
+
+IMPLICIT_GPU = f"deviceclass.resource.kubernetes.io/{GPU}"
+
+
+def project_profile(name: str, gpus: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "runguard.io/v1",
+        "kind": "ProjectProfile",
+        "metadata": {"name": name, "namespace": "ml"},
+        "spec": {"resources": {"requests": {IMPLICIT_GPU: gpus}, "limits": {IMPLICIT_GPU: gpus}}},
+    }
+
+
+def test_a_profile_may_give_its_gpus_through_dra_within_the_maximum() -> None:
+    pod = run()
+    pod["metadata"]["labels"]["dhcore/template"] = "dra-one"
+    decision = judged(pod, project_profile("dra-one", "1"))
+    assert decision.allowed, decision.message()
+    limits = decision.object["spec"]["containers"][0]["resources"]["limits"]
+    assert limits[IMPLICIT_GPU] == "1"
+    pod["metadata"]["labels"]["dhcore/template"] = "dra-eight"
+    decision = judged(pod, project_profile("dra-eight", "8"))
+    assert not decision.allowed
+    (violation,) = [v for v in decision.violations if v.rule == "profile.project-invalid"]
+    assert '"8" is above the maximum "2"' in violation.message

@@ -9,7 +9,9 @@ engine refuses a run naming a profile with any (``profile.project-invalid``), so
 profile that got in some other way (runguard down, a RunPolicy lowered since) still
 gives nothing beyond it:
 
-* every quantity, and every bound of a range, at most the RunPolicy's maximum;
+* every quantity, and every bound of a range, at most the RunPolicy's maximum (an
+  extended resource a DeviceClass maps to dynamic resource allocation as the devices it
+  stands for: a profile may give its GPUs that way);
 * what a run may get of a device family (each range at its max) at most its maximum;
 * its priority class one of the allowed ones;
 * no environment variable that selects devices on the node (``resources.deviceEnv``):
@@ -133,12 +135,13 @@ def _above_maximums(profile: ProfileValues, policy: RunPolicySpec) -> Iterator[t
     for part in ("requests", "limits"):
         values: Mapping[str, str | QuantityRange] = getattr(profile.resources, part)
         for resource, value in values.items():
-            most = maximums.get(resource)
+            counted = policy.resources.counted_as(resource)  # a DeviceClass's: its devices
+            most = maximums.get(counted)
             if most is None:
                 continue
             for at, text, amount in _bounds(value):
                 if amount > most:
-                    written = policy.resources.maximums[resource]
+                    written = policy.resources.maximums[counted]
                     yield (
                         ("resources", part, resource, *at),
                         f'"{text}" is above the maximum "{written}"',
@@ -148,7 +151,10 @@ def _above_maximums(profile: ProfileValues, policy: RunPolicySpec) -> Iterator[t
 def _above_families(profile: ProfileValues, policy: RunPolicySpec) -> Iterator[tuple[Where, str]]:
     for part in ("requests", "limits"):
         values: Mapping[str, str | QuantityRange] = getattr(profile.resources, part)
-        most = {r: max(amount for _, _, amount in _bounds(v)) for r, v in values.items()}
+        most: dict[str, Decimal] = {}
+        for r, v in values.items():
+            counted = policy.resources.counted_as(r)
+            most[counted] = most.get(counted, Decimal(0)) + max(a for _, _, a in _bounds(v))
         for family in policy.resources.families:
             total = sum(
                 (v * w for r, v in most.items() if (w := family.weight(r)) is not None),

@@ -36,7 +36,6 @@ from webhook.policy.model import Policy, ResourcesConfig
 
 __all__ = [
     "CLAIM_TEMPLATE",
-    "IMPLICIT_PREFIX",
     "RESOURCES_DEVICE_REQUEST",
     "check_claim_devices",
     "check_device_requests",
@@ -57,16 +56,6 @@ RESOURCES_DEVICE_REQUEST = RULES.rule(
 CLAIM_TEMPLATE = "ResourceClaimTemplate"
 # By the resource a device counts as: (how many, how the run asks for them), for messages.
 Routes = dict[str, list[tuple[Decimal, str]]]
-# The extended resource every DeviceClass stands for on Kubernetes 1.37.
-IMPLICIT_PREFIX = "deviceclass.resource.kubernetes.io/"
-
-
-def mapped_class(resource: str, cfg: ResourcesConfig) -> str | None:
-    """The DeviceClass an extended resource is allocated through (None: a device plugin's,
-    or one counted as itself: a class's extendedResourceName equal to its countsAs)."""
-    if resource.startswith(IMPLICIT_PREFIX):
-        return resource[len(IMPLICIT_PREFIX) :]
-    return cfg.extended_device_classes.get(resource)
 
 
 def _mapped_resources(pod: Pod, cfg: ResourcesConfig) -> list[str]:
@@ -79,7 +68,7 @@ def _mapped_resources(pod: Pod, cfg: ResourcesConfig) -> list[str]:
                 continue
             for part in ("requests", "limits"):
                 for resource in res.get(part) or ():
-                    if mapped_class(resource, cfg) is not None and resource not in found:
+                    if cfg.mapped_device_class(resource) is not None and resource not in found:
                         found.append(resource)
     return found
 
@@ -195,7 +184,7 @@ def _totals(
         for resource, amount in effective_totals(pod.spec, part).items():
             totals[resource] = max(totals.get(resource, Decimal(0)), amount)
     for resource in mapped:
-        device_class = mapped_class(resource, cfg)
+        device_class = cfg.mapped_device_class(resource)
         amount = totals.pop(resource, Decimal(0))
         if device_class not in cfg.device_classes:
             out.append(

@@ -20,9 +20,18 @@ from pydantic import Field
 from webhook.policy.declare import Section
 from webhook.policy.formats import ResourceName
 
-__all__ = ["VALUE", "CountsAs", "DeviceAttribute", "DeviceClassConfig", "counts_as_problem"]
+__all__ = [
+    "IMPLICIT_EXTENDED_PREFIX",
+    "VALUE",
+    "CountsAs",
+    "DeviceAttribute",
+    "DeviceClassConfig",
+    "counts_as_problem",
+]
 
 VALUE = "{value}"  # where the pinned attribute's value goes in ``countsAs``
+# The extended resource every DeviceClass stands for on Kubernetes 1.37.
+IMPLICIT_EXTENDED_PREFIX = "deviceclass.resource.kubernetes.io/"
 
 # ``gpu``, a resource name, or one with ``{value}`` once (nvidia.com/mig-{value}).
 CountsAs = Annotated[

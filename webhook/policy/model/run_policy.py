@@ -29,7 +29,7 @@ from webhook.policy.kube import (
     ResourceRequirements,
     TolerationDict,
 )
-from webhook.policy.model.devices import VALUE, DeviceClassConfig
+from webhook.policy.model.devices import IMPLICIT_EXTENDED_PREFIX, VALUE, DeviceClassConfig
 from webhook.policy.model.fields import (
     ROOT_CA_CONFIG_MAP,
     Capability,
@@ -191,6 +191,23 @@ class ResourcesConfig(Section):
             if c.extended_resource_name is not None
             and c.extended_resource_name != self.device_class_resources[name]
         }
+
+    def mapped_device_class(self, resource: str) -> str | None:
+        """The DeviceClass an extended resource is allocated through by dynamic resource
+        allocation (Kubernetes 1.37: ``deviceclass.resource.kubernetes.io/<class>``, or a
+        class's own extendedResourceName); None: a device plugin's, or one counted as
+        itself."""
+        if resource.startswith(IMPLICIT_EXTENDED_PREFIX):
+            return resource[len(IMPLICIT_EXTENDED_PREFIX) :]
+        return self.extended_device_classes.get(resource)
+
+    def counted_as(self, resource: str) -> str:
+        """What one of ``resource`` counts as against the maximums and families: the
+        resource its allowed class stands for when a class maps it, else itself."""
+        device_class = self.mapped_device_class(resource)
+        if device_class is None or device_class not in self.device_classes:
+            return resource
+        return self.device_resource(device_class, None)
 
     def device_resource(self, device_class: str, value: str | None) -> str:
         """The resource one device of allowed ``device_class`` counts as, given the value a
