@@ -12,10 +12,11 @@ resource its class stands for (``webhook.engine.claimspec``), against the ``gpu`
 maximum and the device families, the run's total as the scheduler counts it.
 
 A template is read from runguard's cache, its spec kept (``ResourceClaimTemplate``); a
-kind the cache has not synced fails closed (retryable), and a template that does not
-exist yet is judged when it is created, and in the claim made from it. Offline without
-``--cluster-state`` no template is known, and only the extended resources are counted.
-An existing claim (``resourceClaimName``) is judged by ``resources.device-claim``.
+kind the cache has not synced fails closed (retryable). A template that does not exist
+yet, or changes after the Pod was admitted, is judged in the claim the resource-claim
+controller makes from it (``check_claim_devices``, owned by the run Pod). Offline
+without ``--cluster-state`` no template is known, and only the extended resources are
+counted. An existing claim (``resourceClaimName``) is ``resources.device-claim``'s.
 """
 
 from __future__ import annotations
@@ -151,7 +152,7 @@ def _template_asks(pod: Pod, template: str, path: str, out: list[Violation]) -> 
         return None
     meta = state.get(CLAIM_TEMPLATE, pod.namespace, template)
     if meta is None:
-        return None  # judged when it is created, and in the claim made from it
+        return None  # judged in the claim made from it (check_claim_devices)
     try:
         spec: Any = orjson.loads(meta.spec) if meta.spec else None
     except orjson.JSONDecodeError:
