@@ -12,8 +12,9 @@ the heaviest member of that family when no selector pins it.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from functools import cached_property
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import Field
 
@@ -26,6 +27,7 @@ __all__ = [
     "CountsAs",
     "DeviceAttribute",
     "DeviceClassConfig",
+    "DeviceCounting",
     "counts_as_problem",
 ]
 
@@ -98,3 +100,55 @@ def counts_as_problem(counts_as: Any, attribute: Any) -> str | None:
     if not placed and attribute is not None:
         return f"attribute is read only for {VALUE} in countsAs"
     return None
+
+
+class DeviceCounting:
+    """How a RunPolicy's resources section reads its device classes (``ResourcesConfig``
+    mixes it in; the fields are that section's): what a device, or an extended resource a
+    class maps, counts as."""
+
+    if TYPE_CHECKING:
+        device_classes: Mapping[str, DeviceClassConfig]
+        gpu_resource_name: str
+
+    @cached_property
+    def device_class_resources(self) -> Mapping[str, str]:
+        """Each allowed class's ``countsAs``, ``gpu`` resolved to ``gpuResourceName``."""
+        return {
+            name: self.gpu_resource_name if c.counts_as == "gpu" else c.counts_as
+            for name, c in self.device_classes.items()
+        }
+
+    @cached_property
+    def extended_device_classes(self) -> Mapping[str, str]:
+        """The classes' own extendedResourceName to the class, where it is not already the
+        resource its devices count as (that one counts as itself, once)."""
+        return {
+            c.extended_resource_name: name
+            for name, c in self.device_classes.items()
+            if c.extended_resource_name is not None
+            and c.extended_resource_name != self.device_class_resources[name]
+        }
+
+    def mapped_device_class(self, resource: str) -> str | None:
+        """The DeviceClass an extended resource is allocated through by dynamic resource
+        allocation (Kubernetes 1.37: ``deviceclass.resource.kubernetes.io/<class>``, or a
+        class's own extendedResourceName); None: a device plugin's, or one counted as
+        itself."""
+        if resource.startswith(IMPLICIT_EXTENDED_PREFIX):
+            return resource[len(IMPLICIT_EXTENDED_PREFIX) :]
+        return self.extended_device_classes.get(resource)
+
+    def counted_as(self, resource: str) -> str:
+        """What one of ``resource`` counts as against the maximums and families: the
+        resource its allowed class stands for when a class maps it, else itself."""
+        device_class = self.mapped_device_class(resource)
+        if device_class is None or device_class not in self.device_classes:
+            return resource
+        return self.device_resource(device_class, None)
+
+    def device_resource(self, device_class: str, value: str | None) -> str:
+        """The resource one device of allowed ``device_class`` counts as, given the value a
+        selector pins of its attribute (None: unpinned, ``*``, the heaviest)."""
+        counts_as = self.device_class_resources[device_class]
+        return counts_as.replace(VALUE, "*" if value is None else value)

@@ -29,7 +29,7 @@ from webhook.policy.kube import (
     ResourceRequirements,
     TolerationDict,
 )
-from webhook.policy.model.devices import IMPLICIT_EXTENDED_PREFIX, VALUE, DeviceClassConfig
+from webhook.policy.model.devices import DeviceClassConfig, DeviceCounting
 from webhook.policy.model.fields import (
     ROOT_CA_CONFIG_MAP,
     Capability,
@@ -129,7 +129,7 @@ class DeviceFamily(Section):
         return {}
 
 
-class ResourcesConfig(Section):
+class ResourcesConfig(DeviceCounting, Section):
     """Resource defaults and limits, per container."""
 
     gpu_resource_name: ResourceName = Field(
@@ -172,48 +172,6 @@ class ResourcesConfig(Section):
         "families; a request of any other class, allocationMode All or adminAccess is refused "
         "for runs.",
     )
-
-    @cached_property
-    def device_class_resources(self) -> Mapping[str, str]:
-        """Each allowed class's ``countsAs``, ``gpu`` resolved to ``gpuResourceName``."""
-        return {
-            name: self.gpu_resource_name if c.counts_as == "gpu" else c.counts_as
-            for name, c in self.device_classes.items()
-        }
-
-    @cached_property
-    def extended_device_classes(self) -> Mapping[str, str]:
-        """The classes' own extendedResourceName to the class, where it is not already the
-        resource its devices count as (that one counts as itself, once)."""
-        return {
-            c.extended_resource_name: name
-            for name, c in self.device_classes.items()
-            if c.extended_resource_name is not None
-            and c.extended_resource_name != self.device_class_resources[name]
-        }
-
-    def mapped_device_class(self, resource: str) -> str | None:
-        """The DeviceClass an extended resource is allocated through by dynamic resource
-        allocation (Kubernetes 1.37: ``deviceclass.resource.kubernetes.io/<class>``, or a
-        class's own extendedResourceName); None: a device plugin's, or one counted as
-        itself."""
-        if resource.startswith(IMPLICIT_EXTENDED_PREFIX):
-            return resource[len(IMPLICIT_EXTENDED_PREFIX) :]
-        return self.extended_device_classes.get(resource)
-
-    def counted_as(self, resource: str) -> str:
-        """What one of ``resource`` counts as against the maximums and families: the
-        resource its allowed class stands for when a class maps it, else itself."""
-        device_class = self.mapped_device_class(resource)
-        if device_class is None or device_class not in self.device_classes:
-            return resource
-        return self.device_resource(device_class, None)
-
-    def device_resource(self, device_class: str, value: str | None) -> str:
-        """The resource one device of allowed ``device_class`` counts as, given the value a
-        selector pins of its attribute (None: unpinned, ``*``, the heaviest)."""
-        counts_as = self.device_class_resources[device_class]
-        return counts_as.replace(VALUE, "*" if value is None else value)
 
     @cached_property
     def default_requests(self) -> Mapping[str, str]:
