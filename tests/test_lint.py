@@ -388,3 +388,29 @@ def test_a_profile_schedules_by_queue_or_by_node_not_both(pol: Path) -> None:
         "the queue's flavors place its runs (schedule by node or by queue, not both)"
         for line, key in ((8, "nodeSelector"), (9, "tolerations"))
     ]
+
+
+def test_a_device_class_counted_as_nothing_bounded_is_a_warning(pol: Path) -> None:
+    write(
+        pol,
+        "runpolicy.yaml",
+        """\
+        apiVersion: runguard.io/v1
+        kind: RunPolicy
+        metadata: {name: platform}
+        spec:
+          selector: {matchLabels: {app: x}}
+          resources:
+            maximums: {gpu: "2"}
+            families: [{name: nvidia, max: 14, members: {"nvidia.com/mig-*": 7}}]
+            deviceClasses:
+              gpu.nvidia.com: {countsAs: gpu}
+              mig.nvidia.com: {countsAs: "nvidia.com/mig-{value}", attribute: gpu.nvidia.com/p}
+              fpga.example.com: {countsAs: example.com/fpga}
+        """,
+    )
+    assert warnings_of() == [
+        'pol/runpolicy.yaml:12: spec.resources.deviceClasses["fpga.example.com"].countsAs: '
+        "example.com/fpga has no maximum and is in no device family: a run may ask for any "
+        "number of fpga.example.com devices",
+    ]

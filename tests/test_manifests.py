@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 import webhook
 from webhook.cli import main
 from webhook.install import certs, manifests
+from webhook.install.conditions import POD_CLAIM
 from webhook.policy.loader import load_policy
 from webhook.policy.model import Policy, build_policy
 
@@ -230,7 +231,7 @@ def test_validating_configuration_field_by_field(policy: Policy) -> None:
     config = manifests.validating_webhook_configuration(policy)
     assert config["kind"] == "ValidatingWebhookConfiguration"
     assert config["metadata"]["name"] == "runguard"
-    pods, controllers, others = config["webhooks"]
+    pods, controllers, others, claims = config["webhooks"]
     ops = ["CREATE", "UPDATE"]
     common = webhook_fields("/validate")
     assert pods == {
@@ -255,6 +256,16 @@ def test_validating_configuration_field_by_field(policy: Policy) -> None:
         "name": "validate-references.runguard.io",
         "rules": [pod_rule(ops, POD_RESOURCES)],
         "matchConditions": [*OTHER_PODS_CONDITIONS, STATUS_CONDITION],
+    }
+    # Whatever the policy, the ResourceClaims made for a Pod: its devices are the run's.
+    assert claims == {
+        **common,
+        "name": "validate-reserved-names.runguard.io",
+        "rules": [DEVICE_CLAIMS_RULE],
+        "failurePolicy": "Fail",
+        "matchConditions": [
+            {"name": "platform-name", "expression": f"request.operation == 'CREATE' && {POD_CLAIM}"}
+        ],
     }
     # reinvocationPolicy exists only for mutating webhooks; the apiserver rejects it here.
     assert "reinvocationPolicy" not in pods and "reinvocationPolicy" not in controllers
@@ -403,9 +414,24 @@ OTHER_PODS: set[Route] = {
 }  # fmt: skip
 
 
+# Whatever the policy: the ResourceClaims the resource-claim controller makes for a Pod
+# (their devices count against the run's maximums), by a condition on their owner.
+POD_DEVICE_CLAIMS: set[Route] = {
+    (VALIDATING, "validate-reserved-names.runguard.io", "resource.k8s.io", "resourceclaims",
+     "CREATE"),
+}  # fmt: skip
+DEVICE_CLAIMS_RULE = {
+    "apiGroups": ["resource.k8s.io"],
+    "apiVersions": ["v1"],
+    "operations": ["CREATE"],
+    "resources": ["resourceclaims"],
+    "scope": "Namespaced",
+}
+
+
 def test_without_ownership_runs_and_runguards_records_reach_runguard(policy: Policy) -> None:
     rows, narrowed = routes(manifests.webhook_configurations(policy))
-    assert rows == RUN_PODS | RUN_CONTROLLERS | OTHER_PODS
+    assert rows == RUN_PODS | RUN_CONTROLLERS | OTHER_PODS | POD_DEVICE_CLAIMS
     assert narrowed == {
         "mutate.runguard.io": ("objectSelector", STATUS),
         "mutate-controllers.runguard.io": ("run-template", STATUS),
@@ -413,6 +439,7 @@ def test_without_ownership_runs_and_runguards_records_reach_runguard(policy: Pol
         "validate.runguard.io": ("objectSelector", STATUS),
         "validate-controllers.runguard.io": ("run-template", STATUS),
         "validate-references.runguard.io": ("not-a-run", "platform-names-or-records", STATUS),
+        "validate-reserved-names.runguard.io": ("platform-name",),
     }
 
 
@@ -471,7 +498,9 @@ def test_with_ownership_every_rule_and_condition(owned: Policy) -> None:
         # a snapshot of a claim of any name: a platform one, or one made for a Pod
         "  || request.resource.resource == 'volumesnapshots'"
         " && object.?spec.?source.?persistentVolumeClaimName.orValue('')"
-        ".matches('^.+$')))\n"
+        ".matches('^.+$')\n"
+        # a ResourceClaim made for a Pod: its devices are the run's (resources.exceeded)
+        f"  || {POD_CLAIM}))\n"
         # a token Secret for the platform's ServiceAccount (ownership.service-account)
         "|| request.resource.resource == 'secrets'"
         " && object.?type.orValue('') == 'kubernetes.io/service-account-token'"
@@ -502,6 +531,7 @@ def test_reserved_names_only_for_the_kinds_with_patterns() -> None:
     reserved = {r[2:] for r in rows if r[1] == "validate-reserved-names.runguard.io"}
     assert reserved == {("", "persistentvolumeclaims", "CREATE"),
                         ("snapshot.storage.k8s.io", "volumesnapshots", "CREATE"),
+                        ("resource.k8s.io", "resourceclaims", "CREATE"),  # a Pod's devices
                         # the token Secrets of the platform's ServiceAccount only
                         ("", "secrets", "CREATE"), ("", "secrets", "UPDATE")}  # fmt: skip
 
@@ -517,7 +547,7 @@ def test_ownership_without_platform_names_routes_runs_and_records() -> None:
                "CREATE"),
               (VALIDATING, "validate-reserved-names.runguard.io", "snapshot.storage.k8s.io",
                "volumesnapshots", "CREATE")}  # fmt: skip
-    assert rows == RUN_PODS | RUN_CONTROLLERS | OTHER_PODS | tokens | claims
+    assert rows == RUN_PODS | RUN_CONTROLLERS | OTHER_PODS | tokens | claims | POD_DEVICE_CLAIMS
     # the platform's own ServiceAccount is still a platform name (ownership.service-account)
     assert narrowed["validate-controllers.runguard.io"] == (
         "run-template-or-platform-names",
@@ -1543,9 +1573,10 @@ def test_cluster_state_rbac_is_read_only_for_exactly_its_kinds() -> None:
         (group, resource, verb)
         for group, _, resource in RESOURCES.values()
         for verb in ("get", "list", "watch")
-    } | {("", "pods", "get"), ("", "pods", "list"), ("", "services", "get"),
+    } | {("", "pods", "get"), ("", "pods", "list"), ("", "pods", "watch"), ("", "services", "get"),
          ("", "endpoints", "get"), ("discovery.k8s.io", "endpointslices", "list")} | {
-        ("resource.k8s.io", "resourceclaims", verb) for verb in ("get", "list", "watch")
+        ("resource.k8s.io", resource, verb) for verb in ("get", "list", "watch")
+        for resource in ("resourceclaims", "resourceclaimtemplates")
     } | {("runguard.io", "projectprofiles", verb) for verb in ("get", "list", "watch")}  # fmt: skip
     # the operators' kinds the shipped policies name, and nothing else
     policy = load_policy(REPO / "policies")

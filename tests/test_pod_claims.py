@@ -14,12 +14,13 @@ from test_ownership import Meta, OwnerRef, State
 from test_scope_routing import RESOURCES, calls
 from test_trust import ALICE, CORE, SHIPPED, rules
 
-from webhook.clusterstate.model import DEVICE_CLAIMS, PROJECT_PROFILES
+from webhook.clusterstate.model import CLAIM_TEMPLATES, DEVICE_CLAIMS, PROJECT_PROFILES, RUN_PODS
 from webhook.clusterstate.process import operator_kinds, watched_kinds
 from webhook.engine import evaluate, validate
 from webhook.engine.context import Context
 from webhook.install import manifests
 
+RESERVED = (DEVICE_CLAIMS, PROJECT_PROFILES, CLAIM_TEMPLATES, RUN_PODS)  # the slots of every policy
 SCRATCH = "train-scratch"  # the ephemeral volume's PVC of the platform's run Pod train
 
 
@@ -133,10 +134,11 @@ def test_every_pod_naming_a_claim_is_routed_and_one_naming_none_is_not() -> None
 
 
 def test_the_watch_keeps_resource_claims_first() -> None:
-    """ResourceClaims are watched whatever the policy, in the first operator slot, so
-    no number of operators' kinds pushes them out."""
-    assert watched_kinds(SHIPPED) == (DEVICE_CLAIMS, PROJECT_PROFILES, *operator_kinds(SHIPPED))
-    assert watched_kinds(None) == (DEVICE_CLAIMS, PROJECT_PROFILES)
+    """ResourceClaims (and projects' profiles, and claim templates) are watched whatever
+    the policy, in the first operator slots, so no number of operators' kinds pushes them
+    out."""
+    assert watched_kinds(SHIPPED) == (*RESERVED, *operator_kinds(SHIPPED))
+    assert watched_kinds(None) == RESERVED
 
 
 def test_a_snapshot_of_a_pods_own_claim_is_refused_and_routed(

@@ -758,3 +758,32 @@ def test_device_families_names_differ_and_profiles_stay_within(pol: Path) -> Non
         'pol/runpolicy.yaml:13: spec.resources.families[1].name: duplicate family name "nvidia" '
         "(also at line 12)",
     ]
+
+
+@pytest.mark.parametrize(
+    ("config", "said"),
+    [
+        ('{countsAs: "nvidia.com/mig-{value}"}', "countsAs: {value} needs attribute"),
+        ("{countsAs: gpu, attribute: gpu.nvidia.com/profile}", "attribute is read only for"),
+        ('{countsAs: "a.b/{value}-{value}", attribute: a.b/c}', "{value} at most once"),
+        ("{countsAs: gpu, allocationMode: All}", "allocationMode"),
+    ],
+)
+def test_a_device_class_that_cannot_count_is_an_error(pol: Path, config: str, said: str) -> None:
+    write(
+        pol,
+        "runpolicy.yaml",
+        f"""\
+        apiVersion: runguard.io/v1
+        kind: RunPolicy
+        metadata: {{name: platform}}
+        spec:
+          selector: {{matchLabels: {{app: x}}}}
+          resources:
+            deviceClasses:
+              mig.nvidia.com: {config}
+        """,
+    )
+    (error,) = errors_of()
+    assert error.startswith('pol/runpolicy.yaml:8: spec.resources.deviceClasses["mig.nvidia.com"]')
+    assert said in error

@@ -44,11 +44,13 @@ def test_registered_configurations_are_the_rendered_ones(
         assert picked(stored["webhooks"], want["webhooks"]) == want["webhooks"]
         assert is_subset(want["metadata"]["labels"], stored["metadata"]["labels"])
     names = [h["name"] for h in rendered["ValidatingWebhookConfiguration"]["webhooks"]]
-    # runs, controllers, and Pods outside the selector carrying runguard's records
+    # runs, controllers, Pods outside the selector carrying runguard's records, and the
+    # ResourceClaims made for a Pod (their devices count against the run's maximums)
     assert names == [
         "validate.runguard.io",
         "validate-controllers.runguard.io",
         "validate-references.runguard.io",
+        "validate-reserved-names.runguard.io",
     ]
 
 

@@ -26,8 +26,10 @@ from webhook.engine.context import (
     project_profile_names,
     project_profile_spec,
 )
+from webhook.engine.pod import Pod
 from webhook.engine.registry import RULES
-from webhook.engine.subject import review
+from webhook.engine.rules.dra import device_routes
+from webhook.engine.subject import Review, review
 from webhook.policy.kube import LabelSelector, QuantityRange
 from webhook.policy.model import Policy, Profile
 from webhook.policy.project import ProjectProfileError, beyond, read_project_profile
@@ -88,6 +90,9 @@ class Explanation:
     # and the like, whose template is judged, not patched).
     patch: tuple[dict[str, Any], ...] = ()
     notes: tuple[str, ...] = field(default=())
+    # How the run gets its devices, by what each counts as (extended resources, claim
+    # templates, extended resources a DeviceClass maps): ``3 gpu: 2 as nvidia.com/gpu, ...``
+    devices: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -115,6 +120,7 @@ class Explanation:
             "profiles": [c.to_dict() for c in self.choices],
             "patch": list(self.patch),
             "notes": list(self.notes),
+            "devices": list(self.devices),
         }
 
 
@@ -167,7 +173,18 @@ def explain(
         choices=profile_choices(governing, context, decision.namespace) if governing else (),
         patch=tuple(decision.patch),
         notes=notes,
+        devices=_devices(r, governing),
     )
+
+
+def _devices(r: Review, governing: Policy | None) -> tuple[str, ...]:
+    """The run's device routes (``rules.dra.device_routes``), of its pod spec as given."""
+    if governing is None or r.target is None:
+        return ()
+    target = r.target
+    pod = Pod(target.spec, target.labels, target.annotations, governing, target.spec_path,
+              namespace=r.namespace, context=r.context)  # fmt: skip
+    return tuple(device_routes(pod))
 
 
 def _said(warning: str, decision: Decision) -> bool:
@@ -269,6 +286,7 @@ def to_text(e: Explanation) -> str:
     lines.append(f"  judged:     {e.judged}")
     lines.append(f"  RunPolicy:  {e.run_policy}")
     lines.append(f"  profile:    {_profile_line(e)}")
+    lines += [f"  devices:    {d}" for d in e.devices]
     lines += [f"  note: {n}" for n in e.notes]
     if e.changes:
         lines.append(f"  changes ({len(e.changes)}):")

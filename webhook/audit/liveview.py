@@ -31,10 +31,22 @@ PAGE_SIZE = 500
 MAX_PAGES = 100_000  # per kind: far above any real cluster
 # What a what-if needs besides the runs: which namespaces may use which profile, and
 # whether the classes a profile names exist.
-# A project's own profiles (ProjectProfile), read whole: a run may name one.
-WHATIF_KINDS = ("Namespace", "PriorityClass", "RuntimeClass", "ProjectProfile")
-# runguard's own namespaced kind, not in the cluster-state model's table.
-OWN_RESOURCES = {"ProjectProfile": ("runguard.io", "v1", "projectprofiles")}
+# A project's own profiles (ProjectProfile), read whole: a run may name one. The claim
+# templates (ResourceClaimTemplate), read whole: their devices count against a run's
+# maximums (Kubernetes 1.34 and later; left out, said so, where not served).
+WHATIF_KINDS = (
+    "Namespace",
+    "PriorityClass",
+    "RuntimeClass",
+    "ProjectProfile",
+    "ResourceClaimTemplate",
+)
+# Namespaced kinds read here, not in the cluster-state model's table: runguard's own, and
+# the claim templates.
+OWN_RESOURCES = {
+    "ProjectProfile": ("runguard.io", "v1", "projectprofiles"),
+    "ResourceClaimTemplate": ("resource.k8s.io", "v1", "resourceclaimtemplates"),
+}
 # Where a Pod's controller keeps the template it was made from.
 TEMPLATE_OWNERS = frozenset({"Job", "ReplicaSet", "StatefulSet", "DaemonSet"})
 API_VERSIONS = {

@@ -25,6 +25,7 @@ import orjson
 from webhook.keys import POLICY_LABEL
 
 __all__ = [
+    "CLAIM_TEMPLATES",
     "CLUSTER_SCOPED",
     "CONTROLLER_KINDS",
     "DEVICE_CLAIMS",
@@ -34,6 +35,7 @@ __all__ = [
     "MAX_OPERATOR_KINDS",
     "OPERATOR_CORE_KINDS",
     "PROJECT_PROFILES",
+    "RUN_PODS",
     "RESOURCES",
     "SPEC_KINDS",
     "ClusterState",
@@ -102,8 +104,17 @@ DEVICE_CLAIMS = "resource.k8s.io/ResourceClaim"
 # with their spec (``SPEC_KINDS``): a run names one of its namespace. Not installed (the
 # CRD absent), a run names installation-wide profiles only.
 PROJECT_PROFILES = "runguard.io/ProjectProfile"
+# ResourceClaimTemplates, with their spec (``SPEC_KINDS``), watched in an operator slot
+# (the third) whatever the policy: the devices a run's templates ask for are counted
+# against its maximums (``webhook.engine.rules.dra``). Not served (no dynamic resource
+# allocation), no Pod naming one is admitted by that apiserver anyway.
+CLAIM_TEMPLATES = "resource.k8s.io/ResourceClaimTemplate"
+# Run Pods (by runguard's RunPolicy label, ``OPERATOR_CORE_KINDS``), watched in an
+# operator slot (the fourth) whatever the policy: a ResourceClaim made for a Pod is judged
+# against the RunPolicy of the run it is for (``webhook.engine.rules.dra``).
+RUN_PODS = "Pod"
 # Kinds whose spec is kept, as JSON text (``Meta.spec``), at most MAX_SPEC bytes of it.
-SPEC_KINDS = frozenset({"ProjectProfile"})
+SPEC_KINDS = frozenset({"ProjectProfile", "ResourceClaimTemplate"})
 MAX_SPEC = 65536
 LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 # An annotation value longer than this is not kept (memory stays bounded whatever other

@@ -31,12 +31,14 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
 from webhook.clusterstate.model import (
+    CLAIM_TEMPLATES,
     DEVICE_CLAIMS,
     KINDS,
     MAX_OPERATOR_KINDS,
     OPERATOR_CORE_KINDS,
     PROJECT_PROFILES,
     RESOURCES,
+    RUN_PODS,
     split_group_kind,
 )
 from webhook.clusterstate.publication import create_directory
@@ -73,8 +75,10 @@ def operator_kinds(policy: Policy | None) -> tuple[str, ...]:
 def watched_kinds(policy: Policy | None) -> tuple[str, ...]:
     """The kinds the watch keeps in its operator slots: ResourceClaims first (whose
     claims are a Pod's own, ``model.DEVICE_CLAIMS``), projects' profiles second
-    (``model.PROJECT_PROFILES``), then ``operator_kinds``."""
-    return tuple(dict.fromkeys((DEVICE_CLAIMS, PROJECT_PROFILES, *operator_kinds(policy))))
+    (``model.PROJECT_PROFILES``), claim templates third (``model.CLAIM_TEMPLATES``), run
+    Pods fourth (``model.RUN_PODS``), then ``operator_kinds``."""
+    reserved = (DEVICE_CLAIMS, PROJECT_PROFILES, CLAIM_TEMPLATES, RUN_PODS)
+    return tuple(dict.fromkeys((*reserved, *operator_kinds(policy))))
 
 
 class WatchProcess:

@@ -16,6 +16,7 @@ from webhook.engine.rule import CONCERNS, Concern, Declarations, Rule, collect
 from webhook.engine.rules import (
     debug,
     devices,
+    dra,
     growth,
     hardening,
     not_a_run,
@@ -25,6 +26,7 @@ from webhook.engine.rules import (
     queue,
     reserved,
     resources,
+    runtime,
     scheduling,
     scope,
     secrets,
@@ -41,9 +43,11 @@ DECLARATIONS: tuple[Declarations, ...] = tuple(
     module.RULES
     for module in (
         profile,
+        runtime,
         resources,
         growth,
         devices,
+        dra,
         security,
         hardening,
         pod_security,

@@ -119,12 +119,19 @@ def _pod_reference_conditions(policy: Policy) -> list[dict[str, str]] | None:
     ]
 
 
+POD_CLAIM = (
+    "request.resource.resource == 'resourceclaims'"
+    " && object.metadata.?ownerReferences.orValue([]).exists(o,"
+    " o.kind == 'Pod' && o.?controller.orValue(false))"
+)
+
+
 def reserved_name_condition(policy: Policy) -> dict[str, str] | None:
-    """Ownership on: a PVC, Secret, ConfigMap or ResourceClaim created with a name a
-    platform pattern gives (placeholders as wildcards). None when the policy reserves no
-    name."""
+    """A ResourceClaim made for a Pod (its devices are the run's, whatever the policy);
+    ownership on: a PVC, Secret, ConfigMap or ResourceClaim created with a name a
+    platform pattern gives (placeholders as wildcards)."""
     if not _any_ownership(policy):
-        return None
+        return _condition("platform-name", f"request.operation == 'CREATE' && {POD_CLAIM}")
     alternatives = [
         f"request.resource.resource == {_cel_string(resource)}"
         f" && object.metadata.?name.orValue('').matches({_cel_string(regex)})"
@@ -142,6 +149,7 @@ def reserved_name_condition(policy: Policy) -> dict[str, str] | None:
         " && object.?spec.?source.?persistentVolumeClaimName.orValue('')"
         f".matches({_cel_string(_ANY_NAME)})"
     )
+    alternatives.append(POD_CLAIM)
     created = _join("||", *alternatives)
     if created is not None:  # the token Secrets' rule routes UPDATEs of Secrets too
         created = _join("&&", "request.operation == 'CREATE'", created)
@@ -188,6 +196,9 @@ def reserved_rules(policy: Policy) -> list[dict[str, Any]]:
     reserved = _reserved(policy)
     if _any_ownership(policy) and "persistentvolumeclaims" not in reserved:
         reserved = {**reserved, "persistentvolumeclaims": ""}  # clones of a Pod's claim
+    # A claim made for a Pod from its template, whatever the policy: its devices are the
+    # run's (webhook.engine.rules.dra).
+    reserved.setdefault("resourceclaims", "")
     rules = _reserved_rules(reserved)
     if _any_ownership(policy):
         rules.append(_rule(SNAPSHOT_GROUP, ["volumesnapshots"], ["CREATE"]))

@@ -10,7 +10,7 @@ and values the schema cannot compare (a default priority class outside the allow
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from decimal import Decimal
 from typing import Any
 
@@ -21,6 +21,7 @@ from webhook.policy.errors import PolicyIssue
 from webhook.policy.formats import quantity_problem
 from webhook.policy.kube import RESOURCE_LIST, RESOURCE_RANGE_LIST, resolve_resource_name
 from webhook.policy.model import KINDS, run_policy_path
+from webhook.policy.model.devices import counts_as_problem
 from webhook.policy.patterns import label_keys, patterns_overlap
 from webhook.policy.platforms import PlatformAt, platform_issues, platform_of, written_platforms
 from webhook.policy.schema_issues import describe, show_list
@@ -268,6 +269,7 @@ def _run_policy_issues(
 
     issues.extend(_workload_class_issues(run_policy, profiles))
     issues.extend(_family_issues(run_policy, profiles, gpu))
+    issues.extend(_device_class_issues(run_policy))
 
     maximums_path = run_policy_path("resources", "maximums")
     maximums = resource_values(run_policy, maximums_path, gpu)
@@ -404,6 +406,17 @@ def _shared_config_map_issues(
                     )
                 )
     return issues
+
+
+def _device_class_issues(run_policy: SourceDocument) -> Iterator[PolicyIssue]:
+    """Each device class's countsAs and attribute agree."""
+    path = run_policy_path("resources", "device_classes")
+    written = run_policy.get(*path)
+    for name, config in written.items() if isinstance(written, dict) else ():
+        if isinstance(config, dict):
+            problem = counts_as_problem(config.get("countsAs"), config.get("attribute"))
+            if problem is not None:
+                yield run_policy.issue((*path, name, "countsAs"), problem)
 
 
 def _family_issues(

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -45,6 +46,8 @@ _PATTERN_LISTS = tuple(
 _SELECTOR = _run("selector")
 _PROFILES = _run("profiles_config")
 _MAXIMUMS = _run("resources", "maximums")
+_DEVICE_CLASSES = _run("resources", "device_classes")
+_FAMILIES = _run("resources", "families")
 _DEFAULT_REQUESTS = _run("resources", "defaults", "requests")
 _DEFAULT_LIMITS = _run("resources", "defaults", "limits")
 _SECCOMP = _run("security", "seccomp_profile")
@@ -221,6 +224,7 @@ def _run_policy_warnings(
     yield from _default_resource_warnings(doc, gpu)
     yield from _security_warnings(doc)
     yield from _node_path_warnings(doc)
+    yield from _device_class_warnings(doc, gpu, set(resource_values(doc, _MAXIMUMS, gpu)))
     yield from _preemption_warnings(doc)
 
 
@@ -348,6 +352,35 @@ def _node_path_warnings(doc: SourceDocument) -> Iterator[PolicyIssue]:
                 f"{path} reaches the node's own {hit}: a run mounting it can read or change "
                 "the node",
             )
+
+
+def _device_class_warnings(
+    doc: SourceDocument, gpu: str, maximums: set[str]
+) -> Iterator[PolicyIssue]:
+    """A device class whose devices count as a resource with no maximum and in no family:
+    a run may then ask for any number of them."""
+    classes = doc.get(*_DEVICE_CLASSES)
+    families = doc.get(*_FAMILIES)
+    members = [
+        key
+        for family in (families if isinstance(families, list) else [])
+        if isinstance(family, dict) and isinstance(family.get("members"), dict)
+        for key in family["members"]
+    ]
+    for name, config in (classes if isinstance(classes, dict) else {}).items():
+        counts_as = config.get("countsAs") if isinstance(config, dict) else None
+        if not isinstance(counts_as, str):
+            continue
+        resource = gpu if counts_as == "gpu" else counts_as.replace("{value}", "*")
+        if resource in maximums or any(
+            fnmatchcase(resource, key) or fnmatchcase(key, resource) for key in members
+        ):
+            continue
+        yield doc.issue(
+            (*_DEVICE_CLASSES, name, "countsAs"),
+            f"{counts_as} has no maximum and is in no device family: a run may ask for any "
+            f"number of {name} devices",
+        )
 
 
 def _within(path: str, directory: str) -> bool:

@@ -9,14 +9,17 @@ engine refuses a run naming a profile with any (``profile.project-invalid``), so
 profile that got in some other way (runguard down, a RunPolicy lowered since) still
 gives nothing beyond it:
 
-* every quantity, and every bound of a range, at most the RunPolicy's maximum;
+* every quantity, and every bound of a range, at most the RunPolicy's maximum (an
+  extended resource a DeviceClass maps to dynamic resource allocation as the devices it
+  stands for: a profile may give its GPUs that way);
 * what a run may get of a device family (each range at its max) at most its maximum;
 * its priority class one of the allowed ones;
 * no environment variable that selects devices on the node (``resources.deviceEnv``):
   devices come through requests, as for the users' own containers (an installation-wide
   profile may set them, a project's may not);
 * no inter-pod affinity term reaching Pods of other namespaces (``namespaces`` naming
-  another, or a ``namespaceSelector``): a project's profile keeps to its project.
+  another, or a ``namespaceSelector``): a project's profile keeps to its project;
+* its run time (default and maximum) at most the RunPolicy's ``runTime.maximum``.
 
 Nothing a profile sets touches the run's security context: root and privileges are
 stripped or denied after the profile is applied, whatever profile the run names.
@@ -125,6 +128,7 @@ def beyond(
                 )
             )
     found.extend(_other_namespaces(profile.affinity or {}, namespace))
+    found.extend(_longer_run_time(profile, policy))
     return found
 
 
@@ -158,6 +162,17 @@ def _workload_priority_class(
         )
 
 
+def _longer_run_time(profile: ProfileValues, policy: RunPolicySpec) -> Iterator[tuple[Where, str]]:
+    """A run time the profile gives above the RunPolicy's ``runTime.maximum``."""
+    most, run_time = policy.run_time.maximum, profile.run_time
+    if most is None or run_time is None:
+        return
+    for key in ("default", "maximum"):
+        seconds = getattr(run_time, key)
+        if seconds is not None and seconds > most:
+            yield ("runTime", key), f"{seconds} seconds is above the RunPolicy's maximum {most}"
+
+
 def _bounds(value: str | QuantityRange) -> Iterator[tuple[Where, str, Decimal]]:
     """(where below the resource, quantity, amount) of a quantity, or of a range's bounds."""
     if isinstance(value, QuantityRange):
@@ -177,12 +192,13 @@ def _above_maximums(profile: ProfileValues, policy: RunPolicySpec) -> Iterator[t
     for part in ("requests", "limits"):
         values: Mapping[str, str | QuantityRange] = getattr(profile.resources, part)
         for resource, value in values.items():
-            most = maximums.get(resource)
+            counted = policy.resources.counted_as(resource)  # a DeviceClass's: its devices
+            most = maximums.get(counted)
             if most is None:
                 continue
             for at, text, amount in _bounds(value):
                 if amount > most:
-                    written = policy.resources.maximums[resource]
+                    written = policy.resources.maximums[counted]
                     yield (
                         ("resources", part, resource, *at),
                         f'"{text}" is above the maximum "{written}"',
@@ -192,7 +208,10 @@ def _above_maximums(profile: ProfileValues, policy: RunPolicySpec) -> Iterator[t
 def _above_families(profile: ProfileValues, policy: RunPolicySpec) -> Iterator[tuple[Where, str]]:
     for part in ("requests", "limits"):
         values: Mapping[str, str | QuantityRange] = getattr(profile.resources, part)
-        most = {r: max(amount for _, _, amount in _bounds(v)) for r, v in values.items()}
+        most: dict[str, Decimal] = {}
+        for r, v in values.items():
+            counted = policy.resources.counted_as(r)
+            most[counted] = most.get(counted, Decimal(0)) + max(a for _, _, a in _bounds(v))
         for family in policy.resources.families:
             total = sum(
                 (v * w for r, v in most.items() if (w := family.weight(r)) is not None),

@@ -14,11 +14,13 @@ from webhook.engine.doors import Door
 from webhook.engine.pod import Pod
 from webhook.engine.rules import (
     devices,
+    dra,
     not_a_run,
     pod_security,
     profile,
     reserved,
     resources,
+    runtime,
     scheduling,
     secrets,
     security,
@@ -33,6 +35,7 @@ MUTATION_STEPS: tuple[Step, ...] = (
     profile.note_profile_fallback,
     profile.apply_profile,  # 1
     profile.clamp_to_profile_ranges,  # 1, a run's value outside the profile's range
+    runtime.apply_run_time,  # 1, the profile's run time
     resources.fill_defaults,  # 2
     resources.derive_memory_limits,  # 3
     resources.clamp_to_maximums,  # 4
@@ -52,6 +55,7 @@ MUTATION_STEPS: tuple[Step, ...] = (
 CHECKS: tuple[Check, ...] = (
     profile.check_profile,
     profile.check_profile_ranges,
+    runtime.check_run_time,
     resources.check_resources,
     resources.check_run_totals,
     resources.check_device_families,
@@ -61,6 +65,7 @@ CHECKS: tuple[Check, ...] = (
     volumes.check_volumes,
     secrets.check_secrets,
     devices.check_device_claims,
+    dra.check_device_requests,
     scheduling.check_scheduling,
 )
 

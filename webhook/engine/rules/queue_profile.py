@@ -19,6 +19,7 @@ from typing import Any
 from webhook.engine.context import ClusterView, Requester
 from webhook.engine.pod import kept_change
 from webhook.engine.rules.profile import PROFILE_APPLIED
+from webhook.engine.rules.runtime import max_exec_time_label
 from webhook.engine.types import JSON, Change
 from webhook.keys import POLICY_LABEL
 from webhook.policy.model import Policy, Profile
@@ -51,6 +52,7 @@ def queue_labels(profile: Profile, policy: Policy) -> dict[str, str]:
     labels = {queue_label(policy): queue.name}
     if queue.priority_class is not None:
         labels[PRIORITY_LABEL] = queue.priority_class
+    labels.update(max_exec_time_label(profile))
     return labels
 
 

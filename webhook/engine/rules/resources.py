@@ -273,8 +273,8 @@ def check_run_totals(pod: Pod) -> list[Violation]:
                         RESOURCES_EXCEEDED,
                         f"{pod.spec_path}.resources.{part}.{resource}",
                         f"the run's total {pod.short(resource)} {part[:-1]} "
-                        f"{_show(resource, amount)} (all containers, as the scheduler counts) "
-                        "is above the maximum "
+                        f"{show_amount(resource, amount)} (all containers, as the scheduler "
+                        "counts) is above the maximum "
                         f"{cfg.maximums[resource]} for one run",
                         amount,
                     )
@@ -282,7 +282,7 @@ def check_run_totals(pod: Pod) -> list[Violation]:
     return out
 
 
-def _show(resource: str, amount: Decimal) -> str:
+def show_amount(resource: str, amount: Decimal) -> str:
     """A total as people write it: bytes in Mi/Gi, the rest as a plain number."""
     if resource in ("memory", "ephemeral-storage") or resource.startswith("hugepages-"):
         return format_bytes_ceil_mi(amount)
@@ -299,17 +299,8 @@ def check_device_families(pod: Pod) -> list[Violation]:
     for part in ("requests", "limits"):
         totals = effective_totals(pod.spec, part)
         for family in families:
-            counted = [
-                (resource, amount, weight)
-                for resource, amount in sorted(totals.items())
-                if amount and (weight := family.weight(resource))
-            ]
-            total = sum((amount * weight for _, amount, weight in counted), Decimal(0))
+            total, shown = family_total(pod.policy.resources, family, totals)
             if total > family.max:
-                shown = ", ".join(
-                    f"{_show(r, a)} {pod.short(r)}" + (f" x {w.normalize():f}" if w != 1 else "")
-                    for r, a, w in counted
-                )
                 out.append(
                     Violation(
                         RESOURCES_EXCEEDED,
@@ -321,6 +312,22 @@ def check_device_families(pod: Pod) -> list[Violation]:
                     )
                 )
     return out
+
+
+def family_total(cfg: Any, family: Any, totals: dict[str, Decimal]) -> tuple[Decimal, str]:
+    """The weighted total of ``family`` in ``totals``, and its members as messages show
+    them (``2 gpu x 7, 1 nvidia.com/mig-1g.10gb``)."""
+    counted = [
+        (resource, amount, weight)
+        for resource, amount in sorted(totals.items())
+        if amount and (weight := family.weight(resource))
+    ]
+    total = sum((amount * weight for _, amount, weight in counted), Decimal(0))
+    shown = ", ".join(
+        f"{show_amount(r, a)} {cfg.short(r)}" + (f" x {w.normalize():f}" if w != 1 else "")
+        for r, a, w in counted
+    )
+    return total, shown
 
 
 def _asks_for_members(pod: Pod, families: Any) -> bool:

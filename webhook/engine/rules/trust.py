@@ -16,7 +16,7 @@ from typing import Any
 from webhook.engine import scope
 from webhook.engine.pod import spec_prefix
 from webhook.engine.rule import Declarations
-from webhook.engine.rules import ownership, podclaims, reserved, stamp
+from webhook.engine.rules import dra, ownership, podclaims, reserved, runtime, stamp
 from webhook.engine.rules.debug import check_debug_container
 from webhook.engine.rules.growth import check_growth, check_size_record
 from webhook.engine.rules.not_a_run import OWNERSHIP_UNKNOWN
@@ -392,6 +392,7 @@ TRUST_CHECKS: tuple[TrustCheck, ...] = (
     *QUEUE_CHECKS,
     check_growth,
     check_size_record,
+    runtime.check_exec_time_kept,
 )
 
 
@@ -404,6 +405,7 @@ OBJECT_CHECKS: tuple[TrustCheck, ...] = (
     lambda r: reserved.check_token_secret(r.obj, r.root, r.namespace, r.old, r.context),
     lambda r: podclaims.check_pod_claim_clones(r.obj, r.root, r.context, r.namespace),
     lambda r: podclaims.check_pod_claim_snapshots(r.obj, r.root, r.context, r.namespace),
+    lambda r: dra.check_claim_devices(r.obj, r.root, r.context, r.namespace),
 )
 
 

@@ -44,6 +44,34 @@ class ProfileQueue(Section):
     )
 
 
+# A run time in seconds, as activeDeadlineSeconds takes it (at most about 68 years).
+Seconds = Annotated[int, Field(ge=1, le=2147483647)]
+
+
+class ProfileRunTime(Section):
+    """How long one run of the profile may run: its Pods' activeDeadlineSeconds (and, for
+    a queued run, Kueue's maximum execution time), so GPUs are not held forever."""
+
+    default: Seconds | None = Field(
+        default=None,
+        description="Seconds a run gets when it sets no activeDeadlineSeconds; absent: the "
+        "maximum.",
+    )
+    maximum: Seconds | None = Field(
+        default=None,
+        description="The most seconds a run may ask for (activeDeadlineSeconds above it is "
+        "lowered to it); never raised or removed on UPDATE.",
+    )
+
+    @cached_property
+    def given(self) -> int | None:
+        """What a run setting none gets: the default (never above the maximum), else the
+        maximum."""
+        if self.default is None or self.maximum is None:
+            return self.default if self.default is not None else self.maximum
+        return min(self.default, self.maximum)
+
+
 class ProfileValues(Section):
     """What a hardware profile sets: its values win over the run's, key by key (the keys
     an installation-wide Profile and a project's ProjectProfile share). It places the run
@@ -71,6 +99,11 @@ class ProfileValues(Section):
     )
     env: tuple[EnvVarDict, ...] = Field(
         default=(), description="Environment of the main container, per name."
+    )
+    run_time: ProfileRunTime | None = Field(
+        default=None,
+        description="A run's default and maximum run time, in seconds (activeDeadlineSeconds of "
+        "its Pods; Kueue's maximum execution time for a queued run).",
     )
     queue: ProfileQueue | None = Field(
         default=None,

@@ -29,6 +29,7 @@ from webhook.policy.kube import (
     ResourceRequirements,
     TolerationDict,
 )
+from webhook.policy.model.devices import DeviceClassConfig, DeviceCounting
 from webhook.policy.model.fields import (
     ROOT_CA_CONFIG_MAP,
     Capability,
@@ -98,10 +99,14 @@ class DeviceFamily(Section):
         )
 
     def weight(self, resource: str) -> Decimal | None:
-        """What one of ``resource`` counts for in this family; None: not a member."""
+        """What one of ``resource`` counts for in this family; None: not a member. A name
+        with ``*`` (a device whose MIG profile no selector pins) counts as the heaviest
+        member it may be."""
         exact = self.members.get(resource)
         if exact is not None:
             return exact
+        if "*" in resource:
+            return self._heaviest(resource)
         known = self._weights
         if resource in known:
             return known[resource]
@@ -110,13 +115,21 @@ class DeviceFamily(Section):
             known[resource] = found
         return found
 
+    def _heaviest(self, pattern: str) -> Decimal | None:
+        """The heaviest member a name of ``pattern`` may be: a member key it matches
+        (nvidia.com/mig-* matches nvidia.com/mig-1g.*), or a member pattern matching it."""
+        regex = re.compile(".*".join(re.escape(part) for part in pattern.split("*")))
+        found = [w for k, w in self.members.items() if regex.fullmatch(k)]
+        found.extend(w for member, w in self.patterns if member.fullmatch(pattern))
+        return max(found, default=None)
+
     @cached_property
     def _weights(self) -> dict[str, Decimal | None]:
         """The answers for names matched against the patterns, kept with the family."""
         return {}
 
 
-class ResourcesConfig(Section):
+class ResourcesConfig(DeviceCounting, Section):
     """Resource defaults and limits, per container."""
 
     gpu_resource_name: ResourceName = Field(
@@ -150,6 +163,14 @@ class ResourcesConfig(Section):
         description="Name patterns of the ResourceClaims the platform creates: only its runs "
         "may name one (resourceClaimName); any other existing claim is removed (denied with "
         "volumes.onPreExisting Deny). A run's own claims come from its templates.",
+    )
+
+    device_classes: Mapping[DnsSubdomain, DeviceClassConfig] = Field(
+        default_factory=dict,
+        description="The DeviceClasses runs may name in their device claims (dynamic resource "
+        "allocation), each with what one device counts as against the maximums and device "
+        "families; a request of any other class, allocationMode All or adminAccess is refused "
+        "for runs.",
     )
 
     @cached_property
@@ -374,6 +395,16 @@ class SchedulingConfig(Section):
 PlatformName = DnsSubdomain
 
 
+class RunTimeConfig(Section):
+    """How long runs may run, whatever their profile gives."""
+
+    maximum: Annotated[int, Field(ge=1, le=2147483647)] | None = Field(
+        default=None,
+        description="The most seconds a profile may give a run (its runTime default and "
+        "maximum): a project's profile above it is not applied (profile.project-invalid).",
+    )
+
+
 class RunPolicySpec(Section):
     """What runguard enforces on platform runs."""
 
@@ -402,6 +433,7 @@ class RunPolicySpec(Section):
     volumes: VolumesConfig = Field(default_factory=VolumesConfig)
     secrets: SecretsConfig = Field(default_factory=SecretsConfig)
     scheduling: SchedulingConfig = Field(default_factory=SchedulingConfig)
+    run_time: RunTimeConfig = Field(default_factory=RunTimeConfig)
     # The engine reads a PlatformConfig (``Policy.platform``): the loader puts the named
     # Platform document's spec here (``platforms.resolved``) before the Policy is built.
     platform: PlatformName | PlatformConfig = Field(
