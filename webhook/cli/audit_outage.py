@@ -28,8 +28,8 @@ def run_outage(args: argparse.Namespace) -> int:
 
     from webhook.audit.clusteraudit import AuditError
     from webhook.inputs.documents import InputError, read_objects
+    from webhook.inputs.limits import CLUSTER_STATE_FILES
     from webhook.install.outage import outage
-    from webhook.serving.inputlimits import CLUSTER_STATE_FILES
 
     if args.write or args.policy_objects or args.output not in ("table", "json"):
         print("runguard audit: --outage prints a table or json, from -p's policy",

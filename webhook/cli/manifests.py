@@ -142,58 +142,14 @@ def run(args: argparse.Namespace) -> int:
     policy = load_policy_or_report(args.policy)
     if policy is None:
         return EXIT_BAD_INPUT
-
-    if args.available and not args.floor:
-        return _fail("--available needs the floor: it alone judges runs while runguard is down")
-    if (args.break_glass or args.control_plane_dir) and not args.static:
-        return _fail("--break-glass and --control-plane-dir go with --static")
+    if (problem := _flags_problem(args)) is not None:
+        return _fail(problem)
     if args.static:
         return _static(args, policy)
     if args.write or args.check:
-        if args.ca_bundle or args.url or args.available or not args.floor:
-            return _fail(
-                "--ca-bundle, --url, --available and --no-floor do not apply to the kustomize "
-                "base (its available-mode component is the available mode)"
-            )
-        try:
-            files = manifests.generated_files(
-                policy, manifests.read_policy_files(args.policy), namespace=args.namespace
-            )
-        except OSError as exc:
-            return _fail(f"{exc.filename}: {exc.strerror}")
-        return _write(args.write, files) if args.write else _check(args.check, files, args.policy)
-
+        return _base(args, policy)
     try:
-        ca_bundle = args.ca_bundle.read_bytes() if args.ca_bundle else None
-        objects = manifests.webhook_configurations(
-            policy,
-            namespace=args.namespace,
-            service=args.service,
-            ca_bundle=ca_bundle,
-            url=args.url,
-            available=args.available,
-        )
-        if args.floor:
-            objects += manifests.floor_policies(policy, namespace=args.namespace)
-        if args.policy_objects:
-            objects.append(
-                manifests.policy_object_webhook(
-                    namespace=args.namespace,
-                    service=args.service,
-                    ca_bundle=ca_bundle,
-                    url=args.url,
-                )  # fmt: skip
-            )
-        if args.shells:
-            objects.append(
-                manifests.shells_webhook_configuration(
-                    policy,
-                    namespace=args.namespace,
-                    service=args.service,
-                    ca_bundle=ca_bundle,
-                    url=args.url,
-                )
-            )
+        objects = _objects(args, policy)
     except OSError as exc:
         return _fail(f"{exc.filename}: {exc.strerror}")
     except manifests.ManifestError as exc:
@@ -204,6 +160,51 @@ def run(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(manifests.to_yaml(objects, manifests.REQUIRES))
     return EXIT_OK
+
+
+def _flags_problem(args: argparse.Namespace) -> str | None:
+    """The flags that do not go together, said in a line (None: they do)."""
+    if args.available and not args.floor:
+        return "--available needs the floor: it alone judges runs while runguard is down"
+    if (args.break_glass or args.control_plane_dir) and not args.static:
+        return "--break-glass and --control-plane-dir go with --static"
+    if (
+        not args.static
+        and (args.write or args.check)
+        and (args.ca_bundle or args.url or args.available or not args.floor)
+    ):
+        return (
+            "--ca-bundle, --url, --available and --no-floor do not apply to the kustomize "
+            "base (its available-mode component is the available mode)"
+        )
+    return None
+
+
+def _base(args: argparse.Namespace, policy: Any) -> int:
+    """``--write`` / ``--check``: the kustomize base's files written or compared."""
+    try:
+        files = manifests.generated_files(
+            policy, manifests.read_policy_files(args.policy), namespace=args.namespace
+        )
+    except OSError as exc:
+        return _fail(f"{exc.filename}: {exc.strerror}")
+    return _write(args.write, files) if args.write else _check(args.check, files, args.policy)
+
+
+def _objects(args: argparse.Namespace, policy: Any) -> list[dict[str, Any]]:
+    """The objects printed: the webhook configurations, the floor, the optional ones."""
+    ca_bundle = args.ca_bundle.read_bytes() if args.ca_bundle else None
+    where = {"namespace": args.namespace, "service": args.service, "ca_bundle": ca_bundle}
+    objects = manifests.webhook_configurations(
+        policy, url=args.url, available=args.available, **where
+    )
+    if args.floor:
+        objects += manifests.floor_policies(policy, namespace=args.namespace)
+    if args.policy_objects:
+        objects.append(manifests.policy_object_webhook(url=args.url, **where))
+    if args.shells:
+        objects.append(manifests.shells_webhook_configuration(policy, url=args.url, **where))
+    return objects
 
 
 def _static(args: argparse.Namespace, policy: Any) -> int:

@@ -40,8 +40,19 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, get_args
 
-from webhook.engine.rules.pod_security import allowed_capabilities
-from webhook.engine.rules.volumes import forbidden_type
+from webhook.engine.rules.pod_security import (
+    SECURITY_HOST_PORTS,
+    SECURITY_PRIVILEGED,
+    allowed_capabilities,
+)
+from webhook.engine.rules.resources import RESOURCES_EXCEEDED
+from webhook.engine.rules.scheduling import SCHEDULING_PRIORITY_CLASS
+from webhook.engine.rules.security import (
+    SECURITY_CAPABILITIES,
+    SECURITY_HOST_NAMESPACE,
+    SECURITY_ROOT,
+)
+from webhook.engine.rules.volumes import VOLUMES_FORBIDDEN_TYPE, forbidden_type
 from webhook.install.cel import _cel_string, _join, _namespace_outside, _render, _selector
 from webhook.install.conditions import namespace_selector
 from webhook.install.names import DEFAULT_NAMESPACE, LABELS, _rule
@@ -90,7 +101,7 @@ def _root(p: Policy) -> list[tuple[str, str, str]]:
     )
     return [
         (
-            "security.root",
+            SECURITY_ROOT,
             f"{ids} && !{_PSC}.?supplementalGroups.orValue([]).exists(g, g == 0)"
             f" && {_PSC}.?runAsNonRoot.orValue(true) && {containers}",
             "a user or group id 0, or runAsNonRoot false",
@@ -108,7 +119,7 @@ def _privileges(p: Policy) -> list[tuple[str, str, str]]:
     allowed = sorted(allowed_capabilities(p) | operators)
     return [
         (
-            "security.privileged",
+            SECURITY_PRIVILEGED,
             f"{_C}.all(c, !c.?securityContext.?privileged.orValue(false)"
             f" && !c.?securityContext.?windowsOptions.?hostProcess.orValue(false){escalation})"
             f" && !{_PSC}.?windowsOptions.?hostProcess.orValue(false)",
@@ -116,19 +127,19 @@ def _privileges(p: Policy) -> list[tuple[str, str, str]]:
             + (", or privilege escalation allowed" if escalation else ""),
         ),
         (
-            "security.capabilities",
+            SECURITY_CAPABILITIES,
             f"{_C}.all(c, c.?securityContext.?capabilities.?add.orValue([])"
             f".all(a, a in {_list(allowed)}))",
             f"a capability added outside {', '.join(allowed) or 'none'}",
         ),
         (
-            "security.host-namespace",
+            SECURITY_HOST_NAMESPACE,
             "!object.spec.?hostNetwork.orValue(false) && !object.spec.?hostPID.orValue(false)"
             " && !object.spec.?hostIPC.orValue(false)",
             "the host's network, PID or IPC namespace",
         ),
         (
-            "security.host-ports",
+            SECURITY_HOST_PORTS,
             f"{_C}.all(c, c.?ports.orValue([]).all(p, p.?hostPort.orValue(0) == 0))",
             "a host port",
         ),
@@ -164,7 +175,7 @@ def _volumes(p: Policy) -> list[tuple[str, str, str]]:
     )
     return [
         (
-            "volumes.forbidden-type",
+            VOLUMES_FORBIDDEN_TYPE,
             f"object.spec.?volumes.orValue([]).all(v, {' && '.join(terms)})",
             f"a volume type outside {', '.join(allowed)}"
             + (
@@ -198,7 +209,7 @@ def _maximums(p: Policy) -> list[tuple[str, str, str]]:
             ]
         out.append(
             (
-                "resources.exceeded",
+                RESOURCES_EXCEEDED,
                 " && ".join(terms),
                 f"{resource} above the maximum {text}, in a container or the run's total",
             )
@@ -212,7 +223,7 @@ def _priority_classes(p: Policy) -> list[tuple[str, str, str]]:
         return []
     return [
         (
-            "scheduling.priority-class",
+            SCHEDULING_PRIORITY_CLASS,
             f"object.spec.?priorityClassName.orValue('') in {_list(['', *sorted(allowed)])}",
             f"a priority class outside {', '.join(sorted(allowed))}",
         )
