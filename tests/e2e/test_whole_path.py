@@ -84,18 +84,9 @@ def new_namespace(cluster: Cluster, stem: str) -> str:
 
 @pytest.fixture(scope="module")
 def whole_path(cluster: Cluster, webhook: Webhook) -> Iterator[Cluster]:
-    """The session's cluster with controllers, scheduler and simulated nodes running.
-    Pods an earlier module left terminating (a finalizer of Kueue's, which stopped with
-    that module) are let go first: bound to a simulated node, they hold its capacity."""
+    """The session's cluster with controllers, scheduler and simulated nodes running."""
     cluster.start_whole_path()
     try:
-        stuck = json.loads(cluster.kubectl("get", "pods", "-A", "-o", "json", check=True).stdout)
-        for pod in stuck["items"]:
-            meta = pod["metadata"]
-            if meta.get("deletionTimestamp") and meta.get("finalizers"):
-                release = '{"metadata":{"finalizers":null}}'
-                cluster.kubectl("patch", "pod", meta["name"], "-n", meta["namespace"],
-                                "--type=merge", "-p", release)  # fmt: skip
         yield cluster
     finally:
         cluster.stop_whole_path()
