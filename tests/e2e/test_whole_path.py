@@ -4,9 +4,9 @@ kwok's simulated nodes, where they run.
 
 This module starts kube-controller-manager, kube-scheduler and kwok beside the
 session's apiserver (``Cluster.start_whole_path``) and stops them at its end, so the
-other modules keep their admission-only cluster, where Pods stay Pending. Objects the
-earlier modules left (Jobs, Deployments, Pending Pods) are reconciled and scheduled
-once the controllers start; nothing here depends on them.
+other modules keep their admission-only cluster, where Pods stay Pending. What the
+earlier modules left (Jobs, Deployments, Pods) is deleted before the controllers start:
+scheduled first, it would hold the simulated nodes' GPUs.
 """
 
 from __future__ import annotations

@@ -27,6 +27,8 @@ __all__ = ["COMPONENTS", "WholePath"]
 KWOK_STAGES = E2E_DIR / "kwok-stages.yaml"
 # Started after the apiserver by start_whole_path(), stopped before it, in this order.
 COMPONENTS = ("kube-controller-manager", "kube-scheduler", "kwok")
+# What makes Pods: cleared with the Pods before the path starts (owners first).
+WORKLOADS = "cronjobs,jobs,deployments,statefulsets,daemonsets,replicasets"
 
 
 class WholePath(Clients):
@@ -37,8 +39,10 @@ class WholePath(Clients):
     ) -> None:
         """Start kube-controller-manager, kube-scheduler and kwok beside the running
         apiserver, create ``nodes`` and wait until every one is Ready and schedulable
-        (the controller-manager has lifted the not-ready taint)."""
+        (the controller-manager has lifted the not-ready taint). What earlier modules
+        left is cleared first (``clear_runs``): the scheduler would place it."""
         self._check_binaries(COMPONENTS)
+        self.clear_runs()
         for name, user in (
             ("kube-controller-manager", "system:kube-controller-manager"),
             ("kube-scheduler", "system:kube-scheduler"),
@@ -63,6 +67,24 @@ class WholePath(Clients):
             stop()
             raise
         self._write_state()
+
+    def clear_runs(self) -> None:
+        """Delete every workload and Pod outside ``kube-system``, Pods' finalizers
+        included. Pods left Pending by the admission-only modules, or bound to the
+        simulated nodes of an earlier start (kwok keeps bare Pods Running for ever),
+        would otherwise be scheduled first and hold the nodes' GPUs; a stopped Kueue or
+        job-controller no longer lifts its finalizer from a Pod."""
+        outside = ("-A", "--field-selector", "metadata.namespace!=kube-system")
+        for kind in (WORKLOADS, "pods"):
+            listed = self.kubectl("get", kind, *outside, "-o", "json", check=True).stdout
+            for item in json.loads(listed)["items"]:
+                meta = item["metadata"]
+                if meta.get("finalizers"):
+                    where = (item["kind"].lower(), meta["name"], "-n", meta["namespace"])
+                    release = '{"metadata":{"finalizers":null}}'
+                    self.kubectl("patch", *where, "--type=merge", "-p", release)
+            self.kubectl("delete", kind, *outside, "--wait=false", "--ignore-not-found",
+                         "--grace-period=0", "--force", check=True)  # fmt: skip
 
     def stop_whole_path(self, *, delete_nodes: bool = True, timeout: float = 15.0) -> None:
         """Stop kwok, the scheduler and the controller-manager; delete the simulated
