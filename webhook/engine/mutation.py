@@ -6,6 +6,8 @@ queue, runguard's records written, the JSON Patch by diffing, and the receipt le
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from webhook.engine import scope, sizes, templates
@@ -21,6 +23,7 @@ from webhook.engine.decide import (
     with_spec,
 )
 from webhook.engine.diff import make_patch
+from webhook.engine.paths import MUTATION_PATHS, TEMPLATES_MUTATED, Path, Request, choose
 from webhook.engine.pod import Pod, main_container
 from webhook.engine.pod import warning as warning_text
 from webhook.engine.podspec import Target
@@ -28,7 +31,6 @@ from webhook.engine.receipts import Receipts, backstop_key, state_version
 from webhook.engine.rule import Declarations
 from webhook.engine.rules import ownership
 from webhook.engine.rules.growth import RESOURCES_SIZE_RECORD
-from webhook.engine.rules.hardening import harden_debug_containers
 from webhook.engine.rules.profile import PRIORITY_COMPUTED
 from webhook.engine.rules.queue_profile import send_to_queue
 from webhook.engine.shape import check_shape
@@ -38,6 +40,8 @@ from webhook.engine.subject import (
 )
 from webhook.engine.types import JSON, Change, Decision
 from webhook.policy.model import Policy
+
+__all__ = ["STEPS", "TEMPLATES_MUTATED", "Mutation", "mutate", "operator_templates"]
 
 RULES = Declarations(__name__)
 UPDATE_SPEC_KEPT = RULES.rule(
@@ -53,23 +57,46 @@ UPDATE_SPEC_KEPT = RULES.rule(
 UPDATE_KEPT = "a running pod's spec cannot change: kept the values runguard set at creation"
 
 
-# The kinds whose pod template ``/mutate`` changes at CREATE: what a queue (Kueue) counts
-# and what a scheduler reads is the stored template, so the profile goes there, once. Their
-# Pods are then a fixed point of the steps (judged, nothing left to change). Long-lived
-# controllers (Deployments, StatefulSets...) are judged by their template after mutation
-# but never patched: ``kubectl apply`` of their manifest would take runguard's values back
-# out of the template and roll every Pod; their Pods get the profile.
-TEMPLATES_MUTATED = frozenset({"Job", "CronJob"})
-
-
 TEMPLATE_REAPPLIED = Change(
     UPDATE_SPEC_KEPT,
     warning_text("the pod template is kept: the values runguard set at creation stay"),
 )
 
 
+@dataclass
+class Mutation:
+    """One ``/mutate`` as its path's steps leave it: the object as patched so far
+    (``result``), the changes made, the profile applied, and the steps' Pod (``pod``:
+    what the queue, the size record and the receipt are made of)."""
+
+    q: Request
+    result: Any
+    namespace: str | None
+    receipts: Receipts | None = None
+    version: str | None = None  # the cluster view before the steps ran, for the receipt
+    changes: list[Change] = field(default_factory=list)
+    profile: str | None = None
+    pod: Pod | None = None
+
+    @property
+    def r(self) -> Review:
+        return self.q.r
+
+    @property
+    def target(self) -> Target:
+        assert self.q.run is not None, "a step of a run's path"
+        return self.q.run
+
+    def steps_applied(self) -> tuple[JSON, Pod, list[Change]]:
+        """The mutation steps run on a copy of the run's pod spec, by its RunPolicy."""
+        return steps_applied(self.target, self.r.policy, Who(self.r, self.r.policy))
+
+
+Step = Callable[[Mutation], None]
+
+
 @guarded
-def mutate(  # noqa: C901
+def mutate(
     obj: Any,
     policy: Policy,
     *,
@@ -80,7 +107,8 @@ def mutate(  # noqa: C901
 ) -> Decision:
     """The mutating webhook: patch a run Pod, and at CREATE the pod template of a run Job
     or CronJob (``TEMPLATES_MUTATED``: what a queue counts), and write runguard's records.
-    Never denies.
+    Never denies. The request's path (``webhook.engine.paths.MUTATION_PATHS``) says which
+    of ``STEPS`` run, in their order.
 
     On UPDATE (``old`` given) a Pod's spec is immutable, so the patch is kept only when
     it turns the spec back into the running one: that is ``kubectl apply`` of the
@@ -95,70 +123,120 @@ def mutate(  # noqa: C901
     """
     version = state_version(context) if receipts is not None else None
     r = review(obj, policy, namespace, old, context)
-    governing = r.policy
-    if not scope.looked_at(r.root, r.namespace):
-        return decided(obj, governing, namespace, applies=False, allowed=True)
-    target, problems = selected(r)
-    changes: list[Change] = []
-    profile = None
-    result = obj
-    mutated: Pod | None = None  # the steps' Pod at CREATE, for the receipt
-    if target is not None and not problems and target.kind == "Pod":
-        hardened = _debug_containers_hardened(target, governing, r.old) if r.old else None
-        if hardened is not None:
-            spec, change = hardened
-            result, changes = with_spec(obj, target, spec), [change]
-        else:
-            spec, pod, changes = steps_applied(target, governing, Who(r, governing))
-            profile = pod.profile.title if pod.profile else None
-            mutated = pod if r.old is None else None
-            if spec == target.spec:
-                changes = []  # steps that undid each other changed nothing
-            elif r.old is not None:
-                running = r.old.get("spec")
-                if isinstance(running, dict):
-                    for key in PRIORITY_COMPUTED:  # computed at creation, kept for its life
-                        if key in running:
-                            spec[key] = running[key]
-                if spec != running:
-                    spec, changes = target.spec, []
-                else:
-                    changes = [Change(UPDATE_SPEC_KEPT, warning_text(UPDATE_KEPT))]
-            if changes:
-                result = with_spec(obj, target, spec)
-    elif target is not None and not problems and r.old is None and _template_mutated(r, target):
-        # At CREATE only: an UPDATE leaves the template as sent, changed or not (no
-        # rollout runguard did not ask for; a Job's template is immutable anyway).
-        spec, mutated_template, changes = steps_applied(target, governing, Who(r, governing))
-        profile = mutated_template.profile.name if mutated_template.profile else None
-        if spec == target.spec:
-            changes = []
-        else:
-            result = with_spec(obj, target, spec)
-        result = _queued(result, target, mutated_template, r, changes)
-        result = _sized(result, target.keys, mutated_template)
-    elif target is not None and not problems and r.old_target and _template_mutated(r, target):
-        # An UPDATE writes nothing new into the template. Only ``kubectl apply`` of the
-        # manifest again, whose three-way merge re-sends the values runguard changed at
-        # CREATE, is turned back into the stored template: unchanged, as a Job's must be.
-        spec, _, _ = steps_applied(target, governing, Who(r, governing))
-        if spec != target.spec and spec == r.old_target.spec:
-            result, changes = _reapplied(obj, target, spec, r.old_target), [TEMPLATE_REAPPLIED]
-    elif target is None and not r.invalid and r.old is None and isinstance(obj, dict):
-        result, changes, profile = operator_templates(r, obj)
-    if mutated is not None and isinstance(result, dict):
-        result = _queued(result, target, mutated, r, changes)
-        result = _unbelieved_record_removed(result, mutated, changes)
-    if isinstance(result, dict) and not r.invalid and not problems:
-        # (an object that cannot be understood is denied by /validate: nothing to record)
-        result, recorded = record_changes(r, result)
-        changes.extend(recorded)
-    applies = r.governing is not None or bool(problems) or profile is not None
-    if receipts is not None and mutated is not None:
-        _leave_receipt(mutated, result, receipts, version)
-    if result is obj:
-        return decided(obj, governing, namespace, applies=applies, allowed=True)
-    return _patched(obj, result, governing, namespace, changes, applies=applies, profile=profile)
+    q = Request(r, *selected(r))
+    path = choose(MUTATION_PATHS, q)
+    m = Mutation(q, obj, namespace, receipts, version)
+    for step in STEPS[path]:
+        step(m)
+    applies = path != Path.OUTSIDE and (
+        r.governing is not None or bool(q.problems) or m.profile is not None
+    )
+    if m.result is obj:
+        return decided(obj, r.policy, namespace, applies=applies, allowed=True)
+    return _patched(
+        obj, m.result, r.policy, namespace, m.changes, applies=applies, profile=m.profile
+    )
+
+
+def _pod_created(m: Mutation) -> None:
+    """A run's Pod at CREATE: the steps' spec."""
+    spec, m.pod, changes = m.steps_applied()
+    m.profile = m.pod.profile.title if m.pod.profile else None
+    if spec != m.target.spec and changes:  # (steps that undid each other changed nothing)
+        m.result, m.changes = with_spec(m.result, m.target, spec), changes
+
+
+def _pod_updated(m: Mutation) -> None:
+    """A run's Pod on UPDATE: the steps' spec only when it is the running one again
+    (``kubectl apply`` of the same manifest), with the priority computed at creation."""
+    spec, pod, _ = m.steps_applied()
+    m.profile = pod.profile.title if pod.profile else None
+    if spec == m.target.spec:
+        return
+    running = m.r.old.get("spec") if m.r.old is not None else None
+    if isinstance(running, dict):
+        for key in PRIORITY_COMPUTED:  # computed at creation, kept for its life
+            if key in running:
+                spec[key] = running[key]
+    if spec == running:
+        m.result = with_spec(m.result, m.target, spec)
+        m.changes = [Change(UPDATE_SPEC_KEPT, warning_text(UPDATE_KEPT))]
+
+
+def _debug_containers(m: Mutation) -> None:
+    """``kubectl debug``'s containers hardened, and nothing else patched."""
+    assert m.q.debug_hardened is not None
+    spec, change = m.q.debug_hardened
+    m.result, m.changes = with_spec(m.result, m.target, spec), [change]
+
+
+def _template_created(m: Mutation) -> None:
+    """A run's Job or CronJob at CREATE: the profile written into its template. (An
+    UPDATE leaves the template as sent: no rollout runguard did not ask for.)"""
+    spec, m.pod, changes = m.steps_applied()
+    m.profile = m.pod.profile.name if m.pod.profile else None
+    if spec != m.target.spec:
+        m.result, m.changes = with_spec(m.result, m.target, spec), changes
+
+
+def _template_reapplied(m: Mutation) -> None:
+    """A run's Job or CronJob on UPDATE writes nothing new into the template. Only
+    ``kubectl apply`` of the manifest again, whose three-way merge re-sends the values
+    runguard changed at CREATE, is turned back into the stored template: unchanged, as a
+    Job's must be."""
+    spec, _, _ = m.steps_applied()
+    stored = m.r.old_target
+    assert stored is not None
+    if spec != m.target.spec and spec == stored.spec:
+        m.result = _reapplied(m.result, m.target, spec, stored)
+        m.changes = [TEMPLATE_REAPPLIED]
+
+
+def _operator_object(m: Mutation) -> None:
+    m.result, m.changes, m.profile = operator_templates(m.r, m.result)
+
+
+def _sent_to_queue(m: Mutation) -> None:
+    assert m.pod is not None
+    m.result = _queued(m.result, m.target, m.pod, m.r, m.changes)
+
+
+def _size_recorded(m: Mutation) -> None:
+    assert m.pod is not None
+    m.result = _sized(m.result, m.target.keys, m.pod)
+
+
+def _size_record_believed(m: Mutation) -> None:
+    assert m.pod is not None
+    m.result = _unbelieved_record_removed(m.result, m.pod, m.changes)
+
+
+def _records(m: Mutation) -> None:
+    """runguard's records written (what cannot be understood is denied by /validate:
+    its path records nothing)."""
+    if isinstance(m.result, dict):
+        m.result, recorded = record_changes(m.r, m.result)
+        m.changes.extend(recorded)
+
+
+def _receipt(m: Mutation) -> None:
+    if m.receipts is not None and m.pod is not None and isinstance(m.result, dict):
+        _leave_receipt(m.pod, m.result, m.receipts, m.version)
+
+
+# What each path does, in order (``webhook.engine.paths``).
+STEPS: dict[Path, tuple[Step, ...]] = {
+    Path.OUTSIDE: (),
+    Path.NOT_UNDERSTOOD: (),
+    Path.POD_CREATED: (_pod_created, _sent_to_queue, _size_record_believed, _records, _receipt),
+    Path.DEBUG_CONTAINERS: (_debug_containers, _records),
+    Path.POD_UPDATED: (_pod_updated, _records),
+    Path.TEMPLATE_CREATED: (_template_created, _sent_to_queue, _size_recorded, _records),
+    Path.TEMPLATE_REAPPLIED: (_template_reapplied, _records),
+    Path.TEMPLATE_KEPT: (_records,),
+    Path.OPERATOR_OBJECT: (_operator_object, _records),
+    Path.NOT_A_RUN: (_records,),
+}
 
 
 def _queued(
@@ -247,11 +325,6 @@ def _unbelieved_record_removed(result: JSON, pod: Pod, changes: list[Change]) ->
     return {**result, "metadata": metadata}
 
 
-def _template_mutated(r: Review, target: Target) -> bool:
-    """Whether ``/mutate`` writes the profile into this object's pod template."""
-    return target.kind in TEMPLATES_MUTATED
-
-
 def _leave_receipt(pod: Pod, result: JSON, receipts: Receipts, version: str | None) -> None:
     """The receipt of the Pod ``mutate`` returns: the steps' inputs with their result
     (``pod.spec``) and the labels and annotations it has now (runguard's records), when
@@ -289,15 +362,3 @@ def _patched(
         mutations=changes,
         profile=profile,
     )
-
-
-def _debug_containers_hardened(
-    target: Target, policy: Policy, old: JSON
-) -> tuple[JSON, Change] | None:
-    """UPDATE of ``pods/ephemeralcontainers`` (``kubectl debug``): the ephemeral containers
-    added, the only part of a running Pod's spec that may change, get their hardening and
-    nothing else is patched. None when no container was added or none needs it."""
-    running = old.get("spec")
-    if not isinstance(running, dict):
-        return None
-    return harden_debug_containers(target.spec, running, policy)
