@@ -6,6 +6,8 @@ pod spec, its owners, its queue, and the backstop of a Pod that skipped ``/mutat
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
@@ -23,6 +25,7 @@ from webhook.engine.decide import (
     steps_applied,
 )
 from webhook.engine.mutation import TEMPLATES_MUTATED, operator_templates
+from webhook.engine.paths import VALIDATION_PATHS, Path, Request, choose
 from webhook.engine.pod import WARNING_LIMIT, Pod, spec_prefix
 from webhook.engine.podspec import Target
 from webhook.engine.receipts import Receipts, backstop_key
@@ -48,8 +51,42 @@ TEMPLATE_KEPT = (
 )
 
 
+@dataclass
+class Judgement:
+    """One ``/validate`` as its path's checks leave it: what they found (the trust
+    checks' apart: where they go differs by path), the warnings, the changes a template's
+    Pods will get, the run's Pod judged, and the decision that ends the path."""
+
+    q: Request
+    namespace: str | None
+    admitted: bool = False
+    receipts: Receipts | None = None
+    trust: list[Violation] = field(default_factory=list)
+    violations: list[Violation] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    mutations: list[Change] = field(default_factory=list)
+    pod: Pod | None = None
+    who: Who | None = None
+    decision: Decision | None = None
+
+    @property
+    def r(self) -> Review:
+        return self.q.r
+
+    @property
+    def target(self) -> Target:
+        assert self.q.run is not None, "a check of a run's path"
+        return self.q.run
+
+    def deny(self, found: list[Violation]) -> None:
+        self.decision = deny(self.r.obj, self.r.policy, self.namespace, found)
+
+
+Check = Callable[[Judgement], None]
+
+
 @guarded
-def validate(  # noqa: C901
+def validate(
     obj: Any,
     policy: Policy,
     *,
@@ -60,7 +97,9 @@ def validate(  # noqa: C901
     admitted: bool = False,
     receipts: Receipts | None = None,
 ) -> Decision:
-    """The validating webhook: every violation of the object as it arrives.
+    """The validating webhook: every violation of the object as it arrives. The
+    request's path (``webhook.engine.paths.VALIDATION_PATHS``) says which of ``CHECKS``
+    run, in their order, until one decides.
 
     A pod controller is judged by its template *after* mutation, since that is what its
     pods will look like. On UPDATE (``old`` given), violations the old object already had
@@ -76,54 +115,144 @@ def validate(  # noqa: C901
     for one of them (``webhook.engine.receipts`` says why that changes no decision).
     """
     r = review(obj, policy, namespace, old, context, governing)
-    governing = r.policy
-    if not scope.looked_at(r.root, r.namespace):
-        return decided(obj, governing, namespace, applies=False, allowed=True)
-    reserved = run_object_checks(r)
+    j = Judgement(Request(r, *selected(r)), namespace, admitted, receipts)
+    path = choose(VALIDATION_PATHS, j.q)
+    for check in CHECKS[path]:
+        check(j)
+        if j.decision is not None:
+            return j.decision
+    raise AssertionError(f"the path {path} ends without a decision")
+
+
+def _untouched(j: Judgement) -> None:
+    j.decision = decided(j.r.obj, j.r.policy, j.namespace, applies=False, allowed=True)
+
+
+def _reserved(j: Judgement) -> None:
+    """What only the platform may create (``trust.OBJECT_CHECKS``): denied at once."""
+    reserved = run_object_checks(j.r)
     if reserved:
-        return deny(obj, governing, namespace, reserved)
-    trust = run_trust_checks(r)
-    target, problems = selected(r)
-    if problems or (r.invalid and r.old is not None):
-        return deny(obj, governing, namespace, [*problems, *trust])
-    if target is None:
-        return _outside_selector(r, trust, admitted)
-    who = Who(r, governing)
-    pod = pod_of(target, governing, target.spec, who)
-    mutations: list[Change] = []
-    if target.kind != "Pod":
-        spec, pod, mutations = steps_applied(target, governing, who)
-        if spec == target.spec:
-            mutations = []  # a template /mutate changed already, or nothing to change
-    violations = run_checks(pod)
-    violations.extend(not_a_run.check_ownership(pod))
-    if r.old is None and not admitted and isinstance(obj, dict):
-        violations.extend(_not_queued(obj, target, pod, r))
-    if target.kind == "Pod" and r.old is None and not _has_receipt(pod, receipts):
-        drifted = admitted and ownership.records(r.metadata)[2] == governing.name
-        violations.extend(_not_mutated(target, governing, violations, who, drifted))
+        j.deny(reserved)
+
+
+def _trust(j: Judgement) -> None:
+    j.trust = run_trust_checks(j.r)
+
+
+def _not_understood(j: Judgement) -> None:
+    j.deny([*j.q.problems, *j.trust])
+
+
+def _pod(j: Judgement) -> None:
+    """A run's Pod, judged as it is."""
+    j.who = Who(j.r, j.r.policy)
+    j.pod = pod_of(j.target, j.r.policy, j.target.spec, j.who)
+
+
+def _template(j: Judgement) -> None:
+    """A run's pod template, judged after mutation: what its Pods will look like."""
+    j.who = Who(j.r, j.r.policy)
+    spec, j.pod, mutations = steps_applied(j.target, j.r.policy, j.who)
+    if spec != j.target.spec:  # (else a template /mutate changed already, or nothing to)
+        j.mutations = mutations
+        j.warnings = [*([TEMPLATE_KEPT] if mutations else []), *(c.warning for c in mutations)]
+
+
+def _run_checks(j: Judgement) -> None:
+    """Every check of the run's Pod (``rules.CHECKS``)."""
+    assert j.pod is not None
+    j.violations.extend(run_checks(j.pod))
+
+
+def _queued(j: Judgement) -> None:
+    if j.r.old is None and not j.admitted and isinstance(j.r.obj, dict):
+        assert j.pod is not None
+        j.violations.extend(_not_queued(j.r.obj, j.target, j.pod, j.r))
+
+
+def _mutated(j: Judgement) -> None:
+    """The backstop of a Pod created without its receipt (``_not_mutated``)."""
+    assert j.pod is not None and j.who is not None
+    if _has_receipt(j.pod, j.receipts):
+        return
+    drifted = j.admitted and ownership.records(j.r.metadata)[2] == j.r.policy.name
+    j.violations.extend(_not_mutated(j.target, j.r.policy, j.violations, j.who, drifted))
+
+
+def _already_present_on_update(j: Judgement) -> None:
+    """On UPDATE, what the old object already had (judged as if created) only warns."""
+    if not j.violations:
+        return
+    governing = j.r.policy
+    before = validate(j.r.old, governing, namespace=j.namespace, governing=governing)
+    known = {(v.rule, v.path): v.amount for v in before.violations}
+    present = [v for v in j.violations if _already_present(v, known)]
+    j.violations = [v for v in j.violations if not _already_present(v, known)]
+    j.warnings.extend(
+        f"runguard: allowed on update, already present: [{v.rule}] {v.path}"[:WARNING_LIMIT]
+        for v in present
+    )
+
+
+def _run_decided(j: Judgement) -> None:
+    assert j.pod is not None
     decision = decided(
-        obj,
-        governing,
-        namespace,
+        j.r.obj,
+        j.r.policy,
+        j.namespace,
         applies=True,
         allowed=True,
-        violations=violations,
-        profile=pod.profile.title if pod.profile else None,
-        warnings=[*([TEMPLATE_KEPT] if mutations else []), *(c.warning for c in mutations)],
-        mutations=mutations,
+        violations=[*j.violations, *j.trust],
+        profile=j.pod.profile.title if j.pod.profile else None,
+        warnings=j.warnings,
+        mutations=j.mutations,
     )
-    if r.old is not None and violations:
-        before = validate(r.old, governing, namespace=namespace, governing=governing)
-        known = {(v.rule, v.path): v.amount for v in before.violations}
-        present = [v for v in violations if _already_present(v, known)]
-        decision.violations = [v for v in violations if not _already_present(v, known)]
-        decision.warnings.extend(
-            f"runguard: allowed on update, already present: [{v.rule}] {v.path}"[:WARNING_LIMIT]
-            for v in present
-        )
-    decision.violations.extend(trust)
-    return finish(decision, governing)
+    j.decision = finish(decision, j.r.policy)
+
+
+def _operator_backstop(j: Judgement) -> None:
+    if j.r.old is None and not j.admitted:
+        j.violations.extend(_operator_not_mutated(j.r))
+
+
+def _platform_objects(j: Judgement) -> None:
+    """Not a run, yet naming the platform's objects (``_not_a_run``), or (on UPDATE)
+    entering the scope of a platform (``_stamp_violations``)."""
+    r = j.r
+    if r.target is None:
+        return
+    j.violations.extend(_not_a_run(r))
+    if r.old is not None and names_platform_objects(r):
+        j.violations.extend(_stamp_violations(r))
+
+
+def _outside_decided(j: Judgement) -> None:
+    """Not a run: allowed untouched unless a check found something."""
+    found = [*j.trust, *j.violations]
+    if found:
+        j.deny(found)
+    else:
+        _untouched(j)
+
+
+_RUN = (_reserved, _trust)
+
+# What each path judges, in order, until one decides (``webhook.engine.paths``).
+CHECKS: dict[Path, tuple[Check, ...]] = {
+    Path.OUTSIDE: (_untouched,),
+    Path.NOT_UNDERSTOOD: (_reserved, _trust, _not_understood),
+    Path.POD_CREATED: (*_RUN, _pod, _run_checks, _queued, _mutated, _run_decided),
+    Path.POD_UPDATED: (*_RUN, _pod, _run_checks, _already_present_on_update, _run_decided),
+    Path.TEMPLATE_CREATED: (*_RUN, _template, _run_checks, _queued, _run_decided),
+    Path.TEMPLATE_UPDATED: (
+        *_RUN,
+        _template,
+        _run_checks,
+        _already_present_on_update,
+        _run_decided,
+    ),
+    Path.NOT_A_RUN: (_reserved, _trust, _operator_backstop, _platform_objects, _outside_decided),
+}
 
 
 def _not_queued(obj: JSON, target: Target, pod: Pod, r: Review) -> list[Violation]:
@@ -176,23 +305,6 @@ def _operator_not_mutated(r: Review) -> list[Violation]:
 
 def _has_receipt(pod: Pod, receipts: Receipts | None) -> bool:
     return receipts is not None and backstop_key(pod) in receipts
-
-
-def _outside_selector(r: Review, trust: list[Violation], admitted: bool = False) -> Decision:
-    """Not a run: allowed untouched, unless it uses the platform's objects without being
-    the platform's (``ownership.not-a-run``), or breaks a trust check, or (an operator's
-    object at CREATE) its run templates lack what ``/mutate`` would write."""
-    policy = r.policy
-    violations = list(trust)
-    if r.old is None and not admitted:
-        violations.extend(_operator_not_mutated(r))
-    if r.target is not None:
-        violations.extend(_not_a_run(r))
-        if r.old is not None and names_platform_objects(r):
-            violations.extend(_stamp_violations(r))
-    if not violations:
-        return decided(r.obj, policy, r.namespace, applies=False, allowed=True)
-    return deny(r.obj, policy, r.namespace, violations)
 
 
 def _not_a_run(r: Review) -> list[Violation]:

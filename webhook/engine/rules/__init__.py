@@ -67,6 +67,7 @@ CHECKS: tuple[Check, ...] = (
     devices.check_device_claims,
     dra.check_device_requests,
     scheduling.check_scheduling,
+    not_a_run.check_ownership,  # the platform's objects and accounts, a run's too
 )
 
 
