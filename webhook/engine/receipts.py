@@ -1,6 +1,6 @@
 """Receipts: what ``mutate`` leaves for ``validate`` so the backstop is not run twice.
 
-``validate``'s backstop (``validation._not_mutated``) denies a Pod created past ``/mutate``:
+``validate``'s backstop (``backstop.not_mutated``) denies a Pod created past ``/mutate``:
 it runs every mutation step on a copy of the Pod and compares. For a Pod that ``mutate``
 itself produced that comparison has one possible answer: mutation is idempotent (the
 apiserver's ``reinvocationPolicy: IfNeeded`` relies on it, and

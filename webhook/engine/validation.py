@@ -1,7 +1,7 @@
 """The validating webhook's path: ``validate``, every violation of the object as it
 arrives: the checks of any object, the trust checks, the run's checks on its (mutated)
 pod spec, its owners, its queue, and the backstop of a Pod that skipped ``/mutate``
-(``not_mutated``, unless ``/mutate`` left its receipt).
+(``webhook.engine.backstop``, unless ``/mutate`` left its receipt).
 """
 
 from __future__ import annotations
@@ -12,6 +12,8 @@ from decimal import Decimal
 from typing import Any
 
 from webhook.engine import scope
+from webhook.engine.backstop import has_receipt, not_queued, operator_not_mutated
+from webhook.engine.backstop import not_mutated as _not_mutated  # (counted by test_receipts)
 from webhook.engine.context import NO_CONTEXT, Context
 from webhook.engine.decide import (
     Who,
@@ -19,19 +21,15 @@ from webhook.engine.decide import (
     deny,
     finish,
     guarded,
-    owner_references,
     pod_of,
     selected,
     steps_applied,
 )
-from webhook.engine.mutation import TEMPLATES_MUTATED, operator_templates
 from webhook.engine.paths import VALIDATION_PATHS, Path, Request, choose
 from webhook.engine.pod import WARNING_LIMIT, Pod, spec_prefix
 from webhook.engine.podspec import Target
-from webhook.engine.receipts import Receipts, backstop_key
+from webhook.engine.receipts import Receipts
 from webhook.engine.rules import not_a_run, ownership, podclaims, run_checks, stamp
-from webhook.engine.rules.queue import check_queue_kind
-from webhook.engine.rules.queue_profile import send_to_queue
 from webhook.engine.rules.trust import run_object_checks, run_trust_checks
 from webhook.engine.subject import (
     Review,
@@ -41,7 +39,7 @@ from webhook.engine.subject import (
     review,
     stamps_owner,
 )
-from webhook.engine.types import JSON, Change, Decision, Violation
+from webhook.engine.types import Change, Decision, Violation
 from webhook.policy.model import Policy
 
 # The warnings of a template kept as written say what its Pods will get, not what was
@@ -167,13 +165,13 @@ def _run_checks(j: Judgement) -> None:
 def _queued(j: Judgement) -> None:
     if j.r.old is None and not j.admitted and isinstance(j.r.obj, dict):
         assert j.pod is not None
-        j.violations.extend(_not_queued(j.r.obj, j.target, j.pod, j.r))
+        j.violations.extend(not_queued(j.r.obj, j.target, j.pod, j.r))
 
 
 def _mutated(j: Judgement) -> None:
     """The backstop of a Pod created without its receipt (``_not_mutated``)."""
     assert j.pod is not None and j.who is not None
-    if _has_receipt(j.pod, j.receipts):
+    if has_receipt(j.pod, j.receipts):
         return
     drifted = j.admitted and ownership.records(j.r.metadata)[2] == j.r.policy.name
     j.violations.extend(_not_mutated(j.target, j.r.policy, j.violations, j.who, drifted))
@@ -212,7 +210,7 @@ def _run_decided(j: Judgement) -> None:
 
 def _operator_backstop(j: Judgement) -> None:
     if j.r.old is None and not j.admitted:
-        j.violations.extend(_operator_not_mutated(j.r))
+        j.violations.extend(operator_not_mutated(j.r))
 
 
 def _platform_objects(j: Judgement) -> None:
@@ -255,58 +253,6 @@ CHECKS: dict[Path, tuple[Check, ...]] = {
 }
 
 
-def _not_queued(obj: JSON, target: Target, pod: Pod, r: Review) -> list[Violation]:
-    """The backstop of a queue profile: a run created without its queue's label (or, a
-    Job-like one, not suspended) skipped ``/mutate``, and would start unqueued."""
-    if pod.profile is None or pod.profile.queue is None:
-        return []
-    if target.kind not in ("Pod", *TEMPLATES_MUTATED):
-        name = pod.profile.queue.name
-        return check_queue_kind(target.kind, target.labels, target.spec_path, name, pod.policy)
-    owners = owner_references(r.metadata)
-    requester = r.context.requester
-    _, change = send_to_queue(
-        obj, target.kind, pod.profile, pod.policy, owners, None, requester, r.context.state
-    )
-    if change is None:
-        return []
-    return [
-        Violation(
-            change.rule,
-            "metadata.labels",
-            f"not applied: {change.warning.removeprefix('runguard: ')} "
-            "(runguard's mutating webhook does this: was it bypassed?)",
-            backstop=True,
-        )
-    ]
-
-
-def _operator_not_mutated(r: Review) -> list[Violation]:
-    """The backstop of an operator's object (a RayJob, a PyTorchJob...): created without
-    the profile in its run templates, or without its queue's label and suspend, it
-    skipped ``/mutate`` and would run unsized or unqueued. Each change ``/mutate`` would
-    make is a violation under its own rule id."""
-    if not isinstance(r.obj, dict):
-        return []
-    result, changes, _ = operator_templates(r, r.obj)
-    if result is r.obj or result == r.obj:
-        return []
-    return [
-        Violation(
-            c.rule,
-            "spec",
-            f"not applied: {c.warning.removeprefix('runguard: ')} "
-            "(runguard's mutating webhook does this: was it bypassed?)",
-            backstop=True,
-        )
-        for c in changes
-    ]
-
-
-def _has_receipt(pod: Pod, receipts: Receipts | None) -> bool:
-    return receipts is not None and backstop_key(pod) in receipts
-
-
 def _not_a_run(r: Review) -> list[Violation]:
     assert r.target is not None
     found: list[Violation] = []
@@ -345,42 +291,3 @@ def _stamp_violations(r: Review) -> list[Violation]:
     return stamp.check_stamp(
         r.metadata, r.old_metadata or {}, in_scope(r), owner, r.context, adopts(r) is not None
     )
-
-
-def _not_mutated(
-    target: Target, policy: Policy, found: list[Violation], who: Who, drifted: bool = False
-) -> list[Violation]:
-    """Validation is a complete backstop of mutation: a Pod created
-    without passing through ``/mutate`` (webhook bypassed, misordered, or a failure
-    policy of Ignore) is allowed only if mutating it would change nothing. Each step
-    that would still change something is a violation under its own rule id, unless a
-    check already reported a violation of that concern (``security``, ``resources``...),
-    which says the same thing more precisely."""
-    spec, _, changes = steps_applied(target, policy, who)
-    if spec == target.spec:
-        return []
-    reported = {v.rule.partition(".")[0] for v in found}
-    if drifted:
-        return [
-            Violation(
-                c.rule,
-                target.spec_path,
-                f"policy drift: the policy now does {c.warning.removeprefix('runguard: ')}; "
-                "runguard admitted this Pod before the policy changed (recreate it to apply "
-                "the current policy)",
-                drift=True,
-            )
-            for c in changes
-            if c.rule.partition(".")[0] not in reported
-        ]
-    return [
-        Violation(
-            c.rule,
-            target.spec_path,
-            f"not applied: {c.warning.removeprefix('runguard: ')} "
-            "(runguard's mutating webhook does this: was it bypassed?)",
-            backstop=True,
-        )
-        for c in changes
-        if c.rule.partition(".")[0] not in reported
-    ]
