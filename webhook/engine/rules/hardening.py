@@ -96,7 +96,7 @@ def fill_container(sc: JSON, drop: tuple[str, ...], filled: list[str], all_label
         filled.append(f"drop {','.join(missing)}")
 
 
-def harden_debug_containers(  # noqa: C901
+def harden_debug_containers(
     spec: JSON, running: JSON, policy: Policy
 ) -> tuple[JSON, Change] | None:
     """``kubectl debug``: the ephemeral containers of ``spec`` not in the ``running`` spec
@@ -109,32 +109,33 @@ def harden_debug_containers(  # noqa: C901
     added = {c["name"] for c in spec.get("ephemeralContainers") or ()} - old
     if not added:
         return None
-    linux = not is_windows(spec)
-    psc = spec.get("securityContext") or {}
-    pod_seccomp = (psc.get("seccompProfile") or {}).get("type") in CONFINED_PROFILES
-    fill = hardening(policy)
-    seccomp = fill.seccomp
-    drop = fill.drop
     hardened, filled = [], []
     for container in spec["ephemeralContainers"]:
-        if container["name"] not in added:
-            hardened.append(container)
-            continue
-        sc = dict(container.get("securityContext") or {})
-        before = dict(sc)
-        if psc.get("runAsNonRoot") is not True and sc.get("runAsNonRoot") is None:
-            sc["runAsNonRoot"] = True
-        if linux:
-            if not pod_seccomp and sc.get("seccompProfile") is None and seccomp is not None:
-                sc["seccompProfile"] = {"type": seccomp}
-            if sc.get("capabilities") is not None:
-                sc["capabilities"] = dict(sc["capabilities"])
-            fill_container(sc, drop, [], fill.drop_label)
-        if sc != before:
-            filled.append(container["name"])
-            container = {**container, "securityContext": sc}
+        if container["name"] in added:
+            sc = _debug_context(container.get("securityContext") or {}, spec, policy)
+            if sc is not None:
+                filled.append(container["name"])
+                container = {**container, "securityContext": sc}
         hardened.append(container)
     if not filled:
         return None
     text = warning("debug container hardened (kubectl debug --profile=restricted)", filled)
     return {**spec, "ephemeralContainers": hardened}, Change(SECURITY_DEBUG_CONTAINER, text)
+
+
+def _debug_context(context: JSON, spec: JSON, policy: Policy) -> JSON | None:
+    """An added debug container's securityContext with what it left out filled in, or
+    None when it left out nothing."""
+    psc = spec.get("securityContext") or {}
+    sc = dict(context)
+    if psc.get("runAsNonRoot") is not True and sc.get("runAsNonRoot") is None:
+        sc["runAsNonRoot"] = True
+    if not is_windows(spec):
+        fill = hardening(policy)
+        pod_seccomp = (psc.get("seccompProfile") or {}).get("type") in CONFINED_PROFILES
+        if not pod_seccomp and sc.get("seccompProfile") is None and fill.seccomp is not None:
+            sc["seccompProfile"] = {"type": fill.seccomp}
+        if sc.get("capabilities") is not None:
+            sc["capabilities"] = dict(sc["capabilities"])
+        fill_container(sc, fill.drop, [], fill.drop_label)
+    return None if sc == context else sc

@@ -113,11 +113,9 @@ def derive_memory_limits(pod: Pod) -> Change | None:
     )
 
 
-def clamp_to_maximums(pod: Pod) -> Change | None:  # noqa: C901
+def clamp_to_maximums(pod: Pod) -> Change | None:
     cfg = pod.policy.resources
-    gpu = cfg.gpu_resource_name
     clamp = cfg.on_exceed == "Clamp"
-    maximum_values = cfg.maximum_values
     notes: list[str] = []
     # Equal texts are equal amounts: parsed only where they differ (shape.py admitted
     # only quantities here).
@@ -129,35 +127,51 @@ def clamp_to_maximums(pod: Pod) -> Change | None:  # noqa: C901
             requests: dict[str, Any] = res.get("requests") or {}
             limits: dict[str, Any] = res.get("limits") or {}
             if clamp:
-                for part, values in (("request", requests), ("limit", limits)):
-                    for resource, value in values.items():
-                        maximum = maximum_values.get(resource)
-                        if maximum is not None and parse(value) > maximum:
-                            values[resource] = cfg.maximums[resource]
-                            notes.append(
-                                f"{pod.short(resource)} {part} {value} -> {cfg.maximums[resource]}"
-                            )
+                _clamp_container(pod, requests, limits, notes)
             if limits:
-                for resource in list(requests):
-                    asked = requests[resource]
-                    if resource in limits:
-                        limit = limits[resource]
-                        if asked != limit and parse(asked) > parse(limit):
-                            notes.append(f"{pod.short(resource)} request {asked} -> limit")
-                            requests[resource] = limit
-            if gpu in requests or gpu in limits:
-                # A gpu cannot be shared: the request is the limit (the limit, if any, wins).
-                amount = limits.get(gpu, requests.get(gpu))
-                if not (
-                    same_quantity(requests.get(gpu), amount)
-                    and same_quantity(limits.get(gpu), amount)
-                ):
-                    resources_of(container, "requests")[gpu] = amount
-                    resources_of(container, "limits")[gpu] = amount
-                    notes.append(f"gpu request = limit {amount}")
+                _requests_within_limits(pod, requests, limits, notes)
+            if cfg.gpu_resource_name in requests or cfg.gpu_resource_name in limits:
+                _gpu_request_is_limit(container, cfg.gpu_resource_name, requests, limits, notes)
     if not notes:
         return None
     return Change(RESOURCES_CLAMPED, warning("resources clamped", notes))
+
+
+def _clamp_container(
+    pod: Pod, requests: dict[str, Any], limits: dict[str, Any], notes: list[str]
+) -> None:
+    """A container's requests and limits above the maximums, set to them."""
+    cfg = pod.policy.resources
+    for part, values in (("request", requests), ("limit", limits)):
+        for resource, value in values.items():
+            maximum = cfg.maximum_values.get(resource)
+            if maximum is not None and parse(value) > maximum:
+                values[resource] = cfg.maximums[resource]
+                notes.append(f"{pod.short(resource)} {part} {value} -> {cfg.maximums[resource]}")
+
+
+def _requests_within_limits(
+    pod: Pod, requests: dict[str, Any], limits: dict[str, Any], notes: list[str]
+) -> None:
+    """A request above its limit, lowered to it."""
+    for resource in list(requests):
+        asked = requests[resource]
+        if resource in limits:
+            limit = limits[resource]
+            if asked != limit and parse(asked) > parse(limit):
+                notes.append(f"{pod.short(resource)} request {asked} -> limit")
+                requests[resource] = limit
+
+
+def _gpu_request_is_limit(
+    container: JSON, gpu: str, requests: dict[str, Any], limits: dict[str, Any], notes: list[str]
+) -> None:
+    """A gpu cannot be shared: the request is the limit (the limit, if any, wins)."""
+    amount = limits.get(gpu, requests.get(gpu))
+    if not (same_quantity(requests.get(gpu), amount) and same_quantity(limits.get(gpu), amount)):
+        resources_of(container, "requests")[gpu] = amount
+        resources_of(container, "limits")[gpu] = amount
+        notes.append(f"gpu request = limit {amount}")
 
 
 def check_resources(pod: Pod) -> list[Violation]:

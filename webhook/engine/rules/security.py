@@ -107,7 +107,7 @@ def strip_root(pod: Pod) -> Change | None:
     return None
 
 
-def _harden_pod_context(  # noqa: C901
+def _harden_pod_context(
     spec: JSON,
     policy: Policy,
     fill: Hardening,
@@ -141,13 +141,21 @@ def _harden_pod_context(  # noqa: C901
         psc["runAsNonRoot"] = True
         stripped.append("runAsNonRoot false")
     if linux:
-        current = (psc.get("seccompProfile") or {}).get("type")
-        if current is None and fill.seccomp is not None:
-            psc["seccompProfile"] = {"type": fill.seccomp}
-            filled.append(fill.seccomp_label)
-        elif strip and current == "Unconfined":
-            psc["seccompProfile"] = {"type": fill.seccomp or RUNTIME_DEFAULT}
-            stripped.append("seccomp Unconfined")
+        _harden_pod_seccomp(psc, fill, strip, stripped, filled)
+
+
+def _harden_pod_seccomp(
+    psc: JSON, fill: Hardening, strip: bool, stripped: list[str], filled: list[str]
+) -> None:
+    """A Linux pod's seccomp profile: the policy's where it has none, confined where it
+    is Unconfined."""
+    current = (psc.get("seccompProfile") or {}).get("type")
+    if current is None and fill.seccomp is not None:
+        psc["seccompProfile"] = {"type": fill.seccomp}
+        filled.append(fill.seccomp_label)
+    elif strip and current == "Unconfined":
+        psc["seccompProfile"] = {"type": fill.seccomp or RUNTIME_DEFAULT}
+        stripped.append("seccomp Unconfined")
 
 
 def _strip_container_root(
