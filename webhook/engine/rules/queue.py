@@ -7,10 +7,10 @@ annotations and scheduling gates, sets ``parallelism`` on a partial admission, a
 stop or a preemption suspends the run and restores the templates. Where the object
 leaves a pod template to its operator's default (a RayJob's submitter in K8sJobMode),
 Kueue writes that default, placed, into the object (``getSubmitterTemplate``): a bare
-template of images the object already runs. ``queue_kept`` says whether an update of the
-platform's object changed nothing else (``ownership.changed`` reads it for the queue's
-own updates): what the run runs (images, resources, security, volumes, env, accounts) is
-never the queue's.
+template of images the object already runs. ``queue_kept`` (``rules/queue_kept.py``)
+says whether an update of the platform's object changed nothing else
+(``ownership.changed`` reads it for the queue's own updates): what the run runs (images,
+resources, security, volumes, env, accounts) is never the queue's.
 
 The same changes by anyone else are a way around the queue: ``check_queue_bypass``
 (``queue.bypassed``: unsuspending a queued run, changing its queue label, lifting the
@@ -27,6 +27,8 @@ from webhook.engine import scope, templates
 from webhook.engine.context import Requester
 from webhook.engine.rule import Declarations
 from webhook.engine.rules import ownership
+from webhook.engine.rules.queue_kept import owned
+from webhook.engine.rules.queue_kept import queue_kept as queue_kept  # (trust's, the tests')
 from webhook.engine.rules.queue_profile import PRIORITY_LABEL
 from webhook.engine.rules.queue_profile import queue_label as queue_label_of
 from webhook.engine.subject import Review
@@ -79,13 +81,6 @@ QUEUE_KIND = RULES.rule(
 # Long-lived controllers Kueue's pod integration holds Pod by Pod, by their template's label.
 _HELD_BY_POD = frozenset({"Deployment", "StatefulSet"})
 
-# Keys of an object's spec that start, stop and size a run: the queue's to change.
-_RUN_KEYS = frozenset({"suspend", "parallelism"})
-# What an operator's default pod template holds (KubeRay's submitter: its name, the head's
-# image, its resources, restartPolicy), besides the queue's placement.
-_BARE_SPEC = frozenset({"containers", "restartPolicy", "nodeSelector", "tolerations",
-                        "schedulingGates"})  # fmt: skip
-_BARE_CONTAINER = frozenset({"name", "image", "resources"})
 _SERVICE_ACCOUNT_USER = "system:serviceaccount:"
 
 
@@ -95,124 +90,6 @@ def queue_of(policy: Policy, requester: Requester | None) -> QueueController | N
         (q for q in policy.platform.queues if ownership.is_identity((q.identity,), requester)),
         None,
     )
-
-
-def queue_kept(queue: QueueController, old: Any, new: Any) -> bool:
-    """Whether ``new`` (an object's spec, or a pod template's spec) differs from ``old``
-    only by what ``queue`` may change: ``suspend`` and ``parallelism`` at the top, and in
-    every pod template the ``nodeSelector`` keys it adds or removes (a key both have keeps
-    its value: Kueue's merge never overwrites one), the tolerations, and its own labels,
-    annotations and scheduling gates; and a bare pod template it adds where there was none
-    (``_bare``: the operator's default, which the operator would run anyway). An empty
-    value (``{}``, ``[]``) where the other version has no key is no change: Kueue writes
-    an operator's object as its Go type renders it (a RayJob's worker groups with
-    ``scaleStrategy: {}``), which the stored object need not."""
-    prefixes = queue.prefixes
-    seen = _images(old), _images(new)
-    return bool(
-        _view(old, new, prefixes, seen[1], top=True) == _view(new, old, prefixes, seen[0], top=True)
-    )
-
-
-def _view(  # noqa: C901
-    node: Any, other: Any, prefixes: tuple[str, ...], images: set[str], top: bool = False
-) -> Any:
-    """``node`` without what the queue may change, ``other`` being the same place in the
-    other version of the object, whose containers run ``images``."""
-    if isinstance(node, list):
-        items = other if isinstance(other, list) else []
-        return [
-            _view(v, items[i] if i < len(items) else None, prefixes, images)
-            for i, v in enumerate(node)
-        ]
-    if not isinstance(node, dict):
-        return node
-    theirs: dict[str, Any] = other if isinstance(other, dict) else {}
-    pod_spec = "containers" in node
-    out: dict[str, Any] = {}
-    for key, value in node.items():
-        if top and key in _RUN_KEYS:
-            continue
-        if pod_spec and key == "tolerations":
-            continue
-        if key not in theirs and (value in ({}, []) or _bare(value, prefixes, images)):
-            continue  # (an empty value: the Go type's rendering of a field left out)
-        if top and key == "runPolicy" and isinstance(value, dict):  # Kubeflow's suspend
-            value = {k: v for k, v in value.items() if k != "suspend"}
-        if pod_spec and key == "nodeSelector" and isinstance(value, dict):
-            kept = theirs.get(key)
-            value = {k: v for k, v in value.items() if isinstance(kept, dict) and k in kept}
-        elif pod_spec and key == "schedulingGates" and isinstance(value, list):
-            value = [
-                g for g in value if not (isinstance(g, dict) and owned(g.get("name"), prefixes))
-            ]
-        elif key in ("labels", "annotations") and not pod_spec and isinstance(value, dict):
-            value = {k: v for k, v in value.items() if not owned(k, prefixes)}
-        else:
-            value = _view(value, theirs.get(key), prefixes, images)
-        if value in ({}, []) and key in (
-            "nodeSelector",
-            "schedulingGates",
-            "labels",
-            "annotations",
-        ):
-            continue
-        out[key] = value
-    return out
-
-
-def _bare(template: Any, prefixes: tuple[str, ...], images: set[str]) -> bool:
-    """A pod template that runs nothing the object does not run already: containers of
-    its ``images`` with a name and resources only, ``restartPolicy``, the queue's
-    placement and its own labels and annotations (no command, env, volumes, account or
-    security context). An operator makes such a template by default (KubeRay's submitter:
-    the head's image), and the Pods made from it are judged when they are created."""
-    if not isinstance(template, dict) or not set(template) <= {"metadata", "spec"}:
-        return False
-    metadata, spec = template.get("metadata", {}), template.get("spec")
-    if not isinstance(metadata, dict) or not isinstance(spec, dict):
-        return False
-    containers = spec.get("containers")
-    return (
-        set(metadata) <= {"labels", "annotations"}
-        and all(
-            isinstance(keys, dict) and all(owned(k, prefixes) for k in keys)
-            for keys in metadata.values()
-        )
-        and set(spec) <= _BARE_SPEC
-        and isinstance(containers, list)
-        and bool(containers)
-        and all(
-            isinstance(c, dict) and set(c) <= _BARE_CONTAINER and c.get("image") in images
-            for c in containers
-        )
-        and all(
-            isinstance(g, dict) and owned(g.get("name"), prefixes)
-            for g in spec.get("schedulingGates") or ()
-        )
-    )
-
-
-def _images(node: Any) -> set[str]:
-    """Every container image in the pod specs under ``node``."""
-    if isinstance(node, list):
-        return {image for item in node for image in _images(item)}
-    if not isinstance(node, dict):
-        return set()
-    found = {image for item in node.values() for image in _images(item)}
-    if "containers" in node:
-        for name in ("initContainers", "containers"):
-            for c in node.get(name) or ():
-                if isinstance(c, dict) and isinstance(c.get("image"), str):
-                    found.add(c["image"])
-    return found
-
-
-def owned(key: Any, prefixes: tuple[str, ...]) -> bool:
-    """``key`` is one of ``prefixes`` or under one ending in '/'."""
-    if not isinstance(key, str):
-        return False
-    return any(key == p or (p.endswith("/") and key.startswith(p)) for p in prefixes)
 
 
 def changed_message(queue: QueueController | None, requester: Requester | None) -> str:
