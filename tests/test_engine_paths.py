@@ -10,9 +10,8 @@ from typing import Any
 import pytest
 from harness.workloads import gpu_pod
 
-from webhook.engine import mutation, validation
+from webhook.engine import mutation, paths, validation
 from webhook.engine.context import NO_CONTEXT
-from webhook.engine.decide import selected
 from webhook.engine.paths import MUTATION_PATHS, VALIDATION_PATHS, Path, Request, choose
 from webhook.engine.subject import review
 from webhook.policy.loader import load_policy
@@ -75,8 +74,7 @@ REQUESTS: dict[str, tuple[Any, Any, Path, Path]] = {
 
 
 def request(obj: Any, old: Any) -> Request:
-    r = review(obj, PLATFORM, None, old, NO_CONTEXT)
-    return Request(r, *selected(r))
+    return paths.request(review(obj, PLATFORM, None, old, NO_CONTEXT))
 
 
 @pytest.mark.parametrize("name", REQUESTS)

@@ -3,15 +3,14 @@
 A run created past ``/mutate`` (its webhook bypassed, misordered, or failing with a
 policy of Ignore) is allowed only if mutating it would change nothing: each change the
 mutation would still make is a violation under its own rule id. These are the only
-checks that run ``/mutate``'s steps (``decide.steps_applied``) and helpers
+checks that run ``/mutate``'s steps (``mutation.steps_applied``) and helpers
 (``mutation.operator_templates``, ``rules.queue_profile.send_to_queue``); the paths of
 ``webhook.engine.validation`` list them where they apply (at CREATE).
 """
 
 from __future__ import annotations
 
-from webhook.engine.decide import Who, owner_references, steps_applied
-from webhook.engine.mutation import TEMPLATES_MUTATED, operator_templates
+from webhook.engine.mutation import TEMPLATES_MUTATED, operator_templates, steps_applied
 from webhook.engine.pod import Pod
 from webhook.engine.podspec import Target
 from webhook.engine.receipts import Receipts, backstop_key
@@ -55,7 +54,7 @@ def not_queued(obj: JSON, target: Target, pod: Pod, r: Review) -> list[Violation
     if target.kind not in ("Pod", *TEMPLATES_MUTATED):
         name = pod.profile.queue.name
         return check_queue_kind(target.kind, target.labels, target.spec_path, name, pod.policy)
-    owners = owner_references(r.metadata)
+    owners = r.owner_references
     requester = r.context.requester
     _, change = send_to_queue(
         obj, target.kind, pod.profile, pod.policy, owners, None, requester, r.context.state
@@ -82,7 +81,7 @@ def has_receipt(pod: Pod, receipts: Receipts | None) -> bool:
 
 
 def not_mutated(
-    target: Target, policy: Policy, found: list[Violation], who: Who, drifted: bool = False
+    r: Review, target: Target, policy: Policy, found: list[Violation], drifted: bool = False
 ) -> list[Violation]:
     """Validation is a complete backstop of mutation: a Pod created
     without passing through ``/mutate`` (webhook bypassed, misordered, or a failure
@@ -91,7 +90,7 @@ def not_mutated(
     check already reported a violation of that concern (``security``, ``resources``...),
     which says the same thing more precisely. ``drifted``: a Pod runguard admitted
     (``runguard audit``), which the policy has changed under since."""
-    spec, _, changes = steps_applied(target, policy, who)
+    spec, _, changes = steps_applied(r, target, policy)
     if spec == target.spec:
         return []
     reported = {v.rule.partition(".")[0] for v in found}

@@ -12,24 +12,16 @@ from typing import Any
 
 from webhook.engine import scope, sizes, templates
 from webhook.engine.context import NO_CONTEXT, Context
-from webhook.engine.decide import (
-    Who,
-    decided,
-    guarded,
-    owner_references,
-    record_changes,
-    selected,
-    steps_applied,
-    with_spec,
-)
+from webhook.engine.decision import decided, guarded
 from webhook.engine.diff import make_patch
-from webhook.engine.paths import MUTATION_PATHS, TEMPLATES_MUTATED, Path, Request, choose
-from webhook.engine.pod import Pod, main_container
+from webhook.engine.paths import MUTATION_PATHS, TEMPLATES_MUTATED, Path, Request, choose, request
+from webhook.engine.pod import Pod, copy_json, main_container
 from webhook.engine.pod import warning as warning_text
 from webhook.engine.podspec import Target
 from webhook.engine.receipts import Receipts, backstop_key, state_version
+from webhook.engine.records import record_changes
 from webhook.engine.rule import Declarations
-from webhook.engine.rules import ownership
+from webhook.engine.rules import ownership, run_steps
 from webhook.engine.rules.growth import RESOURCES_SIZE_RECORD
 from webhook.engine.rules.profile import PRIORITY_COMPUTED
 from webhook.engine.rules.queue_profile import send_to_queue
@@ -41,7 +33,15 @@ from webhook.engine.subject import (
 from webhook.engine.types import JSON, Change, Decision
 from webhook.policy.model import Policy
 
-__all__ = ["STEPS", "TEMPLATES_MUTATED", "Mutation", "mutate", "operator_templates"]
+__all__ = [
+    "STEPS",
+    "TEMPLATES_MUTATED",
+    "Mutation",
+    "mutate",
+    "operator_templates",
+    "steps_applied",
+    "with_spec",
+]
 
 RULES = Declarations(__name__)
 UPDATE_SPEC_KEPT = RULES.rule(
@@ -89,7 +89,7 @@ class Mutation:
 
     def steps_applied(self) -> tuple[JSON, Pod, list[Change]]:
         """The mutation steps run on a copy of the run's pod spec, by its RunPolicy."""
-        return steps_applied(self.target, self.r.policy, Who(self.r, self.r.policy))
+        return steps_applied(self.r, self.target, self.r.policy)
 
 
 Step = Callable[[Mutation], None]
@@ -123,7 +123,7 @@ def mutate(
     """
     version = state_version(context) if receipts is not None else None
     r = review(obj, policy, namespace, old, context)
-    q = Request(r, *selected(r))
+    q = request(r)
     path = choose(MUTATION_PATHS, q)
     m = Mutation(q, obj, namespace, receipts, version)
     for step in STEPS[path]:
@@ -239,6 +239,25 @@ STEPS: dict[Path, tuple[Step, ...]] = {
 }
 
 
+def steps_applied(r: Review, target: Target, policy: Policy) -> tuple[JSON, Pod, list[Change]]:
+    """The mutation steps run on a copy of the pod spec of ``target`` (the run of ``r``),
+    by ``policy``: the spec they leave, their Pod, and what they changed."""
+    pod = r.pod(target, policy, copy_json(target.spec))
+    changes = run_steps(pod)
+    return pod.spec, pod, changes
+
+
+def with_spec(obj: JSON, target: Target, spec: JSON) -> JSON:
+    """A copy of ``obj`` whose pod spec is ``spec`` (shares untouched subtrees read-only)."""
+    out = dict(obj)
+    node = out
+    for key in target.keys:
+        node[key] = dict(node[key])
+        node = node[key]
+    node["spec"] = spec
+    return out
+
+
 def _queued(
     result: JSON,
     target: Any,
@@ -250,7 +269,7 @@ def _queued(
     """At CREATE, a run of a queue profile sent to its queue (``rules.queue_profile``)."""
     if pod.profile is None or pod.profile.queue is None or target is None:
         return result
-    owners = owner_references(r.metadata)
+    owners = r.owner_references
     context = r.context
     result, change = send_to_queue(
         result, target.kind, pod.profile, pod.policy, owners, suspend, context.requester,
@@ -281,7 +300,7 @@ def operator_templates(r: Review, obj: JSON) -> tuple[JSON, list[Change], str | 
         )
         if governing is None or check_shape(target.spec, target.spec_path):
             continue  # not a run's, or not understood: its Pods are judged
-        spec, pod, made = steps_applied(target, governing, Who(r, governing))
+        spec, pod, made = steps_applied(r, target, governing)
         profile = profile or (pod.profile.name if pod.profile else None)
         if spec != target.spec:
             result = templates.with_spec(result, keys, spec)

@@ -20,10 +20,11 @@ from functools import cached_property
 from webhook.engine import scope
 from webhook.engine.podspec import Target
 from webhook.engine.rules.hardening import harden_debug_containers
+from webhook.engine.shape import check_shape
 from webhook.engine.subject import Review
 from webhook.engine.types import JSON, Change, Violation
 
-__all__ = ["MUTATION_PATHS", "VALIDATION_PATHS", "Path", "Request", "choose"]
+__all__ = ["MUTATION_PATHS", "VALIDATION_PATHS", "Path", "Request", "choose", "request"]
 
 
 class Path(StrEnum):
@@ -124,6 +125,21 @@ VALIDATION_PATHS: tuple[Row, ...] = (
     (Path.TEMPLATE_UPDATED, _template),
     (Path.NOT_A_RUN, lambda q: True),
 )
+
+
+def selected(r: Review) -> tuple[Target | None, list[Violation]]:
+    """The pod template when the object is a run its RunPolicy governs, else None; and
+    what makes the object or its pod spec not understood."""
+    if r.invalid:
+        return None, r.invalid
+    if r.target is None or r.governing is None:
+        return None, []
+    return r.target, check_shape(r.target.spec, r.target.spec_path)
+
+
+def request(r: Review) -> Request:
+    """What the tables ask of the review ``r``."""
+    return Request(r, *selected(r))
 
 
 def choose(table: tuple[Row, ...], q: Request) -> Path:

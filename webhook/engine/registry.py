@@ -11,7 +11,7 @@ exactly once, in a module of this list whose code emits it.
 
 from __future__ import annotations
 
-from webhook.engine import decide, mutation, types
+from webhook.engine import decision, mutation, types
 from webhook.engine.rule import CONCERNS, Concern, Declarations, Rule, collect
 from webhook.engine.rules import (
     debug,
@@ -63,7 +63,7 @@ DECLARATIONS: tuple[Declarations, ...] = tuple(
         debug,
         queue,
         mutation,
-        decide,
+        decision,
         types,
     )
 )

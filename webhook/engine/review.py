@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from webhook.engine.context import NO_CONTEXT, Context
-from webhook.engine.decide import decided, deny, guarded
+from webhook.engine.decision import decided, deny, guarded
 from webhook.engine.mutation import TEMPLATES_MUTATED, mutate
 from webhook.engine.pod import copy_json
 from webhook.engine.receipts import LocalReceipts

@@ -1,9 +1,11 @@
 """What a review is about, worked out once: the object and the old one located, the
-RunPolicy that governs it, who asks, and the records runguard keeps on it.
+RunPolicy that governs it, who asks, whether the platform created it, and the records
+runguard keeps on it.
 
 ``mutate`` and ``validate`` build one ``Review`` per request; every step and check that
 needs more than the pod spec (the trust checks of ``rules/trust.py``, the records) reads
-it from there instead of locating the object again.
+it from there instead of locating the object again, and the ``Pod`` the steps and checks
+judge is made from it (``Review.pod``).
 """
 
 from __future__ import annotations
@@ -12,7 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from webhook.engine import scope
-from webhook.engine.context import Context
+from webhook.engine.context import Context, Ownership
+from webhook.engine.pod import Pod
 from webhook.engine.podspec import InvalidObject, Target, locate, object_meta
 from webhook.engine.rules import ownership
 from webhook.engine.scope import service_account as service_account  # (webhook.serving.shells')
@@ -35,6 +38,8 @@ class Review:
     invalid: list[Violation] = field(default_factory=list)  # the object cannot be located
     old_target: Target | None = None
     governing: Policy | None = None  # None: outside every RunPolicy
+    # whether the platform created the object, by each RunPolicy's platform asked so far
+    _ownerships: list[tuple[Policy, Ownership]] = field(default_factory=list, repr=False)
 
     @property
     def policy(self) -> Policy:
@@ -54,6 +59,40 @@ class Review:
             return None
         meta = self.old.get("metadata")
         return meta if isinstance(meta, dict) else {}
+
+    @property
+    def owner_references(self) -> tuple[Any, ...]:
+        refs = self.metadata.get("ownerReferences")
+        return tuple(refs) if isinstance(refs, list) else ()
+
+    def ownership(self, policy: Policy) -> Ownership:
+        """Whether the platform of ``policy`` created the object (worked out once each)."""
+        for asked, found in self._ownerships:
+            if asked is policy:
+                return found
+        found = ownership.ownership_of(
+            self.metadata, self.namespace, policy, self.context, self.old_metadata, self.root
+        )
+        self._ownerships.append((policy, found))
+        return found
+
+    def pod(self, target: Target, policy: Policy, spec: JSON) -> Pod:
+        """The ``Pod`` the steps and checks judge: ``target`` (the object's run, or the
+        old one's) with the pod spec ``spec``, by ``policy``, where the object lives,
+        who asks and whether the platform created it."""
+        return Pod(
+            spec,
+            target.labels,
+            target.annotations,
+            policy,
+            target.spec_path,
+            target.claim_templates,
+            self.namespace,
+            self.context,
+            self.ownership(policy),
+            self.owner_references,
+            self.root,
+        )
 
 
 def review(

@@ -15,17 +15,9 @@ from webhook.engine import scope
 from webhook.engine.backstop import has_receipt, not_queued, operator_not_mutated
 from webhook.engine.backstop import not_mutated as _not_mutated  # (counted by test_receipts)
 from webhook.engine.context import NO_CONTEXT, Context
-from webhook.engine.decide import (
-    Who,
-    decided,
-    deny,
-    finish,
-    guarded,
-    pod_of,
-    selected,
-    steps_applied,
-)
-from webhook.engine.paths import VALIDATION_PATHS, Path, Request, choose
+from webhook.engine.decision import decided, deny, finish, guarded
+from webhook.engine.mutation import steps_applied
+from webhook.engine.paths import VALIDATION_PATHS, Path, Request, choose, request
 from webhook.engine.pod import WARNING_LIMIT, Pod, spec_prefix
 from webhook.engine.podspec import Target
 from webhook.engine.receipts import Receipts
@@ -64,7 +56,6 @@ class Judgement:
     warnings: list[str] = field(default_factory=list)
     mutations: list[Change] = field(default_factory=list)
     pod: Pod | None = None
-    who: Who | None = None
     decision: Decision | None = None
 
     @property
@@ -113,7 +104,7 @@ def validate(
     for one of them (``webhook.engine.receipts`` says why that changes no decision).
     """
     r = review(obj, policy, namespace, old, context, governing)
-    j = Judgement(Request(r, *selected(r)), namespace, admitted, receipts)
+    j = Judgement(request(r), namespace, admitted, receipts)
     path = choose(VALIDATION_PATHS, j.q)
     for check in CHECKS[path]:
         check(j)
@@ -143,14 +134,12 @@ def _not_understood(j: Judgement) -> None:
 
 def _pod(j: Judgement) -> None:
     """A run's Pod, judged as it is."""
-    j.who = Who(j.r, j.r.policy)
-    j.pod = pod_of(j.target, j.r.policy, j.target.spec, j.who)
+    j.pod = j.r.pod(j.target, j.r.policy, j.target.spec)
 
 
 def _template(j: Judgement) -> None:
     """A run's pod template, judged after mutation: what its Pods will look like."""
-    j.who = Who(j.r, j.r.policy)
-    spec, j.pod, mutations = steps_applied(j.target, j.r.policy, j.who)
+    spec, j.pod, mutations = steps_applied(j.r, j.target, j.r.policy)
     if spec != j.target.spec:  # (else a template /mutate changed already, or nothing to)
         j.mutations = mutations
         j.warnings = [*([TEMPLATE_KEPT] if mutations else []), *(c.warning for c in mutations)]
@@ -170,11 +159,11 @@ def _queued(j: Judgement) -> None:
 
 def _mutated(j: Judgement) -> None:
     """The backstop of a Pod created without its receipt (``_not_mutated``)."""
-    assert j.pod is not None and j.who is not None
+    assert j.pod is not None
     if has_receipt(j.pod, j.receipts):
         return
     drifted = j.admitted and ownership.records(j.r.metadata)[2] == j.r.policy.name
-    j.violations.extend(_not_mutated(j.target, j.r.policy, j.violations, j.who, drifted))
+    j.violations.extend(_not_mutated(j.r, j.target, j.r.policy, j.violations, drifted))
 
 
 def _already_present_on_update(j: Judgement) -> None:
@@ -257,9 +246,9 @@ def _not_a_run(r: Review) -> list[Violation]:
     assert r.target is not None
     found: list[Violation] = []
     for policy in scope.platforms(r.root, r.namespace):  # each by its own exclusions
-        who = Who(r, policy)
+        platform_made = r.ownership(policy)
         violations = not_a_run.check_not_a_run(
-            r.target.spec, r.target.spec_path, who.ownership, policy
+            r.target.spec, r.target.spec_path, platform_made, policy
         )
         if violations and r.old_target is not None:
             # On UPDATE a reference the old object already had is not new: the object was
@@ -269,7 +258,7 @@ def _not_a_run(r: Review) -> list[Violation]:
             fresh = {path for k, n, path in now if (k, n) not in had}
             prefix = spec_prefix(r.target.spec_path)
             violations = [v for v in violations if v.path.removeprefix(prefix) in fresh]
-        violations += podclaims.check_pod_claims(r, policy, who.ownership)
+        violations += podclaims.check_pod_claims(r, policy, platform_made)
         found.extend(v for v in violations if v not in found)
     return found
 

@@ -20,7 +20,6 @@ from decimal import Decimal
 from typing import Any
 
 from webhook.engine import sizes, templates
-from webhook.engine.decide import Who, pod_of
 from webhook.engine.pod import Pod, main_container, spec_prefix
 from webhook.engine.podspec import Target
 from webhook.engine.rule import Declarations
@@ -72,11 +71,10 @@ def check_growth(r: Review) -> list[Violation]:
         return []  # nothing of the spec changed (labels, status, finalizers)
     if not _understood(r.target) or (r.old_target is not None and not _understood(r.old_target)):
         return []  # what cannot be understood is denied as input.invalid
-    who = Who(r, r.governing)
-    pod = pod_of(r.target, r.governing, r.target.spec, who)
+    pod = r.pod(r.target, r.governing, r.target.spec)
     if pod.profile is None or not pod.spec.get("containers"):
         return []
-    old = _old_pod(r, who)
+    old = _old_pod(r)
     found = list(_pod_level(pod, old))
     if old is None or not old.spec.get("containers"):
         return found
@@ -93,11 +91,11 @@ def _understood(target: Target) -> bool:
     return not check_shape(target.spec, target.spec_path)
 
 
-def _old_pod(r: Review, who: Who) -> Pod | None:
+def _old_pod(r: Review) -> Pod | None:
     old: Target | None = r.old_target
     if old is None or r.governing is None:
         return None
-    return pod_of(old, r.governing, old.spec, who)
+    return r.pod(old, r.governing, old.spec)
 
 
 def _bounds(pod: Pod) -> Iterator[tuple[str, str, str, Decimal, Decimal]]:
@@ -291,7 +289,7 @@ def check_size_record(r: Review) -> list[Violation]:
         if not _understood(r.target):
             return []
         assert r.governing is not None
-        pod = pod_of(r.target, r.governing, r.target.spec, Who(r, r.governing))
+        pod = r.pod(r.target, r.governing, r.target.spec)
         if sizes.believed(pod):
             return []
         return [
