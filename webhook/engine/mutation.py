@@ -70,6 +70,7 @@ class Mutation:
     what the queue, the size record and the receipt are made of)."""
 
     q: Request
+    r: Review
     result: Any
     namespace: str | None
     receipts: Receipts | None = None
@@ -77,10 +78,6 @@ class Mutation:
     changes: list[Change] = field(default_factory=list)
     profile: str | None = None
     pod: Pod | None = None
-
-    @property
-    def r(self) -> Review:
-        return self.q.r
 
     @property
     def target(self) -> Target:
@@ -125,7 +122,7 @@ def mutate(
     r = review(obj, policy, namespace, old, context)
     q = request(r)
     path = choose(MUTATION_PATHS, q)
-    m = Mutation(q, obj, namespace, receipts, version)
+    m = Mutation(q, r, obj, namespace, receipts, version)
     for step in STEPS[path]:
         step(m)
     applies = path != Path.OUTSIDE and (

@@ -52,23 +52,17 @@ class Path(StrEnum):
 TEMPLATES_MUTATED = frozenset({"Job", "CronJob"})
 
 
-@dataclass(frozen=True)
+@dataclass
 class Request:
     """What the tables ask: the review, and the run it holds (``target``: None outside
-    the runs) with what makes its pod spec not understood (``problems``)."""
+    the runs) with what makes its pod spec not understood (``problems``); ``run``: the
+    run's pod template, when it is one and understood; ``created``: at CREATE."""
 
     r: Review
     target: Target | None
     problems: list[Violation]
-
-    @property
-    def run(self) -> Target | None:
-        """The run's pod template, when it is one and understood."""
-        return None if self.problems else self.target
-
-    @property
-    def created(self) -> bool:
-        return self.r.old is None
+    run: Target | None
+    created: bool
 
     @cached_property
     def debug_hardened(self) -> tuple[JSON, Change] | None:
@@ -90,15 +84,18 @@ def _not_understood(q: Request) -> bool:
 
 
 def _pod(q: Request) -> bool:
-    return q.run is not None and q.run.kind == "Pod"
+    run = q.run
+    return run is not None and run.kind == "Pod"
 
 
 def _template(q: Request) -> bool:
-    return q.run is not None and q.run.kind != "Pod"
+    run = q.run
+    return run is not None and run.kind != "Pod"
 
 
 def _job_template(q: Request) -> bool:
-    return q.run is not None and q.run.kind in TEMPLATES_MUTATED
+    run = q.run
+    return run is not None and run.kind in TEMPLATES_MUTATED
 
 
 Row = tuple[Path, Callable[[Request], bool]]
@@ -139,9 +136,13 @@ def selected(r: Review) -> tuple[Target | None, list[Violation]]:
 
 def request(r: Review) -> Request:
     """What the tables ask of the review ``r``."""
-    return Request(r, *selected(r))
+    target, problems = selected(r)
+    return Request(r, target, problems, None if problems else target, r.old is None)
 
 
 def choose(table: tuple[Row, ...], q: Request) -> Path:
     """The path of the first row of ``table`` whose question ``q`` answers yes."""
-    return next(path for path, applies in table if applies(q))
+    for path, applies in table:
+        if applies(q):
+            return path
+    raise AssertionError("the last row of a table takes any request")

@@ -48,6 +48,7 @@ class Judgement:
     Pods will get, the run's Pod judged, and the decision that ends the path."""
 
     q: Request
+    r: Review
     namespace: str | None
     admitted: bool = False
     receipts: Receipts | None = None
@@ -57,10 +58,6 @@ class Judgement:
     mutations: list[Change] = field(default_factory=list)
     pod: Pod | None = None
     decision: Decision | None = None
-
-    @property
-    def r(self) -> Review:
-        return self.q.r
 
     @property
     def target(self) -> Target:
@@ -104,7 +101,7 @@ def validate(
     for one of them (``webhook.engine.receipts`` says why that changes no decision).
     """
     r = review(obj, policy, namespace, old, context, governing)
-    j = Judgement(request(r), namespace, admitted, receipts)
+    j = Judgement(request(r), r, namespace, admitted, receipts)
     path = choose(VALIDATION_PATHS, j.q)
     for check in CHECKS[path]:
         check(j)
