@@ -32,7 +32,7 @@ import pytest
 import yaml
 
 from webhook.clusterstate.static import StaticClusterState
-from webhook.engine import Decision, evaluate
+from webhook.engine import Decision, evaluate, scope
 from webhook.engine.context import Context, Requester
 from webhook.engine.rules import ownership
 from webhook.keys import PLATFORM_POLICY, PLATFORM_RECORD, POLICY_LABEL, REQUESTED_BY
@@ -270,7 +270,8 @@ def contexts(
     # who asked, whether that was the platform (the chain's top, created by ``user``), the
     # RunPolicy.
     requester = Requester(user)
-    governing = policy.choose(
+    governing = scope.choose(
+        policy,
         template_of(obj)["metadata"].get("labels") or {},
         namespace,
         lambda p: ownership.is_identity(p.requesters, requester),

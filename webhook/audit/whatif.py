@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any, TextIO
 
 from webhook.audit.clusteraudit import pod_labels
-from webhook.engine import Decision, Violation, evaluate
+from webhook.engine import Decision, Violation, evaluate, scope
 from webhook.engine.context import NO_CONTEXT, Context
 from webhook.engine.rules.profile import PROFILE_RANGE
 from webhook.engine.rules.resources import RESOURCES_CLAMPED
@@ -91,7 +91,7 @@ def compare(
     chooser = current if now.applies else proposed
     kind, namespace, name = then.kind, then.namespace, then.name
     labels = pod_labels(obj) if isinstance(obj, dict) else {}
-    governing = chooser.choose(labels, namespace) or chooser
+    governing = scope.choose(chooser, labels, namespace) or chooser
     project_label = governing.platform.project_label
     return Verdict(
         kind=sys.intern(kind),
