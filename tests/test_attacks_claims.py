@@ -16,7 +16,7 @@ import copy
 from typing import Any
 
 import pytest
-from attacks_support import (
+from harness.attack_chains import (
     HER_RUN,
     _role_binding,
     deployment,
@@ -26,10 +26,10 @@ from attacks_support import (
     routed,
     run,
 )
-from test_doors import DENY, NAMESPACE, STRIP
-from test_manifests import Cel
-from test_ownership import Meta, OwnerRef, State
-from test_trust import ALICE, CORE, RUN, SHIPPED, rules
+from harness.cluster_state import Meta, OwnerRef, State
+from harness.references import DENY, NAMESPACE, STRIP
+from harness.routing import Cel
+from harness.shipped import ALICE, CORE, RUN, SHIPPED, rules
 
 from webhook.audit.rbacreport import platform_of, rbac_report
 from webhook.engine import evaluate

@@ -28,9 +28,10 @@ from typing import Any
 
 import orjson
 import pytest
-from attacks_support import DH_NS, DIGITALHUB, _routes, platform_run
-from test_ownership import Meta, State
-from test_shells import (
+from harness import REPO
+from harness.attack_chains import DH_NS, DIGITALHUB, _routes, platform_run
+from harness.cluster_state import Meta, State
+from harness.shells import (
     Cluster,
     Reads,
     answer,
@@ -40,18 +41,7 @@ from test_shells import (
     token_of,
     users_own_pod,
 )
-from test_trust import (
-    ALICE,
-    ARGO,
-    CORE,
-    REPO,
-    SHIPPED,
-    created,
-    pod,
-    rules,
-    update,
-    workflow,
-)
+from harness.shipped import ALICE, ARGO, CORE, SHIPPED, created, pod, rules, update, workflow
 
 from webhook import engine
 from webhook.engine import connect, evaluate, validate

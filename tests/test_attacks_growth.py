@@ -13,10 +13,9 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from test_ownership import State
-from test_queue import KUEUE
-from test_templates import GPU, run_job
-from test_trust import ALICE, CORE, SHIPPED, created, pod, rules, update
+from harness.cluster_state import State
+from harness.shipped import ALICE, CORE, SHIPPED, created, pod, rules, update
+from harness.templates import GPU, KUEUE, run_job
 
 from webhook.engine import evaluate, mutate, validate
 from webhook.engine.context import Context, Requester

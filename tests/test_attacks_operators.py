@@ -24,7 +24,8 @@ from typing import Any
 
 import pytest
 import yaml
-from attacks_support import (
+from harness import REPO
+from harness.attack_chains import (
     AUTH,
     DH_NS,
     DIGITALHUB,
@@ -46,9 +47,9 @@ from attacks_support import (
     stored,
     update,
 )
-from test_manifests import Cel
-from test_ownership import Meta, State
-from test_trust import ALICE, ARGO, CORE, REPO, RUN, SHIPPED, rules
+from harness.cluster_state import Meta, State
+from harness.routing import Cel
+from harness.shipped import ALICE, ARGO, CORE, RUN, SHIPPED, rules
 
 from webhook.clusterstate import StaticClusterState
 from webhook.engine import evaluate, mutate, validate

@@ -11,8 +11,9 @@ import copy
 from pathlib import Path
 
 import yaml
-from attacks_support import DH_NS, DIGITALHUB, RUN_SECRET, owned_by, state
-from test_trust import ALICE, CORE, REPO
+from harness import REPO
+from harness.attack_chains import DH_NS, DIGITALHUB, RUN_SECRET, owned_by, state
+from harness.shipped import ALICE, CORE
 
 from webhook.engine import evaluate, mutate
 from webhook.engine.context import Context, Requester

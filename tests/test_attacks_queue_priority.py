@@ -17,10 +17,10 @@ from typing import Any
 
 import pytest
 from harness import write
-from test_ownership import State
-from test_project_profiles import PROFILES, RUN_POLICY, cluster, project_profile, run
-from test_templates import QUEUED, queue_policy, run_job
-from test_trust import ALICE, CORE, rules
+from harness.cluster_state import State
+from harness.profiles import PROFILES, RUN_POLICY, cluster, project_profile, run
+from harness.shipped import ALICE, CORE, rules
+from harness.templates import QUEUED, queue_policy, run_job
 
 from webhook.engine import evaluate, mutate, validate
 from webhook.engine.context import Context

@@ -14,10 +14,9 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from test_ownership import Meta, State, owner
-from test_queue import KUEUE
-from test_templates import CRONJOBS, QUEUE, QUEUED, cronjob, queue_policy, rayjob, run_job
-from test_trust import ALICE, CORE, JOBS, pod, rules
+from harness.cluster_state import Meta, State, owner
+from harness.shipped import ALICE, CORE, JOBS, pod, rules
+from harness.templates import CRONJOBS, KUEUE, QUEUE, QUEUED, cronjob, queue_policy, rayjob, run_job
 
 from webhook.engine import evaluate, mutate, validate
 from webhook.engine.context import Context, Requester

@@ -9,9 +9,9 @@ the attack review that found it kept these chains."""
 
 from __future__ import annotations
 
-from test_ownership import Meta, State, owner
-from test_templates import QUEUE, QUEUED, queue_policy, run_job
-from test_trust import ALICE
+from harness.cluster_state import Meta, State, owner
+from harness.shipped import ALICE
+from harness.templates import QUEUE, QUEUED, queue_policy, run_job
 
 from webhook.engine import evaluate, mutate, validate
 from webhook.engine.context import Context
@@ -59,7 +59,7 @@ def test_a_queue_profiles_job_that_skipped_mutate_with_a_forged_owner_is_refused
 def test_a_queue_profiles_bare_pod_with_a_forged_job_owner_is_still_queued() -> None:
     """The same forgery on a bare Pod (Kueue's Pod integration counts those one by one):
     a controller ownerReference to alice's tiny Job and the Pod carries no queue label."""
-    from test_trust import pod
+    from harness.shipped import pod
 
     policy = queue_policy()
     context = Context(ALICE, State([TINY]))

@@ -13,8 +13,8 @@ import copy
 from typing import Any
 
 import pytest
-from attacks_support import _role_binding, judged_by, plain
-from test_trust import ALICE, SHIPPED
+from harness.attack_chains import _role_binding, judged_by, plain
+from harness.shipped import ALICE, SHIPPED
 
 from webhook.audit.rbacreport import platform_of, rbac_report
 from webhook.install import manifests

@@ -15,10 +15,10 @@ import copy
 from typing import Any
 
 import pytest
-from attacks_support import _controller_ref, _meta, routed
-from test_ownership import State, owner
-from test_scope_routing import RESOURCES
-from test_trust import (
+from harness.attack_chains import _controller_ref, _meta, routed
+from harness.cluster_state import State, owner
+from harness.routing import RESOURCES
+from harness.shipped import (
     ALICE,
     BUILD,
     CORE,

@@ -13,11 +13,10 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from attacks_support import LAUNCHER, _alone, _controller_ref, _meta, admitted, door
-from test_manifests import Cel
-from test_ownership import State
-from test_scope_routing import calls
-from test_trust import ALICE, BUILD, CORE, RS, RUN, SHIPPED, created, pod, rules, update
+from harness.attack_chains import LAUNCHER, _alone, _controller_ref, _meta, admitted, door
+from harness.cluster_state import State
+from harness.routing import Cel, calls
+from harness.shipped import ALICE, BUILD, CORE, RS, RUN, SHIPPED, created, pod, rules, update
 
 from webhook.engine import evaluate, mutate, validate
 from webhook.engine.context import Context

@@ -16,7 +16,7 @@ import copy
 from typing import Any
 
 import pytest
-from attacks_support import (
+from harness.attack_chains import (
     HER_RUN,
     ML_NS,
     MLRUN,
@@ -29,9 +29,9 @@ from attacks_support import (
     routed,
     run,
 )
-from test_doors import DENY, NAMESPACE, STRIP
-from test_ownership import State
-from test_trust import ALICE, CORE, RUN, created, pod, rules, update
+from harness.cluster_state import State
+from harness.references import DENY, NAMESPACE, STRIP
+from harness.shipped import ALICE, CORE, RUN, created, pod, rules, update
 
 from webhook.engine import evaluate
 from webhook.engine.context import Context

@@ -17,7 +17,7 @@ import copy
 from typing import Any
 
 import pytest
-from attacks_support import (
+from harness.attack_chains import (
     AUTH,
     DH_NS,
     DIGITALHUB,
@@ -40,10 +40,10 @@ from attacks_support import (
     stored,
     update,
 )
-from test_manifests import Cel
-from test_ownership import State
-from test_shells import Cluster, answer, as_pod, connect_request, token_of
-from test_trust import ALICE, ARGO, DEPLOYMENTS, KCM, RS, SHIPPED, rules
+from harness.cluster_state import State
+from harness.routing import Cel
+from harness.shells import Cluster, answer, as_pod, connect_request, token_of
+from harness.shipped import ALICE, ARGO, DEPLOYMENTS, KCM, RS, SHIPPED, rules
 
 from webhook.audit.rbacreport import platform_of, rbac_report
 from webhook.engine import evaluate, mutate, validate

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 from harness import write
-from test_project_profiles import PROFILES, RUN_POLICY, cluster, project_profile
-from test_trust import ALICE
+from harness.profiles import PROFILES, RUN_POLICY, cluster, project_profile
+from harness.shipped import ALICE
 
 from webhook.engine import evaluate, mutate, validate
 from webhook.engine.context import Context, Requester
@@ -128,7 +128,7 @@ def test_a_project_profile_under_builds_is_bounded_by_the_other_run_policies() -
     """The shipped ``builds`` RunPolicy has no maximums (the platform's image builds): a
     project's profile a build names still gives no more than ``digitalhub`` allows
     (cpu 18), or it is not applied."""
-    from test_trust import CORE, SHIPPED
+    from harness.shipped import CORE, SHIPPED
 
     from webhook.clusterstate import StaticClusterState
 

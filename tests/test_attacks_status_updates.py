@@ -12,8 +12,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from attacks_support import DIGITALHUB, _hook, _status_routed, state, update
-from test_trust import ALICE, CORE, rules
+from harness.attack_chains import DIGITALHUB, _hook, _status_routed, state, update
+from harness.shipped import ALICE, CORE, rules
 
 from webhook.engine import validate
 from webhook.engine.context import Context

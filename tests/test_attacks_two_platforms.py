@@ -17,7 +17,8 @@ from typing import Any
 
 import pytest
 import yaml
-from attacks_support import (
+from harness import REPO
+from harness.attack_chains import (
     LAUNCHER,
     MLRUN,
     MLRUN_API,
@@ -33,9 +34,9 @@ from attacks_support import (
     nuclio_function,
     scale_request,
 )
-from test_ownership import State
-from test_shells import shell, users_own_pod
-from test_trust import ALICE, ARGO, CORE, REPO, SHIPPED, pod, rules
+from harness.cluster_state import State
+from harness.shells import shell, users_own_pod
+from harness.shipped import ALICE, ARGO, CORE, SHIPPED, pod, rules
 
 from webhook.clusterstate import StaticClusterState
 from webhook.engine import connect, evaluate, validate

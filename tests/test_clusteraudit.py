@@ -7,18 +7,16 @@ import gc
 import io
 import json
 import weakref
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
+from harness.apiserver import FakeApiserver
 
 from webhook.audit.clusteraudit import (
     LISTINGS,
     AuditError,
-    ContinueExpired,
     JsonRowsWriter,
-    Listing,
     TableWriter,
     audit,
     decode_page,
@@ -151,33 +149,6 @@ def test_pods_are_selected_server_side_controllers_only_by_namespace() -> None:
     # The run labels of a controller are in its template: no server-side label selector.
     assert list_query(jobs, policy, 50) == {"limit": "50", "fieldSelector": namespaces}
     assert list_query(pods, selector_policy({}, exclude=[]), 7) == {"limit": "7"}
-
-
-class FakeApiserver:
-    """``fetch`` as the apiserver answers a paged list: raw JSON, items without kind
-    and apiVersion, in key order, a continue token while more remain; optionally a 410
-    for the continue tokens of the ``expire``-th pages (1-based, counting every request)."""
-
-    def __init__(
-        self, objects: dict[str, list[dict[str, Any]]], expire: frozenset[int] = frozenset()
-    ):
-        self.objects, self.expire = objects, expire
-        self.queries: list[tuple[str, dict[str, str]]] = []
-
-    def __call__(self, listing: Listing, namespace: str | None, query: Mapping[str, str]) -> bytes:
-        self.queries.append((listing.kind, dict(query)))
-        if "continue" in query and len(self.queries) in self.expire:
-            raise ContinueExpired("410")
-        items = sorted(
-            self.objects.get(listing.kind, []),
-            key=lambda o: f"{o['metadata']['namespace']}/{o['metadata']['name']}",
-        )
-        start = int(query.get("continue", "0"))
-        end = start + int(query["limit"])
-        page = [{k: v for k, v in o.items() if k not in ("kind", "apiVersion")} for o in items]
-        token = str(end) if end < len(items) else ""
-        body = {"kind": f"{listing.kind}List", "metadata": {"continue": token}}
-        return json.dumps({**body, "items": page[start:end]}).encode()
 
 
 def runs(count: int, ns: str = "ml") -> list[dict[str, Any]]:

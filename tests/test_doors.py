@@ -21,17 +21,15 @@ from typing import Any
 
 import kubernetes.client as k8s
 import pytest
-import yaml
-from test_manifests import OWNED, REFERENCES
-from test_ownership import State
-from test_trust import ALICE, RUN
+from harness.cluster_state import State
+from harness.references import DENY, NAMESPACE, OWNED, REFERENCES, STRIP
+from harness.shipped import ALICE, RUN
 
 from webhook.engine import evaluate
 from webhook.engine.context import Context
 from webhook.engine.doors import CONTAINERS, DOORS, MAP_VALUES, NOT_DOORS, Door, located
 from webhook.engine.rules import judge
 from webhook.engine.rules.ownership import platform_references
-from webhook.policy.model import build_policy
 
 # Types whose ``name`` names another object.
 REFERENCE_TYPES = frozenset(
@@ -135,30 +133,8 @@ def test_every_door_of_a_platform_kind_is_judged_and_routed(door: Door) -> None:
 # --- each door judged by its rule ----------------------------------------------------------
 
 REPO = Path(__file__).resolve().parents[1]
-VOLUME_TYPES = tuple(k8s.V1Volume.attribute_map[a] for a in k8s.V1Volume.openapi_types)
 
 
-def _policy(**modes: str) -> Any:
-    """The shipped RunPolicy, with every volume type allowed (at level baseline, so that
-    only the door's own rule judges a csi or flexVolume volume) and a pattern for the
-    platform's device claims; ``modes``: volumes.onPreExisting and secrets.onForbidden."""
-    doc = yaml.safe_load((REPO / "policies" / "runpolicy.yaml").read_text())
-    spec = doc["spec"]
-    spec["platform"] = yaml.safe_load((REPO / "policies" / "platform.yaml").read_text())["spec"]
-    spec["security"]["level"] = "baseline"
-    spec["volumes"]["allowedTypes"] = [t for t in VOLUME_TYPES if t not in ("name", "hostPath")]
-    spec["resources"]["platformDeviceClaims"] = ["gpu-{labels[dhcore/run]}"]
-    spec["profiles"].pop("unknown", None)
-    if "pre_existing" in modes:
-        spec["volumes"]["onPreExisting"] = modes["pre_existing"]
-    if "forbidden" in modes:
-        spec["secrets"]["onForbidden"] = modes["forbidden"]
-    return build_policy(doc, [])
-
-
-STRIP = _policy()
-DENY = _policy(pre_existing="Deny", forbidden="Deny")
-NAMESPACE = "digitalhub"  # where the platform's ServiceAccount, core, lives
 # The run r1's objects, by kind, as the platform names them.
 PLATFORM_NAMES = {
     "Secret": "sec-api-r1",
@@ -259,7 +235,7 @@ def test_every_door_is_judged_by_its_rule(door: Door, name: str, policy: Any, ki
 def test_the_platforms_run_keeps_what_the_platform_named(door: Door, name: str) -> None:
     """The other side: the platform's own run keeps a platform name through every door
     (a foreign name of a kind it never may use is stripped all the same)."""
-    from test_trust import CORE
+    from harness.shipped import CORE
 
     obj = as_object("Pod", door_spec(door, name))
     decision = evaluate(obj, STRIP, namespace=NAMESPACE, context=Context(CORE, State([])))

@@ -16,8 +16,9 @@ from typing import Any
 
 import pytest
 import yaml
-from test_manifests import Cel
-from test_trust import ALICE, KCM, REPO, SHIPPED, rules
+from harness import REPO
+from harness.routing import Cel
+from harness.shipped import ALICE, KCM, SHIPPED, rules
 
 from webhook.audit.explain import explain, to_text
 from webhook.audit.liveview import WHATIF_KINDS, ReadState

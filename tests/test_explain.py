@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 import yaml
-from test_whatif import CONTEXT, NAMESPACES, TEAM_A_ONLY, policy_dir
+from harness.team_policies import CONTEXT, NAMESPACES, TEAM_A_ONLY, policy_dir
 
 from webhook.audit.explain import explain, to_text
 from webhook.cli import main

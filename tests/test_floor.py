@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 import yaml
+from harness.pod_strategies import SETTINGS, pods
 from hypothesis import given
 from hypothesis import strategies as st
-from test_engine_properties import SETTINGS, pods
 
 from webhook.audit.casetest import find_cases
 from webhook.engine import evaluate, shape, validate

@@ -13,17 +13,9 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-from harness.fuzz import check_apply, check_lint, check_loader, inputs
-from hypothesis import HealthCheck, given, settings
+from harness.fuzz import SHORT, check_apply, check_lint, check_loader, inputs
+from hypothesis import given
 from hypothesis import strategies as st
-
-SHORT = settings(
-    max_examples=50,
-    deadline=None,
-    derandomize=True,
-    database=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
 
 
 @SHORT

@@ -20,10 +20,10 @@ from typing import Any
 
 import pytest
 from harness import REPO, RunguardServer, admission_review, run_pod
+from harness.fuzz import SHORT as FILES
 from harness.fuzz import edited, pods, scalars, values, written
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_fuzz_inputs import SHORT as FILES
 
 from webhook.policy.loader import load_policy  # noqa: E402
 from webhook.serving.admission import AdmissionError, parse_review, review  # noqa: E402

@@ -19,6 +19,9 @@ from typing import Any
 
 import pytest
 import yaml
+from harness.manifests_base import BASE, base_documents, base_object, deployment_pod
+from harness.references import OWNED, OWNED_POLICY, REFERENCES, RUN_POLICY
+from harness.routing import Cel
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -30,20 +33,6 @@ from webhook.policy.loader import load_policy
 from webhook.policy.model import Policy, build_policy
 
 REPO = Path(__file__).resolve().parents[1]
-BASE = REPO / "manifests"
-
-RUN_POLICY: dict[str, Any] = {
-    "apiVersion": "runguard.io/v1",
-    "kind": "RunPolicy",
-    "metadata": {"name": "platform"},
-    "spec": {
-        "selector": {
-            "matchLabels": {"app.kubernetes.io/managed-by": "dhcore"},
-            "matchExpressions": [{"key": "dhcore/run", "operator": "Exists"}],
-        },
-        "excludeNamespaces": ["kube-system", "batch-legacy"],
-    },
-}
 
 
 @pytest.fixture
@@ -338,20 +327,6 @@ def test_policy_config_map_holds_each_file_verbatim() -> None:
 
 # --- routing: exactly what reaches runguard, every webhook failing closed ----------------
 
-OWNED_POLICY: dict[str, Any] = {
-    **RUN_POLICY,
-    "spec": {
-        **RUN_POLICY["spec"],
-        "platform": {"identities": ["system:serviceaccount:digitalhub:core"]},
-        "volumes": {
-            "platformClaims": ["v-{labels[dhcore/run]}-*"],
-            "platformConfigMaps": ["init-config-map-{labels[dhcore/run]}"],
-        },
-        "secrets": {"allowed": ["sec-*-{labels[dhcore/run]}", "registry.pull"]},
-        "resources": {"platformDeviceClaims": ["gpu-{labels[dhcore/run]}"]},
-    },
-}
-
 
 @pytest.fixture
 def owned() -> Policy:
@@ -585,42 +560,11 @@ def test_name_regex_reads_patterns_as_ownership_does() -> None:
 # the CEL spec, optional types included.
 
 
-class Cel:
-    """Evaluates matchConditions as the apiserver does: all must hold, none may fail."""
-
-    def __init__(self) -> None:
-        cel = pytest.importorskip("cel_expr_python.cel")
-        optional = pytest.importorskip("cel_expr_python.ext.ext_optional")
-        strings = pytest.importorskip("cel_expr_python.ext.ext_strings")
-        self.cel = cel
-        self.env = cel.NewEnv(
-            variables={"object": cel.Type.DYN, "oldObject": cel.Type.DYN,
-                       "request": cel.Type.DYN},
-            extensions=[optional.ExtOptional(), strings.ExtStrings()],
-        )  # fmt: skip
-        self.programs: dict[str, Any] = {}
-
-    def holds(self, expression: str, obj: dict[str, Any], resource: str) -> bool:
-        if expression not in self.programs:
-            self.programs[expression] = self.env.compile(expression)
-        request = {"operation": "CREATE", "resource": {"resource": resource}}
-        value = self.programs[expression].eval(
-            data={"object": obj, "oldObject": None, "request": request}
-        )
-        # An error would fail the request (failurePolicy Fail): never expected here.
-        assert value.type() == self.cel.Type.BOOL, (expression, obj)
-        return bool(value.value())
-
-    def routed(self, hook: dict[str, Any], obj: dict[str, Any], resource: str) -> bool:
-        return all(self.holds(c["expression"], obj, resource) for c in hook["matchConditions"])
-
-
 @pytest.fixture(scope="module")
 def cel() -> Cel:
     return Cel()
 
 
-OWNED = build_policy(OWNED_POLICY, [])
 RUN_LABELS = {"app.kubernetes.io/managed-by": "dhcore", "dhcore/run": "r1"}
 
 
@@ -784,49 +728,6 @@ def test_controller_condition_without_template_or_spec(cel: Cel) -> None:
 
 
 # Every place ownership.platform_references looks, with a platform name in it.
-REFERENCES: dict[str, dict[str, Any]] = {
-    "claim volume": {"volumes": [{"name": "v", "persistentVolumeClaim": {"claimName": "v-r1-a"}}]},
-    "configMap volume": {"volumes": [{"name": "v", "configMap": {"name": "init-config-map-r1"}}]},
-    "secret volume": {"volumes": [{"name": "v", "secret": {"secretName": "sec-db-r1"}}]},
-    "projected configMap": {"volumes": [{"name": "v", "projected": {"sources": [
-        {"downwardAPI": {}}, {"configMap": {"name": "init-config-map-r1"}}]}}]},
-    "projected secret": {"volumes": [{"name": "v", "projected": {"sources": [
-        {"secret": {"name": "registry.pull"}}]}}]},
-    "env secretKeyRef": {"containers": [{"name": "c", "env": [
-        {"name": "A", "value": "1"},
-        {"name": "B", "valueFrom": {"secretKeyRef": {"name": "sec-db-r1", "key": "k"}}}]}]},
-    "env configMapKeyRef": {"containers": [{"name": "c", "env": [
-        {"name": "B", "valueFrom": {"configMapKeyRef": {"name": "init-config-map-r1",
-                                                        "key": "k"}}}]}]},
-    "envFrom secretRef": {"containers": [{"name": "c", "envFrom": [
-        {"secretRef": {"name": "sec-db-r1"}}]}]},
-    "envFrom configMapRef": {"containers": [{"name": "c", "envFrom": [
-        {"prefix": "X_", "configMapRef": {"name": "init-config-map-r1"}}]}]},
-    "init container": {"containers": [{"name": "c"}], "initContainers": [{"name": "i", "envFrom": [
-        {"secretRef": {"name": "sec-db-r1"}}]}]},
-    "ephemeral container": {"containers": [{"name": "c"}], "ephemeralContainers": [
-        {"name": "debug", "envFrom": [{"secretRef": {"name": "sec-db-r1"}}]}]},
-    "imagePullSecrets": {"imagePullSecrets": [{"name": "team"}, {"name": "registry.pull"}]},
-    # the volume types that name a secret of their own (docs/dev/guarantees.md, "Trust over time",
-    # "every door")
-    **{f"{vtype} {key}": {"volumes": [{"name": "v", vtype: {key: {"name": "sec-db-r1"}}}]}
-       for vtype, key in (("csi", "nodePublishSecretRef"), ("flexVolume", "secretRef"),
-                          ("cephfs", "secretRef"), ("rbd", "secretRef"), ("iscsi", "secretRef"),
-                          ("cinder", "secretRef"), ("scaleIO", "secretRef"),
-                          ("storageos", "secretRef"))},
-    "azureFile secretName": {"volumes": [{"name": "v", "azureFile": {"secretName": "sec-db-r1"}}]},
-    # a driver given the platform's secret by name in its free map (Azure File's secretName)
-    "csi volumeAttributes": {"volumes": [{"name": "v", "csi": {"driver": "file.csi.azure.com",
-        "volumeAttributes": {"shareName": "data", "secretName": "sec-db-r1"}}}]},
-    "flexVolume options": {"volumes": [{"name": "v", "flexVolume": {"driver": "x/y",
-        "options": {"secret": "sec-db-r1"}}}]},
-    # a platform claim cloned into a new one by a generic ephemeral volume
-    **{f"ephemeral {key}": {"volumes": [{"name": "v", "ephemeral": {"volumeClaimTemplate": {
-        "spec": {key: {"kind": "PersistentVolumeClaim", "name": "v-r1-a"}}}}}]}
-       for key in ("dataSource", "dataSourceRef")},
-    # a platform run's claim of devices, shared by naming it
-    "resourceClaimName": {"resourceClaims": [{"name": "gpu", "resourceClaimName": "gpu-r1"}]},
-}  # fmt: skip
 # The same names, one character off: none is the platform's.
 NOT_PLATFORM = {"v-r1-a": "v-r1", "init-config-map-r1": "init-config-map", "sec-db-r1": "sec-db",
                 "registry.pull": "registryxpull", "gpu-r1": "gpu_r1"}  # fmt: skip
@@ -1055,26 +956,6 @@ def test_cli_write_then_check_catches_a_policy_edit(
 # --- the kustomize base ------------------------------------------------------------------
 
 
-def base_documents() -> dict[str, list[dict[str, Any]]]:
-    docs = {}
-    for path in sorted(BASE.rglob("*.yaml")) + sorted(BASE.rglob("*.yml")):
-        if "certs" in path.relative_to(BASE).parts:
-            continue
-        docs[str(path.relative_to(BASE))] = [d for d in yaml.safe_load_all(path.read_text()) if d]
-    return docs
-
-
-def base_object(kind: str, name: str | None = None) -> dict[str, Any]:
-    found = [
-        d
-        for docs in base_documents().values()
-        for d in docs
-        if d.get("kind") == kind and (name is None or d["metadata"]["name"] == name)
-    ]
-    assert len(found) == 1, (kind, name, len(found))
-    return found[0]
-
-
 def kustomization() -> dict[str, Any]:
     data: dict[str, Any] = yaml.safe_load((BASE / "kustomization.yaml").read_text())
     return data
@@ -1157,11 +1038,6 @@ def test_generated_files_match_policies() -> None:
                 "runguard",
                 *policy.exclude_namespaces,
             }
-
-
-def deployment_pod() -> dict[str, Any]:
-    pod: dict[str, Any] = base_object("Deployment", "runguard")["spec"]["template"]
-    return pod
 
 
 def test_deployment_is_hardened() -> None:

@@ -7,10 +7,10 @@ judged by the engine with a requester and a cluster state (objects' metadata by 
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from harness.cluster_state import Meta, OwnerRef, State, owner
 
 from webhook.engine import evaluate, mutate, validate
 from webhook.engine.context import Context, Requester
@@ -23,53 +23,6 @@ ALICE = Requester("alice", ("developers",))
 JOBS = Requester("system:serviceaccount:kube-system:job-controller")
 RS = Requester("system:serviceaccount:kube-system:replicaset-controller")
 RUN = {"app.kubernetes.io/managed-by": "dhcore", "dhcore/run": "r1", "dhcore/project": "p1"}
-
-
-@dataclass(frozen=True)
-class Meta:
-    """An object's metadata as the cluster state holds it (``engine.context.ObjectMeta``)."""
-
-    kind: str
-    namespace: str
-    name: str
-    uid: str
-    labels: Mapping[str, str] = field(default_factory=dict)
-    annotations: Mapping[str, str] = field(default_factory=dict)
-    owners: tuple[tuple[str, str, str, bool], ...] = ()
-
-
-def OwnerRef(kind: str, name: str, uid: str, controller: bool) -> tuple[str, str, str, bool]:  # noqa: N802
-    return (kind, name, uid, controller)
-
-
-class State:
-    """A cluster state of a few objects' metadata, as the watch cache holds them."""
-
-    def __init__(self, objects: Iterable[Meta], synced: bool = True) -> None:
-        self.objects = list(objects)
-        self.all_synced = synced
-
-    def get(self, kind: str, namespace: str, name: str) -> Meta | None:
-        return next(
-            (o for o in self.objects if (o.kind, o.namespace, o.name) == (kind, namespace, name)),
-            None,
-        )
-
-    def by_uid(self, uid: str) -> Meta | None:
-        return next((o for o in self.objects if o.uid == uid), None)
-
-    def synced(self, kind: str) -> bool:
-        return self.all_synced
-
-    def has_priority_class(self, name: str) -> bool:
-        return True  # the classes the policy names exist: ownership is what is tested
-
-    def has_runtime_class(self, name: str) -> bool:
-        return True
-
-
-def owner(kind: str, name: str, uid: str) -> dict[str, Any]:
-    return {"apiVersion": "batch/v1", "kind": kind, "name": name, "uid": uid, "controller": True}
 
 
 def run_pod(labels: dict[str, str] | None = None, **meta: Any) -> dict[str, Any]:

@@ -5,7 +5,7 @@ reads a record reads it as that RunPolicy's (``scope.recorder`` of a stored obje
 identities may themselves (``scope.may_open``).
 
 The policy is the Core's RunPolicies first, then MLRun's (``mlrun``: MLRun's API;
-``nuclio``: MLRun's API and Nuclio's controller), as in ``attacks_support.TWO``.
+``nuclio``: MLRun's API and Nuclio's controller), as in ``harness.attack_chains.TWO``.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from attacks_support import (
+from harness.attack_chains import (
     LAUNCHER,
     MLRUN_API,
     TWO,
@@ -25,8 +25,8 @@ from attacks_support import (
     mlrun_run,
     nuclio_function,
 )
-from test_ownership import State
-from test_trust import ALICE, CORE, pod, rules
+from harness.cluster_state import State
+from harness.shipped import ALICE, CORE, pod, rules
 
 from webhook.engine import mutate, validate
 from webhook.engine.context import Context, Requester

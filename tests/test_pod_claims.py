@@ -9,10 +9,9 @@ import copy
 from typing import Any
 
 import pytest
-from test_manifests import Cel
-from test_ownership import Meta, OwnerRef, State
-from test_scope_routing import RESOURCES, calls
-from test_trust import ALICE, CORE, SHIPPED, rules
+from harness.cluster_state import Meta, OwnerRef, State
+from harness.routing import RESOURCES, Cel, calls
+from harness.shipped import ALICE, CORE, SHIPPED, rules
 
 from webhook.clusterstate.model import CLAIM_TEMPLATES, DEVICE_CLAIMS, PROJECT_PROFILES, RUN_PODS
 from webhook.clusterstate.process import operator_kinds, watched_kinds

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 import yaml
 from harness import REPO, write
+from harness.profiles import PROFILES, RUN_POLICY, cluster, project_profile, run
 
-from webhook.clusterstate import StaticClusterState
 from webhook.clusterstate.model import DEVICE_CLAIMS, MAX_SPEC, PROJECT_PROFILES, meta_from_object
 from webhook.clusterstate.table import decode_record, encode_record
 from webhook.engine import evaluate, mutate
@@ -33,49 +33,6 @@ from webhook.policy.loader import load_policy
 from webhook.policy.mirror.objects import check_object
 from webhook.policy.model import Policy
 
-RUN_POLICY = """\
-    apiVersion: runguard.io/v1
-    kind: RunPolicy
-    metadata: {name: teams}
-    spec:
-      selector: {matchLabels: {app.kubernetes.io/managed-by: dhcore}}
-      excludeNamespaces: [sandbox]
-      profiles: {label: dhcore/template, unknown: Deny}
-      resources:
-        maximums: {cpu: "16", memory: 64Gi, gpu: "2"}
-        families:
-          - {name: nvidia, max: 14, members: {nvidia.com/gpu: 7}}
-      scheduling:
-        priorityClasses: {allowed: [low, high]}
-      security: {runAsUser: 8877}
-    """
-PROFILES = """\
-    {apiVersion: runguard.io/v1, kind: Profile, metadata: {name: small},
-     spec: {resources: {requests: {cpu: "1", memory: 2Gi}}}}
-    ---
-    {apiVersion: runguard.io/v1, kind: Profile, metadata: {name: a100},
-     spec: {namespaceSelector: {matchLabels: {example.com/team: a}},
-            resources: {requests: {cpu: "8", gpu: "1"}}}}
-    """
-
-
-def project_profile(namespace: str, name: str, **spec: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": "runguard.io/v1",
-        "kind": "ProjectProfile",
-        "metadata": {"name": name, "namespace": namespace, "uid": f"uid-{namespace}-{name}"},
-        "spec": spec,
-    }
-
-
-def namespace(name: str, **labels: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Namespace",
-        "metadata": {"name": name, "labels": {"kubernetes.io/metadata.name": name, **labels}},
-    }
-
-
 T4_SMALL = project_profile(
     "team-a",
     "2xt4-small",
@@ -90,12 +47,6 @@ T4_SMALL = project_profile(
 SHADOW = project_profile("team-a", "small", resources={"requests": {"cpu": "2", "memory": "4Gi"}})
 
 
-def cluster(*objects: dict[str, Any]) -> Context:
-    base = [namespace("team-a", **{"example.com/team": "a"}), namespace("team-b")]
-    base += [{"kind": "PriorityClass", "metadata": {"name": n}} for n in ("low", "high")]
-    return Context(state=StaticClusterState.from_documents([*base, *objects]))
-
-
 CLUSTER = cluster(T4_SMALL, SHADOW, project_profile("team-b", "tiny"))
 
 
@@ -104,19 +55,6 @@ def policy(tmp_path: Path) -> Policy:
     write(tmp_path, "runpolicy.yaml", RUN_POLICY)
     write(tmp_path, "profiles.yaml", PROFILES)
     return load_policy(tmp_path)
-
-
-def run(ns: str, profile: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": "train",
-            "namespace": ns,
-            "labels": {"app.kubernetes.io/managed-by": "dhcore", "dhcore/template": profile},
-        },
-        "spec": {"containers": [{"name": "main", "image": "python:3.12"}]},
-    }
 
 
 # --- the cluster view keeps a project profile's spec -----------------------------------

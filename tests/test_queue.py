@@ -15,9 +15,11 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from attacks_support import KUBERAY
-from test_ownership import Meta, State
-from test_trust import ALICE, CORE, JOBS, REPO, RUN, created, rules, update
+from harness import REPO
+from harness.attack_chains import KUBERAY
+from harness.cluster_state import Meta, State
+from harness.shipped import ALICE, CORE, JOBS, RUN, created, rules, update
+from harness.templates import KUEUE
 
 from webhook.engine import evaluate, mutate, validate
 from webhook.engine.context import Context, Requester
@@ -28,10 +30,6 @@ from webhook.policy.model import QueueController
 CORE_RECORDS = {REQUESTED_BY: CORE.username, PLATFORM_RECORD: "true"}
 
 SHIPPED = load_policy(REPO / "policies")
-KUEUE = Requester(
-    "system:serviceaccount:kueue-system:kueue-controller-manager",
-    ("system:serviceaccounts", "system:serviceaccounts:kueue-system", "system:authenticated"),
-)
 QUEUE = "kueue.x-k8s.io/queue-name"
 PODSET = "kueue.x-k8s.io/podset"
 ADMISSION = "kueue.x-k8s.io/admission"

@@ -19,10 +19,10 @@ import pytest
 import yaml
 from harness.decisions import contexts, corpus  # nobody, a user, the platform
 from harness.fuzz import inputs as fuzz_texts
+from harness.pod_strategies import POLICY_SET, pods
 from harness.workloads import gpu_pod
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_engine_properties import POLICY_SET, pods
 
 from webhook.clusterstate.static import StaticClusterState
 from webhook.engine import mutate, validate

@@ -8,8 +8,8 @@ import copy
 from pathlib import Path
 from typing import Any
 
+from harness.cluster_state import Meta, State
 from harness.pods import policy_of
-from test_ownership import Meta, State
 
 from webhook.engine.context import Requester
 from webhook.engine.rules.profile import PROFILE_APPLIED

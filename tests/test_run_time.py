@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from harness import write
 from harness.pods import container, policy_of
-from test_project_profiles import PROFILES, RUN_POLICY, cluster, project_profile, run
+from harness.profiles import PROFILES, RUN_POLICY, cluster, project_profile, run
 
 from webhook.engine import evaluate, mutate, validate
 from webhook.engine.rules.profile import PROFILE_PROJECT_INVALID

@@ -22,14 +22,13 @@ apiserver runs cel-go; ``tests/e2e/test_routing.py`` sends such objects through 
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
 from typing import Any
 
 import pytest
+from harness.cluster_state import Meta, OwnerRef, State
+from harness.routing import RESOURCES, Cel, calls
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_manifests import Cel
-from test_ownership import Meta, OwnerRef, State
 
 from webhook.engine import mutate, validate
 from webhook.engine.context import Context, Requester
@@ -49,14 +48,6 @@ ALICE = Requester("alice", ("developers", "system:authenticated"))
 RUN = {"app.kubernetes.io/managed-by": "dhcore", "dhcore/run": "r1"}
 BATCH = {"app": "batch"}
 OTHERS = {"team": "other", "other/run": "r1"}
-RESOURCES = {
-    "Pod": ("", "pods"),
-    "Job": ("batch", "jobs"),
-    "CronJob": ("batch", "cronjobs"),
-    "Deployment": ("apps", "deployments"),
-    "Workflow": ("argoproj.io", "workflows"),  # an operator's kind (the Core's Argo)
-    "RayJob": ("ray.io", "rayjobs"),  # an operator's kind with pod templates (KubeRay's)
-}
 KUBERAY_ID = "system:serviceaccount:digitalhub:kuberay"
 RAY_TEMPLATES = {"kind": "ray.io/RayJob", "suspend": "spec.suspend",
                  "paths": ["spec.rayClusterSpec.headGroupSpec.template",
@@ -120,80 +111,6 @@ def policy_set(
 
 
 # --- the apiserver's routing, read from the rendered configurations -----------------------
-
-
-def holds(cel: Cel, expression: str, data: dict[str, Any]) -> bool:
-    """A matchCondition on this request's data (``object``, ``oldObject``, ``request``)."""
-    if expression not in cel.programs:
-        cel.programs[expression] = cel.env.compile(expression)
-    value = cel.programs[expression].eval(data=data)
-    # An error fails the request (failurePolicy Fail): the conditions never raise one.
-    assert value.type() == cel.cel.Type.BOOL, (expression, data, value)
-    return bool(value.value())
-
-
-def selector_matches(selector: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
-    """A Kubernetes LabelSelector, read from the rendered dict (not the engine's model)."""
-    if any(labels.get(k) != v for k, v in (selector.get("matchLabels") or {}).items()):
-        return False
-    for e in selector.get("matchExpressions") or ():
-        present, values = e["key"] in labels, e.get("values") or []
-        held = {
-            "In": present and labels.get(e["key"]) in values,
-            "NotIn": not (present and labels.get(e["key"]) in values),
-            "Exists": present,
-            "DoesNotExist": not present,
-        }[e["operator"]]
-        if not held:
-            return False
-    return True
-
-
-def _labels(obj: Any) -> dict[str, str]:
-    if not isinstance(obj, dict):
-        return {}
-    return dict((obj.get("metadata") or {}).get("labels") or {})
-
-
-def calls(
-    cel: Cel, configuration: dict[str, Any], obj: dict[str, Any], old: dict[str, Any] | None,
-    namespace: str, operation: str, who: Requester, subresource: str = "",
-) -> list[str]:  # fmt: skip
-    """The webhooks of ``configuration`` the apiserver calls for this request."""
-    group, resource = RESOURCES[obj["kind"]]
-    routed = f"{resource}/{subresource}" if subresource else resource
-    request: dict[str, Any] = {
-        "operation": operation,
-        "namespace": namespace,
-        "name": obj["metadata"]["name"],
-        "kind": {"group": group, "version": "v1", "kind": obj["kind"]},
-        "resource": {"group": group, "version": "v1", "resource": resource},
-        "userInfo": {"username": who.username, "groups": list(who.groups)},
-    }
-    if subresource:
-        request["subResource"] = subresource
-    data = {"object": obj, "oldObject": old, "request": request}
-    out = []
-    for hook in configuration["webhooks"]:
-        if not any(
-            group in rule["apiGroups"]
-            and operation in rule["operations"]
-            and routed in rule["resources"]
-            for rule in hook["rules"]
-        ):
-            continue
-        if not selector_matches(hook["namespaceSelector"],
-                                {"kubernetes.io/metadata.name": namespace}):  # fmt: skip
-            continue
-        selector = hook.get("objectSelector")
-        if selector is not None and not (
-            selector_matches(selector, _labels(obj))
-            or (old is not None and selector_matches(selector, _labels(old)))
-        ):
-            continue
-        if all(holds(cel, c["expression"], data) for c in hook.get("matchConditions") or ()):
-            out.append(hook["name"])
-    return out
 
 
 @pytest.fixture(scope="module")

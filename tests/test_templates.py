@@ -12,43 +12,23 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_manifests import Cel
-from test_ownership import Meta, State, owner
-from test_trust import ALICE, CORE, JOBS, RUN, SHIPPED, created, pod, update
+from harness.cluster_state import Meta, State, owner
+from harness.routing import Cel
+from harness.shipped import ALICE, CORE, JOBS, SHIPPED, created, pod, update
+from harness.templates import CRONJOBS, GPU, QUEUE, QUEUED, cronjob, queue_policy, rayjob, run_job
 
 from webhook.engine import evaluate, mutate, validate
 from webhook.engine.context import Context, Requester
 from webhook.install import manifests
 from webhook.policy.errors import PolicyError
 from webhook.policy.loader import load_policy
-from webhook.policy.model import Operator, Profile
+from webhook.policy.model import Operator
 
-GPU = {**RUN, "dhcore/template": "1xa100"}
-CRONJOBS = Requester("system:serviceaccount:kube-system:cronjob-controller")
 # What the profile 1xa100 (policies/profiles.yaml) writes into the main container and spec.
 A100_RESOURCES = {
     "requests": {"cpu": "8", "memory": "32Gi", "nvidia.com/gpu": "1"},
     "limits": {"memory": "64Gi", "nvidia.com/gpu": "1"},
 }
-
-
-def run_job(labels: dict[str, str] | None = None) -> dict[str, Any]:
-    """The Core's run Job naming a GPU profile, with the user's own (small) resources."""
-    spec = pod()["spec"]
-    spec["containers"][0]["resources"] = {"requests": {"cpu": "1", "memory": "2Gi"}}
-    return {"apiVersion": "batch/v1", "kind": "Job",
-            "metadata": {"name": "r1", "namespace": "ml", "uid": "uid-r1",
-                         "labels": dict(labels or GPU)},
-            "spec": {"template": {"metadata": {"labels": dict(labels or GPU)},
-                                  "spec": spec}}}  # fmt: skip
-
-
-def cronjob() -> dict[str, Any]:
-    job = run_job()
-    return {"apiVersion": "batch/v1", "kind": "CronJob",
-            "metadata": {"name": "nightly", "namespace": "ml", "uid": "uid-cron",
-                         "labels": dict(GPU)},
-            "spec": {"schedule": "0 0 * * *", "jobTemplate": {"spec": job["spec"]}}}  # fmt: skip
 
 
 def spec_ops(decision: Any) -> list[dict[str, Any]]:
@@ -200,33 +180,6 @@ def test_a_deployments_template_is_kept_as_written_and_its_pods_get_the_profile(
 
 # --- a queue profile ---------------------------------------------------------------------
 
-QUEUE = "kueue.x-k8s.io/queue-name"
-
-
-def queue_policy() -> Any:
-    """The shipped RunPolicy with a queue profile: A100 resources, placed by team-a's queue."""
-    run = SHIPPED.named("digitalhub")
-    assert run is not None
-    a100 = run.profiles["1xa100"]
-    queued = Profile.model_validate(
-        {
-            "name": "queued-a100",
-            "resources": {
-                "requests": dict(a100.resources.requests),
-                "limits": dict(a100.resources.limits),
-            },
-            "runtimeClassName": "nvidia",
-            "env": [dict(v) for v in a100.env],
-            "queue": {"name": "team-a", "priorityClass": "research"},
-        }  # fmt: skip
-    )
-    return run.model_copy(
-        update={"profiles": {**run.profiles, "queued-a100": queued}, "alternatives": ()}
-    )
-
-
-QUEUED = {**RUN, "dhcore/template": "queued-a100"}
-
 
 def test_a_queue_profiles_job_is_labelled_suspended_and_not_placed() -> None:
     policy = queue_policy()
@@ -304,21 +257,6 @@ def test_a_queue_profiles_bare_pod_is_labelled_for_kueues_pod_integration() -> N
 
 
 # --- the operators' kinds, through the templates their entries declare --------------------
-
-
-def rayjob(labels: dict[str, str]) -> dict[str, Any]:
-    """A RayJob whose head, worker and submitter templates are a run's (its own metadata
-    carries no run label: the templates are what KubeRay makes the Pods from)."""
-    template = run_job(labels)["spec"]["template"]
-    return {"apiVersion": "ray.io/v1", "kind": "RayJob",
-            "metadata": {"name": "r1", "namespace": "ml", "uid": "uid-rayjob"},
-            "spec": {"entrypoint": "python main.py", "submissionMode": "K8sJobMode",
-                     "submitterPodTemplate": copy.deepcopy(template),
-                     "rayClusterSpec": {
-                         "headGroupSpec": {"rayStartParams": {},
-                                           "template": copy.deepcopy(template)},
-                         "workerGroupSpecs": [{"groupName": "gpu", "replicas": 2,
-                                               "template": copy.deepcopy(template)}]}}}  # fmt: skip
 
 
 def ray_templates(obj: dict[str, Any]) -> list[dict[str, Any]]:

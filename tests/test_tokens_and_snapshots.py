@@ -9,11 +9,10 @@ import itertools
 from typing import Any
 
 import pytest
-from attacks_support import MLRUN, MLRUN_API
-from test_manifests import Cel
-from test_ownership import State
-from test_scope_routing import RESOURCES, calls
-from test_trust import ALICE, CORE, SHIPPED
+from harness.attack_chains import MLRUN, MLRUN_API
+from harness.cluster_state import State
+from harness.routing import RESOURCES, Cel, calls
+from harness.shipped import ALICE, CORE, SHIPPED
 
 from webhook.engine import validate
 from webhook.engine.context import Context, Requester

@@ -17,67 +17,32 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from test_ownership import Meta, OwnerRef, State, owner
+from harness.cluster_state import Meta, OwnerRef, State, owner
+from harness.shipped import (
+    ALICE,
+    ARGO,
+    BUILD,
+    CORE,
+    CORE_RECORDS,
+    DEPLOYMENTS,
+    JOBS,
+    KCM,
+    RS,
+    RUN,
+    SHIPPED,
+    created,
+    pod,
+    rules,
+    update,
+    workflow,
+)
 
 from webhook.engine import evaluate, mutate, validate
 from webhook.engine.context import Context, Requester
 from webhook.keys import PLATFORM_RECORD, POLICY_LABEL, REQUESTED_BY
-from webhook.policy.loader import load_policy
 from webhook.policy.model import Operator, build_policy, with_alternatives
 
 REPO = Path(__file__).resolve().parents[1]
-SHIPPED = load_policy(REPO / "policies")
-CORE = Requester("system:serviceaccount:digitalhub:core", ("system:serviceaccounts",))
-CORE_RECORDS = {REQUESTED_BY: CORE.username, PLATFORM_RECORD: "true"}
-ALICE = Requester("alice", ("developers", "system:authenticated"))
-KCM = "system:serviceaccount:kube-system:"
-JOBS = Requester(f"{KCM}job-controller")
-RS = Requester(f"{KCM}replicaset-controller")
-DEPLOYMENTS = Requester(f"{KCM}deployment-controller")
-RUN = {"app.kubernetes.io/managed-by": "dhcore", "dhcore/run": "r1", "dhcore/project": "p1"}
-BUILD = {**RUN, "dhcore/framework": "k8sbuild"}
-
-
-def pod(labels: dict[str, str] | None = None, **meta: Any) -> dict[str, Any]:
-    """A run reading its own claim and secret (platform names for run r1)."""
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": "train", "namespace": "ml", "labels": dict(RUN if labels is None
-                                                                        else labels), **meta},
-        "spec": {
-            "containers": [
-                {
-                    "name": "main",
-                    "image": "python:3.11",
-                    "volumeMounts": [{"name": "data", "mountPath": "/data"}],
-                    "envFrom": [{"secretRef": {"name": "sec-api-r1"}}],
-                }
-            ],
-            "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "v-r1-data"}}],
-        },
-    }  # fmt: skip
-
-
-def created(obj: dict[str, Any], who: Requester, state: State | None = None) -> dict[str, Any]:
-    """The object as the apiserver stores it: mutated, then admitted, at CREATE."""
-    decision = evaluate(obj, SHIPPED, namespace="ml", context=Context(who, state or State([])))
-    assert decision.allowed, decision.message()
-    return decision.object
-
-
-def update(new: Any, old: Any, who: Requester, state: State | None = None,
-           subresource: str = "") -> tuple[Any, Any]:  # fmt: skip
-    """(the mutating webhook's decision, the validating one's on what it patched)."""
-    context = Context(who, state or State([]), "UPDATE", subresource)
-    mutation = mutate(new, SHIPPED, namespace="ml", old=old, context=context)
-    validation = validate(mutation.object, SHIPPED, namespace="ml", old=old, context=context)
-    return mutation, validation
-
-
-def rules(decision: Any) -> set[str]:
-    assert decision.error is None, decision.message()
-    return {v.rule for v in decision.violations}
 
 
 # --- the governing RunPolicy is fixed at CREATE ------------------------------------------
@@ -432,15 +397,6 @@ def operator_policy() -> Any:
         update={"operators": (Operator(identity=ARGO.username, kinds=("argoproj.io/Workflow",)),)}
     )
     return with_alternatives([run.model_copy(update={"platform": platform, "alternatives": ()})])
-
-
-ARGO = Requester("system:serviceaccount:digitalhub:argo-workflow-controller")
-
-
-def workflow(uid: str) -> dict[str, Any]:
-    return {"apiVersion": "argoproj.io/v1alpha1", "kind": "Workflow",
-            "metadata": {"name": "pipeline", "namespace": "ml", "uid": uid},
-            "spec": {"entrypoint": "main"}}  # fmt: skip
 
 
 def test_an_operators_pods_follow_its_custom_resource_by_uid() -> None:

@@ -1,10 +1,10 @@
-"""What the attack chains (``tests/test_attacks_*.py``) share: the policies and requesters
+"""What the attack chains (``tests/engine/attacks/test_*.py``) share: the policies and requesters
 they judge with, and the engine called as the webhooks call it.
 
 The chains are filed by the concern they attack; a helper used by one file stays there.
-``rules`` is ``test_trust.rules`` (it asserts the engine judged without an error) and
+``rules`` is ``harness.shipped.rules`` (it asserts the engine judged without an error) and
 ``update`` here is the validating webhook's decision on an UPDATE under any policy
-(``test_trust.update`` returns both webhooks' under the shipped one).
+(``harness.shipped.update`` returns both webhooks' under the shipped one).
 """
 
 from __future__ import annotations
@@ -13,11 +13,6 @@ import copy
 from typing import Any
 
 import yaml
-from test_doors import NAMESPACE, STRIP
-from test_manifests import Cel
-from test_ownership import Meta, State
-from test_scope_routing import calls
-from test_trust import ALICE, CORE, REPO, RUN, SHIPPED, created, pod
 
 from webhook.clusterstate.static import StaticClusterState
 from webhook.engine import connect, evaluate, mutate, validate
@@ -26,6 +21,12 @@ from webhook.install import manifests
 from webhook.keys import PLATFORM_RECORD, REQUESTED_BY
 from webhook.policy.loader import load_policy
 from webhook.policy.model import Policy, with_alternatives
+
+from .cluster_state import Meta, State
+from .inputs import REPO
+from .references import NAMESPACE, STRIP
+from .routing import Cel, calls
+from .shipped import ALICE, CORE, RUN, SHIPPED, created, pod
 
 DIGITALHUB = SHIPPED
 MLRUN = load_policy(REPO / "policies" / "examples" / "mlrun")
