@@ -1,7 +1,7 @@
 """Every decision the engine makes on the tests' inputs, recorded or compared.
 
 The tool is here, beside the inputs it is made of, so that the tests
-(``tests/test_decisions_tool.py``, ``tests/test_receipts.py``) and the command
+(``tests/test_decisions_tool.py``, ``tests/engine/test_receipts.py``) and the command
 (``bench/decisions.py``, which runs ``main``) share it.
 
 What a change meant only to make the engine faster must leave alone: for every workload

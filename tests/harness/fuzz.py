@@ -1,7 +1,7 @@
 """Fuzzing the files runguard reads: the inputs and the checks of ``runguard apply``,
 ``runguard lint`` and the policy loader.
 
-``tests/test_fuzz_inputs.py`` runs the checks in a short, fixed form in CI;
+``tests/inputs/test_fuzz_inputs.py`` runs the checks in a short, fixed form in CI;
 ``bench/fuzz_inputs.py`` is the long run, with its figures (``FIGURES``). ``inputs``:
 YAML and JSON made with hypothesis: run Pods and random values written as JSON or YAML,
 the same with random edits, raw YAML punctuation, and hostile shapes (deep nesting,
