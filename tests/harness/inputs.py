@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
+TESTS = REPO / "tests"
 
 
 def admission_review(obj: Any, **fields: Any) -> dict[str, Any]:

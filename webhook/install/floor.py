@@ -5,7 +5,7 @@ runguard is unreachable.
 One policy and one binding per RunPolicy, matching the Pods its webhook matches (the
 same ``objectSelector`` and ``namespaceSelector``, ``conditions.namespace_selector``),
 at CREATE. Each validation denies only what runguard denies or would have mutated into
-compliance, and admits what runguard's mutation gives (``tests/test_floor.py`` runs
+compliance, and admits what runguard's mutation gives (``tests/install/test_floor.py`` runs
 both over the case corpus and generated Pods); its message names the rule it mirrors.
 
 What the floor carries, by rule:
