@@ -6,13 +6,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from harness import TESTS
 
 from webhook.audit.casetest import EXPECT_KEYS, CaseError, check, run_case
 from webhook.engine import evaluate
 from webhook.inputs.documents import read_objects
 from webhook.policy.loader import load_policy
 
-CASES = Path(__file__).resolve().parent / "cases"
+CASES = TESTS / "cases"
 POLICY = CASES / "_policies" / "platform"
 HOST_NAMESPACES = CASES / "host-namespaces" / "input.yaml"  # denied: 3 host namespaces
 
