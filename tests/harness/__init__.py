@@ -5,8 +5,8 @@
 * a real server: ``RunguardServer``, ``Traffic``, ``AtomicDir`` and the fixtures
   ``start_runguard`` / ``runguard_server`` (``harness.server``, registered by
   ``tests/conftest.py``);
-* inputs: ``admission_review``, ``run_pod``, ``sample_policy``, ``write``
-  (``harness.inputs``).
+* inputs: ``admission_review``, ``run_pod``, ``sample_policy``, ``write``,
+  ``written_policy`` (``harness.inputs``).
 
 Shared with the benchmarks (``bench/`` imports them; no test imports ``bench/``), each
 imported by its module: ``harness.workloads`` (the Pods they send, a process's memory),
@@ -15,7 +15,7 @@ and ``harness.decisions`` (the record of every decision).
 """
 
 from .certs import TestCA, peer_certificate
-from .inputs import REPO, admission_review, run_pod, sample_policy, write
+from .inputs import REPO, admission_review, run_pod, sample_policy, write, written_policy
 from .polling import eventually
 from .server import STOP_TIMEOUT, AtomicDir, RunguardServer, Traffic, free_port
 
@@ -33,4 +33,5 @@ __all__ = [
     "run_pod",
     "sample_policy",
     "write",
+    "written_policy",
 ]
