@@ -176,14 +176,12 @@ def _moved_away(pod: Pod, old: Pod, *, ranges: bool) -> Iterator[Violation]:
 def _others_grown(pod: Pod, old: Pod) -> Iterator[Violation]:
     """A Pod's container other than its main one (a second container, a sidecar) resized
     above what it was admitted at: the profile holds the main container, and the queue
-    counted every container. The main container is the one both before and after: naming
-    another main (its annotation) does not let that one grow towards the profile."""
+    counted every container (the main one is the same before and after: ``_main_renamed``)."""
     main = main_container(pod)["name"]
-    kept = main if main_container(old)["name"] == main else None
     before = {c.get("name"): c for _, _, c in _resizable(old.spec)}
     for where, i, container in _resizable(pod.spec):
         name = container.get("name")
-        if name == kept or name not in before:
+        if name == main or name not in before:
             continue
         for part in ("requests", "limits"):
             was = _container_amounts(before[name], part)
