@@ -71,14 +71,8 @@ def check_growth(r: Review) -> list[Violation]:
         return []
     if r.old_target is None and "resources" not in r.target.spec:
         return []  # at CREATE only pod-level resources are judged here
-    if (
-        r.old_target is not None
-        and r.old_target.spec == r.target.spec
-        and r.old_target.annotations == r.target.annotations
-    ):
-        return []  # nothing of the spec changed (labels, status, finalizers)
-    if not _understood(r.target) or (r.old_target is not None and not _understood(r.old_target)):
-        return []  # what cannot be understood is denied as input.invalid
+    if not _judged(r.target, r.old_target):
+        return []
     who = Who(r, r.governing)
     pod = pod_of(r.target, r.governing, r.target.spec, who)
     if pod.profile is None or not pod.spec.get("containers"):
@@ -98,6 +92,15 @@ def check_growth(r: Review) -> list[Violation]:
     else:
         found.extend(_others_grown(pod, old))
     return found
+
+
+def _judged(target: Target, old: Target | None) -> bool:
+    """Whether an UPDATE changed what is judged here (the spec, or the annotations naming
+    the main container; not labels, status or finalizers) and both can be understood
+    (what cannot is denied as ``input.invalid``)."""
+    if old is not None and old.spec == target.spec and old.annotations == target.annotations:
+        return False
+    return _understood(target) and (old is None or _understood(old))
 
 
 def _main_renamed(pod: Pod, old: Pod) -> Violation | None:
