@@ -11,24 +11,16 @@ from typing import Any
 
 import pytest
 from harness import write
-from harness.pods import container, policy_of
 from harness.profiles import PROFILES, RUN_POLICY, cluster, project_profile, run
+from harness.run_time import TIMED, queued_job, queued_policy
 
 from webhook.engine import evaluate, mutate, validate
 from webhook.engine.rules.profile import PROFILE_PROJECT_INVALID
 from webhook.engine.rules.runtime import MAX_EXEC_TIME
-from webhook.keys import PROFILE_LABEL
 from webhook.policy.loader import load_policy
 from webhook.policy.model import Policy
 
 KUEUE = "system:serviceaccount:kueue-system:kueue-controller-manager"
-TIMED = """\
-    {apiVersion: runguard.io/v1, kind: Profile, metadata: {name: notebook},
-     spec: {resources: {requests: {cpu: "1"}}, runTime: {default: 3600, maximum: 28800}}}
-    ---
-    {apiVersion: runguard.io/v1, kind: Profile, metadata: {name: capped},
-     spec: {runTime: {maximum: 7200}}}
-    """
 
 
 @pytest.fixture
@@ -109,29 +101,6 @@ def test_a_project_profile_above_the_run_policys_maximum_is_not_applied(policy: 
 
 
 # --- queued runs: Kueue's maximum execution time ---------------------------------------
-
-
-def queued_policy(tmp_path: Path) -> Policy:
-    return policy_of(
-        tmp_path,
-        {"platform": {"queues": [{"identity": KUEUE}]}},
-        {"queued": {"queue": {"name": "gpu"}, "runTime": {"default": 3600, "maximum": 28800}}},
-    )
-
-
-def queued_job() -> dict[str, Any]:
-    labels = {"app": "run", PROFILE_LABEL: "queued"}
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {"name": "train", "namespace": "ml", "labels": labels},
-        "spec": {
-            "template": {
-                "metadata": {"labels": labels},
-                "spec": {"restartPolicy": "Never", "containers": [container()]},
-            }
-        },
-    }
 
 
 def test_a_queued_run_carries_kueues_maximum_execution_time(tmp_path: Path) -> None:

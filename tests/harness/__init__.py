@@ -5,8 +5,8 @@
 * a real server: ``RunguardServer``, ``Traffic``, ``AtomicDir`` and the fixtures
   ``start_runguard`` / ``runguard_server`` (``harness.server``, registered by
   ``tests/conftest.py``);
-* inputs: ``admission_review``, ``run_pod``, ``sample_policy``, ``write``
-  (``harness.inputs``).
+* inputs: ``admission_review``, ``run_pod``, ``sample_policy``, ``write``,
+  ``written_policy`` (``harness.inputs``).
 
 What the test modules share, each imported by its module (no test module imports
 another): ``harness.shipped`` (the shipped policies, who asks, the engine called as the
@@ -23,7 +23,7 @@ and ``harness.decisions`` (the record of every decision).
 """
 
 from .certs import TestCA, peer_certificate
-from .inputs import REPO, TESTS, admission_review, run_pod, sample_policy, write
+from .inputs import REPO, TESTS, admission_review, run_pod, sample_policy, write, written_policy
 from .polling import eventually
 from .server import STOP_TIMEOUT, AtomicDir, RunguardServer, Traffic, free_port
 
@@ -42,4 +42,5 @@ __all__ = [
     "run_pod",
     "sample_policy",
     "write",
+    "written_policy",
 ]

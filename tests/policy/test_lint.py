@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -47,6 +48,13 @@ NAMES_ALONE = (
     "names and labels are written by whoever writes the manifest (a Pod labelled with "
     "another run's id gets that run's volumes and secrets); list the platform's user"
 )
+
+
+def write_run_policy(directory: Path, spec: str) -> None:
+    """``runpolicy.yaml``: the RunPolicy ``platform`` whose spec is ``spec`` (its first line
+    is line 5 of the file)."""
+    header = "apiVersion: runguard.io/v1\nkind: RunPolicy\nmetadata: {name: platform}\nspec:\n"
+    write(directory, "runpolicy.yaml", header + textwrap.indent(textwrap.dedent(spec), "  "))
 
 
 def keys_of(section: type[ProfileSpec]) -> str:
@@ -186,22 +194,17 @@ def test_profile_requests_above_limits_and_gpu_mismatch(pol: Path) -> None:
 
 
 def test_run_policy_warnings(pol: Path) -> None:
-    write(
+    write_run_policy(
         pol,
-        "runpolicy.yaml",
         """\
-        apiVersion: runguard.io/v1
-        kind: RunPolicy
-        metadata: {name: platform}
-        spec:
-          selector: {}
-          profiles: {unknown: Default}
-          resources:
-            maximums: {cpu: "1"}
-            defaults: {requests: {cpu: "2", gpu: "1"}, limits: {cpu: "1500m"}}
-          security: {seccompProfile: Unconfined}
-          volumes: {allowedTypes: [emptyDir, hostPath], platformClaims: ["*"]}
-          scheduling: {preemption: {default: prevent}}
+        selector: {}
+        profiles: {unknown: Default}
+        resources:
+          maximums: {cpu: "1"}
+          defaults: {requests: {cpu: "2", gpu: "1"}, limits: {cpu: "1500m"}}
+        security: {seccompProfile: Unconfined}
+        volumes: {allowedTypes: [emptyDir, hostPath], platformClaims: ["*"]}
+        scheduling: {preemption: {default: prevent}}
         """,
     )
     assert warnings_of() == [
@@ -334,19 +337,14 @@ def test_node_paths_and_operator_patterns_that_give_too_much(pol: Path) -> None:
     """An allowed host path in the node's system directories (at, above or below one)
     and an operator ConfigMap pattern matching every name are warned about; the MLRun
     example's daemon directories are not."""
-    write(
+    write_run_policy(
         pol,
-        "runpolicy.yaml",
         """\
-        apiVersion: runguard.io/v1
-        kind: RunPolicy
-        metadata: {name: platform}
-        spec:
-          selector: {matchLabels: {run: "yes"}}
-          volumes:
-            allowedHostPaths:
-              [/var, /var/lib/kubelet/pods, /etc/ssl, "/var/run/iguazio/dayman/{namespace}"]
-          platform: example
+        selector: {matchLabels: {run: "yes"}}
+        volumes:
+          allowedHostPaths:
+            [/var, /var/lib/kubelet/pods, /etc/ssl, "/var/run/iguazio/dayman/{namespace}"]
+        platform: example
         """,
     )
     write(
@@ -389,22 +387,17 @@ def test_a_profile_schedules_by_queue_or_by_node_not_both(pol: Path) -> None:
 
 
 def test_a_device_class_counted_as_nothing_bounded_is_a_warning(pol: Path) -> None:
-    write(
+    write_run_policy(
         pol,
-        "runpolicy.yaml",
         """\
-        apiVersion: runguard.io/v1
-        kind: RunPolicy
-        metadata: {name: platform}
-        spec:
-          selector: {matchLabels: {app: x}}
-          resources:
-            maximums: {gpu: "2"}
-            families: [{name: nvidia, max: 14, members: {"nvidia.com/mig-*": 7}}]
-            deviceClasses:
-              gpu.nvidia.com: {countsAs: gpu}
-              mig.nvidia.com: {countsAs: "nvidia.com/mig-{value}", attribute: gpu.nvidia.com/p}
-              fpga.example.com: {countsAs: example.com/fpga}
+        selector: {matchLabels: {app: x}}
+        resources:
+          maximums: {gpu: "2"}
+          families: [{name: nvidia, max: 14, members: {"nvidia.com/mig-*": 7}}]
+          deviceClasses:
+            gpu.nvidia.com: {countsAs: gpu}
+            mig.nvidia.com: {countsAs: "nvidia.com/mig-{value}", attribute: gpu.nvidia.com/p}
+            fpga.example.com: {countsAs: example.com/fpga}
         """,
     )
     assert warnings_of() == [

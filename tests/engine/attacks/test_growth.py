@@ -14,32 +14,14 @@ import copy
 from typing import Any
 
 from harness.cluster_state import State
-from harness.shipped import ALICE, CORE, SHIPPED, created, pod, rules, update
+from harness.growth import EXACT, exact_policy, resize
+from harness.shipped import ALICE, CORE, created, pod, rules, update
 from harness.templates import GPU, KUEUE, run_job
 
-from webhook.engine import evaluate, mutate, validate
-from webhook.engine.context import Context, Requester
-from webhook.policy.model import Profile
+from webhook.engine import evaluate
+from webhook.engine.context import Context
 
 GROWN = "resources.grown"
-EXACT = {**GPU, "dhcore/template": "cpu-4"}
-
-
-def exact_policy() -> Any:
-    """The shipped RunPolicy with an exact profile that sets requests only (cpu 4, 16Gi)."""
-    run = SHIPPED.named("digitalhub")
-    assert run is not None
-    exact = Profile.model_validate(
-        {"name": "cpu-4", "resources": {"requests": {"cpu": "4", "memory": "16Gi"}}}
-    )
-    return run.model_copy(update={"profiles": {**run.profiles, "cpu-4": exact}})
-
-
-def resize(new: Any, old: Any, who: Requester, policy: Any) -> Any:
-    """``pods/resize`` through both webhooks: the validating one's decision."""
-    context = Context(who, State([]), "UPDATE", "resize")
-    patched = mutate(new, policy, namespace="ml", old=old, context=context).object
-    return validate(patched, policy, namespace="ml", old=old, context=context)
 
 
 def exact_run(policy: Any) -> dict[str, Any]:

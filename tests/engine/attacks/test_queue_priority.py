@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from harness import write
+from harness import write, written_policy
 from harness.cluster_state import State
 from harness.profiles import PROFILES, RUN_POLICY, cluster, project_profile, run
 from harness.shipped import ALICE, CORE, rules
@@ -90,9 +90,7 @@ def test_a_run_naming_a_kueue_priority_class_not_allowed_is_refused() -> None:
 
 @pytest.fixture
 def bounded(tmp_path: Path) -> Policy:
-    write(tmp_path, "runpolicy.yaml", BOUNDED)
-    write(tmp_path, "profiles.yaml", PROFILES)
-    return load_policy(tmp_path)
+    return written_policy(tmp_path, {"runpolicy.yaml": BOUNDED, "profiles.yaml": PROFILES})
 
 
 def queue_run(name: str) -> dict[str, Any]:

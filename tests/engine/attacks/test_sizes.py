@@ -13,14 +13,13 @@ import copy
 from typing import Any
 
 import pytest
-from harness import write
+from harness import written_policy
 from harness.profiles import PROFILES, RUN_POLICY, cluster, project_profile
 from harness.shipped import ALICE
 
 from webhook.engine import evaluate, mutate, validate
 from webhook.engine.context import Context, Requester
 from webhook.keys import SIZE_RECORD
-from webhook.policy.loader import load_policy
 from webhook.policy.model import Policy
 
 JOBS = Requester("system:serviceaccount:kube-system:job-controller")
@@ -30,9 +29,7 @@ RUN = {"app.kubernetes.io/managed-by": "dhcore", "dhcore/template": "gpus"}
 
 @pytest.fixture
 def policy(tmp_path: Any) -> Policy:
-    write(tmp_path, "runpolicy.yaml", RUN_POLICY)
-    write(tmp_path, "profiles.yaml", PROFILES)
-    return load_policy(tmp_path)
+    return written_policy(tmp_path, {"runpolicy.yaml": RUN_POLICY, "profiles.yaml": PROFILES})
 
 
 def gpus(count: str) -> dict[str, Any]:
