@@ -466,17 +466,13 @@ def test_the_schedulers_claim_for_a_mapped_resource_is_not_counted_twice() -> No
     assert "3 gpu (2 as deviceclass.resource.kubernetes.io/gpu.nvidia.com, 1 by claim " in (
         decision.message()
     )
-    # A class mapped to the device plugin's own name: its GPUs by the scheduler's claim.
-    spec = copy.deepcopy(DIGITALHUB_SPEC)
-    spec["resources"]["deviceClasses"][GPU]["extendedResourceName"] = "nvidia.com/gpu"
-    policy = build_policy(
-        {"kind": "RunPolicy", "metadata": {"name": "digitalhub"}, "spec": spec}, []
-    )
+    # The device plugin's own name mapped by the cluster's class (1.37 extendedResourceName
+    # nvidia.com/gpu): the scheduler's claim stands for the Pod's nvidia.com/gpu.
     plugin_named = StaticClusterState.from_documents([admitted_with("2")])
     claim = scheduler_claim(request("container-0-request-0", count=2))
-    decision = validate(claim, policy, namespace="ml", context=Context(SCHEDULER, plugin_named))
+    decision = validate(claim, SHIPPED, namespace="ml", context=Context(SCHEDULER, plugin_named))
     assert decision.allowed, decision.message()
     # ...and the same claim not the scheduler's (no annotation): counted with the Pod's.
     del claim["metadata"]["annotations"]
-    decision = validate(claim, policy, namespace="ml", context=Context(SCHEDULER, plugin_named))
+    decision = validate(claim, SHIPPED, namespace="ml", context=Context(SCHEDULER, plugin_named))
     assert not decision.allowed and "4 gpu" in decision.message()

@@ -314,7 +314,8 @@ def _run_with_claim(
     resources (as the cache keeps them, mapped ones as their class's devices), its other
     claims (made already, else their templates as the cache holds them), and this claim;
     the scheduler's claim for the Pod's extended resources a class maps (Kubernetes 1.37,
-    ``EXTENDED_RESOURCE_CLAIM``) stands for them: only what it asks beyond them is added."""
+    ``EXTENDED_RESOURCE_CLAIM``) stands for them: only what it asks beyond what they count
+    as is added."""
     try:
         spec: Any = orjson.loads(pod.spec) if pod.spec else {}
     except orjson.JSONDecodeError:
@@ -324,19 +325,16 @@ def _run_with_claim(
         for resource, amount in effective_totals(spec, part).items():
             totals[resource] = max(totals.get(resource, Decimal(0)), amount)
     routes: Routes = {}
-    stands_for: dict[str, Decimal] = {}  # what the scheduler's claim may ask, counted as
     for resource in list(totals):
         device_class = cfg.mapped_device_class(resource)
-        if device_class is None and resource not in _own_extended_names(cfg):
-            continue  # a device plugin's
-        amount = totals.pop(resource) if device_class is not None else totals[resource]
-        counted = cfg.counted_as(resource)
-        if device_class is not None and device_class not in cfg.device_classes:
-            continue  # a class runs may not use: refused when the Pod was admitted
-        stands_for[counted] = stands_for.get(counted, Decimal(0)) + amount
-        if device_class is not None:
-            totals[counted] = totals.get(counted, Decimal(0)) + amount
-            routes.setdefault(counted, []).append((amount, f"as {resource}"))
+        if device_class is None or device_class not in cfg.device_classes:
+            continue  # a device plugin's; or a class refused when the Pod was admitted
+        amount, counted = totals.pop(resource), cfg.counted_as(resource)
+        totals[counted] = totals.get(counted, Decimal(0)) + amount
+        routes.setdefault(counted, []).append((amount, f"as {resource}"))
+    # The scheduler's claim is made for the Pod's extended resources: it may ask what they
+    # count as (its class's devices, whatever the policy says the class maps).
+    stands_for = dict(totals)
     for resource, ways in _other_claims(obj, pod, spec, cfg, state).items():
         for amount, how in ways:
             totals[resource] = totals.get(resource, Decimal(0)) + amount
@@ -353,17 +351,6 @@ def _run_with_claim(
         if direct > 0:
             ways.insert(0, (direct, f"as {resource}"))
     return totals, routes
-
-
-def _own_extended_names(cfg: ResourcesConfig) -> set[str]:
-    """The allowed classes' extendedResourceName that is the resource they count as (the
-    device plugin's name kept on a DRA pool: counted as itself, once)."""
-    return {
-        c.extended_resource_name
-        for c in cfg.device_classes.values()
-        if c.extended_resource_name is not None
-        and c.extended_resource_name not in cfg.extended_device_classes
-    }
 
 
 def _other_claims(
