@@ -10,6 +10,7 @@ The templates reach the engine as they do in ``runguard apply --cluster-state``:
 from __future__ import annotations
 
 import copy
+import json
 import subprocess
 import sys
 from typing import Any
@@ -476,3 +477,20 @@ def test_the_schedulers_claim_for_a_mapped_resource_is_not_counted_twice() -> No
     del claim["metadata"]["annotations"]
     decision = validate(claim, SHIPPED, namespace="ml", context=Context(SCHEDULER, plugin_named))
     assert not decision.allowed and "4 gpu" in decision.message()
+
+
+def test_the_cache_keeps_what_a_run_pod_and_a_pods_claim_ask_for_and_nothing_else() -> None:
+    pod = admitted_with("2")
+    main = pod["spec"]["containers"][0]
+    main.update(command=["python", "train.py"], env=[{"name": "TOKEN", "value": "s3cret"}])
+    main["resources"]["requests"] = {"cpu": "2", "memory": "1Gi"}
+    kept = json.loads(meta_from_object(pod).spec)
+    assert kept == {
+        "containers": [{"resources": {"limits": {"nvidia.com/gpu": "2"}}}],
+        "resourceClaims": [{"name": "c0", "resourceClaimTemplateName": "later"}],
+    }
+    assert meta_from_object(run()).spec == ""  # a run without devices: nothing
+    claim = made_claim(request(count=2))
+    assert json.loads(meta_from_object(claim).spec) == claim["spec"]
+    del claim["metadata"]["ownerReferences"]
+    assert meta_from_object(claim).spec == ""  # no Pod's: metadata only

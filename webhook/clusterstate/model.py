@@ -273,10 +273,6 @@ def meta_from_object(obj: Any, kind: str | None = None) -> Meta:
     if not isinstance(namespace, str) or not isinstance(uid, str):
         raise ClusterStateError(f"{where}: namespace and uid must be strings")
     owners = _owners(metadata.get("ownerReferences"), where)
-    spec = obj.get("spec")
-    if kind in DEVICE_SPEC_KINDS:
-        pod_owned = any(o.controller and o.kind == "Pod" for o in owners)
-        spec = device_spec(kind, spec) if kind == "Pod" or pod_owned else None
     return Meta(
         kind=kind,
         namespace=namespace,
@@ -285,8 +281,19 @@ def meta_from_object(obj: Any, kind: str | None = None) -> Meta:
         labels=_strings(metadata.get("labels"), where, "labels"),
         annotations=_annotations(metadata.get("annotations"), where),
         owners=owners,
-        spec=_spec(spec) if kind in SPEC_KINDS else "",
+        spec=_kept_spec(kind, obj.get("spec"), owners),
     )
+
+
+def _kept_spec(kind: str, spec: Any, owners: tuple[OwnerRef, ...]) -> str:
+    """What ``Meta.spec`` keeps: a ``SPEC_KINDS`` spec, of a run Pod and a claim a Pod owns
+    only what asks for devices; "" for any other kind or claim."""
+    if kind not in SPEC_KINDS:
+        return ""
+    if kind in DEVICE_SPEC_KINDS:
+        pod_owned = any(o.controller and o.kind == "Pod" for o in owners)
+        spec = device_spec(kind, spec) if kind == "Pod" or pod_owned else None
+    return _spec(spec)
 
 
 def device_spec(kind: str, spec: Any) -> dict[str, Any] | None:

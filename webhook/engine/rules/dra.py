@@ -14,7 +14,9 @@ maximum and the device families, the run's total as the scheduler counts it.
 A template is read from runguard's cache, its spec kept (``ResourceClaimTemplate``); a
 kind the cache has not synced fails closed (retryable). A template that does not exist
 yet, or changes after the Pod was admitted, is judged in the claim the resource-claim
-controller makes from it (``check_claim_devices``, owned by the run Pod). Offline
+controller makes from it (``check_claim_devices``, owned by the run Pod), with the
+run's other devices: the cache keeps what a run Pod and a claim a Pod owns ask for
+(``webhook.clusterstate.model.device_spec``). Offline
 without ``--cluster-state`` no template is known, and only the extended resources are
 counted. An existing claim (``resourceClaimName``) is ``resources.device-claim``'s.
 """
