@@ -311,7 +311,14 @@ def test_the_watch_reads_them_whole_and_everything_else_as_metadata(tmp_path: Pa
         stop = threading.Event()
         whole = KindWatch(None, publisher.kinds[PROJECT_PROFILES], stop)  # type: ignore[arg-type]
         claims = KindWatch(None, publisher.kinds[DEVICE_CLAIMS], stop)  # type: ignore[arg-type]
-        assert (whole.list_accept, claims.list_accept) == ("application/json", LIST_ACCEPT)
+        secrets = KindWatch(None, publisher.kinds["Secret"], stop)  # type: ignore[arg-type]
+        # ResourceClaims are read whole too, of which only a Pod's claim's device requests
+        # are kept (clusterstate.model.device_spec); every other kind, metadata.
+        assert (whole.list_accept, claims.list_accept, secrets.list_accept) == (
+            "application/json",
+            "application/json",
+            LIST_ACCEPT,
+        )
     finally:
         publisher.close()
 

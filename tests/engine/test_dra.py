@@ -10,6 +10,7 @@ The templates reach the engine as they do in ``runguard apply --cluster-state``:
 from __future__ import annotations
 
 import copy
+import json
 import subprocess
 import sys
 from typing import Any
@@ -382,3 +383,115 @@ def test_a_profile_may_give_its_gpus_through_dra_within_the_maximum() -> None:
     assert not decision.allowed
     (violation,) = [v for v in decision.violations if v.rule == "profile.project-invalid"]
     assert '"8" is above the maximum "2"' in violation.message
+
+
+# --- a late claim judged with the run's other devices -----------------------------------
+
+SCHEDULER = Requester("system:kube-scheduler")
+
+
+def admitted_with(gpus: str | None = None, *templates: str, **limits: str) -> dict[str, Any]:
+    """The admitted run Pod as the cache holds it, with extended resources: ``gpus``
+    of the device plugin, ``limits`` (a class's mapped resource) besides."""
+    pod = run(*(templates or ("later",)), gpus=gpus)
+    pod["metadata"]["labels"][POLICY_LABEL] = "digitalhub"
+    if limits:
+        resources = pod["spec"]["containers"][0].setdefault("resources", {})
+        resources.setdefault("limits", {}).update(limits)
+    return pod
+
+
+def for_entry(claim: dict[str, Any], entry: str, name: str | None = None) -> dict[str, Any]:
+    """``claim`` as the resource-claim controller makes it for the Pod's entry ``entry``."""
+    claim["metadata"]["annotations"] = {"resource.kubernetes.io/pod-claim-name": entry}
+    if name is not None:
+        claim["metadata"]["name"] = name
+    return claim
+
+
+def scheduler_claim(*requests: Any) -> dict[str, Any]:
+    """The claim the 1.37 scheduler makes for the Pod's extended resources a class maps."""
+    claim = made_claim(*requests)
+    claim["metadata"]["name"] = "train-extended-resources-q8m4z"
+    claim["metadata"]["annotations"] = {"resource.kubernetes.io/extended-resource-claim": "true"}
+    return claim
+
+
+def test_a_late_claim_counts_with_the_runs_extended_resources() -> None:
+    """2 GPUs as an extended resource, the template (made after the Pod) of 2 more: the
+    claim the controller makes is refused, naming the maximum; 1 + 1 is admitted."""
+    pod = admitted_with("2")
+    assert judged(run("later", gpus="2")).allowed  # the template not there yet
+    decision = claim_judged(for_entry(made_claim(request(count=2)), "c0"), pod)
+    assert not decision.allowed and rules(decision) == {"resources.exceeded"}
+    assert (
+        "the run's devices count 4 gpu (2 as nvidia.com/gpu, 2 by claim train-c0-x7k2p of "
+        "Pod train), above the maximum 2 for one run"
+    ) in decision.message()
+    assert claim_judged(for_entry(made_claim(request()), "c0"), admitted_with("1")).allowed
+
+
+def test_a_late_claim_counts_with_the_pods_other_claims() -> None:
+    """Two entries: the other's claim, made already, counts (even once its template is
+    gone or changed); before it is made, its template does."""
+    pod = admitted_with(None, "first", "second")
+    made = for_entry(made_claim(request(count=2)), "c1", "train-c1-b9d3f")
+    late = for_entry(made_claim(request()), "c0")
+    decision = claim_judged(late, pod, made, template("second", request()))
+    assert not decision.allowed
+    assert "3 gpu (2 by claim train-c1-b9d3f, 1 by claim train-c0-x7k2p of Pod train)" in (
+        decision.message()
+    )
+    decision = claim_judged(late, pod, template("second", request(count=2)))
+    assert "3 gpu (2 by template second, 1 by claim train-c0-x7k2p of Pod train)" in (
+        decision.message()
+    )
+    assert claim_judged(late, pod, template("second", request())).allowed  # 1 + 1
+    assert claim_judged(late, pod).allowed  # the other not there yet: judged when made
+    # Another Pod's claim for an entry of the same name is not this run's.
+    theirs = for_entry(made_claim(request(count=2), owner="other"), "c1", "other-c1-k2j4n")
+    assert claim_judged(late, pod, theirs, template("second", request())).allowed
+
+
+def test_the_schedulers_claim_for_a_mapped_resource_is_not_counted_twice() -> None:
+    """A run asking 2 GPUs as ``deviceclass.resource.kubernetes.io/gpu.nvidia.com``: the
+    scheduler's claim for them is admitted (2, not 4); one asking more is counted."""
+    pod = admitted_with(None, **{IMPLICIT_GPU: "2"})
+    state = StaticClusterState.from_documents([pod])
+    context = Context(SCHEDULER, state, "CREATE")
+    claim = scheduler_claim(request("container-0-request-0", count=2))
+    decision = validate(claim, SHIPPED, namespace="ml", context=context)
+    assert decision.allowed, decision.message()
+    more = scheduler_claim(request("container-0-request-0", count=3))
+    decision = validate(more, SHIPPED, namespace="ml", context=context)
+    assert not decision.allowed
+    assert "3 gpu (2 as deviceclass.resource.kubernetes.io/gpu.nvidia.com, 1 by claim " in (
+        decision.message()
+    )
+    # The device plugin's own name mapped by the cluster's class (1.37 extendedResourceName
+    # nvidia.com/gpu): the scheduler's claim stands for the Pod's nvidia.com/gpu.
+    plugin_named = StaticClusterState.from_documents([admitted_with("2")])
+    claim = scheduler_claim(request("container-0-request-0", count=2))
+    decision = validate(claim, SHIPPED, namespace="ml", context=Context(SCHEDULER, plugin_named))
+    assert decision.allowed, decision.message()
+    # ...and the same claim not the scheduler's (no annotation): counted with the Pod's.
+    del claim["metadata"]["annotations"]
+    decision = validate(claim, SHIPPED, namespace="ml", context=Context(SCHEDULER, plugin_named))
+    assert not decision.allowed and "4 gpu" in decision.message()
+
+
+def test_the_cache_keeps_what_a_run_pod_and_a_pods_claim_ask_for_and_nothing_else() -> None:
+    pod = admitted_with("2")
+    main = pod["spec"]["containers"][0]
+    main.update(command=["python", "train.py"], env=[{"name": "TOKEN", "value": "s3cret"}])
+    main["resources"]["requests"] = {"cpu": "2", "memory": "1Gi"}
+    kept = json.loads(meta_from_object(pod).spec)
+    assert kept == {
+        "containers": [{"resources": {"limits": {"nvidia.com/gpu": "2"}}}],
+        "resourceClaims": [{"name": "c0", "resourceClaimTemplateName": "later"}],
+    }
+    assert meta_from_object(run()).spec == ""  # a run without devices: nothing
+    claim = made_claim(request(count=2))
+    assert json.loads(meta_from_object(claim).spec) == claim["spec"]
+    del claim["metadata"]["ownerReferences"]
+    assert meta_from_object(claim).spec == ""  # no Pod's: metadata only

@@ -360,3 +360,32 @@ def test_floor_and_engine_agree_on_the_shipped_policy(
     if build:
         pod["metadata"]["labels"].update({"dhcore/framework": "k8sbuild", "dhcore/run": "r1"})
     _agree(judge, pod, SHIPPED, NAMESPACE)
+
+
+IMPLICIT = "deviceclass.resource.kubernetes.io/"
+
+
+def test_an_extended_resource_a_device_class_maps_is_judged_as_the_engine_does(
+    judge: Floor,
+) -> None:
+    """``deviceclass.resource.kubernetes.io/<class>`` of a class runs may not use is
+    refused; of one they may, it counts against the gpu maximum with the device
+    plugin's GPUs. The floor and runguard agree on each."""
+
+    def asking(**amounts: str) -> dict[str, Any]:
+        resources = {"requests": dict(amounts), "limits": dict(amounts)}
+        return run_pod(containers=[{"name": "main", "image": "x", "resources": resources}])
+
+    gpu, fpga = f"{IMPLICIT}gpu.nvidia.com", f"{IMPLICIT}fpga.example.com"
+    cases = {
+        "fpga": (asking(**{fpga: "1"}), ["resources.device-request"]),
+        "one and one": (asking(**{"nvidia.com/gpu": "1", gpu: "1"}), []),
+        "one and two": (asking(**{"nvidia.com/gpu": "1", gpu: "2"}), ["resources.exceeded"]),
+        "three mapped": (asking(**{gpu: "3"}), ["resources.exceeded"]),
+        "two mapped": (asking(**{gpu: "2"}), []),
+    }
+    assert {name: rules(judge, pod) for name, (pod, _) in cases.items()} == {
+        name: denied for name, (_, denied) in cases.items()
+    }
+    for pod, _ in cases.values():
+        _agree(judge, pod, SHIPPED, NAMESPACE)

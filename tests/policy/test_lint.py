@@ -405,3 +405,79 @@ def test_a_device_class_counted_as_nothing_bounded_is_a_warning(pol: Path) -> No
         "example.com/fpga has no maximum and is in no device family: a run may ask for any "
         "number of fpga.example.com devices",
     ]
+
+
+RUN_TIMES = RUN_POLICY + "  runTime: {maximum: 86400}\n"
+
+
+def test_a_run_time_default_above_a_maximum_is_a_warning(pol: Path) -> None:
+    write(pol, "runpolicy.yaml", RUN_TIMES)
+    write(pol, "profiles.yaml", PROFILE + "  runTime: {default: 7200, maximum: 3600}\n---\n"
+          + PROFILE.replace("small", "long") + "  runTime: {maximum: 172800}\n")  # fmt: skip
+    assert warnings_of() == [
+        "pol/profiles.yaml:7: spec.runTime.default: run time default 7200 seconds is above "
+        "the profile's maximum 3600: runs setting none get 3600",
+        "pol/profiles.yaml:15: spec.runTime.maximum: run time maximum 172800 seconds is above "
+        "RunPolicy platform's runTime.maximum 86400 (pol/runpolicy.yaml:10): its runs get "
+        "172800, as an installation-wide profile is the admin's own",
+    ]
+    write(pol, "profiles.yaml", PROFILE + "  runTime: {default: 3600, maximum: 86400}\n")
+    assert warnings_of() == []
+
+
+DRA_RUN_POLICY = """\
+apiVersion: runguard.io/v1
+kind: RunPolicy
+metadata: {name: platform}
+spec:
+  selector: {matchLabels: {app: x}}
+  profiles: {label: dhcore/template}
+  resources:
+    maximums: {gpu: "2"}
+    families: [{name: nvidia, max: 14, members: {"nvidia.com/mig-*": 7, nvidia.com/gpu: 7}}]
+    deviceClasses:
+      gpu.nvidia.com: {countsAs: gpu, extendedResourceName: nvidia.com/gpu}
+      mig.nvidia.com: {countsAs: "nvidia.com/mig-{value}", attribute: gpu.nvidia.com/p,
+                       extendedResourceName: MIG}
+      big.nvidia.com: {countsAs: gpu, extendedResourceName: example.com/big}
+      huge.nvidia.com: {countsAs: gpu, extendedResourceName: HUGE}
+"""
+
+
+def test_an_extended_resource_a_class_maps_that_clashes_is_a_warning(pol: Path) -> None:
+    """A class mapping a device plugin's resource to other devices, or two classes
+    mapping one name; a class mapping the resource its devices count as is not one."""
+    for mapped, where in (
+        ("nvidia.com/gpu", "resources.maximums gpu"),
+        ("nvidia.com/mig-1g.10gb", "a member of device family nvidia"),
+    ):
+        text = DRA_RUN_POLICY.replace("MIG", mapped).replace("HUGE", "example.com/big")
+        write(pol, "runpolicy.yaml", text)
+        assert warnings_of() == [
+            f'pol/runpolicy.yaml:13: spec.resources.deviceClasses["mig.nvidia.com"].'
+            f"extendedResourceName: {mapped} is also a device plugin's resource ({where}): "
+            f"runguard counts every {mapped} a run asks for as mig.nvidia.com devices "
+            "(nvidia.com/mig-*), on device-plugin nodes too",
+            'pol/runpolicy.yaml:15: spec.resources.deviceClasses["huge.nvidia.com"].'
+            "extendedResourceName: example.com/big is also the extendedResourceName of "
+            "DeviceClass big.nvidia.com: which class the scheduler allocates it from is not "
+            "said; map it once",
+        ]
+    text = DRA_RUN_POLICY.replace("MIG", "example.com/mig").replace("HUGE", "example.com/huge")
+    write(pol, "runpolicy.yaml", text)
+    assert warnings_of() == []
+
+
+def test_a_profile_giving_a_class_runs_may_not_use_is_a_warning(pol: Path) -> None:
+    text = DRA_RUN_POLICY.replace("MIG", "example.com/mig").replace("HUGE", "example.com/huge")
+    write(pol, "runpolicy.yaml", text)
+    implicit = "deviceclass.resource.kubernetes.io"
+    fpga = PROFILE + f"    limits: {{{implicit}/fpga.example.com: 1}}\n"
+    gpu = PROFILE.replace("small", "dra") + f"    limits: {{{implicit}/gpu.nvidia.com: 1}}\n"
+    write(pol, "profiles.yaml", fpga + "---\n" + gpu)
+    assert warnings_of() == [
+        f'pol/profiles.yaml:7: spec.resources.limits["{implicit}/fpga.example.com"]: '
+        "DeviceClass fpga.example.com is not in RunPolicy platform's resources.deviceClasses "
+        "(big.nvidia.com, gpu.nvidia.com, huge.nvidia.com, mig.nvidia.com): every run of this "
+        "profile is refused (resources.device-request)",
+    ]
