@@ -1,6 +1,6 @@
 """Fuzzing the files runguard reads: ``runguard apply``, ``runguard lint`` and the policy loader.
 
-Not a test (``tests/test_fuzz_inputs.py`` runs the same checks in a short, fixed form in
+Not a test (``tests/inputs/test_fuzz_inputs.py`` runs the same checks in a short, fixed form in
 CI). The inputs and the checks are ``tests/harness/fuzz.py``'s: YAML and JSON inputs
 made with hypothesis (run Pods and random values written as JSON or YAML, the same with
 random edits, raw YAML punctuation, and hostile shapes), each through ``runguard apply``,

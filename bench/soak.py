@@ -1,7 +1,7 @@
 """Soak: a long mixed load on one runguard server while it is disturbed (not a test).
 
 ``soak()`` of ``tests/harness/soak.py`` (its docstring says what it sends, disturbs,
-counts and checks), long and with its figures printed; ``tests/test_soak.py`` runs a
+counts and checks), long and with its figures printed; ``tests/serving/test_soak.py`` runs a
 short form. Bounded in count (``--requests``) and time (``--seconds``); exits 1 when any
 request was unanswered, answered 5xx or wrong.
 

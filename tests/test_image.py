@@ -23,7 +23,8 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from test_manifests import REPO, deployment_pod
+from harness import REPO
+from harness.manifests_base import deployment_pod
 
 from webhook.cli import main
 

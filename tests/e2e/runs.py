@@ -23,7 +23,7 @@ from harness import eventually
 
 from .build import ClusterError
 from .cluster import Cluster
-from .devcluster import Runguard
+from .devcluster import Runguard, prepare_cluster
 from .identities import Identity
 
 REPO = Path(__file__).resolve().parents[2]
@@ -469,3 +469,25 @@ def instead_of_the_session(webhook: Webhook, cluster: Cluster, server: Runguard)
         server.stop()
         webhook.register(cluster)
         wait_for_admission(cluster, active=True)
+
+
+@contextmanager
+def shipped_on_the_whole_path(
+    webhook: Webhook, cluster: Cluster, server: Runguard, *, shells: bool = False
+) -> Iterator[None]:
+    """``server`` (the shipped policies, or a copy edited) in place of the session's, with
+    the platform's namespace and ServiceAccount digitalhub/core and the controllers for
+    the block; with ``shells``, the shells' webhook too, as the cluster-state component
+    ships it."""
+    prepare_cluster(cluster)
+    platform_identity(cluster)
+    with instead_of_the_session(webhook, cluster, server):
+        if shells:
+            shells_webhook = server.manifests_with("--shells")
+            cluster.kubectl("apply", "-f", "-", input=shells_webhook, check=True)
+        wait_for_policy_label(cluster, "digitalhub", "the shipped policies' runguard called")
+        cluster.start_whole_path()
+        try:
+            yield
+        finally:
+            cluster.stop_whole_path()

@@ -10,7 +10,12 @@ ResourceClaimTemplates with their spec, and run Pods), in place of the session's
 * a run with an 8-GPU claim template is refused, naming the maximum;
 * a run created before its 8-GPU template exists is admitted, and the claim the
   resource-claim controller makes from the template is refused: the run never gets
-  more than its maximum, and stays pending.
+  more than its maximum, and stays pending;
+* on 1.37, a run of the shipped ``1xa100`` profile (``nvidia.com/gpu: 1``) lands on a
+  DRA pool of A100s when the DeviceClass maps ``nvidia.com/gpu``
+  (``spec.extendedResourceName``, GA and on in 1.37: no feature gate), the device-plugin
+  A100 node cordoned: the scheduler's claim for it is admitted by runguard (counted as
+  the Pod's GPU, not twice) and allocated.
 """
 
 from __future__ import annotations
@@ -22,9 +27,10 @@ from typing import Any
 
 import pytest
 
+from .build import kubernetes_version
 from .cluster import Cluster
 from .devcluster import Runguard, prepare_cluster
-from .nodes import simulated_node
+from .nodes import A100_PRODUCT, GPU_PRODUCT_LABEL, GPU_RESOURCE, GPU_TAINT, simulated_node
 from .runs import (
     REPO,
     Webhook,
@@ -199,3 +205,65 @@ def test_a_template_created_after_its_pod_gets_the_run_no_more_than_its_maximum(
     ]
     assert "early" not in owners
     assert not get(cluster, dra, "pod", "early")["spec"].get("nodeName")
+
+
+DRA_A100 = "kwok-dra-a100-0"
+PLUGIN_A100 = "kwok-gpu-a100-0"  # the whole path's device-plugin A100 node
+
+
+@pytest.fixture
+def dra_a100_pool(cluster: Cluster, dra: str) -> Iterator[None]:
+    """A kwok node labelled and tainted as the device-plugin A100 node, its 8 GPUs
+    published as a ResourceSlice (no ``nvidia.com/gpu`` in its allocatable), the
+    DeviceClass mapping ``nvidia.com/gpu``, and the device-plugin A100 node cordoned;
+    all undone after."""
+    if kubernetes_version()[:2] < (1, 37):
+        pytest.skip("a DeviceClass's extendedResourceName is on from Kubernetes 1.37")
+    mapped = device_class(DRIVER)
+    mapped["spec"]["extendedResourceName"] = GPU_RESOURCE
+    node = simulated_node(
+        DRA_A100,
+        cpu="64",
+        memory="512Gi",
+        labels={GPU_PRODUCT_LABEL: A100_PRODUCT},
+        taints=[GPU_TAINT],
+    )
+    objects = [mapped, node, resource_slice(DRA_A100, 8)]
+    listed = {"apiVersion": "v1", "kind": "List", "items": objects}
+    cluster.kubectl("apply", "-f", "-", input=json.dumps(listed), check=True)
+    cluster.kubectl("cordon", PLUGIN_A100, check=True)
+    try:
+        yield
+    finally:
+        cluster.kubectl("uncordon", PLUGIN_A100)
+        plain = json.dumps(device_class(DRIVER))
+        cluster.kubectl("apply", "-f", "-", input=plain)
+        cluster.kubectl("delete", "resourceslice", f"{DRA_A100}-{DRIVER}", "--wait=false")
+        cluster.kubectl("delete", "node", DRA_A100, "--wait=false")
+
+
+def test_a_profile_given_through_dra_lands_on_the_dra_pool(
+    cluster: Cluster, dra: str, dra_a100_pool: None
+) -> None:
+    done = apply(cluster, dra, run_pod("a100-by-dra", "1xa100"))
+    assert done.returncode == 0, done.stderr
+    until(
+        "the run scheduled on the DRA pool",
+        lambda: get(cluster, dra, "pod", "a100-by-dra")["spec"].get("nodeName") == DRA_A100,
+        60,
+    )
+    status = until(
+        "the scheduler's claim recorded",
+        lambda: get(cluster, dra, "pod", "a100-by-dra")["status"].get(
+            "extendedResourceClaimStatus"
+        ),
+        30,
+    )
+    claim = get(cluster, dra, "resourceclaim", status["resourceClaimName"])
+    annotations = claim["metadata"].get("annotations") or {}
+    assert annotations.get("resource.kubernetes.io/extended-resource-claim") == "true"
+    (request,) = claim["spec"]["devices"]["requests"]
+    assert request["exactly"]["deviceClassName"] == DRIVER
+    assert request["exactly"].get("count", 1) == 1
+    results = claim["status"]["allocation"]["devices"]["results"]
+    assert [r["pool"] for r in results] == [DRA_A100]

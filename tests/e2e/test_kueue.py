@@ -28,7 +28,7 @@ import pytest
 import yaml
 
 from .cluster import Cluster
-from .devcluster import Runguard, prepare_cluster
+from .devcluster import Runguard
 from .kueue import (
     QUEUE_LABEL,
     Kueue,
@@ -40,11 +40,10 @@ from .nodes import A100_PRODUCT, GPU_PRODUCT_LABEL, GPU_RESOURCE
 from .runs import (
     REPO,
     Webhook,
-    instead_of_the_session,
     platform_identity,
     rule_ids,
+    shipped_on_the_whole_path,
     until,
-    wait_for_policy_label,
 )
 from .test_trust import RUN, WAIT, get, run_pods, user, wait_pods
 
@@ -103,16 +102,9 @@ def kueue(cluster: Cluster, webhook: Webhook, tmp_path_factory: Any) -> Iterator
     base = tmp_path_factory.mktemp("kueue")
     state = ("--cluster-state", str(cluster.kubeconfig))
     server = Runguard(base / "runguard", with_queued_profile(base), serve_args=state)
-    prepare_cluster(cluster)
-    platform_identity(cluster)  # the namespace and ServiceAccount digitalhub/core
-    with instead_of_the_session(webhook, cluster, server):
-        wait_for_policy_label(cluster, "digitalhub", "the shipped policies' runguard called")
-        cluster.start_whole_path()
-        try:
-            with Kueue(cluster, base / "kueue").running(*resource_flavors()) as running:
-                yield running
-        finally:
-            cluster.stop_whole_path()
+    with shipped_on_the_whole_path(webhook, cluster, server):
+        with Kueue(cluster, base / "kueue").running(*resource_flavors()) as running:
+            yield running
 
 
 @pytest.fixture

@@ -21,15 +21,13 @@ import yaml
 from webhook.policy.loader import load_policy
 
 from .cluster import Cluster
-from .devcluster import Runguard, prepare_cluster
+from .devcluster import Runguard
 from .kueue import QUEUE_LABEL, Kueue, condition
 from .runs import (
     Webhook,
-    instead_of_the_session,
-    platform_identity,
     rule_ids,
+    shipped_on_the_whole_path,
     until,
-    wait_for_policy_label,
 )
 from .test_kueue import (
     QUEUE,
@@ -61,16 +59,9 @@ def served(
     base = tmp_path_factory.mktemp("kueue-counted")
     state = ("--cluster-state", str(cluster.kubeconfig))
     server = Runguard(base / "runguard", with_queued_profile(base), serve_args=state)
-    prepare_cluster(cluster)
-    platform_identity(cluster)
-    with instead_of_the_session(webhook, cluster, server):
-        wait_for_policy_label(cluster, "digitalhub", "the shipped policies' runguard called")
-        cluster.start_whole_path()
-        try:
-            with Kueue(cluster, base / "kueue").running(*resource_flavors()) as running:
-                yield running, server
-        finally:
-            cluster.stop_whole_path()
+    with shipped_on_the_whole_path(webhook, cluster, server):
+        with Kueue(cluster, base / "kueue").running(*resource_flavors()) as running:
+            yield running, server
 
 
 @pytest.fixture

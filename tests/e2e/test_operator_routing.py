@@ -1,5 +1,5 @@
 """The operators' objects through the real apiserver: what reaches runguard, and what it
-refuses there (tests/test_attacks_operators.py holds the same chains offline).
+refuses there (tests/engine/attacks/test_operators.py holds the same chains offline).
 
 runguard serves the shipped policies with its cluster-state watch, registered in place of
 the session's runguard; the operators' CRDs are installed first, KubeAI's Model with its

@@ -10,7 +10,7 @@ so runguard's verdict is not hidden behind PodSecurity's) is sent to the second,
 PodSecurity rejection is a failure. Debug containers likewise, through the
 ``pods/ephemeralcontainers`` subresource of a running run.
 
-The Pods come from the generators of ``tests/test_pod_security.py`` (all container
+The Pods come from the generators of ``tests/engine/test_pod_security.py`` (all container
 kinds, no OS / linux / windows, valid and invalid values of every field the standard
 reads), derandomized and bounded in number and time. Pods the apiserver refuses as
 invalid (a Windows Pod with Linux-only fields) reach neither verdict; each is sent once
@@ -34,10 +34,10 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from harness.pod_security import containers, run_pods, upstream_failures
 from hypothesis import HealthCheck, given, settings
 from kubernetes import client
 from kubernetes.client.rest import ApiException
-from test_pod_security import containers, run_pods, upstream_failures
 
 from webhook.policy.loader import load_policy
 

@@ -6,7 +6,7 @@ starts it the way its ``jobframework`` does: one update of the Job that unsuspen
 merges the flavor's node labels into the template's ``nodeSelector``, appends the
 flavor's toleration and labels the template with its podset. The job-controller then
 creates the Pod on the flavor's node. A user with edit rights cannot do the same.
-The same update shapes, built from Kueue's source, are judged in ``tests/test_queue.py``.
+The same update shapes, built from Kueue's source, are judged in ``tests/engine/test_queue.py``.
 """
 
 from __future__ import annotations

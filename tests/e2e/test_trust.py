@@ -25,15 +25,15 @@ from webhook.serving.reach import reached_pods
 from webhook.serving.shells import PodReader
 
 from .cluster import Cluster
-from .devcluster import Runguard, prepare_cluster
+from .devcluster import Runguard
 from .identities import Identity
 from .nodes import simulated_node
 from .runs import (
     REPO,
     Webhook,
-    instead_of_the_session,
     platform_identity,
     rule_ids,
+    shipped_on_the_whole_path,
     until,
     wait_for_policy_label,
 )
@@ -54,22 +54,15 @@ def shipped(cluster: Cluster, webhook: Webhook, tmp_path_factory: Any) -> Iterat
     base = tmp_path_factory.mktemp("trust")
     state = ("--cluster-state", str(cluster.kubeconfig))
     server = Runguard(base, REPO / "policies", serve_args=state)
-    prepare_cluster(cluster)
-    platform_identity(cluster)  # the namespace and ServiceAccount digitalhub/core
-    with instead_of_the_session(webhook, cluster, server):
-        # and the shells' webhook, as the cluster-state component ships it
-        cluster.kubectl("apply", "-f", "-", input=server.manifests_with("--shells"), check=True)
-        wait_for_policy_label(cluster, "digitalhub", "the shipped policies' runguard called")
-        cluster.start_whole_path()
+    with shipped_on_the_whole_path(webhook, cluster, server, shells=True):
+        # A node of this module's own: the shared ones hold what earlier modules left.
+        node = simulated_node("kwok-trust-0", cpu="64", memory="256Gi",
+                              labels={NODE_KEY: "trust"}, taints=[TAINT])  # fmt: skip
+        cluster.kubectl("apply", "-f", "-", input=json.dumps(node), check=True)
         try:
-            # A node of this module's own: the shared ones hold what earlier modules left.
-            node = simulated_node("kwok-trust-0", cpu="64", memory="256Gi",
-                                  labels={NODE_KEY: "trust"}, taints=[TAINT])  # fmt: skip
-            cluster.kubectl("apply", "-f", "-", input=json.dumps(node), check=True)
             yield server
         finally:
             cluster.kubectl("delete", "node", "kwok-trust-0", "--wait=false")
-            cluster.stop_whole_path()
 
 
 @pytest.fixture

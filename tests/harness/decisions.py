@@ -1,13 +1,13 @@
 """Every decision the engine makes on the tests' inputs, recorded or compared.
 
 The tool is here, beside the inputs it is made of, so that the tests
-(``tests/test_decisions_tool.py``, ``tests/test_receipts.py``) and the command
+(``tests/test_decisions_tool.py``, ``tests/engine/test_receipts.py``) and the command
 (``bench/decisions.py``, which runs ``main``) share it.
 
 What a change meant only to make the engine faster must leave alone: for every workload
 object of the declarative cases and the platform fixtures, under every test policy and
 the shipped one, as nobody, a user and the platform (``corpus``, ``contexts``), for
-generated Pods (``tests/test_engine_properties.py``'s strategy, derandomized) and for
+generated Pods (``harness.pod_strategies``' strategy, derandomized) and for
 the fuzz corpus's objects (``harness.fuzz``, derandomized): ``mutate`` (its object,
 JSON Patch, warnings and changes), ``validate`` of the input and of ``mutate``'s
 result, with and without the receipt, an UPDATE of the result to itself and
@@ -163,10 +163,10 @@ def generate() -> list[Input]:
 
     if str(ROOT / "tests") not in sys.path:
         sys.path.insert(0, str(ROOT / "tests"))
-    from test_engine_properties import POLICY_SET, pods
-
     from harness.fuzz import inputs as fuzz_texts
     from webhook.policy.loader import load_policy
+
+    from .pod_strategies import POLICY_SET, pods
 
     out: list[Input] = []
     objects = corpus()

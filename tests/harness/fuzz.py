@@ -1,7 +1,7 @@
 """Fuzzing the files runguard reads: the inputs and the checks of ``runguard apply``,
 ``runguard lint`` and the policy loader.
 
-``tests/test_fuzz_inputs.py`` runs the checks in a short, fixed form in CI;
+``tests/inputs/test_fuzz_inputs.py`` runs the checks in a short, fixed form in CI;
 ``bench/fuzz_inputs.py`` is the long run, with its figures (``FIGURES``). ``inputs``:
 YAML and JSON made with hypothesis: run Pods and random values written as JSON or YAML,
 the same with random edits, raw YAML punctuation, and hostile shapes (deep nesting,
@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
 from webhook.cli import main as runguard
@@ -262,3 +263,12 @@ def check_loader(text: str, workdir: Path) -> None:
         str(issue).encode("utf-8")
     seconds = time.perf_counter() - start
     FIGURES.note("read_policy", 2 if source.errors else 0, seconds, 0.0, text)
+
+
+SHORT = settings(
+    max_examples=50,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)

@@ -8,7 +8,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from webhook.policy.loader import load_policy
+from webhook.policy.model import Policy
+
 REPO = Path(__file__).resolve().parents[2]
+TESTS = REPO / "tests"
 
 
 def admission_review(obj: Any, **fields: Any) -> dict[str, Any]:
@@ -125,3 +129,10 @@ def policy_files(policy: Path | Mapping[str, str] | None) -> dict[str, str]:
 def write(directory: Path, name: str, text: str) -> None:
     """A policy file, dedented (tests write them as indented string literals)."""
     (directory / name).write_text(textwrap.dedent(text), encoding="utf-8")
+
+
+def written_policy(directory: Path, files: Mapping[str, str]) -> Policy:
+    """The policy of ``files`` (name: text, as for ``write``) written into ``directory``."""
+    for name, text in files.items():
+        write(directory, name, text)
+    return load_policy(directory)

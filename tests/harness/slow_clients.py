@@ -1,7 +1,7 @@
 """Connections that send nothing, or half of something, and real reviews beside them.
 
 Used by ``bench/bench_all.py`` (the ``starved_requests`` figure), the soak and
-``tests/test_http_starvation.py``. ``SlowClients(port, count)`` opens ``count``
+``tests/serving/test_http_starvation.py``. ``SlowClients(port, count)`` opens ``count``
 connections in four kinds, in turn: TCP only (no ClientHello), half a ClientHello, a
 TLS session with half a request head, a whole head with half its body. They stay open,
 sending nothing more, until ``close()``. ``reviews(...)`` sends real ``/validate``

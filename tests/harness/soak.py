@@ -1,6 +1,6 @@
 """Soak: a long mixed load on one runguard server while it is disturbed.
 
-``bench/soak.py`` is the long run, with its figures; ``tests/test_soak.py`` a short form.
+``bench/soak.py`` is the long run, with its figures; ``tests/serving/test_soak.py`` a short form.
 
 ``soaked_server`` starts ``runguard serve`` as the benchmarks' default configuration
 ("runguard 2x2": ``RunguardWorker``, 2 workers x 2 threads, TLS, the

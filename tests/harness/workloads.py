@@ -5,7 +5,7 @@ at a server's processes.
 * ``typical_run_pod``: a run Pod as a user submits it, most mutation steps firing (the
   HTTP benchmark, the soak);
 * ``SERIES``: Pods with a list grown to a given size, ``as_sent`` as the apiserver
-  defaults them (``bench/bench_sizes.py``, ``tests/test_engine_sizes.py``);
+  defaults them (``bench/bench_sizes.py``, ``tests/engine/test_sizes.py``);
 * ``memory_mb``: a process's resident and proportional memory.
 """
 

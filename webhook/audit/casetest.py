@@ -25,7 +25,7 @@ are skipped (shared policies live there)::
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,20 +36,6 @@ from webhook.inputs.limits import CASE_FILES
 from webhook.policy.model import Policy
 
 CASE_FILE = "case.yaml"
-EXPECT_KEYS = frozenset(
-    {
-        "allowed",
-        "applies",
-        "profile",
-        "violations",
-        "mutations",
-        "warnings",
-        "patch",
-        "object",
-        "objectSubset",
-        "absent",
-    }
-)
 CASE_KEYS = frozenset({"description", "policy", "namespace", "mode", "input", "old", "expect"})
 
 
@@ -94,44 +80,17 @@ class _PolicyCache:
 _cache = _PolicyCache()
 
 
-def run_case(folder: Path, root: Path | None = None) -> CaseResult:  # noqa: C901
+def run_case(folder: Path, root: Path | None = None) -> CaseResult:
     """Run one case folder; every problem, including a broken case file, is a failure."""
     from webhook.policy.errors import PolicyError
 
     name = str(folder.relative_to(root)) if root else folder.name
     result = CaseResult(name=name, description="")
     try:
-        case = _load_yaml(folder / CASE_FILE)
-        if not isinstance(case, dict):
-            raise CaseError("case.yaml must be a mapping")
-        unknown = set(case) - CASE_KEYS
-        if unknown:
-            raise CaseError(f"case.yaml: unknown keys {sorted(map(str, unknown))}")
-        result.description = str(case.get("description", ""))
-        policy = _cache.get(folder / _file_name(case.get("policy", "policy"), "policy"))
-        objects = _objects(folder, case.get("input", "input.yaml"))
-        old = _objects(folder, case["old"], "old") if "old" in case else None
-        if old is not None and len(old) != len(objects):
-            raise CaseError(f"old must hold as many objects as input ({len(objects)})")
-        expects = case.get("expect")
-        if isinstance(expects, dict):
-            expects = [expects] * len(objects)
-        if not isinstance(expects, list) or len(expects) != len(objects):
-            raise CaseError(f"expect must be a mapping or a list of {len(objects)} mappings")
-        mode = case.get("mode", "evaluate")
-        namespace = case.get("namespace")
-        if namespace is not None and not isinstance(namespace, str):
-            raise CaseError("namespace must be a string")
-        for i, (obj, expect) in enumerate(zip(objects, expects, strict=True)):
-            if mode == "mutate":
-                decision = mutate(obj, policy, namespace=namespace)
-            elif mode == "validate":
-                previous = old[i] if old else None
-                decision = validate(obj, policy, namespace=namespace, old=previous)
-            elif mode == "evaluate":
-                decision = evaluate(obj, policy, namespace=namespace)
-            else:
-                raise CaseError(f"mode {mode!r} is not evaluate, mutate or validate")
+        case = _read_case(folder, result)
+        objects = case.objects
+        for i, (obj, expect) in enumerate(zip(objects, case.expects, strict=True)):
+            decision = _judge(case, i, obj)
             prefix = f"object {i}: " if len(objects) > 1 else ""
             result.failures += [prefix + f for f in check(decision, expect, folder)]
     except (CaseError, InputError) as exc:
@@ -141,6 +100,56 @@ def run_case(folder: Path, root: Path | None = None) -> CaseResult:  # noqa: C90
         result.failures += [f"policy: {e}" for e in exc.errors]
         result.bad_input = True
     return result
+
+
+@dataclass
+class _Case:
+    """A case file read: what to judge, how, and what to expect of each object."""
+
+    policy: Policy
+    objects: list[Any]
+    old: list[Any] | None
+    expects: list[Any]
+    mode: Any
+    namespace: str | None
+
+
+def _read_case(folder: Path, result: CaseResult) -> _Case:
+    """``case.yaml`` checked and its files read, in the order a broken one is reported
+    (the description is kept in ``result`` as soon as it is read)."""
+    case = _load_yaml(folder / CASE_FILE)
+    if not isinstance(case, dict):
+        raise CaseError("case.yaml must be a mapping")
+    unknown = set(case) - CASE_KEYS
+    if unknown:
+        raise CaseError(f"case.yaml: unknown keys {sorted(map(str, unknown))}")
+    result.description = str(case.get("description", ""))
+    policy = _cache.get(folder / _file_name(case.get("policy", "policy"), "policy"))
+    objects = _objects(folder, case.get("input", "input.yaml"))
+    old = _objects(folder, case["old"], "old") if "old" in case else None
+    if old is not None and len(old) != len(objects):
+        raise CaseError(f"old must hold as many objects as input ({len(objects)})")
+    expects = case.get("expect")
+    if isinstance(expects, dict):
+        expects = [expects] * len(objects)
+    if not isinstance(expects, list) or len(expects) != len(objects):
+        raise CaseError(f"expect must be a mapping or a list of {len(objects)} mappings")
+    namespace = case.get("namespace")
+    if namespace is not None and not isinstance(namespace, str):
+        raise CaseError("namespace must be a string")
+    return _Case(policy, objects, old, expects, case.get("mode", "evaluate"), namespace)
+
+
+def _judge(case: _Case, i: int, obj: Any) -> Decision:
+    """The decision on the case's ``i``-th object, in the case's mode."""
+    if case.mode == "mutate":
+        return mutate(obj, case.policy, namespace=case.namespace)
+    if case.mode == "validate":
+        previous = case.old[i] if case.old else None
+        return validate(obj, case.policy, namespace=case.namespace, old=previous)
+    if case.mode == "evaluate":
+        return evaluate(obj, case.policy, namespace=case.namespace)
+    raise CaseError(f"mode {case.mode!r} is not evaluate, mutate or validate")
 
 
 class CaseError(Exception):
@@ -179,7 +188,7 @@ def _expected_object(folder: Path, value: Any) -> Any:
     return value
 
 
-def check(decision: Decision, expect: Any, folder: Path) -> list[str]:  # noqa: C901
+def check(decision: Decision, expect: Any, folder: Path) -> list[str]:
     """Every way ``decision`` differs from ``expect``."""
     if not isinstance(expect, dict):
         raise CaseError("each expect entry must be a mapping")
@@ -192,43 +201,86 @@ def check(decision: Decision, expect: Any, folder: Path) -> list[str]:  # noqa: 
             isinstance(value, list) and all(isinstance(v, str) for v in value)
         ):
             raise CaseError(f"expect.{key} must be a list of strings")
-    failures: list[str] = []
-    if "allowed" in expect and decision.allowed != expect["allowed"]:
+    return [
+        failure
+        for key, compare in _EXPECTATIONS.items()
+        if key in expect
+        for failure in compare(decision, expect[key], folder)
+    ]
+
+
+def _allowed(decision: Decision, want: Any, folder: Path) -> Iterator[str]:
+    if decision.allowed != want:
         detail = f": {decision.message()}" if decision.violations else ""
-        failures.append(f"allowed is {decision.allowed}, expected {expect['allowed']}{detail}")
-    if "applies" in expect and decision.applies != expect["applies"]:
-        failures.append(f"applies is {decision.applies}, expected {expect['applies']}")
-    if "profile" in expect and decision.profile != expect["profile"]:
-        failures.append(f"profile is {decision.profile!r}, expected {expect['profile']!r}")
-    if "violations" in expect:
-        got = sorted(v.rule for v in decision.violations)
-        if got != sorted(expect["violations"]):
-            shown = "; ".join(str(v) for v in decision.violations) or "none"
-            failures.append(f"violations {got}, expected {sorted(expect['violations'])} ({shown})")
-    if "mutations" in expect:
-        got = [c.rule for c in decision.mutations]
-        if sorted(got) != sorted(expect["mutations"]):
-            failures.append(f"mutations {got}, expected {expect['mutations']}")
-    for text in expect.get("warnings") or ():
+        yield f"allowed is {decision.allowed}, expected {want}{detail}"
+
+
+def _applies(decision: Decision, want: Any, folder: Path) -> Iterator[str]:
+    if decision.applies != want:
+        yield f"applies is {decision.applies}, expected {want}"
+
+
+def _profile(decision: Decision, want: Any, folder: Path) -> Iterator[str]:
+    if decision.profile != want:
+        yield f"profile is {decision.profile!r}, expected {want!r}"
+
+
+def _violations(decision: Decision, want: list[str], folder: Path) -> Iterator[str]:
+    got = sorted(v.rule for v in decision.violations)
+    if got != sorted(want):
+        shown = "; ".join(str(v) for v in decision.violations) or "none"
+        yield f"violations {got}, expected {sorted(want)} ({shown})"
+
+
+def _mutations(decision: Decision, want: list[str], folder: Path) -> Iterator[str]:
+    got = [c.rule for c in decision.mutations]
+    if sorted(got) != sorted(want):
+        yield f"mutations {got}, expected {want}"
+
+
+def _warnings(decision: Decision, want: list[str] | None, folder: Path) -> Iterator[str]:
+    for text in want or ():
         if not any(text in w for w in decision.warnings):
-            failures.append(f"no warning contains {text!r} (warnings: {decision.warnings})")
-    if "patch" in expect:
-        want_empty = expect["patch"] == "empty"
-        if want_empty != (not decision.patch):
-            failures.append(f"patch is {decision.patch!r}, expected {expect['patch']}")
-    if "object" in expect:
-        want = _expected_object(folder, expect["object"])
-        if decision.object != want:
-            failures.append("object differs: " + "; ".join(differences(want, decision.object)[:5]))
-    if "objectSubset" in expect:
-        want = _expected_object(folder, expect["objectSubset"])
-        diffs = differences(want, decision.object, subset=True)
-        if diffs:
-            failures.append("object subset differs: " + "; ".join(diffs[:5]))
-    for path in expect.get("absent") or ():
+            yield f"no warning contains {text!r} (warnings: {decision.warnings})"
+
+
+def _patch(decision: Decision, want: Any, folder: Path) -> Iterator[str]:
+    if (want == "empty") != (not decision.patch):
+        yield f"patch is {decision.patch!r}, expected {want}"
+
+
+def _object(decision: Decision, want: Any, folder: Path) -> Iterator[str]:
+    expected = _expected_object(folder, want)
+    if decision.object != expected:
+        yield "object differs: " + "; ".join(differences(expected, decision.object)[:5])
+
+
+def _object_subset(decision: Decision, want: Any, folder: Path) -> Iterator[str]:
+    diffs = differences(_expected_object(folder, want), decision.object, subset=True)
+    if diffs:
+        yield "object subset differs: " + "; ".join(diffs[:5])
+
+
+def _absent(decision: Decision, want: list[str] | None, folder: Path) -> Iterator[str]:
+    for path in want or ():
         if _exists(decision.object, path):
-            failures.append(f"{path} should be absent, is {_get(decision.object, path)!r}")
-    return failures
+            yield f"{path} should be absent, is {_get(decision.object, path)!r}"
+
+
+# Each key of ``expect`` and how a decision is held to it, in the order failures are told.
+_EXPECTATIONS: dict[str, Callable[[Decision, Any, Path], Iterator[str]]] = {
+    "allowed": _allowed,
+    "applies": _applies,
+    "profile": _profile,
+    "violations": _violations,
+    "mutations": _mutations,
+    "warnings": _warnings,
+    "patch": _patch,
+    "object": _object,
+    "objectSubset": _object_subset,
+    "absent": _absent,
+}
+EXPECT_KEYS = frozenset(_EXPECTATIONS)
 
 
 def differences(want: Any, got: Any, path: str = "", *, subset: bool = False) -> list[str]:

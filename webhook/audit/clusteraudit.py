@@ -27,7 +27,7 @@ from typing import Any, NamedTuple, TextIO
 
 import orjson
 
-from webhook.engine import Decision, Violation, validate
+from webhook.engine import Decision, Violation, scope, validate
 from webhook.engine.context import NO_CONTEXT, Context
 from webhook.engine.rule import Declarations
 from webhook.policy.kube import LabelSelector
@@ -122,7 +122,9 @@ def finding(obj: Any, decision: Decision, policy: Policy) -> Finding:
     violations = tuple(decision.violations)
     denied = decision.enforcement == "Deny" and any(not v.drift for v in violations)
     result = "pass" if not violations else "fail" if denied else "warn"
-    chosen = policy.choose(pod_labels(obj), decision.namespace) if policy.alternatives else None
+    chosen = (
+        scope.choose(policy, pod_labels(obj), decision.namespace) if policy.alternatives else None
+    )
     # Interned: thousands of findings share a handful of these strings.
     return Finding(
         kind=sys.intern(decision.kind),

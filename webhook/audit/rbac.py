@@ -119,6 +119,17 @@ def _selector_matches(selector: Any, labels: Mapping[str, Any]) -> bool:
     return True
 
 
+def role_rules(roles: Iterable[dict[str, Any]]) -> dict[tuple[str, str], tuple[Rule, ...]]:
+    """Each Role's rules, by (namespace, name)."""
+    return {
+        (
+            str(meta_of(o).get("namespace", "")),
+            str(meta_of(o).get("name", "")),
+        ): tuple(Rule.read(r) for r in o.get("rules") or ())
+        for o in roles
+    }
+
+
 def cluster_role_rules(cluster_roles: Iterable[dict[str, Any]]) -> dict[str, tuple[Rule, ...]]:
     """Each ClusterRole's rules, aggregated ones resolved (to a fixed point: ``admin``
     aggregates ``edit``, which aggregates ``view``)."""
@@ -193,3 +204,16 @@ def read_bindings(objects: Iterable[dict[str, Any]]) -> Iterator[Binding]:
             str(ref.get("name", "")),
             _subjects(obj, namespace),
         )
+
+
+def bound_rules(
+    binding: Binding,
+    roles: Mapping[tuple[str, str], tuple[Rule, ...]],
+    cluster_roles: Mapping[str, tuple[Rule, ...]],
+) -> tuple[Rule, ...]:
+    """The rules of the role ``binding`` names (``role_rules``, ``cluster_role_rules``)."""
+    if binding.role_kind != "Role":
+        return cluster_roles.get(binding.role, ())
+    if binding.namespace == CLUSTER_WIDE:  # a ClusterRoleBinding cannot name a Role
+        return ()
+    return roles.get((binding.namespace, binding.role), ())

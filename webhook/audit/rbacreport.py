@@ -35,9 +35,11 @@ from webhook.audit.rbac import (
     Binding,
     Rule,
     Subject,
+    bound_rules,
     cluster_role_rules,
     meta_of,
     read_bindings,
+    role_rules,
 )
 from webhook.audit.rbacdoors import DOORS, RBAC_API, Door
 from webhook.engine.rule import CONCERNS
@@ -297,7 +299,7 @@ class RbacReport:
         return self.findings if include_expected else self.unexpected()
 
 
-def rbac_report(  # noqa: C901
+def rbac_report(
     objects: Iterable[Any],
     platform: Platform,
     *,
@@ -307,30 +309,17 @@ def rbac_report(  # noqa: C901
     """Who holds each door's verbs in the run namespaces (``namespace`` only, when
     given), sorted by namespace (``*`` first), subject and door."""
     items = flatten(objects)
-    run_namespaces = {ns for ns in _namespaces(items) if platform.governs(ns)}
-    if namespace is not None:
-        run_namespaces = {namespace} if platform.governs(namespace) else set()
-    roles = {
-        (
-            str(meta_of(o).get("namespace", "")),
-            str(meta_of(o).get("name", "")),
-        ): tuple(Rule.read(r) for r in o.get("rules") or ())
-        for o in items
-        if o.get("kind") == "Role"
-    }
+    run_namespaces = _run_namespaces(items, platform, namespace)
+    roles = role_rules(o for o in items if o.get("kind") == "Role")
     cluster_roles = cluster_role_rules(o for o in items if o.get("kind") == "ClusterRole")
     doors = [d for d in DOORS if not (d.needs_shells_off and shells)]
     bindings = list(read_bindings(items))
     admins = cluster_admins(bindings)
     findings: dict[tuple[str, Subject, str], Finding] = {}
     for binding in bindings:
-        cluster_wide = binding.namespace == CLUSTER_WIDE
-        if not cluster_wide and binding.namespace not in run_namespaces:
+        if binding.namespace != CLUSTER_WIDE and binding.namespace not in run_namespaces:
             continue
-        if binding.role_kind == "Role":  # a ClusterRoleBinding cannot name a Role
-            rules = () if cluster_wide else roles.get((binding.namespace, binding.role), ())
-        else:
-            rules = cluster_roles.get(binding.role, ())
+        rules = bound_rules(binding, roles, cluster_roles)
         for door in doors:
             grants = list(_door_grants(door, rules, platform, binding.namespace))
             for subject in binding.subjects if grants else ():
@@ -343,19 +332,27 @@ def rbac_report(  # noqa: C901
                     )
                 for grant in grants:
                     found.add(grant, binding)
+    return RbacReport(sorted(run_namespaces), _held(findings.values()), shells)
+
+
+def _run_namespaces(items: list[Any], platform: Platform, namespace: str | None) -> set[str]:
+    """The namespaces the platform governs among the objects' (or ``namespace``, if it does)."""
+    if namespace is not None:
+        return {namespace} if platform.governs(namespace) else set()
+    return {ns for ns in _namespaces(items) if platform.governs(ns)}
+
+
+def _held(findings: Iterable[Finding]) -> list[Finding]:
+    """The findings whose door the verbs open, by namespace (``*`` first), subject and door."""
     order = [d.id for d in DOORS]
-    return RbacReport(
-        sorted(run_namespaces),
-        sorted(
-            (f for f in findings.values() if f.door.held is None or f.door.held(f.verbs())),
-            key=lambda f: (
-                f.namespace != CLUSTER_WIDE,
-                f.namespace,
-                f.subject,
-                order.index(f.door.id),
-            ),
+    return sorted(
+        (f for f in findings if f.door.held is None or f.door.held(f.verbs())),
+        key=lambda f: (
+            f.namespace != CLUSTER_WIDE,
+            f.namespace,
+            f.subject,
+            order.index(f.door.id),
         ),
-        shells,
     )
 
 

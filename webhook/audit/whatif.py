@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any, TextIO
 
 from webhook.audit.clusteraudit import pod_labels
-from webhook.engine import Decision, evaluate
+from webhook.engine import Decision, Violation, evaluate, scope
 from webhook.engine.context import NO_CONTEXT, Context
 from webhook.engine.rules.profile import PROFILE_RANGE
 from webhook.engine.rules.resources import RESOURCES_CLAMPED
@@ -78,7 +78,7 @@ class Verdict:
         }
 
 
-def compare(  # noqa: C901
+def compare(
     obj: Any, current: Policy, proposed: Policy, context: Context = NO_CONTEXT
 ) -> Verdict | None:
     """``obj``'s fate under ``proposed`` beside ``current``; None when neither policy
@@ -87,33 +87,11 @@ def compare(  # noqa: C901
     then = evaluate(obj, proposed, context=context)
     if not now.applies and not then.applies:
         return None
-    known = {(v.rule, v.path) for v in now.violations}
-    fresh = [v for v in then.violations if (v.rule, v.path) not in known]
-    outcome, how = "unchanged", ""
-    rules: tuple[str, ...] = ()
-    detail = ""
-    if fresh and not then.allowed:
-        outcome = "denied"
-        rules = tuple(dict.fromkeys(v.rule for v in fresh))
-        detail = f"{fresh[0].path}: {fresh[0].message}"
-    elif now.profile != then.profile:
-        outcome, how = "changed", "moved"
-        detail = f"profile {now.profile or '(none)'} -> {then.profile or '(none)'}"
-        rules = _new_changes(now, then)
-    elif fresh:
-        outcome, how = "changed", "warned"
-        rules = tuple(dict.fromkeys(v.rule for v in fresh))
-        detail = f"{fresh[0].path}: {fresh[0].message}"
-    elif now.object != then.object or now.mutations != then.mutations:
-        outcome = "changed"
-        rules = _new_changes(now, then)
-        how = "clamped" if CLAMPS.intersection(rules) else "changed"
-        added = [c for c in then.mutations if c not in now.mutations]
-        detail = added[0].warning.removeprefix("runguard: ") if added else "admitted differently"
+    outcome, how, rules, detail = _what_the_edit_does(now, then)
     chooser = current if now.applies else proposed
     kind, namespace, name = then.kind, then.namespace, then.name
     labels = pod_labels(obj) if isinstance(obj, dict) else {}
-    governing = chooser.choose(labels, namespace) or chooser
+    governing = scope.choose(chooser, labels, namespace) or chooser
     project_label = governing.platform.project_label
     return Verdict(
         kind=sys.intern(kind),
@@ -129,6 +107,38 @@ def compare(  # noqa: C901
         rules=rules,
         detail=detail[:DETAIL],
     )
+
+
+def _what_the_edit_does(now: Decision, then: Decision) -> tuple[str, str, tuple[str, ...], str]:
+    """The outcome, how, rule ids and detail of a verdict: denied for new violations
+    that refuse it, else changed (moved, warned, clamped or changed), else unchanged."""
+    known = {(v.rule, v.path) for v in now.violations}
+    fresh = [v for v in then.violations if (v.rule, v.path) not in known]
+    if fresh and not then.allowed:
+        return "denied", "", _rules_of(fresh), _detail_of(fresh)
+    if now.profile != then.profile:
+        moved = f"profile {now.profile or '(none)'} -> {then.profile or '(none)'}"
+        return "changed", "moved", _new_changes(now, then), moved
+    if fresh:
+        return "changed", "warned", _rules_of(fresh), _detail_of(fresh)
+    if now.object != then.object or now.mutations != then.mutations:
+        rules = _new_changes(now, then)
+        added = [c for c in then.mutations if c not in now.mutations]
+        return (
+            "changed",
+            "clamped" if CLAMPS.intersection(rules) else "changed",
+            rules,
+            added[0].warning.removeprefix("runguard: ") if added else "admitted differently",
+        )
+    return "unchanged", "", (), ""
+
+
+def _rules_of(violations: list[Violation]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(v.rule for v in violations))
+
+
+def _detail_of(violations: list[Violation]) -> str:
+    return f"{violations[0].path}: {violations[0].message}"
 
 
 def _new_changes(now: Decision, then: Decision) -> tuple[str, ...]:

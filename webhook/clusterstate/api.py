@@ -74,39 +74,55 @@ def resource_path(kind: str) -> str:
     return Resource(*RESOURCES[kind], namespaced=kind not in CLUSTER_SCOPED).path
 
 
-def discover(api: Api, group_kind: str) -> Resource:  # noqa: C901
+def discover(api: Api, group_kind: str) -> Resource:
     """Where the apiserver serves ``group_kind`` ("argoproj.io/Workflow"): its group's
     preferred version first, then its other versions; the resource whose ``kind`` it
     is, not a subresource, that can be listed and watched. ``NotInstalled`` when there
     is none (the group is unknown: 404), ``ApiError`` when discovery fails."""
     group, kind = split_group_kind(group_kind)
-    try:
-        found = api.get_json(f"/apis/{group}")
-    except ApiError as exc:
-        if exc.status == 404:
-            raise NotInstalled(404, f"the apiserver serves no API group {group}") from None
-        raise
-    preferred = str((found.get("preferredVersion") or {}).get("version") or "")
-    versions = [str(v.get("version") or "") for v in found.get("versions") or ()]
-    for version in dict.fromkeys(v for v in (preferred, *versions) if v):
-        try:
-            listed = api.get_json(f"/apis/{group}/{version}")
-        except ApiError as exc:
-            if exc.status == 404:  # removed since the group was read
-                continue
-            raise
+    for version in _versions(api, group):
+        listed = _get_or_none(api, f"/apis/{group}/{version}")
+        if listed is None:  # removed since the group was read
+            continue
         for resource in listed.get("resources") or ():
-            name = str(resource.get("name") or "")
-            verbs = resource.get("verbs") or ()
-            if (
-                resource.get("kind") == kind
-                and name
-                and "/" not in name
-                and "list" in verbs
-                and "watch" in verbs
-            ):
+            if _watchable(resource, kind):
+                name = str(resource["name"])
                 return Resource(group, version, name, bool(resource.get("namespaced", True)))
     raise NotInstalled(404, f"the API group {group} serves no {kind}")
+
+
+def _versions(api: Api, group: str) -> list[str]:
+    """The group's versions, the preferred first."""
+    found = _get_or_none(api, f"/apis/{group}")
+    if found is None:
+        raise NotInstalled(404, f"the apiserver serves no API group {group}")
+    preferred = str((found.get("preferredVersion") or {}).get("version") or "")
+    versions = [str(v.get("version") or "") for v in found.get("versions") or ()]
+    return list(dict.fromkeys(v for v in (preferred, *versions) if v))
+
+
+def _get_or_none(api: Api, path: str) -> Any:
+    """The JSON at ``path``, None on a 404."""
+    try:
+        return api.get_json(path)
+    except ApiError as exc:
+        if exc.status == 404:
+            return None
+        raise
+
+
+def _watchable(resource: Any, kind: str) -> bool:
+    """A discovery entry for ``kind`` itself (not a subresource) that can be listed and
+    watched."""
+    name = str(resource.get("name") or "")
+    verbs = resource.get("verbs") or ()
+    return (
+        resource.get("kind") == kind
+        and bool(name)
+        and "/" not in name
+        and "list" in verbs
+        and "watch" in verbs
+    )
 
 
 class Api:

@@ -4,8 +4,11 @@ Pure: no I/O, no clock, no Kubernetes client. The engine decides with a ``Cluste
 where it comes from (a file offline, the watch cache online) is not its business.
 
 Only metadata is ever kept, and not all of it: kind, namespace, name, uid, labels,
-annotations and ownerReferences; of one kind, a project's profile (``PROJECT_PROFILES``,
-runguard's own, holding no secret), its spec too, which the engine decides with.
+annotations and ownerReferences; of a project's profile (``PROJECT_PROFILES``, runguard's
+own, holding no secret) and a ResourceClaimTemplate, their spec too, which the engine
+decides with; of a run Pod and a ResourceClaim a Pod owns, the devices they ask for and
+nothing else of their spec (``device_spec``): a claim made late is judged with the run's
+other devices.
 ``meta_from_object`` is the one door into a record: it drops everything else (a
 Secret's ``data`` and ``stringData``, a ConfigMap's ``binaryData``, other specs, status,
 ``managedFields``) and the
@@ -29,6 +32,7 @@ __all__ = [
     "CLUSTER_SCOPED",
     "CONTROLLER_KINDS",
     "DEVICE_CLAIMS",
+    "DEVICE_SPEC_KINDS",
     "KINDS",
     "LAST_APPLIED",
     "MAX_ANNOTATION_VALUE",
@@ -44,6 +48,7 @@ __all__ = [
     "Meta",
     "OwnerRef",
     "controller_chain",
+    "device_spec",
     "meta_from_object",
     "split_group_kind",
 ]
@@ -113,8 +118,10 @@ CLAIM_TEMPLATES = "resource.k8s.io/ResourceClaimTemplate"
 # operator slot (the fourth) whatever the policy: a ResourceClaim made for a Pod is judged
 # against the RunPolicy of the run it is for (``webhook.engine.rules.dra``).
 RUN_PODS = "Pod"
-# Kinds whose spec is kept, as JSON text (``Meta.spec``), at most MAX_SPEC bytes of it.
-SPEC_KINDS = frozenset({"ProjectProfile", "ResourceClaimTemplate"})
+# Kinds whose spec is kept, as JSON text (``Meta.spec``), at most MAX_SPEC bytes of it:
+# whole, or (``DEVICE_SPEC_KINDS``) only what asks for devices (``device_spec``).
+DEVICE_SPEC_KINDS = frozenset({"Pod", "ResourceClaim"})
+SPEC_KINDS = frozenset({"ProjectProfile", "ResourceClaimTemplate"}) | DEVICE_SPEC_KINDS
 MAX_SPEC = 65536
 LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 # An annotation value longer than this is not kept (memory stays bounded whatever other
@@ -265,6 +272,7 @@ def meta_from_object(obj: Any, kind: str | None = None) -> Meta:
     where = f"{kind} {namespace + '/' if namespace else ''}{name}"
     if not isinstance(namespace, str) or not isinstance(uid, str):
         raise ClusterStateError(f"{where}: namespace and uid must be strings")
+    owners = _owners(metadata.get("ownerReferences"), where)
     return Meta(
         kind=kind,
         namespace=namespace,
@@ -272,9 +280,60 @@ def meta_from_object(obj: Any, kind: str | None = None) -> Meta:
         uid=uid,
         labels=_strings(metadata.get("labels"), where, "labels"),
         annotations=_annotations(metadata.get("annotations"), where),
-        owners=_owners(metadata.get("ownerReferences"), where),
-        spec=_spec(obj.get("spec")) if kind in SPEC_KINDS else "",
+        owners=owners,
+        spec=_kept_spec(kind, obj.get("spec"), owners),
     )
+
+
+def _kept_spec(kind: str, spec: Any, owners: tuple[OwnerRef, ...]) -> str:
+    """What ``Meta.spec`` keeps: a ``SPEC_KINDS`` spec, of a run Pod and a claim a Pod owns
+    only what asks for devices; "" for any other kind or claim."""
+    if kind not in SPEC_KINDS:
+        return ""
+    if kind in DEVICE_SPEC_KINDS:
+        pod_owned = any(o.controller and o.kind == "Pod" for o in owners)
+        spec = device_spec(kind, spec) if kind == "Pod" or pod_owned else None
+    return _spec(spec)
+
+
+def device_spec(kind: str, spec: Any) -> dict[str, Any] | None:
+    """What of a Pod's or a ResourceClaim's spec asks for devices (None: nothing): a
+    claim's ``devices.requests``; a Pod's ``resourceClaims`` and its containers' extended
+    resources (a name with a ``/``), init containers' ``restartPolicy`` with them, as
+    ``effective_totals`` reads them. No command, env or image is kept."""
+    if not isinstance(spec, Mapping):
+        return None
+    if kind == "ResourceClaim":
+        devices = spec.get("devices")
+        requests = devices.get("requests") if isinstance(devices, Mapping) else None
+        return {"devices": {"requests": requests}} if requests is not None else None
+    kept: dict[str, Any] = {}
+    for part in ("initContainers", "containers"):
+        containers = [_extended(c) for c in spec.get(part) or () if isinstance(c, Mapping)]
+        if any(containers):
+            kept[part] = [c for c in containers if c]
+    claims = spec.get("resourceClaims")
+    if isinstance(claims, list) and claims:
+        kept["resourceClaims"] = claims
+    return kept or None
+
+
+def _extended(container: Mapping[str, Any]) -> dict[str, Any]:
+    """A container's extended resources ({} when none), as ``resources.requests/limits``."""
+    res = container.get("resources")
+    kept: dict[str, Any] = {}
+    for part in ("requests", "limits"):
+        values = res.get(part) if isinstance(res, Mapping) else None
+        if isinstance(values, Mapping):
+            extended = {k: v for k, v in values.items() if isinstance(k, str) and "/" in k}
+            if extended:
+                kept[part] = extended
+    if not kept:
+        return {}
+    out: dict[str, Any] = {"resources": kept}
+    if container.get("restartPolicy") is not None:
+        out["restartPolicy"] = container["restartPolicy"]
+    return out
 
 
 def _spec(value: Any) -> str:

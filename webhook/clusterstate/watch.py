@@ -34,8 +34,10 @@ runguard governs, not every Pod of the cluster.
 
 Every request asks for ``PartialObjectMetadata`` (list: ``PartialObjectMetadataList``)
 and for nothing else, so the apiserver answers with metadata or with an error, never
-with a Secret's ``data`` (but for runguard's own ProjectProfiles, ``SPEC_KINDS``, read
-whole: their spec is what the engine decides with); the JSON is decoded straight into records
+with a Secret's ``data`` (but for ``SPEC_KINDS``, read whole: runguard's own
+ProjectProfiles and the ResourceClaimTemplates, whose spec the engine decides with, and
+run Pods and ResourceClaims, of which only the devices they ask for are kept,
+``model.device_spec``); the JSON is decoded straight into records
 (``meta_from_object``), which drop the ``last-applied-configuration`` annotation where
 ``kubectl apply`` copies a whole manifest. Logs name kinds, counts and versions, never
 an object's content.
@@ -117,7 +119,8 @@ class KindWatch:
         self.operator = self.kind not in KINDS
         self.path = "" if self.operator else resource_path(self.kind)  # "": discover first
         self.selector = ""  # a labelSelector narrowing what is listed and watched
-        # metadata only, but of a kind whose spec the engine reads (a project's profile)
+        # metadata only, but of a kind whose spec the engine reads (a project's profile,
+        # the devices a run Pod or a claim asks for)
         full = publisher.table_kind in SPEC_KINDS
         self.list_accept = "application/json" if full else LIST_ACCEPT
         self.watch_accept = "application/json" if full else WATCH_ACCEPT

@@ -5,7 +5,7 @@ platform's objects a pod spec uses; ``secrets.forbidden``: every Secret door, st
 or denied alike; ``resources.device-claim``: existing device claims) and by the webhook
 configurations' CEL
 (``webhook.install.manifests``: which pods reach runguard), so what the engine judges and what
-the apiserver sends cannot drift. ``tests/test_doors.py`` walks the Kubernetes API schema
+the apiserver sends cannot drift. ``tests/engine/test_doors.py`` walks the Kubernetes API schema
 (the ``kubernetes`` client's models of the newest supported release) and fails on any
 field that names a Secret, ConfigMap, PersistentVolumeClaim, ServiceAccount or device
 that is neither here nor in ``NOT_DOORS`` with the reason.
@@ -17,7 +17,7 @@ read by the driver, which may open a Secret named there with its own rights) nam
 object only by one of the platform's names for that kind: any other value is the
 driver's business (``Door.by_pattern``). Each door has its judge, the rule that
 strips or denies what a run may not use through it (``webhook.engine.rules.judge``,
-beside the rules, which read this table): ``tests/test_doors.py`` feeds every door
+beside the rules, which read this table): ``tests/engine/test_doors.py`` feeds every door
 the platform's name (and a foreign one) and fails unless that rule strips or denies
 it, so a door listed but judged by nothing is caught, as well as a field neither
 listed nor explained.

@@ -4,7 +4,7 @@
 it runs every mutation step on a copy of the Pod and compares. For a Pod that ``mutate``
 itself produced that comparison has one possible answer: mutation is idempotent (the
 apiserver's ``reinvocationPolicy: IfNeeded`` relies on it, and
-``tests/test_engine_properties.py`` and ``tests/test_receipts.py`` check it), so running
+``tests/engine/test_properties.py`` and ``tests/engine/test_receipts.py`` check it), so running
 the steps again on their own result changes nothing. A receipt records that answer, and
 ``validate`` skips the steps when it holds one for exactly the inputs it would give them.
 

@@ -5,7 +5,7 @@ The modules are listed here once; each holds ``RULES`` (a ``webhook.engine.rule`
 ``Declarations``). ``runguard rules`` / ``docs/rules.md``, ``runguard explain`` and
 ``runguard audit``'s categories and severities read ``RULES``; ``runguard rules``
 adds the ids only ``runguard audit`` reports (declared beside the code that reports
-them). ``tests/test_rule_ids.py`` fails on an id the engine emits that is not declared
+them). ``tests/engine/test_rule_ids.py`` fails on an id the engine emits that is not declared
 exactly once, in a module of this list whose code emits it.
 """
 

@@ -11,7 +11,7 @@ checks or reports under it::
 ``rule`` (and ``report``) returns the id itself, so the code names the rule by that constant.
 ``webhook.engine.registry`` collects the engine's declarations (what the webhooks judge
 under); ``runguard rules`` adds the ids only ``runguard audit`` reports. A rule id
-written as a string anywhere but in its declaration fails ``tests/test_rule_ids.py``.
+written as a string anywhere but in its declaration fails ``tests/engine/test_rule_ids.py``.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ itself: one RunPolicy's exclusions or selector are never another's. The engine j
 with these functions, and ``webhook.install.manifests`` renders the webhooks'
 ``namespaceSelector``, ``objectSelector`` and CEL ``matchConditions`` from the same
 keys read the same way (``run_terms``): a Pod is a run for routing only where its
-RunPolicy covers the request's namespace. ``tests/test_scope_routing.py``
+RunPolicy covers the request's namespace. ``tests/engine/test_scope_routing.py``
 evaluates the rendered conditions with a CEL library against the engine: every request
 the engine would deny or change reaches a webhook, and is in some RunPolicy's scope.
 """
@@ -40,7 +40,7 @@ def in_scope(root: Policy, policy: Policy, obj: Any, namespace: str | None) -> b
     which), then its platform (``claims``, its operators' kinds, runguard's records on
     the object or its pod template). The engine changes or refuses nothing outside the
     scope of every RunPolicy, and the webhooks route at least that scope
-    (``tests/test_scope_routing.py``)."""
+    (``tests/engine/test_scope_routing.py``)."""
     if not covers(policy, namespace):
         return False
     try:

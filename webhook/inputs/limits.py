@@ -28,6 +28,7 @@ import json
 import math
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -137,62 +138,19 @@ def read_path(path: str | Path, limits: Limits) -> str:
 # --- YAML: libyaml's events, before any composer ------------------------------------
 
 _PARSER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-_STARTS = (yaml.MappingStartEvent, yaml.SequenceStartEvent)
-_ENDS = (yaml.MappingEndEvent, yaml.SequenceEndEvent)
 
 
-def check_yaml(text: str, limits: Limits) -> int:  # noqa: C901
+def check_yaml(text: str, limits: Limits) -> int:
     """Raise LimitError when ``text`` nests too deep (aliases included), expands past the
     alias budget or holds a recursive alias; else the number of values aliases add (0:
     no alias, nothing shared). Iterative, on libyaml's event stream when present. A
     syntax error ends the check: the loader reports it, with its own line."""
-    frames: list[list[Any]] = []  # per open collection: [values, height, anchor]
-    anchors: dict[str, tuple[int, int]] = {}  # done: (values, height)
-    open_anchors: set[str] = set()
-    added = 0
+    count = _Count(limits)
     try:
         for event in yaml.parse(text, Loader=_PARSER):
-            if isinstance(event, yaml.ScalarEvent):
-                if event.anchor is not None:
-                    anchors[event.anchor] = (1, 0)
-                if frames:
-                    frames[-1][0] += 1
-            elif isinstance(event, _STARTS):
-                if len(frames) >= limits.max_depth:
-                    raise _too_deep(event, limits)
-                if event.anchor is not None:
-                    open_anchors.add(event.anchor)
-                frames.append([1, 0, event.anchor])
-            elif isinstance(event, _ENDS):
-                values, height, anchor = frames.pop()
-                if anchor is not None:
-                    anchors[anchor] = (values, height + 1)
-                    open_anchors.discard(anchor)
-                if frames:
-                    frames[-1][0] += values
-                    frames[-1][1] = max(frames[-1][1], height + 1)
-            elif isinstance(event, yaml.AliasEvent):
-                name = event.anchor
-                if name in open_anchors:
-                    raise LimitError(_line(event), f"recursive alias *{name}")
-                if name not in anchors:
-                    continue  # undefined: the loader says so
-                values, height = anchors[name]
-                added += values
-                if added > limits.max_alias_values:
-                    raise LimitError(
-                        _line(event),
-                        f"aliases expand to more than {limits.max_alias_values} values "
-                        "(an alias bomb?)",
-                    )
-                if len(frames) + height > limits.max_depth:
-                    raise _too_deep(event, limits)
-                if frames:
-                    frames[-1][0] += values
-                    frames[-1][1] = max(frames[-1][1], height)
-            elif isinstance(event, yaml.DocumentEndEvent):
-                anchors.clear()  # anchors are per document
-                open_anchors.clear()
+            step = _STEPS.get(type(event))
+            if step is not None:
+                step(count, event)
     except yaml.MarkedYAMLError as error:
         # PyYAML 6.0.4's scanner refuses deep flow nesting itself, ahead of the events
         # counted here: the same refusal, in runguard's words, at the parser's line.
@@ -202,7 +160,77 @@ def check_yaml(text: str, limits: Limits) -> int:  # noqa: C901
             ) from None
     except yaml.YAMLError:
         pass
-    return added
+    return count.added
+
+
+class _Count:
+    """What ``check_yaml`` keeps of the events so far: a step per kind of event."""
+
+    def __init__(self, limits: Limits) -> None:
+        self.limits = limits
+        self.frames: list[list[Any]] = []  # per open collection: [values, height, anchor]
+        self.anchors: dict[str, tuple[int, int]] = {}  # done: (values, height)
+        self.open_anchors: set[str] = set()
+        self.added = 0  # values aliases add
+
+    def scalar(self, event: yaml.ScalarEvent) -> None:
+        if event.anchor is not None:
+            self.anchors[event.anchor] = (1, 0)
+        if self.frames:
+            self.frames[-1][0] += 1
+
+    def start(self, event: yaml.CollectionStartEvent) -> None:
+        if len(self.frames) >= self.limits.max_depth:
+            raise _too_deep(event, self.limits)
+        if event.anchor is not None:
+            self.open_anchors.add(event.anchor)
+        self.frames.append([1, 0, event.anchor])
+
+    def end(self, event: yaml.CollectionEndEvent) -> None:
+        values, height, anchor = self.frames.pop()
+        if anchor is not None:
+            self.anchors[anchor] = (values, height + 1)
+            self.open_anchors.discard(anchor)
+        self._nest(values, height + 1)
+
+    def alias(self, event: yaml.AliasEvent) -> None:
+        name = event.anchor
+        if name in self.open_anchors:
+            raise LimitError(_line(event), f"recursive alias *{name}")
+        if name not in self.anchors:
+            return  # undefined: the loader says so
+        values, height = self.anchors[name]
+        self.added += values
+        if self.added > self.limits.max_alias_values:
+            raise LimitError(
+                _line(event),
+                f"aliases expand to more than {self.limits.max_alias_values} values "
+                "(an alias bomb?)",
+            )
+        if len(self.frames) + height > self.limits.max_depth:
+            raise _too_deep(event, self.limits)
+        self._nest(values, height)
+
+    def document_end(self, event: yaml.DocumentEndEvent) -> None:
+        self.anchors.clear()  # anchors are per document
+        self.open_anchors.clear()
+
+    def _nest(self, values: int, height: int) -> None:
+        """A finished value of ``values`` values, ``height`` deep, in the open collection."""
+        if self.frames:
+            self.frames[-1][0] += values
+            self.frames[-1][1] = max(self.frames[-1][1], height)
+
+
+_STEPS: dict[type[yaml.Event], Callable[[_Count, Any], None]] = {
+    yaml.ScalarEvent: _Count.scalar,
+    yaml.MappingStartEvent: _Count.start,
+    yaml.SequenceStartEvent: _Count.start,
+    yaml.MappingEndEvent: _Count.end,
+    yaml.SequenceEndEvent: _Count.end,
+    yaml.AliasEvent: _Count.alias,
+    yaml.DocumentEndEvent: _Count.document_end,
+}
 
 
 # How a parser words its own depth limit (PyYAML >= 6.0.4: "exceeded maximum nesting

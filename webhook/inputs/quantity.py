@@ -3,7 +3,7 @@
 Parsing is the kubernetes client's ``kubernetes.utils.quantity.parse_quantity``, kept
 here as ``parse_quantity`` (Apache-2.0, The Kubernetes Authors) so that the engine loads
 no kubernetes client (``import kubernetes`` costs 0.3 s and the HTTP stack);
-``tests/test_quantity.py`` holds it equal to the client's. The cache matters because the
+``tests/inputs/test_quantity.py`` holds it equal to the client's. The cache matters because the
 same few strings ("500m", "32Gi") are parsed on every review.
 """
 

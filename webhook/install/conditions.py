@@ -313,7 +313,7 @@ def _of_kind(group_kind: str) -> str:
     return f"request.kind.group == {_cel_string(group)} && request.kind.kind == {_cel_string(kind)}"
 
 
-def operator_condition(policy: Policy) -> dict[str, str] | None:  # noqa: C901
+def operator_condition(policy: Policy) -> dict[str, str] | None:
     """The operators' matchCondition: an object of their kinds reaches runguard only when
     it matters. It is a run (a RunPolicy's selector, now or in its old form); it carries
     or claims runguard's records (now or before: only runguard writes them); the platform
@@ -328,44 +328,8 @@ def operator_condition(policy: Policy) -> dict[str, str] | None:  # noqa: C901
     if run is None or was is None:
         return None
     owned = [p for p in policy.run_policies() if ownership_enabled(p)]
-    references = [
-        f"({_of_kind(kind)} && {_field_set('object', r.steps)})"
-        for p in owned
-        for kind, declared in sorted(p.platform.references.items())
-        for _, r in declared
-    ]
-    reserved = [
-        f"({_of_kind(kind)})"
-        for p in owned
-        for o in p.platform.operators
-        if o.reserved_labels
-        for kind in o.kinds
-        if "/" in kind
-    ]
-    exempt = [
-        _requested_by([*p.platform.identities, *p.platform.installers, *p.platform.owner_kinds])
-        for p in owned
-    ]
-    everyone_exempt = _join("&&", *dict.fromkeys(e if e is not None else "false" for e in exempt))
-    scaled = (
-        None
-        if not owned
-        else _join(
-            "&&",
-            "request.?subResource.orValue('') == 'scale'",
-            None if everyone_exempt is None else f"!({_render(everyone_exempt, ' ')})",
-        )
-    )
     # (a controller or operator creating one for an owner: runguard records whose it is)
     creators = _requested_by(k for p in owned for k in p.platform.owner_kinds)
-    # (created with a run's pod template: /mutate writes the profile into it)
-    templated = [
-        _join("&&", "request.operation == 'CREATE'", _of_kind(kind), template)
-        for p in owned
-        for kind, entry in sorted(p.platform.templates.items())
-        for steps in entry.steps
-        if (template := _template_runs(policy, "object", steps)) is not None
-    ]
     routed = _join(
         "||",
         run,
@@ -374,13 +338,64 @@ def operator_condition(policy: Policy) -> dict[str, str] | None:  # noqa: C901
         f"(oldObject != null && ({_records(policy, 'oldObject.?metadata')}))",
         _requested_by(i for p in owned for i in (*p.platform.identities, *p.platform.installers)),
         None if creators is None else _join("&&", "request.operation == 'CREATE'", creators),
-        *dict.fromkeys(references),
-        *dict.fromkeys(templated),
-        *dict.fromkeys(reserved),
-        scaled,
+        *dict.fromkeys(_reference_fields(owned)),
+        *dict.fromkeys(_templates(policy, owned)),
+        *dict.fromkeys(_reserved_kinds(owned)),
+        _unexempt_scale(owned),
     )
     assert routed is not None
     return _condition("run-records-platform-or-references", routed)
+
+
+def _reference_fields(owned: list[Policy]) -> list[str]:
+    """CEL, per reference of an operator's kind: the object sets the field that names
+    or selects another object."""
+    return [
+        f"({_of_kind(kind)} && {_field_set('object', r.steps)})"
+        for p in owned
+        for kind, declared in sorted(p.platform.references.items())
+        for _, r in declared
+    ]
+
+
+def _templates(policy: Policy, owned: list[Policy]) -> list[_Expr | None]:
+    """CEL, per template of an operator's kind: created with a run's pod template
+    (/mutate writes the profile into it)."""
+    return [
+        _join("&&", "request.operation == 'CREATE'", _of_kind(kind), template)
+        for p in owned
+        for kind, entry in sorted(p.platform.templates.items())
+        for steps in entry.steps
+        if (template := _template_runs(policy, "object", steps)) is not None
+    ]
+
+
+def _reserved_kinds(owned: list[Policy]) -> list[str]:
+    """CEL, per kind whose operator keys on reserved labels: the object is of it."""
+    return [
+        f"({_of_kind(kind)})"
+        for p in owned
+        for o in p.platform.operators
+        if o.reserved_labels
+        for kind in o.kinds
+        if "/" in kind
+    ]
+
+
+def _unexempt_scale(owned: list[Policy]) -> _Expr | None:
+    """CEL: a scale by someone no platform lets scale its objects (None: no platform)."""
+    if not owned:
+        return None
+    exempt = [
+        _requested_by([*p.platform.identities, *p.platform.installers, *p.platform.owner_kinds])
+        for p in owned
+    ]
+    everyone_exempt = _join("&&", *dict.fromkeys(e if e is not None else "false" for e in exempt))
+    return _join(
+        "&&",
+        "request.?subResource.orValue('') == 'scale'",
+        None if everyone_exempt is None else f"!({_render(everyone_exempt, ' ')})",
+    )
 
 
 def _controller_rules(operations: list[str]) -> list[dict[str, Any]]:

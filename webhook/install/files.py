@@ -189,7 +189,7 @@ REQUIRES = (
 )
 _HEADER = (
     "# Generated from policies/ by `runguard manifests -p policies --write manifests`.\n"
-    "# Do not edit: edit policies/ and regenerate (tests/test_manifests.py checks it).\n"
+    "# Do not edit: edit policies/ and regenerate (tests/install/test_manifests.py checks it).\n"
 )
 
 
@@ -203,7 +203,7 @@ _RUN_USER_HEADER = (
 _CRD_HEADER = (
     "# Generated from the policy model (webhook/policy/model/, the same as\n"
     "# webhook/policy/runguard.schema.json) by `runguard manifests --write manifests`.\n"
-    "# Do not edit: tests/test_manifests.py checks it.\n"
+    "# Do not edit: tests/install/test_manifests.py checks it.\n"
 )
 
 

@@ -5,7 +5,7 @@ runguard is unreachable.
 One policy and one binding per RunPolicy, matching the Pods its webhook matches (the
 same ``objectSelector`` and ``namespaceSelector``, ``conditions.namespace_selector``),
 at CREATE. Each validation denies only what runguard denies or would have mutated into
-compliance, and admits what runguard's mutation gives (``tests/test_floor.py`` runs
+compliance, and admits what runguard's mutation gives (``tests/install/test_floor.py`` runs
 both over the case corpus and generated Pods); its message names the rule it mirrors.
 
 What the floor carries, by rule:
@@ -20,7 +20,12 @@ What the floor carries, by rule:
 - ``volumes.forbidden-type``: a volume type outside ``volumes.allowedTypes`` within the
   level, a hostPath outside ``volumes.allowedHostPaths``;
 - ``resources.exceeded``: a container's request or limit above a maximum, the run's total
-  (containers and sidecars summed, each init container, pod-level resources) above one;
+  (containers and sidecars summed, each init container, pod-level resources) above one,
+  extended resources a DeviceClass maps (``deviceclass.resource.kubernetes.io/<class>``,
+  a class's own ``extendedResourceName``) added to the resource their devices count as;
+- ``resources.device-request``: an extended resource
+  ``deviceclass.resource.kubernetes.io/<class>`` of a class not in
+  ``resources.deviceClasses``;
 - ``scheduling.priority-class``: a priority class outside the allowed ones.
 
 What it leaves to runguard (it needs runguard's mutation, the cluster, or who created
@@ -28,7 +33,8 @@ the Pod): fields a run leaves out and runguard fills (``runAsNonRoot``, seccomp,
 capabilities, no escalation: the namespace's Pod Security ``enforce`` label checks them
 in the apiserver too), profiles, defaults, secrets and pre-existing volumes, ownership,
 queues and records (a run's profile depends on its project's profiles, which shadow the
-policy's by name: cluster state), device classes (not in the policy model yet), run
+policy's by name: cluster state), the devices of claim templates (the floor cannot read
+a ResourceClaimTemplate, nor the claims made from it) and so the device families, run
 time, the identity checks of ``allowedHostPaths``, and Pod UPDATEs. A RunPolicy naming
 ``requesters`` governs only the Pods they create, directly or through a controller,
 which the apiserver cannot tell: its floor denies a Pod the next RunPolicy's floor would
@@ -40,6 +46,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, get_args
 
+from webhook.engine.rules.dra import RESOURCES_DEVICE_REQUEST
 from webhook.engine.rules.pod_security import (
     SECURITY_HOST_PORTS,
     SECURITY_PRIVILEGED,
@@ -58,6 +65,7 @@ from webhook.install.conditions import namespace_selector
 from webhook.install.names import DEFAULT_NAMESPACE, LABELS, _rule
 from webhook.policy.formats import HOST_PATH_PLACEHOLDER
 from webhook.policy.model import Policy
+from webhook.policy.model.devices import IMPLICIT_EXTENDED_PREFIX
 from webhook.policy.model.fields import VolumeType
 
 FLOOR_PREFIX = "runguard-floor-"
@@ -191,21 +199,45 @@ def _amount(holder: str, part: str, resource: str) -> str:
     return f"quantity({holder}.?resources.?{part}[?{_cel_string(resource)}].orValue('0'))"
 
 
+def _mapped_to(p: Policy, resource: str) -> list[str]:
+    """The extended resources a DeviceClass runs may use maps, whose devices count as
+    ``resource`` (the engine adds them to it: ``webhook.engine.rules.dra``)."""
+    cfg = p.resources
+    names = [IMPLICIT_EXTENDED_PREFIX + c for c in cfg.device_classes]
+    return sorted(
+        n for n in [*names, *cfg.extended_device_classes] if cfg.counted_as(n) == resource
+    )
+
+
 def _maximums(p: Policy) -> list[tuple[str, str, str]]:
     out = []
     for resource, text in sorted(p.resources.maximums.items()):
         maximum = f"quantity({_cel_string(str(text))})"
+        limit = f"{maximum}.asApproximateFloat() * {_ROUNDING}"
+        mapped = _mapped_to(p, resource)
         terms = []
         for part in ("requests", "limits"):
             amount = _amount("c", part, resource)
+            # with the mapped resources, summed: a run's devices however it asks for them
+            devices = " + ".join(
+                f"{_amount('c', part, r)}.asApproximateFloat()" for r in [resource, *mapped]
+            )
+            mapped_sum = " + ".join(
+                f"variables.together.map(c, {_amount('c', part, r)}.asApproximateFloat()).sum()"
+                for r in mapped
+            )
             pod_level = f"object.spec.?resources.?{part}[?{_cel_string(resource)}]"
+            pod_amount = _amount("object.spec", part, resource)
             terms += [
                 f"variables.sized.all(c, !{amount}.isGreaterThan({maximum}))",
                 # pod-level resources, where set, are the run's; else its containers' sum
                 f"({pod_level}.hasValue()"
-                f" ? !{_amount('object.spec', part, resource)}.isGreaterThan({maximum})"
-                f" : variables.together.map(c, {amount}.asApproximateFloat()).sum()"
-                f" <= {maximum}.asApproximateFloat() * {_ROUNDING})",
+                + (
+                    f" ? {pod_amount}.asApproximateFloat() + {mapped_sum} <= {limit}"
+                    if mapped
+                    else f" ? !{pod_amount}.isGreaterThan({maximum})"
+                )
+                + f" : variables.together.map(c, {devices}).sum() <= {limit})",
             ]
         out.append(
             (
@@ -230,9 +262,34 @@ def _priority_classes(p: Policy) -> list[tuple[str, str, str]]:
     ]
 
 
+def _device_classes(p: Policy) -> list[tuple[str, str, str]]:
+    """An extended resource a DeviceClass stands for, of a class runs may not use (a
+    claim's class is in its template: beyond the floor)."""
+    allowed = sorted(p.resources.device_classes)
+    keys = f"k, !k.startsWith({_cel_string(IMPLICIT_EXTENDED_PREFIX)})" + (
+        f" || k in {_list(IMPLICIT_EXTENDED_PREFIX + c for c in allowed)}" if allowed else ""
+    )
+    return [
+        (
+            RESOURCES_DEVICE_REQUEST,
+            f"variables.sized.all(c, c.?resources.?requests.orValue({{}}).all({keys})"
+            f" && c.?resources.?limits.orValue({{}}).all({keys}))",
+            f"an extended resource {IMPLICIT_EXTENDED_PREFIX}<class> of a DeviceClass runs "
+            f"may not use (allowed: {', '.join(allowed) or 'none'})",
+        )
+    ]
+
+
 def floor_rules(p: Policy) -> list[tuple[str, str, str]]:
     """(rule id, CEL expression, message) of each validation of the RunPolicy ``p``."""
-    return [*_root(p), *_privileges(p), *_volumes(p), *_maximums(p), *_priority_classes(p)]
+    return [
+        *_root(p),
+        *_privileges(p),
+        *_volumes(p),
+        *_maximums(p),
+        *_device_classes(p),
+        *_priority_classes(p),
+    ]
 
 
 def _selects(p: Policy) -> str | None:

@@ -125,7 +125,7 @@ def cross_document_issues(source: PolicySource) -> list[PolicyIssue]:
         issues.extend(_run_policy_issues(run_policy, source.profiles, profile_names, gpu))
         issues.extend(_shared_config_map_issues(run_policy, platform_of(run_policy, platform_docs)))
     for written in written_platforms(source):
-        issues.extend(_reference_issues(written))
+        issues.extend(platforms.reference_issues(written))
     issues.extend(platform_issues(source))
     issues.extend(_project_profile_issues(source, gpu))
     return issues
@@ -309,57 +309,6 @@ def _workload_class_issues(
         if isinstance(wanted := doc.get("spec", "queue", "priorityClass"), str)
         and wanted not in allowed
     ]
-
-
-def _reference_issues(platform: PlatformAt) -> list[PolicyIssue]:  # noqa: C901
-    """An operator's reference (and its templates) is in one of its own kinds, and names a
-    kind of the platform's operators: runguard records who created those, and its cache
-    keeps them."""
-    operators_path = platform.path("operators")
-    operators = platform.doc.get(*operators_path)
-    if not isinstance(operators, list):
-        return []
-    kinds = {
-        k
-        for o in operators
-        if isinstance(o, dict)
-        for k in o.get("kinds") or ()
-        if isinstance(k, str)
-    }
-    issues = []
-    for i, operator in enumerate(operators):
-        references = operator.get("references") if isinstance(operator, dict) else None
-        own = operator.get("kinds") if isinstance(operator, dict) else None
-        templates = operator.get("templates") if isinstance(operator, dict) else None
-        for j, entry in enumerate(templates if isinstance(templates, list) else ()):
-            kind = entry.get("kind") if isinstance(entry, dict) else None
-            if isinstance(kind, str) and kind not in (own if isinstance(own, list) else ()):
-                issues.append(
-                    platform.doc.issue(
-                        (*operators_path, i, "templates", j, "kind"),
-                        f'"{kind}" is not one of this operator\'s kinds',
-                    )
-                )
-        for j, reference in enumerate(references if isinstance(references, list) else ()):
-            if not isinstance(reference, dict):
-                continue
-            path: Path_ = (*operators_path, i, "references", j)
-            kind, names = reference.get("kind"), reference.get("names")
-            if isinstance(kind, str) and kind not in (own if isinstance(own, list) else ()):
-                issues.append(
-                    platform.doc.issue(
-                        (*path, "kind"), f'"{kind}" is not one of this operator\'s kinds'
-                    )
-                )
-            if isinstance(names, str) and names not in kinds:
-                issues.append(
-                    platform.doc.issue(
-                        (*path, "names"),
-                        f'"{names}" is no kind of the platform\'s operators: runguard neither '
-                        "records who created its objects nor keeps them in its cache",
-                    )
-                )
-    return issues
 
 
 def _shared_config_map_issues(

@@ -22,6 +22,7 @@ from webhook.policy.consistency import gpu_resource_name, resource_bounds, resou
 from webhook.policy.declare import iter_keys
 from webhook.policy.errors import PolicyIssue
 from webhook.policy.formats import NAME_PATTERN
+from webhook.policy.lint_devices import device_and_run_time_warnings
 from webhook.policy.loader import read_policy
 from webhook.policy.model import Policy, RunPolicySpec, profile_path, run_policy_path
 from webhook.policy.patterns import label_keys
@@ -161,6 +162,7 @@ def _warnings(source: PolicySource) -> Iterator[PolicyIssue]:
     for written in written_platforms(source):
         yield from _operator_warnings(written)
     yield from platform_warnings(source)
+    yield from device_and_run_time_warnings(source, gpu)
     for profile in source.profiles:
         yield from _profile_warnings(profile, run_policy, gpu)
         yield from _range_warnings(profile, gpu)

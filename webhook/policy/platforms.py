@@ -14,6 +14,8 @@ Platform each, each RunPolicy naming its own.
 * ``platform_of`` and ``written_platforms``: where a RunPolicy's platform keys are
   written (a Platform's spec, or the RunPolicy's own inline mapping), for the checks
   that report lines;
+* ``reference_issues``: an operator's templates and references in one of its own
+  kinds, each reference naming a kind of the platform's operators;
 * ``platform_warnings``: lint's: a platform written inline (the older form, still
   read) and what to move where, a Platform no RunPolicy names, a RunPolicy naming none
   beside Platforms that exist.
@@ -42,6 +44,7 @@ __all__ = [
     "platform_issues",
     "platform_of",
     "platform_warnings",
+    "reference_issues",
     "resolved",
     "written_platforms",
 ]
@@ -167,6 +170,62 @@ def platform_warnings(source: PolicySource) -> Iterator[PolicyIssue]:
                 ("metadata", "name"),
                 f"no RunPolicy names this Platform (platform: {name}): it changes nothing",
             )
+
+
+def reference_issues(platform: PlatformAt) -> list[PolicyIssue]:
+    """An operator's reference (and its templates) is in one of its own kinds, and names a
+    kind of the platform's operators: runguard records who created those, and its cache
+    keeps them."""
+    operators_path = platform.path("operators")
+    operators = platform.doc.get(*operators_path)
+    if not isinstance(operators, list):
+        return []
+    kinds = {
+        k
+        for o in operators
+        if isinstance(o, dict)
+        for k in o.get("kinds") or ()
+        if isinstance(k, str)
+    }
+    return [
+        issue
+        for i, operator in enumerate(operators)
+        if isinstance(operator, dict)
+        for issue in _operator_issues(platform.doc, (*operators_path, i), operator, kinds)
+    ]
+
+
+def _operator_issues(
+    doc: SourceDocument, at: Path_, operator: dict[str, Any], kinds: set[str]
+) -> Iterator[PolicyIssue]:
+    """One operator's templates and references: each ``kind`` one of its own, each
+    ``names`` a kind of the platform's operators."""
+    own = _list(operator.get("kinds"))
+    for j, entry in enumerate(_list(operator.get("templates"))):
+        kind = entry.get("kind") if isinstance(entry, dict) else None
+        if isinstance(kind, str) and kind not in own:
+            yield doc.issue((*at, "templates", j, "kind"), _NOT_OWN.format(kind=kind))
+    for j, reference in enumerate(_list(operator.get("references"))):
+        if not isinstance(reference, dict):
+            continue
+        path: Path_ = (*at, "references", j)
+        kind, names = reference.get("kind"), reference.get("names")
+        if isinstance(kind, str) and kind not in own:
+            yield doc.issue((*path, "kind"), _NOT_OWN.format(kind=kind))
+        if isinstance(names, str) and names not in kinds:
+            yield doc.issue(
+                (*path, "names"),
+                f'"{names}" is no kind of the platform\'s operators: runguard neither '
+                "records who created its objects nor keeps them in its cache",
+            )
+
+
+_NOT_OWN = '"{kind}" is not one of this operator\'s kinds'
+
+
+def _list(value: Any) -> list[Any]:
+    """``value`` if it is a list (as written, maybe invalid), else none."""
+    return value if isinstance(value, list) else []
 
 
 def _as_json(value: Any) -> str:

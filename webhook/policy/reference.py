@@ -36,7 +36,7 @@ def policy_reference() -> str:
     out = [
         "# Policy reference\n",
         "<!-- Generated from webhook/policy/model/ by `runguard schema --format markdown "
-        "-o docs/policy-reference.md`; do not edit (tests/test_policy_reference.py). -->\n",
+        "-o docs/policy-reference.md`; do not edit (tests/policy/test_reference.py). -->\n",
         f"{schema['description']} Every key is optional unless its default says "
         "*required*; a key left out takes its default, and \u2014 means absent (that part "
         "of the policy is off). How to write and check a policy: "

@@ -152,7 +152,7 @@ def check_content_type(mimetype: str) -> None:
         raise UnsupportedMediaType(f"content type must be application/json, got {shown}")
 
 
-def parse_review(body: bytes) -> AdmissionRequest:  # noqa: C901
+def parse_review(body: bytes) -> AdmissionRequest:
     """The ``request`` of an ``admission.k8s.io/v1`` AdmissionReview, checked for shape."""
     if not body:
         raise MalformedReview("empty body: expected an AdmissionReview")
@@ -176,21 +176,21 @@ def parse_review(body: bytes) -> AdmissionRequest:  # noqa: C901
     operation = request.get("operation")
     if operation not in OPERATIONS:
         raise MalformedReview(f"request.operation must be one of {', '.join(OPERATIONS)}")
-    for key in ("object", "oldObject"):
-        if request.get(key) is not None and not isinstance(request[key], dict):
-            raise MalformedReview(f"request.{key} must be a JSON object or null")
+    _check_types(request, dict, "a JSON object or null", "object", "oldObject")
     if operation in ("CREATE", "UPDATE") and request.get("object") is None:
         raise MalformedReview(f"request.object is required for {operation}")
-    for key in ("namespace", "name", "subResource"):
-        if request.get(key) is not None and not isinstance(request[key], str):
-            raise MalformedReview(f"request.{key} must be a string")
-    if request.get("dryRun") is not None and not isinstance(request["dryRun"], bool):
-        raise MalformedReview("request.dryRun must be a boolean")
-    for key in ("kind", "userInfo"):
-        if request.get(key) is not None and not isinstance(request[key], dict):
-            raise MalformedReview(f"request.{key} must be a JSON object")
+    _check_types(request, str, "a string", "namespace", "name", "subResource")
+    _check_types(request, bool, "a boolean", "dryRun")
+    _check_types(request, dict, "a JSON object", "kind", "userInfo")
     _check_kind(request)
     return cast(AdmissionRequest, request)
+
+
+def _check_types(request: JSON, kind: type, what: str, *keys: str) -> None:
+    """Each of ``keys`` the request holds is null or of JSON type ``kind``."""
+    for key in keys:
+        if (value := request.get(key)) is not None and not isinstance(value, kind):
+            raise MalformedReview(f"request.{key} must be {what}")
 
 
 def _check_kind(request: JSON) -> None:

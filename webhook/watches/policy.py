@@ -225,15 +225,18 @@ def _api(source: str) -> Any:
     return client.CustomObjectsApi(client.ApiClient())
 
 
-def run(directory: Path, source: str, parent: int) -> int:  # noqa: C901
-    from kubernetes import client, watch
-    from kubernetes.client.exceptions import ApiException
+_Event = tuple[str, str, dict[str, Any]] | tuple[str, str, None]  # (type or LIST, kind, object)
 
-    api = _api(source)
-    events: queue.Queue[tuple[str, str, dict[str, Any]] | tuple[str, str, None]] = queue.Queue()
 
-    def write_status(kind: str, name: str, status: Any) -> None:
-        api.patch_cluster_custom_object_status(
+class _Cluster:
+    """The cluster as the watch uses it: the policy objects listed and watched, their
+    status written, runguard's webhook configurations read."""
+
+    def __init__(self, source: str) -> None:
+        self.api = _api(source)
+
+    def write_status(self, kind: str, name: str, status: Any) -> None:
+        self.api.patch_cluster_custom_object_status(
             GROUP,
             VERSION,
             PLURALS[kind],
@@ -242,9 +245,12 @@ def run(directory: Path, source: str, parent: int) -> int:  # noqa: C901
             _content_type="application/merge-patch+json",
         )
 
-    def live() -> tuple[Routing | None, str]:
+    def live(self) -> tuple[Routing | None, str]:
         """The routing of runguard's two webhook configurations in the cluster."""
-        admission: Any = client.AdmissionregistrationV1Api(api.api_client)
+        from kubernetes import client
+        from kubernetes.client.exceptions import ApiException
+
+        admission: Any = client.AdmissionregistrationV1Api(self.api.api_client)
         configurations = []
         for kind, read in (
             ("MutatingWebhookConfiguration", admission.read_mutating_webhook_configuration),
@@ -260,11 +266,12 @@ def run(directory: Path, source: str, parent: int) -> int:  # noqa: C901
         service = (configurations[0]["webhooks"][0].get("clientConfig") or {}).get("service")
         return routing(configurations), (service or {}).get("namespace") or "runguard"
 
-    state = Mirror(directory, write_status, live)
-
-    def follow(kind: str) -> None:
+    def follow(self, kind: str, events: queue.Queue[_Event]) -> None:
         """List, then watch from there; list again on a 410 or an error."""
-        plural = PLURALS[kind]
+        from kubernetes import watch
+        from kubernetes.client.exceptions import ApiException
+
+        api, plural = self.api, PLURALS[kind]
         while True:
             try:
                 listed = api.list_cluster_custom_object(GROUP, VERSION, plural)
@@ -289,23 +296,24 @@ def run(directory: Path, source: str, parent: int) -> int:  # noqa: C901
                 log.error("policy objects: %s: %s", plural, exc)
                 time.sleep(2.0)
 
+
+def run(directory: Path, source: str, parent: int) -> int:
+    cluster = _Cluster(source)
+    events: queue.Queue[_Event] = queue.Queue()
+    state = Mirror(directory, cluster.write_status, cluster.live)
     for kind in MIRRORED:
-        threading.Thread(target=follow, args=(kind,), name=f"watch-{kind}", daemon=True).start()
+        threading.Thread(
+            target=cluster.follow, args=(kind, events), name=f"watch-{kind}", daemon=True
+        ).start()
     listed: set[str] = set()
     while os.getppid() == parent:
         try:
-            what, kind, obj = events.get(timeout=HELD_RECHECK if state.held else 1.0)
+            first = events.get(timeout=HELD_RECHECK if state.held else 1.0)
         except queue.Empty:
             if state.held:  # the webhook configurations may route it by now
                 state.sync()
             continue
-        batch = [(what, kind, obj)]
-        while True:  # a burst (a kubectl apply -f of a directory) is judged once
-            try:
-                batch.append(events.get(timeout=SETTLE))
-            except queue.Empty:
-                break
-        for what, kind, obj in batch:
+        for what, kind, obj in _burst(events, first):
             if what == "LIST" and obj is not None:
                 state.replace(kind, list(obj.get("items") or []))
                 listed.add(kind)
@@ -315,6 +323,17 @@ def run(directory: Path, source: str, parent: int) -> int:  # noqa: C901
             state.sync()
             (directory / SYNCED).touch()
     return 0
+
+
+def _burst(events: queue.Queue[_Event], first: _Event) -> list[_Event]:
+    """``first`` and the events that follow it closely (a kubectl apply -f of a
+    directory), to be judged once."""
+    batch = [first]
+    while True:
+        try:
+            batch.append(events.get(timeout=SETTLE))
+        except queue.Empty:
+            return batch
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -91,7 +91,7 @@ def run_checks(pod: Pod) -> list[Violation]:
 
 def judge(door: Door) -> str:
     """The rule that strips or denies what a run may not use through ``door`` (a field
-    of ``webhook.engine.doors``): ``tests/test_doors.py`` holds every door to it."""
+    of ``webhook.engine.doors``): ``tests/engine/test_doors.py`` holds every door to it."""
     if door.kind == "ConfigMap":  # as a volume, pre-existing data; in the env, ownership's
         if door.path[0] == "volumes":
             return volumes.VOLUMES_PRE_EXISTING

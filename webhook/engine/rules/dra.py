@@ -14,7 +14,9 @@ maximum and the device families, the run's total as the scheduler counts it.
 A template is read from runguard's cache, its spec kept (``ResourceClaimTemplate``); a
 kind the cache has not synced fails closed (retryable). A template that does not exist
 yet, or changes after the Pod was admitted, is judged in the claim the resource-claim
-controller makes from it (``check_claim_devices``, owned by the run Pod). Offline
+controller makes from it (``check_claim_devices``, owned by the run Pod), with the
+run's other devices: the cache keeps what a run Pod and a claim a Pod owns ask for
+(``webhook.clusterstate.model.device_spec``). Offline
 without ``--cluster-state`` no template is known, and only the extended resources are
 counted. An existing claim (``resourceClaimName``) is ``resources.device-claim``'s.
 """
@@ -27,7 +29,7 @@ from typing import Any
 import orjson
 
 from webhook.engine.claimspec import Asked, claim_asks, class_refused
-from webhook.engine.context import Context
+from webhook.engine.context import ClusterView, Context, ObjectMeta
 from webhook.engine.pod import CONTAINER_LISTS, Pod
 from webhook.engine.rule import Declarations
 from webhook.engine.rules.resources import RESOURCES_EXCEEDED, effective_totals, family_total
@@ -55,6 +57,13 @@ RESOURCES_DEVICE_REQUEST = RULES.rule(
 )
 
 CLAIM_TEMPLATE = "ResourceClaimTemplate"
+DEVICE_CLAIM = "ResourceClaim"
+# The claim the scheduler makes for a Pod's extended resources a DeviceClass maps
+# (Kubernetes 1.37); and the Pod's ``resourceClaims`` entry a claim the resource-claim
+# controller makes is for. Both written by Kubernetes, as ``resource.k8s.io`` names them.
+EXTENDED_RESOURCE_CLAIM = "resource.kubernetes.io/extended-resource-claim"
+POD_CLAIM_NAME = "resource.kubernetes.io/pod-claim-name"
+MAX_POD_CLAIMS = 32  # resourceClaims entries the apiserver allows a Pod
 # By the resource a device counts as: (how many, how the run asks for them), for messages.
 Routes = dict[str, list[tuple[Decimal, str]]]
 
@@ -265,32 +274,141 @@ def check_claim_devices(
     """A ResourceClaim created for a run Pod (its controller owner, a Pod runguard's cache
     holds as a run: it keeps run Pods, by their RunPolicy label) is judged against that
     run's RunPolicy, whatever the order in which the Pod and its template were created:
-    its classes, ``allocationMode`` and ``adminAccess``, and its devices against the
-    maximums and families (the claim alone; the Pod counted its own routes when admitted).
-    A Pod the cache does not hold is no run of runguard's (or not seen yet: the window
-    ``docs/threat-model.md`` names)."""
+    its classes, ``allocationMode`` and ``adminAccess``, and the run's devices with it
+    against the maximums and families (``_run_with_claim``). A Pod the cache does not hold
+    is no run of runguard's (or not seen yet: the window ``docs/threat-model.md`` names)."""
     if context.operation != "CREATE" or obj.get("kind") != "ResourceClaim":
         return []
-    pod = _owner_pod(obj)
+    owner = _owner_pod(obj)
     state = context.state
-    if pod is None or state is None:
+    if owner is None or state is None:
         return []
-    found = state.get("Pod", namespace, pod) if state.synced("Pod") else None
-    policy = root.named(found.labels.get(POLICY_LABEL, "")) if found is not None else None
-    if policy is None:
+    pod = state.get("Pod", namespace, owner) if state.synced("Pod") else None
+    policy = root.named(pod.labels.get(POLICY_LABEL, "")) if pod is not None else None
+    if pod is None or policy is None:
         return []
     cfg = policy.resources
     asked = claim_asks(obj.get("spec"), cfg)
     out = [
-        Violation(RESOURCES_DEVICE_REQUEST, "spec.devices.requests", f"run Pod {pod}: {p}")
+        Violation(RESOURCES_DEVICE_REQUEST, "spec.devices.requests", f"run Pod {owner}: {p}")
         for p in asked.problems
     ]
-    routes: Routes = {
-        r: [(a, f"by claim {_name(obj)} of Pod {pod}")] for r, a in asked.amounts.items()
-    }
-    out.extend(_above_maximums("spec.devices", cfg, asked.amounts, routes))
-    out.extend(_above_families("spec.devices", cfg, asked.amounts, routes))
+    if not state.synced(CLAIM_TEMPLATE) or not state.synced(DEVICE_CLAIM):
+        out.append(
+            Violation(
+                RESOURCES_DEVICE_REQUEST,
+                "spec.devices",
+                f"runguard's cache does not hold ResourceClaimTemplates and ResourceClaims yet: "
+                f"cannot count the other devices of run Pod {owner}; retry in a moment",
+            )
+        )
+        return out
+    totals, routes = _run_with_claim(obj, pod, asked, cfg, state)
+    out.extend(_above_maximums("spec.devices", cfg, totals, routes))
+    out.extend(_above_families("spec.devices", cfg, totals, routes))
     return out
+
+
+def _run_with_claim(
+    obj: Any, pod: ObjectMeta, asked: Asked, cfg: ResourcesConfig, state: ClusterView
+) -> tuple[dict[str, Decimal], Routes]:
+    """The run's devices once claim ``obj`` is made, each counted once: the Pod's extended
+    resources (as the cache keeps them, mapped ones as their class's devices), its other
+    claims (made already, else their templates as the cache holds them), and this claim;
+    the scheduler's claim for the Pod's extended resources a class maps (Kubernetes 1.37,
+    ``EXTENDED_RESOURCE_CLAIM``) stands for them: only what it asks beyond what they count
+    as is added."""
+    try:
+        spec: Any = orjson.loads(pod.spec) if pod.spec else {}
+    except orjson.JSONDecodeError:
+        spec = {}
+    totals: dict[str, Decimal] = {}
+    for part in ("requests", "limits"):
+        for resource, amount in effective_totals(spec, part).items():
+            totals[resource] = max(totals.get(resource, Decimal(0)), amount)
+    routes: Routes = {}
+    for resource in list(totals):
+        device_class = cfg.mapped_device_class(resource)
+        if device_class is None or device_class not in cfg.device_classes:
+            continue  # a device plugin's; or a class refused when the Pod was admitted
+        amount, counted = totals.pop(resource), cfg.counted_as(resource)
+        totals[counted] = totals.get(counted, Decimal(0)) + amount
+        routes.setdefault(counted, []).append((amount, f"as {resource}"))
+    # The scheduler's claim is made for the Pod's extended resources: it may ask what they
+    # count as (its class's devices, whatever the policy says the class maps).
+    stands_for = dict(totals)
+    for resource, ways in _other_claims(obj, pod, spec, cfg, state).items():
+        for amount, how in ways:
+            totals[resource] = totals.get(resource, Decimal(0)) + amount
+            routes.setdefault(resource, []).append((amount, how))
+    scheduler = _annotation(obj, EXTENDED_RESOURCE_CLAIM) == "true"
+    for resource, amount in asked.amounts.items():
+        beyond = amount - stands_for.get(resource, Decimal(0)) if scheduler else amount
+        if beyond > 0:
+            totals[resource] = totals.get(resource, Decimal(0)) + beyond
+            how = f"by claim {_name(obj)} of Pod {pod.name}"
+            routes.setdefault(resource, []).append((beyond, how))
+    for resource, ways in routes.items():
+        direct = totals.get(resource, Decimal(0)) - sum((a for a, _ in ways), start=Decimal(0))
+        if direct > 0:
+            ways.insert(0, (direct, f"as {resource}"))
+    return totals, routes
+
+
+def _other_claims(
+    obj: Any, pod: ObjectMeta, spec: Any, cfg: ResourcesConfig, state: ClusterView
+) -> Routes:
+    """The devices of the Pod's other claims (``resourceClaims`` entries but the one
+    ``obj`` is made for): the claim made for the entry when the cache holds it (its
+    template may have changed since), else the entry's template; neither: nothing yet,
+    judged when it is made."""
+    this = _annotation(obj, POD_CLAIM_NAME)
+    made: dict[str, ObjectMeta] = {}
+    for claim in state.in_namespace(DEVICE_CLAIM, pod.namespace):
+        made_for = claim.annotations.get(POD_CLAIM_NAME)
+        for kind, owner, uid, controller in claim.owners:
+            mine = kind == "Pod" and owner == pod.name and (not pod.uid or uid == pod.uid)
+            if controller and mine and made_for is not None:
+                made[made_for] = claim
+    found: Routes = {}
+    entries = spec.get("resourceClaims") if isinstance(spec, dict) else None
+    for entry in entries[:MAX_POD_CLAIMS] if isinstance(entries, list) else ():
+        name = entry.get("name") if isinstance(entry, dict) else None
+        if name is None or name == this:
+            continue
+        template = entry.get("resourceClaimTemplateName")
+        made_claim = made.get(name)
+        if made_claim is not None:
+            asked = _kept_asks(made_claim.spec, cfg, inner=False)
+            how = f"by claim {made_claim.name}"
+        elif isinstance(template, str):
+            meta = state.get(CLAIM_TEMPLATE, pod.namespace, template)
+            kept = meta.spec if meta is not None else ""
+            asked, how = _kept_asks(kept, cfg, inner=True), f"by template {template}"
+        else:
+            continue  # an existing claim: not for runs (resources.device-claim)
+        for resource, amount in asked.amounts.items():
+            found.setdefault(resource, []).append((amount, how))
+    return found
+
+
+def _kept_asks(kept: str, cfg: ResourcesConfig, *, inner: bool) -> Asked:
+    """What a kept spec (a claim's; a template's, the claim's spec inside: ``inner``)
+    asks for; nothing when the cache kept none."""
+    try:
+        spec: Any = orjson.loads(kept) if kept else None
+    except orjson.JSONDecodeError:
+        spec = None
+    if inner and isinstance(spec, dict):
+        spec = spec.get("spec")
+    return claim_asks(spec, cfg)
+
+
+def _annotation(obj: Any, key: str) -> str | None:
+    metadata = obj.get("metadata")
+    annotations = metadata.get("annotations") if isinstance(metadata, dict) else None
+    value = annotations.get(key) if isinstance(annotations, dict) else None
+    return value if isinstance(value, str) else None
 
 
 def _owner_pod(obj: Any) -> str | None:

@@ -5,7 +5,9 @@ API then offers ways to grow it: ``pods/resize`` of a running Pod, the resources
 suspended Job's template (editable while it waits, for the queue's own resize), pod-level
 ``spec.resources`` and an ``emptyDir``'s ``sizeLimit``. Each is judged here against the
 run's profile (an exact value and a range alike: a value may stay or come closer, never
-move away) and the RunPolicy's maximums. The queue's own identity resizes a suspended Job
+move away) and the RunPolicy's maximums; a Pod's other containers and sidecars, which the
+profile does not size but the queue counted, may keep or lower theirs, and the main
+container named at admission stays the main one. The queue's own identity resizes a suspended Job
 freely (its partial admission): it counts what it sets.
 
 A range of a Pod's main container is also ``profile.range``'s (with its amount, so an
@@ -20,7 +22,7 @@ from decimal import Decimal
 from typing import Any
 
 from webhook.engine import sizes, templates
-from webhook.engine.pod import Pod, main_container, spec_prefix
+from webhook.engine.pod import DEFAULT_CONTAINER_ANNOTATION, Pod, main_container, spec_prefix
 from webhook.engine.podspec import Target
 from webhook.engine.rule import Declarations
 from webhook.engine.rules.queue import queue_of
@@ -29,7 +31,7 @@ from webhook.engine.shape import check_shape
 from webhook.engine.subject import Review
 from webhook.engine.types import JSON, Violation
 from webhook.inputs.quantity import QuantityError, parse
-from webhook.keys import SIZE_RECORD
+from webhook.keys import MAIN_CONTAINER_ANNOTATION, SIZE_RECORD
 
 RULES = Declarations(__name__)
 RESOURCES_GROWN = RULES.rule(
@@ -38,7 +40,8 @@ RESOURCES_GROWN = RULES.rule(
     violation=(
         "a run grown past what it was admitted at: on UPDATE (`pods/resize`, a suspended Job's "
         "template edited by someone else than the queue) a value of the main container moved "
-        "away from its profile's exact value or range, a template's total above a maximum, "
+        "away from its profile's exact value or range, another container's or sidecar's value "
+        "grown, another container named the main one, a template's total above a maximum, "
         "an `emptyDir`'s `sizeLimit` grown past the run's bound; and on any request a pod-level "
         "`spec.resources` value above its containers' total for a resource the profile sets"
     ),
@@ -67,10 +70,8 @@ def check_growth(r: Review) -> list[Violation]:
         return []
     if r.old_target is None and "resources" not in r.target.spec:
         return []  # at CREATE only pod-level resources are judged here
-    if r.old_target is not None and r.old_target.spec == r.target.spec:
-        return []  # nothing of the spec changed (labels, status, finalizers)
-    if not _understood(r.target) or (r.old_target is not None and not _understood(r.old_target)):
-        return []  # what cannot be understood is denied as input.invalid
+    if not _judged(r.target, r.old_target):
+        return []
     pod = r.pod(r.target, r.governing, r.target.spec)
     if pod.profile is None or not pod.spec.get("containers"):
         return []
@@ -80,11 +81,39 @@ def check_growth(r: Review) -> list[Violation]:
         return found
     if r.target.kind != "Pod" and queue_of(r.governing, r.context.requester) is not None:
         return found  # the queue's own resize of the run it holds
+    if r.target.kind == "Pod" and (renamed := _main_renamed(pod, old)) is not None:
+        return [*found, renamed]  # the values below are judged against another container
     found.extend(_moved_away(pod, old, ranges=r.target.kind != "Pod"))
     found.extend(_volumes_grown(pod, old))
     if r.target.kind != "Pod":
         found.extend(_totals_grown(pod, old))
+    else:
+        found.extend(_others_grown(pod, old))
     return found
+
+
+def _judged(target: Target, old: Target | None) -> bool:
+    """Whether an UPDATE changed what is judged here (the spec, or the annotations naming
+    the main container; not labels, status or finalizers) and both can be understood
+    (what cannot is denied as ``input.invalid``)."""
+    if old is not None and old.spec == target.spec and old.annotations == target.annotations:
+        return False
+    return _understood(target) and (old is None or _understood(old))
+
+
+def _main_renamed(pod: Pod, old: Pod) -> Violation | None:
+    """Another container named the run's main one on UPDATE (its annotations): the profile
+    would then hold that one, and the one it sized would be free."""
+    now, was = main_container(pod)["name"], main_container(old)["name"]
+    if now == was:
+        return None
+    return Violation(
+        RESOURCES_GROWN,
+        "metadata.annotations",
+        f"the run's main container was {was} when it was admitted (its profile sized it): "
+        f"naming {now} instead ({MAIN_CONTAINER_ANNOTATION}, {DEFAULT_CONTAINER_ANNOTATION}) "
+        "is refused on UPDATE",
+    )
 
 
 def _understood(target: Target) -> bool:
@@ -143,6 +172,54 @@ def _moved_away(pod: Pod, old: Pod, *, ranges: bool) -> Iterator[Violation]:
                 "size; resize it within the profile, or create a run of another profile",
                 now,
             )
+
+
+def _others_grown(pod: Pod, old: Pod) -> Iterator[Violation]:
+    """A Pod's container other than its main one (a second container, a sidecar) resized
+    above what it was admitted at: the profile holds the main container, and the queue
+    counted every container (the main one is the same before and after: ``_main_renamed``)."""
+    main = main_container(pod)["name"]
+    before = {c.get("name"): c for _, _, c in _resizable(old.spec)}
+    for where, i, container in _resizable(pod.spec):
+        name = container.get("name")
+        if name == main or name not in before:
+            continue
+        for part in ("requests", "limits"):
+            was = _container_amounts(before[name], part)
+            for resource, amount in _container_amounts(container, part).items():
+                admitted = was.get(resource)
+                if admitted is None and part == "limits":
+                    continue  # a limit set where there was none holds the container more
+                if admitted is not None and amount <= admitted:
+                    continue
+                yield Violation(
+                    RESOURCES_GROWN,
+                    f"{pod.spec_path}.{where}[{i}].resources.{part}.{resource}",
+                    f"container {name}'s {pod.short(resource)} {part[:-1]} "
+                    f"{amount.normalize():f} is above the "
+                    f"{'none' if admitted is None else f'{admitted.normalize():f}'} it was "
+                    "admitted at (and its queue counted): a container other than the run's "
+                    "main one may keep or lower its resources, never grow them",
+                    amount - (admitted or Decimal(0)),
+                )
+
+
+def _resizable(spec: JSON) -> Iterator[tuple[str, int, JSON]]:
+    """(list, index, container) of what ``pods/resize`` may change: the containers and
+    the sidecars (init containers that keep running)."""
+    for where in ("containers", "initContainers"):
+        for i, c in enumerate(spec.get(where) or ()):
+            if isinstance(c, dict) and (
+                where == "containers" or c.get("restartPolicy") == "Always"
+            ):
+                yield where, i, c
+
+
+def _container_amounts(container: JSON, part: str) -> dict[str, Decimal]:
+    res = container.get("resources")
+    values = res.get(part) if isinstance(res, dict) else None
+    amounts = {k: _amount(v) for k, v in values.items()} if isinstance(values, dict) else {}
+    return {k: a for k, a in amounts.items() if a is not None}
 
 
 def _index(pod: Pod) -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pydantic import Field
@@ -23,11 +23,12 @@ from webhook.policy.model.run_policy import (
 
 
 class Policy(RunPolicySpec):
-    """The RunPolicy's spec with its name, the profiles by name, and a digest of the sources.
+    """A RunPolicy's spec with its name, the profiles by name, and a digest of the sources.
 
-    With several RunPolicies the first by name is the Policy callers hold
-    and the others are its ``alternatives``, in name order: a Pod is judged by the first
-    of them whose selector matches it (``choose``)."""
+    The policy loaded from a directory (docs/glossary.md) is its RunPolicies, and the
+    one callers hold is the first by name, holding the others as its ``alternatives``
+    in name order (``run_policies()``: all of them, as they are tried). Which of them
+    governs a Pod only ``webhook.engine.scope.choose`` decides."""
 
     platform: PlatformConfig = Field(default_factory=PlatformConfig)  # resolved at load
     name: str = "runguard"
@@ -38,23 +39,6 @@ class Policy(RunPolicySpec):
     def run_policies(self) -> tuple[Policy, ...]:
         """Every RunPolicy, in the order they are tried."""
         return (self, *self.alternatives)
-
-    def choose(
-        self,
-        labels: Mapping[str, str],
-        namespace: str,
-        requested: Callable[[Policy], bool] | None = None,
-    ) -> Policy | None:
-        """The RunPolicy governing a pod with these labels in this namespace, if any: the
-        first whose selector matches and, when it names ``requesters``, whose requesters
-        created the object (``requested(policy)``; None: no requester is known)."""
-        for policy in (self, *self.alternatives):
-            if namespace in policy.exclude_namespaces or not policy.selector.matches(labels):
-                continue
-            if policy.requesters and (requested is None or not requested(policy)):
-                continue
-            return policy
-        return None
 
     def named(self, name: str) -> Policy | None:
         """The RunPolicy called ``name``, if there is one."""
