@@ -52,17 +52,61 @@ def test_a_run_gets_the_default_and_never_more_than_the_maximum(policy: Policy) 
     assert deadline(evaluate(run("team-b", "small"), policy, namespace="team-b")) is None
 
 
-def test_a_job_template_gets_it_too(policy: Policy) -> None:
+def timed_job(kind: str = "Job") -> dict[str, Any]:
     pod = run("team-b", "notebook")
-    job = {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {"name": "train", "namespace": "team-b", "labels": pod["metadata"]["labels"]},
-        "spec": {"template": {"metadata": {"labels": pod["metadata"]["labels"]}, **pod}},
-    }
-    del job["spec"]["template"]["apiVersion"], job["spec"]["template"]["kind"]
-    decision = mutate(job, policy, namespace="team-b")
+    labels = pod["metadata"]["labels"]
+    template = {"metadata": {"labels": labels}, "spec": {**pod["spec"], "restartPolicy": "Never"}}
+    job = {"apiVersion": "batch/v1", "kind": "Job",
+           "metadata": {"name": "train", "namespace": "team-b", "labels": labels},
+           "spec": {"backoffLimit": 6, "template": template}}  # fmt: skip
+    if kind == "Job":
+        return job
+    job_template = {"metadata": {"labels": labels}, "spec": job["spec"]}
+    return {"apiVersion": "batch/v1", "kind": "CronJob", "metadata": job["metadata"],
+            "spec": {"schedule": "0 * * * *", "jobTemplate": job_template}}  # fmt: skip
+
+
+def test_a_job_template_gets_it_too_and_the_job_its_maximum(policy: Policy) -> None:
+    """Each Pod gets the default; the Job as a whole (its retries) the maximum."""
+    decision = mutate(timed_job(), policy, namespace="team-b")
     assert decision.object["spec"]["template"]["spec"]["activeDeadlineSeconds"] == 3600
+    assert decision.object["spec"]["activeDeadlineSeconds"] == 28800
+    assert "runguard: the Job's run time set: spec.activeDeadlineSeconds 28800" in (
+        decision.warnings
+    )
+    cron = mutate(timed_job("CronJob"), policy, namespace="team-b").object
+    assert cron["spec"]["jobTemplate"]["spec"]["activeDeadlineSeconds"] == 28800
+    shorter = timed_job()
+    shorter["spec"]["activeDeadlineSeconds"] = 600  # the user's own, shorter: kept
+    assert (
+        mutate(shorter, policy, namespace="team-b").object["spec"]["activeDeadlineSeconds"] == 600
+    )
+    longer = timed_job()
+    longer["spec"]["activeDeadlineSeconds"] = 10**6
+    lowered = mutate(longer, policy, namespace="team-b")
+    assert lowered.object["spec"]["activeDeadlineSeconds"] == 28800
+    assert "runguard: the Job's run time set: spec.activeDeadlineSeconds 1000000 -> 28800 " \
+        "(max)" in lowered.warnings  # fmt: skip
+
+
+def test_a_jobs_run_time_removed_raised_or_skipped_is_refused(policy: Policy) -> None:
+    admitted = evaluate(timed_job(), policy, namespace="team-b")
+    assert admitted.allowed, admitted.message()
+    skipped = validate(timed_job(), policy, namespace="team-b")
+    assert not skipped.allowed
+    assert "the Job's activeDeadlineSeconds must be set to at most that" in skipped.message()
+    for value in (None, 10**6):
+        changed = copy.deepcopy(admitted.object)
+        if value is None:
+            del changed["spec"]["activeDeadlineSeconds"]
+        else:
+            changed["spec"]["activeDeadlineSeconds"] = value
+        decision = validate(changed, policy, namespace="team-b", old=admitted.object)
+        assert not decision.allowed
+        assert "profile notebook gives runs at most 28800 seconds" in decision.message()
+    lowered = copy.deepcopy(admitted.object)
+    lowered["spec"]["activeDeadlineSeconds"] = 60
+    assert validate(lowered, policy, namespace="team-b", old=admitted.object).allowed
 
 
 def test_a_pod_that_skipped_mutate_and_an_update_raising_or_removing_it_are_refused(

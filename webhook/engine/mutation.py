@@ -25,6 +25,7 @@ from webhook.engine.rules import ownership, run_steps
 from webhook.engine.rules.growth import RESOURCES_SIZE_RECORD
 from webhook.engine.rules.profile import PRIORITY_COMPUTED
 from webhook.engine.rules.queue_profile import send_to_queue
+from webhook.engine.rules.runtime import bound_job
 from webhook.engine.shape import check_shape
 from webhook.engine.subject import (
     Review,
@@ -193,6 +194,14 @@ def _operator_object(m: Mutation) -> None:
     m.result, m.changes, m.profile = operator_templates(m.r, m.result)
 
 
+def _job_bounded(m: Mutation) -> None:
+    """A run's Job bounded as a whole (``rules.runtime``): its retries too."""
+    assert m.pod is not None
+    m.result, change = bound_job(m.result, m.target.kind, m.target.keys, m.pod.profile)
+    if change is not None:
+        m.changes.append(change)
+
+
 def _sent_to_queue(m: Mutation) -> None:
     assert m.pod is not None
     m.result = _queued(m.result, m.target, m.pod, m.r, m.changes)
@@ -228,7 +237,13 @@ STEPS: dict[Path, tuple[Step, ...]] = {
     Path.POD_CREATED: (_pod_created, _sent_to_queue, _size_record_believed, _records, _receipt),
     Path.DEBUG_CONTAINERS: (_debug_containers, _records),
     Path.POD_UPDATED: (_pod_updated, _records),
-    Path.TEMPLATE_CREATED: (_template_created, _sent_to_queue, _size_recorded, _records),
+    Path.TEMPLATE_CREATED: (
+        _template_created,
+        _job_bounded,
+        _sent_to_queue,
+        _size_recorded,
+        _records,
+    ),  # fmt: skip
     Path.TEMPLATE_REAPPLIED: (_template_reapplied, _records),
     Path.TEMPLATE_KEPT: (_records,),
     Path.OPERATOR_OBJECT: (_operator_object, _records),

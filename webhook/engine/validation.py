@@ -22,6 +22,7 @@ from webhook.engine.pod import WARNING_LIMIT, Pod, spec_prefix
 from webhook.engine.podspec import Target
 from webhook.engine.receipts import Receipts
 from webhook.engine.rules import not_a_run, ownership, podclaims, run_checks, stamp
+from webhook.engine.rules.runtime import check_job_run_time
 from webhook.engine.rules.trust import run_object_checks, run_trust_checks
 from webhook.engine.subject import (
     Review,
@@ -148,6 +149,12 @@ def _run_checks(j: Judgement) -> None:
     j.violations.extend(run_checks(j.pod))
 
 
+def _job_run_time(j: Judgement) -> None:
+    """A run's Job bounded as a whole (``rules.runtime``)."""
+    assert j.pod is not None
+    j.violations.extend(check_job_run_time(j.r.obj, j.target.kind, j.target.keys, j.pod.profile))
+
+
 def _queued(j: Judgement) -> None:
     if j.r.old is None and not j.admitted and isinstance(j.r.obj, dict):
         assert j.pod is not None
@@ -227,11 +234,12 @@ CHECKS: dict[Path, tuple[Check, ...]] = {
     Path.NOT_UNDERSTOOD: (_reserved, _trust, _not_understood),
     Path.POD_CREATED: (*_RUN, _pod, _run_checks, _queued, _mutated, _run_decided),
     Path.POD_UPDATED: (*_RUN, _pod, _run_checks, _already_present_on_update, _run_decided),
-    Path.TEMPLATE_CREATED: (*_RUN, _template, _run_checks, _queued, _run_decided),
+    Path.TEMPLATE_CREATED: (*_RUN, _template, _run_checks, _job_run_time, _queued, _run_decided),
     Path.TEMPLATE_UPDATED: (
         *_RUN,
         _template,
         _run_checks,
+        _job_run_time,
         _already_present_on_update,
         _run_decided,
     ),

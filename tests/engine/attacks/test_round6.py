@@ -88,14 +88,9 @@ def test_naming_another_main_container_on_update_is_refused(key: str) -> None:
     assert "main container was main when it was admitted" in judged.message()
 
 
-# --- through, still open -----------------------------------------------------------------
+# --- a Job's retries: closed by the Job's own run time --------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a Job's own activeDeadlineSeconds is set by an object-level step of "
-    "mutation.py (beside send_to_queue), which this round does not edit",
-)
 def test_a_jobs_retries_do_not_hold_the_run_past_its_maximum(tmp_path: Path) -> None:
     """Each Pod of a Job gets the profile's run time, and the Job retries a Pod that hit
     it up to ``backoffLimit`` times: 1,000 retries of an hour hold the devices 1,000

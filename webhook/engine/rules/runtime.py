@@ -9,6 +9,11 @@ and the maximum winning. A run whose value is absent or above the maximum is den
 raised (the apiserver lets a Pod's only shrink; a suspended Job's template is the
 user's to edit until it starts).
 
+A run's Job (a CronJob's ``jobTemplate``) also gets its own ``activeDeadlineSeconds``,
+the profile's maximum (else its default): each of its Pods is bounded, and so are its
+retries (``backoffLimit``), which would otherwise hold the devices once per Pod. The same
+bound holds at ``/validate`` (absent or above: denied, on UPDATE as at CREATE).
+
 A queued run (a queue profile's) also carries Kueue's maximum execution time label,
 ``kueue.x-k8s.io/max-exec-time-seconds`` (the profile's maximum, else its default),
 written with the queue's labels; an UPDATE removing or raising it is refused.
@@ -30,7 +35,9 @@ __all__ = [
     "MAX_EXEC_TIME",
     "PROFILE_RUN_TIME",
     "apply_run_time",
+    "bound_job",
     "check_exec_time_kept",
+    "check_job_run_time",
     "check_run_time",
     "max_exec_time_label",
 ]
@@ -40,11 +47,12 @@ PROFILE_RUN_TIME = RULES.rule(
     "profile.run-time",
     mutation=(
         "`activeDeadlineSeconds` set to the profile's `runTime` default where absent, lowered "
-        "to its maximum where above"
+        "to its maximum where above; a run's Job's own set to the maximum"
     ),
     violation=(
-        "`activeDeadlineSeconds` absent (removed) or above the profile's `runTime` maximum; "
-        "a queued run's `kueue.x-k8s.io/max-exec-time-seconds` removed or raised on UPDATE"
+        "`activeDeadlineSeconds` (a Pod's, a run's Job's) absent (removed) or above the "
+        "profile's `runTime` maximum; a queued run's `kueue.x-k8s.io/max-exec-time-seconds` "
+        "removed or raised on UPDATE"
     ),
 )
 
@@ -103,6 +111,77 @@ def check_run_time(pod: Pod) -> list[Violation]:
             )
         ]
     return []
+
+
+# --- a run's Job: its retries bounded too -----------------------------------------------
+
+_JOBS = frozenset({"Job", "CronJob"})
+
+
+def _job_bound(kind: str, keys: tuple[str, ...], profile: Profile | None) -> int | None:
+    """The run time of the whole Job whose pod template is at ``keys`` (the profile's
+    maximum, else its default); None: not a Job's template, or no run time."""
+    if kind not in _JOBS or not keys or keys[-1] != "template" or profile is None:
+        return None
+    run_time = profile.run_time
+    return None if run_time is None else run_time.maximum or run_time.given
+
+
+def _job_spec(obj: Any, keys: tuple[str, ...]) -> Any:
+    node = obj
+    for key in keys[:-1]:
+        node = node.get(key) if isinstance(node, dict) else None
+    return node
+
+
+def bound_job(
+    obj: dict[str, Any], kind: str, keys: tuple[str, ...], profile: Profile | None
+) -> tuple[dict[str, Any], Change | None]:
+    """At CREATE, a run's Job (``keys``: to its pod template) with its own
+    ``activeDeadlineSeconds`` set to the bound where absent, lowered where above."""
+    bound = _job_bound(kind, keys, profile)
+    spec = _job_spec(obj, keys)
+    if bound is None or not isinstance(spec, dict):
+        return obj, None
+    asked = spec.get(DEADLINE)
+    valid = isinstance(asked, int) and not isinstance(asked, bool)
+    if isinstance(asked, int) and valid and asked <= bound:
+        return obj, None
+    out = dict(obj)
+    node = out
+    for key in keys[:-1]:
+        node[key] = dict(node[key])
+        node = node[key]
+    node[DEADLINE] = bound
+    where = ".".join(keys[:-1])
+    said = (
+        f"{where}.{DEADLINE} {asked} -> {bound} (max)" if valid else f"{where}.{DEADLINE} {bound}"
+    )
+    return out, Change(PROFILE_RUN_TIME, f"runguard: the Job's run time set: {said}")
+
+
+def check_job_run_time(
+    obj: Any, kind: str, keys: tuple[str, ...], profile: Profile | None
+) -> list[Violation]:
+    """A run's Job whose own ``activeDeadlineSeconds`` is absent or above the bound."""
+    bound = _job_bound(kind, keys, profile)
+    spec = _job_spec(obj, keys)
+    if bound is None or not isinstance(spec, dict):
+        return []
+    asked = spec.get(DEADLINE)
+    if isinstance(asked, int) and not isinstance(asked, bool) and asked <= bound:
+        return []
+    title = profile.title if profile is not None else ""
+    path = ".".join((*keys[:-1], DEADLINE))
+    return [
+        Violation(
+            PROFILE_RUN_TIME,
+            path,
+            f"profile {title} gives runs at most {bound} seconds: the Job's {DEADLINE} must "
+            f"be set to at most that (its retries hold the devices too), not "
+            f"{'removed' if asked is None else asked}",
+        )
+    ]
 
 
 # --- queued runs: Kueue's maximum execution time ----------------------------------------
