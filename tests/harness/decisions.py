@@ -164,9 +164,8 @@ def generate() -> list[Input]:
     if str(ROOT / "tests") not in sys.path:
         sys.path.insert(0, str(ROOT / "tests"))
     from harness.fuzz import inputs as fuzz_texts
+    from harness.pod_strategies import POLICY_SET, pods
     from webhook.policy.loader import load_policy
-
-    from .pod_strategies import POLICY_SET, pods
 
     out: list[Input] = []
     objects = corpus()
