@@ -36,7 +36,7 @@ from bench_create import _cel, _Dumper, _name_matches, run_policy, vap_documents
 
 from webhook.keys import MAIN_CONTAINER_ANNOTATION, POLICY_LABEL, REQUESTED_BY
 from webhook.policy.loader import load_policy
-from webhook.policy.model import Policy
+from webhook.policy.model import RunPolicy
 
 JSON = dict[str, Any]
 KYVERNO_CEL_FILE = BENCH / "kyverno" / "cel-policy.yaml"
@@ -126,7 +126,7 @@ def _set_keys(base: str, at: Sequence[str], field: str, values: dict[str, str]) 
     return f"{_ensure(f'{base}.?{field}', _path(*at, field))} + {changes}"
 
 
-def _profile(policy: Policy) -> list[JSON]:
+def _profile(policy: RunPolicy) -> list[JSON]:
     """The profile named by the label: the main container's requests, limits and env,
     the pod's nodeSelector, tolerations and classes."""
     res = policy.resources
@@ -211,12 +211,12 @@ SUBSET_RULES = ("profile.", "resources.defaults", "resources.exceeded", "securit
                 "volumes.forbidden-type")  # fmt: skip  # its VAP: Pod Security, the maximums
 
 
-def mutations(policy: Policy, only: Sequence[str] | None = None) -> list[JSON]:
+def mutations(policy: RunPolicy, only: Sequence[str] | None = None) -> list[JSON]:
     """runguard's mutation steps of a run Pod (``only`` these, if given)."""
     return [mutation for step, mutation in steps(policy) if only is None or step in only]
 
 
-def steps(policy: Policy) -> list[tuple[str, JSON]]:
+def steps(policy: RunPolicy) -> list[tuple[str, JSON]]:
     """runguard's mutation steps of a run Pod, as far as JSON Patches built by CEL go."""
     res, sec, vol = policy.resources, policy.security, policy.volumes
     gpu = res.gpu_resource_name
@@ -353,7 +353,7 @@ def steps(policy: Policy) -> list[tuple[str, JSON]]:
     return out
 
 
-def _foreign_volume(policy: Policy) -> str:
+def _foreign_volume(policy: RunPolicy) -> str:
     """CEL, of a volume ``v``: a claim or ConfigMap the platform did not make for this run
     (by its name patterns; any, when the requester is not the platform)."""
     vol = policy.volumes
@@ -363,7 +363,7 @@ def _foreign_volume(policy: Policy) -> str:
             f"(has(v.configMap) && (!variables.platform || !{config_map}))")  # fmt: skip
 
 
-def mutation_variables(policy: Policy) -> list[JSON]:
+def mutation_variables(policy: RunPolicy) -> list[JSON]:
     label = policy.profiles_config.label
     users = [i for i in policy.platform.identities if not i.startswith("group:")]
     groups = [
@@ -390,7 +390,7 @@ def mutation_variables(policy: Policy) -> list[JSON]:
 # --- the documents ------------------------------------------------------------------------
 
 
-def _constraints(full: Policy, namespaces: Sequence[str]) -> tuple[JSON, list[JSON]]:
+def _constraints(full: RunPolicy, namespaces: Sequence[str]) -> tuple[JSON, list[JSON]]:
     """matchConstraints (run Pods at CREATE in ``namespaces``) and matchConditions (not
     an earlier RunPolicy's), as the VAP of ``bench_create.vap_documents`` has them."""
     vap = vap_documents(full, namespaces)[0]["spec"]
@@ -400,7 +400,7 @@ def _constraints(full: Policy, namespaces: Sequence[str]) -> tuple[JSON, list[JS
     return constraints, copy.deepcopy(vap.get("matchConditions", []))
 
 
-def _spec(full: Policy, namespaces: Sequence[str], mutating: bool, subset: bool = False) -> JSON:
+def _spec(full: RunPolicy, namespaces: Sequence[str], mutating: bool, subset: bool = False) -> JSON:
     policy = run_policy(full)
     constraints, conditions = _constraints(full, namespaces)
     spec: JSON = {"failurePolicy": "Fail", "matchConstraints": constraints}
@@ -420,7 +420,7 @@ def _spec(full: Policy, namespaces: Sequence[str], mutating: bool, subset: bool 
     return spec
 
 
-def kyverno_cel_documents(full: Policy) -> list[JSON]:
+def kyverno_cel_documents(full: RunPolicy) -> list[JSON]:
     """Kyverno's MutatingPolicy and ValidatingPolicy: evaluated at admission by Kyverno
     (no background scan, no VAP or MAP generated from them)."""
     meta = {"annotations": {"policies.kyverno.io/title": "runguard bench: " + RUN_POLICY}}
@@ -438,7 +438,7 @@ def kyverno_cel_documents(full: Policy) -> list[JSON]:
     return docs
 
 
-def map_vap_documents(full: Policy, subset: bool = False) -> list[JSON]:
+def map_vap_documents(full: RunPolicy, subset: bool = False) -> list[JSON]:
     """The MutatingAdmissionPolicy and ValidatingAdmissionPolicy, bound to ``bench-map``;
     with ``subset``, only the steps and rules the issue asks of them at least (the profile
     by label, defaults and clamps, root stripped; Pod Security restricted, the maximums),
@@ -477,7 +477,7 @@ MUTATIONS_SAID = (
 )
 
 
-def _header(what: str, policy: Policy, subset: bool) -> str:
+def _header(what: str, policy: RunPolicy, subset: bool) -> str:
     rules = sorted({rule for rule, _, _ in vap_rules(run_policy(policy))})
     if subset:
         rules = [rule for rule in rules if rule.startswith(SUBSET_RULES)]
@@ -507,7 +507,7 @@ MAP_WHAT = (
 )
 
 
-def text(policy: Policy, documents: Callable[[Policy], list[JSON]], what: str) -> str:
+def text(policy: RunPolicy, documents: Callable[[RunPolicy], list[JSON]], what: str) -> str:
     header = _header(what, policy, subset=documents is map_vap_subset_documents)
     return header + yaml.dump_all(documents(policy), Dumper=_Dumper, sort_keys=False, width=100)
 
@@ -521,7 +521,7 @@ MAP_SUBSET_WHAT = (
 )
 
 
-def map_vap_subset_documents(full: Policy) -> list[JSON]:
+def map_vap_subset_documents(full: RunPolicy) -> list[JSON]:
     return map_vap_documents(full, subset=True)
 
 

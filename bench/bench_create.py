@@ -102,7 +102,7 @@ from webhook.install.floor import FLOOR_PREFIX, floor_policies
 from webhook.install.manifests import name_regex, selector_expression
 from webhook.keys import REQUESTED_BY
 from webhook.policy.loader import load_policy
-from webhook.policy.model import NamePattern, Policy
+from webhook.policy.model import NamePattern, RunPolicy
 from webhook.policy.patterns import split
 
 JSON = dict[str, Any]
@@ -156,8 +156,8 @@ UNLISTED_PRIORITY = "bench-unlisted"  # exists in the cluster, not in the policy
 # --- the Pods -------------------------------------------------------------------------
 
 
-def run_policy(policy: Policy, name: str = RUN_POLICY) -> Policy:
-    for chosen in policy.run_policies():
+def run_policy(policy: RunPolicy, name: str = RUN_POLICY) -> RunPolicy:
+    for chosen in policy.run_policies:
         if chosen.name == name:
             return chosen
     raise SystemExit(f"bench_create: no RunPolicy {name!r} in {POLICY_DIR}")
@@ -179,7 +179,7 @@ def full_pod() -> JSON:
     return pod
 
 
-def pods(policy: Policy) -> dict[str, JSON]:
+def pods(policy: RunPolicy) -> dict[str, JSON]:
     """``full`` (as written), ``valid`` (runguard's mutation of it, without the stamp:
     mutation only stamps it; allowed by the pair, the VAP and no admission) and
     ``stamped`` (mutation changes nothing; allowed by /validate alone, which requires
@@ -318,7 +318,7 @@ VOLUME_TYPES = (  # every inline volume source of a 1.33 Pod
 )  # fmt: skip
 
 
-def vap_rules(policy: Policy) -> list[tuple[str, str, str]]:
+def vap_rules(policy: RunPolicy) -> list[tuple[str, str, str]]:
     """(runguard rule ids, CEL expression, message) of each validation."""
     res, sec, vol = policy.resources, policy.security, policy.volumes
     restricted = sec.level == "restricted"
@@ -527,7 +527,7 @@ def vap_rules(policy: Policy) -> list[tuple[str, str, str]]:
     return rules
 
 
-def vap_variables(policy: Policy) -> list[dict[str, str]]:
+def vap_variables(policy: RunPolicy) -> list[dict[str, str]]:
     label = policy.profiles_config.label
     vol, sec = policy.volumes, policy.secrets
     any_claim = _cel(name_regex(vol.platform_claims) or "^$.")
@@ -571,11 +571,11 @@ def vap_variables(policy: Policy) -> list[dict[str, str]]:
     ]  # fmt: skip
 
 
-def vap_documents(full: Policy, namespaces: Sequence[str] = (NS["vap"],)) -> list[JSON]:
+def vap_documents(full: RunPolicy, namespaces: Sequence[str] = (NS["vap"],)) -> list[JSON]:
     """The ValidatingAdmissionPolicy and its binding: the RunPolicy's validation rules in
     CEL, for run Pods (its selector, not an earlier RunPolicy's) at CREATE in
     ``namespaces``."""
-    ordered = list(full.run_policies())
+    ordered = list(full.run_policies)
     policy = run_policy(full)
     earlier_policies = ordered[: ordered.index(policy)]
     selector = policy.selector.to_dict()
@@ -631,7 +631,7 @@ def vap_documents(full: Policy, namespaces: Sequence[str] = (NS["vap"],)) -> lis
     return [vap, binding]
 
 
-def trivial_vap_documents(full: Policy) -> list[JSON]:
+def trivial_vap_documents(full: RunPolicy) -> list[JSON]:
     """A VAP matching the same Pods with one validation that always holds, bound to
     ``bench-vap-trivial``: what the VAP machinery costs before any rule."""
     vap, binding = copy.deepcopy(vap_documents(full, (NS["vap_trivial"],)))
@@ -643,7 +643,7 @@ def trivial_vap_documents(full: Policy) -> list[JSON]:
     return [vap, binding]
 
 
-def vap_text(policy: Policy) -> str:
+def vap_text(policy: RunPolicy) -> str:
     """bench/vap/policy.yaml: the documents, and which runguard rules they carry."""
     rules = sorted({rule for rule, _, _ in vap_rules(run_policy(policy))})
     header = (
@@ -678,7 +678,7 @@ _Dumper.add_representer(str, _str)
 # --- the cluster, runguard, and the registrations --------------------------------------
 
 
-def floor_documents(policy: Policy) -> list[JSON]:
+def floor_documents(policy: RunPolicy) -> list[JSON]:
     """runguard's floor (``runguard manifests``' ValidatingAdmissionPolicies), each
     binding also limited to ``bench-pair-floor``."""
     out = copy.deepcopy(floor_policies(policy))
@@ -1201,7 +1201,7 @@ def breakdown_table(medians: dict[str, float]) -> dict[str, dict[str, float]]:
     return where
 
 
-def vap_file_problems(policy: Policy, text: str) -> list[str]:
+def vap_file_problems(policy: RunPolicy, text: str) -> list[str]:
     """What is wrong with the VAP file, against ``text`` rendered from ``policy`` now:
     stale, or not saying exactly the rules it carries (``tests/test_bench_files.py``)."""
     shipped = VAP_FILE.read_text() if VAP_FILE.is_file() else ""

@@ -31,11 +31,11 @@ from webhook.engine.context import NO_CONTEXT, Context, Requester
 from webhook.engine.receipts import LocalReceipts, SharedReceipts, backstop_key
 from webhook.engine.types import Decision
 from webhook.policy.loader import load_policy
-from webhook.policy.model import Policy
+from webhook.policy.model import Policy, RunPolicy
 
 ROOT = REPO
 
-POLICIES: list[Policy] = [
+POLICIES: list[RunPolicy] = [
     *(load_policy(p) for p in sorted((ROOT / "tests/cases/_policies").iterdir()) if p.is_dir()),
     load_policy(ROOT / "policies"),
 ]
@@ -51,7 +51,7 @@ def _seen(d: Decision) -> tuple[Any, ...]:
     )
 
 
-def same_with_and_without(obj: Any, policy: Policy, context: Context) -> bool:
+def same_with_and_without(obj: Any, policy: RunPolicy, context: Context) -> bool:
     """``validate`` of ``mutate``'s result: the same decision with its receipt as without;
     True when the receipt was found (the backstop skipped)."""
     receipts = LocalReceipts()
@@ -75,7 +75,7 @@ def test_no_decision_changes_on_the_cases_and_fixtures() -> None:
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(pod=pods(), policy=st.sampled_from(POLICY_SET))
-def test_no_decision_changes_on_generated_pods(pod: dict[str, Any], policy: Policy) -> None:
+def test_no_decision_changes_on_generated_pods(pod: dict[str, Any], policy: RunPolicy) -> None:
     same_with_and_without(pod, policy, NO_CONTEXT)
 
 
@@ -96,7 +96,7 @@ def test_no_decision_changes_on_the_fuzz_corpus(text: str) -> None:
         same_with_and_without(doc, PLATFORM, NO_CONTEXT)
 
 
-def _backstop_runs(obj: Any, policy: Policy, context: Context, receipts: Any) -> bool:
+def _backstop_runs(obj: Any, policy: RunPolicy, context: Context, receipts: Any) -> bool:
     ran = []
     original = engine_validation._not_mutated
 
@@ -133,7 +133,7 @@ def test_a_receipt_serves_only_the_inputs_it_was_made_for() -> None:
     moved["metadata"]["namespace"] = "other"
     assert _backstop_runs(moved, PLATFORM, ALICE, receipts)
     # another RunPolicy (an edited one: another digest) with the same name
-    edited = PLATFORM.model_copy(update={"digest": "0" * 16})
+    edited = Policy.of(PLATFORM.first.model_copy(update={"digest": "0" * 16}))
     assert _backstop_runs(result, edited, ALICE, receipts)
     # a Pod that is not what mutate returned: one field changed, or mutate bypassed
     changed = copy.deepcopy(result)
@@ -171,7 +171,9 @@ def test_no_receipt_when_the_cluster_view_moved_or_has_no_version() -> None:
 
 def test_no_receipt_for_a_policy_without_a_digest() -> None:
     receipts = LocalReceipts()
-    mutate(gpu_pod(1), PLATFORM.model_copy(update={"digest": ""}), receipts=receipts)
+    mutate(
+        gpu_pod(1), Policy.of(PLATFORM.first.model_copy(update={"digest": ""})), receipts=receipts
+    )
     assert not receipts._keys
 
 

@@ -17,7 +17,7 @@ from harness.shipped import ALICE, CORE, SHIPPED
 from webhook.engine import validate
 from webhook.engine.context import Context, Requester
 from webhook.install import manifests
-from webhook.policy.model import Policy
+from webhook.policy.model import RunPolicy
 
 TOKEN_CONTROLLER = Requester("system:kube-controller-manager", ("system:authenticated",))
 
@@ -28,7 +28,7 @@ def _resources(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(RESOURCES, "VolumeSnapshot", ("snapshot.storage.k8s.io", "volumesnapshots"))
 
 
-def judged(obj: dict[str, Any], policy: Policy, who: Requester, namespace: str,
+def judged(obj: dict[str, Any], policy: RunPolicy, who: Requester, namespace: str,
            old: dict[str, Any] | None = None) -> set[str]:  # fmt: skip
     """The rules that refuse the request (empty: allowed), and that, when refused, the
     apiserver sends it to runguard (and never otherwise)."""
@@ -46,7 +46,7 @@ _CONFIGURATIONS: dict[int, list[dict[str, Any]]] = {}
 _CEL = Cel()
 
 
-def routed(obj: dict[str, Any], policy: Policy, who: Requester, namespace: str,
+def routed(obj: dict[str, Any], policy: RunPolicy, who: Requester, namespace: str,
            old: dict[str, Any] | None = None) -> list[str]:  # fmt: skip
     """The runguard webhooks the apiserver calls for the request."""
     operation = "CREATE" if old is None else "UPDATE"
@@ -124,11 +124,17 @@ def test_a_snapshot_of_her_own_claim() -> None:
 
 def test_the_platforms_installers_make_its_token_secrets() -> None:
     """A chart may ship a long-lived token Secret for the platform's account."""
-    from webhook.policy.model import build_policy
+    from webhook.policy.model import Policy, build_run_policy
 
-    policy = build_policy(
-        {"spec": {"platform": {"identities": ["serviceaccount:p:core"], "installers": ["helm"]}}},
-        [],
+    policy = Policy.of(
+        build_run_policy(
+            {
+                "spec": {
+                    "platform": {"identities": ["serviceaccount:p:core"], "installers": ["helm"]}
+                }
+            },
+            [],
+        )
     )
     helm = Requester("helm", ("system:authenticated",))
     assert judged(token_secret("core", "p"), policy, helm, "p") == set()

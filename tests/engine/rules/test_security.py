@@ -24,7 +24,7 @@ from webhook.engine.rules.security import (
     strip_root,
 )
 from webhook.policy.loader import load_policy
-from webhook.policy.model import Policy
+from webhook.policy.model import Policy, RunPolicy
 
 RUN_POLICY = """\
     apiVersion: runguard.io/v1
@@ -36,13 +36,13 @@ RUN_POLICY = """\
     """
 
 
-def policy(tmp_path: Path, *, level: str = "restricted", on_root: str = "Strip") -> Policy:
+def policy(tmp_path: Path, *, level: str = "restricted", on_root: str = "Strip") -> RunPolicy:
     write(tmp_path, "runpolicy.yaml", RUN_POLICY.format(level=level, on_root=on_root))
     return load_policy(tmp_path)
 
 
 def pod(policy: Policy, spec: dict[str, Any]) -> Pod:
-    return Pod(copy.deepcopy(spec), {"app": "run"}, {}, policy)
+    return Pod(copy.deepcopy(spec), {"app": "run"}, {}, policy.first)
 
 
 ROOTFUL = {
