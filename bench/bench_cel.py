@@ -36,7 +36,7 @@ from bench_create import _cel, _Dumper, _name_matches, run_policy, vap_documents
 
 from webhook.keys import MAIN_CONTAINER_ANNOTATION, POLICY_LABEL, REQUESTED_BY
 from webhook.policy.loader import load_policy
-from webhook.policy.model import RunPolicy
+from webhook.policy.model import Policy, RunPolicy
 
 JSON = dict[str, Any]
 KYVERNO_CEL_FILE = BENCH / "kyverno" / "cel-policy.yaml"
@@ -390,7 +390,7 @@ def mutation_variables(policy: RunPolicy) -> list[JSON]:
 # --- the documents ------------------------------------------------------------------------
 
 
-def _constraints(full: RunPolicy, namespaces: Sequence[str]) -> tuple[JSON, list[JSON]]:
+def _constraints(full: Policy, namespaces: Sequence[str]) -> tuple[JSON, list[JSON]]:
     """matchConstraints (run Pods at CREATE in ``namespaces``) and matchConditions (not
     an earlier RunPolicy's), as the VAP of ``bench_create.vap_documents`` has them."""
     vap = vap_documents(full, namespaces)[0]["spec"]
@@ -400,7 +400,7 @@ def _constraints(full: RunPolicy, namespaces: Sequence[str]) -> tuple[JSON, list
     return constraints, copy.deepcopy(vap.get("matchConditions", []))
 
 
-def _spec(full: RunPolicy, namespaces: Sequence[str], mutating: bool, subset: bool = False) -> JSON:
+def _spec(full: Policy, namespaces: Sequence[str], mutating: bool, subset: bool = False) -> JSON:
     policy = run_policy(full)
     constraints, conditions = _constraints(full, namespaces)
     spec: JSON = {"failurePolicy": "Fail", "matchConstraints": constraints}
@@ -420,7 +420,7 @@ def _spec(full: RunPolicy, namespaces: Sequence[str], mutating: bool, subset: bo
     return spec
 
 
-def kyverno_cel_documents(full: RunPolicy) -> list[JSON]:
+def kyverno_cel_documents(full: Policy) -> list[JSON]:
     """Kyverno's MutatingPolicy and ValidatingPolicy: evaluated at admission by Kyverno
     (no background scan, no VAP or MAP generated from them)."""
     meta = {"annotations": {"policies.kyverno.io/title": "runguard bench: " + RUN_POLICY}}
@@ -438,7 +438,7 @@ def kyverno_cel_documents(full: RunPolicy) -> list[JSON]:
     return docs
 
 
-def map_vap_documents(full: RunPolicy, subset: bool = False) -> list[JSON]:
+def map_vap_documents(full: Policy, subset: bool = False) -> list[JSON]:
     """The MutatingAdmissionPolicy and ValidatingAdmissionPolicy, bound to ``bench-map``;
     with ``subset``, only the steps and rules the issue asks of them at least (the profile
     by label, defaults and clamps, root stripped; Pod Security restricted, the maximums),
@@ -477,7 +477,7 @@ MUTATIONS_SAID = (
 )
 
 
-def _header(what: str, policy: RunPolicy, subset: bool) -> str:
+def _header(what: str, policy: Policy, subset: bool) -> str:
     rules = sorted({rule for rule, _, _ in vap_rules(run_policy(policy))})
     if subset:
         rules = [rule for rule in rules if rule.startswith(SUBSET_RULES)]
@@ -507,7 +507,7 @@ MAP_WHAT = (
 )
 
 
-def text(policy: RunPolicy, documents: Callable[[RunPolicy], list[JSON]], what: str) -> str:
+def text(policy: Policy, documents: Callable[[Policy], list[JSON]], what: str) -> str:
     header = _header(what, policy, subset=documents is map_vap_subset_documents)
     return header + yaml.dump_all(documents(policy), Dumper=_Dumper, sort_keys=False, width=100)
 
@@ -521,7 +521,7 @@ MAP_SUBSET_WHAT = (
 )
 
 
-def map_vap_subset_documents(full: RunPolicy) -> list[JSON]:
+def map_vap_subset_documents(full: Policy) -> list[JSON]:
     return map_vap_documents(full, subset=True)
 
 

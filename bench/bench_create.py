@@ -102,7 +102,7 @@ from webhook.install.floor import FLOOR_PREFIX, floor_policies
 from webhook.install.manifests import name_regex, selector_expression
 from webhook.keys import REQUESTED_BY
 from webhook.policy.loader import load_policy
-from webhook.policy.model import NamePattern, RunPolicy
+from webhook.policy.model import NamePattern, Policy, RunPolicy
 from webhook.policy.patterns import split
 
 JSON = dict[str, Any]
@@ -156,7 +156,7 @@ UNLISTED_PRIORITY = "bench-unlisted"  # exists in the cluster, not in the policy
 # --- the Pods -------------------------------------------------------------------------
 
 
-def run_policy(policy: RunPolicy, name: str = RUN_POLICY) -> RunPolicy:
+def run_policy(policy: Policy, name: str = RUN_POLICY) -> RunPolicy:
     for chosen in policy.run_policies:
         if chosen.name == name:
             return chosen
@@ -185,22 +185,23 @@ def pods(policy: RunPolicy) -> dict[str, JSON]:
     ``stamped`` (mutation changes nothing; allowed by /validate alone, which requires
     the stamp runguard's mutation writes at CREATE)."""
     context = Context(requester=platform_requester())
+    alone = Policy.of(policy)  # the RunPolicy judged alone
     full = full_pod()
-    mutated = mutate(full, policy, namespace=NS["pair"], context=context)
+    mutated = mutate(full, alone, namespace=NS["pair"], context=context)
     if not mutated.allowed or not mutated.mutations:
         raise SystemExit(f"bench_create: runguard does not mutate the pod: {mutated.message()}")
     stamped = copy.deepcopy(mutated.object)
     valid = copy.deepcopy(stamped)
     del valid["metadata"]["annotations"][REQUESTED_BY]
     for name, pod in (("stamped", stamped),):
-        decision = validate(pod, policy, namespace=NS["validate"], context=context)
+        decision = validate(pod, alone, namespace=NS["validate"], context=context)
         if not decision.allowed:
             raise SystemExit(f"bench_create: the {name} pod is denied: {decision.message()}")
-    if [c.rule for c in mutate(valid, policy, namespace=NS["pair"], context=context).mutations] != [
+    if [c.rule for c in mutate(valid, alone, namespace=NS["pair"], context=context).mutations] != [
         "ownership.stamp"
     ]:
         raise SystemExit("bench_create: mutating the valid pod does more than stamp it")
-    if mutate(stamped, policy, namespace=NS["pair"], context=context).mutations:
+    if mutate(stamped, alone, namespace=NS["pair"], context=context).mutations:
         raise SystemExit("bench_create: mutating the stamped pod is not an empty patch")
     return {"full": full, "valid": valid, "stamped": stamped}
 
@@ -571,7 +572,7 @@ def vap_variables(policy: RunPolicy) -> list[dict[str, str]]:
     ]  # fmt: skip
 
 
-def vap_documents(full: RunPolicy, namespaces: Sequence[str] = (NS["vap"],)) -> list[JSON]:
+def vap_documents(full: Policy, namespaces: Sequence[str] = (NS["vap"],)) -> list[JSON]:
     """The ValidatingAdmissionPolicy and its binding: the RunPolicy's validation rules in
     CEL, for run Pods (its selector, not an earlier RunPolicy's) at CREATE in
     ``namespaces``."""
@@ -631,7 +632,7 @@ def vap_documents(full: RunPolicy, namespaces: Sequence[str] = (NS["vap"],)) -> 
     return [vap, binding]
 
 
-def trivial_vap_documents(full: RunPolicy) -> list[JSON]:
+def trivial_vap_documents(full: Policy) -> list[JSON]:
     """A VAP matching the same Pods with one validation that always holds, bound to
     ``bench-vap-trivial``: what the VAP machinery costs before any rule."""
     vap, binding = copy.deepcopy(vap_documents(full, (NS["vap_trivial"],)))
@@ -643,7 +644,7 @@ def trivial_vap_documents(full: RunPolicy) -> list[JSON]:
     return [vap, binding]
 
 
-def vap_text(policy: RunPolicy) -> str:
+def vap_text(policy: Policy) -> str:
     """bench/vap/policy.yaml: the documents, and which runguard rules they carry."""
     rules = sorted({rule for rule, _, _ in vap_rules(run_policy(policy))})
     header = (
@@ -678,7 +679,7 @@ _Dumper.add_representer(str, _str)
 # --- the cluster, runguard, and the registrations --------------------------------------
 
 
-def floor_documents(policy: RunPolicy) -> list[JSON]:
+def floor_documents(policy: Policy) -> list[JSON]:
     """runguard's floor (``runguard manifests``' ValidatingAdmissionPolicies), each
     binding also limited to ``bench-pair-floor``."""
     out = copy.deepcopy(floor_policies(policy))
@@ -1201,7 +1202,7 @@ def breakdown_table(medians: dict[str, float]) -> dict[str, dict[str, float]]:
     return where
 
 
-def vap_file_problems(policy: RunPolicy, text: str) -> list[str]:
+def vap_file_problems(policy: Policy, text: str) -> list[str]:
     """What is wrong with the VAP file, against ``text`` rendered from ``policy`` now:
     stale, or not saying exactly the rules it carries (``tests/test_bench_files.py``)."""
     shipped = VAP_FILE.read_text() if VAP_FILE.is_file() else ""

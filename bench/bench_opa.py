@@ -59,7 +59,7 @@ from harness.workloads import typical_run_pod
 from webhook.engine.rules.hardening import drop_fill, seccomp_fill  # noqa: E402
 from webhook.engine.rules.pod_security import allowed_capabilities  # noqa: E402
 from webhook.policy.loader import load_policy  # noqa: E402
-from webhook.policy.model import NamePattern, RunPolicy  # noqa: E402
+from webhook.policy.model import NamePattern, Policy, RunPolicy  # noqa: E402
 from webhook.policy.patterns import split  # noqa: E402
 from webhook.serving import admission  # noqa: E402
 
@@ -195,7 +195,7 @@ def _run_policy(policy: RunPolicy) -> dict[str, Any]:
     }
 
 
-def opa_data(policy: RunPolicy) -> dict[str, Any]:
+def opa_data(policy: Policy) -> dict[str, Any]:
     """The data document: every RunPolicy, in the order runguard tries them."""
     return {"runguard_data": {"policies": [_run_policy(p) for p in policy.run_policies]}}
 
@@ -203,7 +203,7 @@ def opa_data(policy: RunPolicy) -> dict[str, Any]:
 # ------------------------------------------------------------------ the shared reviews
 
 
-def platform_user(policy: RunPolicy) -> str:
+def platform_user(policy: Policy) -> str:
     """The platform's identity (the user that creates runs), from the policy."""
     for run_policy in policy.run_policies:
         for identity in run_policy.platform.identities:
@@ -219,7 +219,7 @@ def review(pod: dict[str, Any], user: str, namespace: str = "ml") -> bytes:
     return json.dumps(doc).encode()
 
 
-def mutated(pod: dict[str, Any], policy: RunPolicy, user: str, namespace: str = "ml") -> Any:
+def mutated(pod: dict[str, Any], policy: Policy, user: str, namespace: str = "ml") -> Any:
     """``pod`` as runguard's mutating webhook leaves it (the object /validate then sees)."""
     request = admission.parse_review(review(pod, user, namespace))
     decision = admission.review("mutate", request, policy).decision
@@ -675,7 +675,7 @@ SIDECAR_VARIANTS: tuple[tuple[str, Edit, bool], ...] = (
 )
 
 
-def cases(policy: RunPolicy) -> list[tuple[str, bytes]]:
+def cases(policy: Policy) -> list[tuple[str, bytes]]:
     """The shared reviews: (name, AdmissionReview body), CREATE in namespace ``ml``."""
     platform = platform_user(policy)
     alice = "alice"
@@ -744,7 +744,7 @@ def cases(policy: RunPolicy) -> list[tuple[str, bytes]]:
     return out
 
 
-def throughput_review(policy: RunPolicy) -> bytes:
+def throughput_review(policy: Policy) -> bytes:
     """The typical GPU run Pod's /validate review as the apiserver sends it after
     runguard's mutating webhook, by the platform's identity: allowed."""
     user = platform_user(policy)

@@ -39,7 +39,7 @@ from webhook.clusterstate import StaticClusterState  # noqa: E402
 from webhook.engine import mutate  # noqa: E402
 from webhook.engine.context import Context  # noqa: E402
 from webhook.policy.loader import load_policy  # noqa: E402
-from webhook.policy.model import RunPolicy  # noqa: E402
+from webhook.policy.model import Policy  # noqa: E402
 
 POLICY_DIR = REPO / "policies"
 NAMESPACES = 10
@@ -88,7 +88,7 @@ def write_proposal(directory: Path) -> None:
         (directory / path.name).write_text(yaml.safe_dump_all(docs, sort_keys=False))
 
 
-def templates(policy: RunPolicy, context: Context) -> dict[str, list[bytes]]:
+def templates(policy: Policy, context: Context) -> dict[str, list[bytes]]:
     """Per kind, stored objects (as a list page holds them: no kind, no apiVersion) with
     ``__NAME__`` / ``__NS__`` placeholders, one per profile."""
     pods, jobs = [], []
@@ -152,9 +152,7 @@ def worker(count: int, page_size: int, proposed_dir: str) -> None:
     current, proposed = load_policy(POLICY_DIR), load_policy(proposed_dir)
     context = Context(state=StaticClusterState.from_documents([*namespaces(), *classes()]))
     fetch = SyntheticApiserver(count, templates(current, context))
-    selecting = current.model_copy(
-        update={"alternatives": (*current.alternatives, *proposed.run_policies)}
-    )
+    selecting = Policy((*current.run_policies, *proposed.run_policies), current.digest)
     tally = Tally()
     with open(os.devnull, "w") as out:
         table = TableWriter(out)

@@ -27,7 +27,7 @@ from webhook.audit.clusteraudit import judged_pages
 from webhook.cli.cluster import kube_fetch
 from webhook.engine import mutate
 from webhook.policy.loader import load_policy
-from webhook.policy.model import RunPolicy
+from webhook.policy.model import Policy
 
 from .cluster import Cluster
 from .devcluster import runguard_command
@@ -56,11 +56,11 @@ def policy_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def policy(policy_dir: Path) -> RunPolicy:
+def policy(policy_dir: Path) -> Policy:
     return load_policy(policy_dir)
 
 
-def run(name: str, policy: RunPolicy, *, label: str = LABEL, **spec: Any) -> dict[str, Any]:
+def run(name: str, policy: Policy, *, label: str = LABEL, **spec: Any) -> dict[str, Any]:
     """A run (``label: run``) as runguard would have admitted it, then given ``spec``."""
     pod = {
         "apiVersion": "v1",
@@ -92,7 +92,7 @@ def job(name: str, labels: dict[str, str], **spec: Any) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def runs(cluster: Cluster, policy: RunPolicy) -> Iterator[str]:
+def runs(cluster: Cluster, policy: Policy) -> Iterator[str]:
     """A namespace with RUNS runs (VIOLATORS of them on the host network), OTHERS Pods
     outside the selector, and JOBS Jobs: half of them runs, one of those a violator."""
     namespace = f"t-audit-scale-{os.urandom(3).hex()}"
@@ -117,7 +117,7 @@ def runs(cluster: Cluster, policy: RunPolicy) -> Iterator[str]:
 
 
 def test_small_pages_see_every_run_exactly_once(
-    api_client: Any, policy: RunPolicy, runs: str
+    api_client: Any, policy: Policy, runs: str
 ) -> None:
     page_size = 25
     for namespace in (runs, None):  # one namespace, then the whole cluster
@@ -280,7 +280,7 @@ def compact_etcd(cluster: Cluster) -> None:
 
 
 def test_an_expired_continue_token_restarts_the_listing(
-    cluster: Cluster, api_client: Any, policy: RunPolicy, runs: str
+    cluster: Cluster, api_client: Any, policy: Policy, runs: str
 ) -> None:
     """A 410 from the real apiserver, for a continue token whose snapshot etcd no longer
     has: the listing starts again, and each run is still judged once."""

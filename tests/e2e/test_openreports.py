@@ -19,7 +19,7 @@ from typing import Any
 import jsonschema
 import pytest
 
-from webhook.policy.model import RunPolicy
+from webhook.policy.model import Policy
 
 from .cluster import Cluster
 from .runs import REPO, poll
@@ -68,7 +68,7 @@ def policy_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def runs(cluster: Cluster, policy: RunPolicy) -> Iterator[str]:
+def runs(cluster: Cluster, policy: Policy) -> Iterator[str]:
     """A namespace with three runs: a compliant Pod, a Pod on the host network, and a
     Deployment (no replicas) whose template is on the host network."""
     namespace = f"t-openreports-{os.urandom(3).hex()}"

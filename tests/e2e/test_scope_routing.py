@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from webhook.install import manifests
-from webhook.policy.model import Policy, RunPolicy, build_run_policy
+from webhook.policy.model import Policy, build_run_policy
 
 from .cluster import Cluster
 from .devcluster import prepare_cluster
@@ -33,7 +33,7 @@ ML = "rg-scope-ml"  # both look at it
 BATCH = {"app": "batch"}
 
 
-def two_run_policies() -> RunPolicy:
+def two_run_policies() -> Policy:
     batch = {
         "apiVersion": "runguard.io/v1", "kind": "RunPolicy", "metadata": {"name": "a-batch"},
         "spec": {"selector": {"matchLabels": BATCH}, "excludeNamespaces": [TEAM]},
