@@ -116,9 +116,7 @@ def runs(cluster: Cluster, policy: Policy) -> Iterator[str]:
     yield namespace
 
 
-def test_small_pages_see_every_run_exactly_once(
-    api_client: Any, policy: Policy, runs: str
-) -> None:
+def test_small_pages_see_every_run_exactly_once(api_client: Any, policy: Policy, runs: str) -> None:
     page_size = 25
     for namespace in (runs, None):  # one namespace, then the whole cluster
         pages = list(
