@@ -30,7 +30,7 @@ from webhook.audit.clusteraudit import (
 from webhook.audit.policyreport import to_policy_reports
 from webhook.engine import mutate
 from webhook.policy.loader import load_policy
-from webhook.policy.model import Policy, RunPolicy, build_run_policy
+from webhook.policy.model import Policy, build_run_policy
 
 POLICIES = TESTS / "cases" / "_policies"
 RUN = {"app.kubernetes.io/managed-by": "dhcore", "dhcore/run": "r1"}
@@ -285,7 +285,7 @@ def test_policy_reports_split_into_parts() -> None:
             assert sum(r["summary"][key] for r in split) == total
 
 
-def two_run_policies(directory: Path) -> RunPolicy:
+def two_run_policies(directory: Path) -> Policy:
     """'builds' (tried first, by name) for the platform's image builds, 'platform' for
     the other runs; each excludes a namespace of its own."""
     for name, labels, extra, excluded in (
@@ -401,7 +401,7 @@ def edited_policies(tmp_path: Path) -> Path:
     return edited
 
 
-def created(name: str, policy: RunPolicy, labels: dict[str, str]) -> dict[str, Any]:
+def created(name: str, policy: Policy, labels: dict[str, str]) -> dict[str, Any]:
     obj = {
         "apiVersion": "v1",
         "kind": "Pod",

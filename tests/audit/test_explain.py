@@ -20,7 +20,7 @@ from webhook.engine import evaluate
 from webhook.engine.registry import RULES
 from webhook.engine.rules.profile import PROFILE_APPLIED, PROFILE_NOT_ALLOWED, PROFILE_RANGE
 from webhook.policy.loader import load_policy
-from webhook.policy.model import RunPolicy
+from webhook.policy.model import Policy, RunPolicy
 
 
 def run(ns: str, profile: str | None, memory: str = "", kind: str = "Pod") -> dict[str, Any]:
@@ -40,11 +40,11 @@ def run(ns: str, profile: str | None, memory: str = "", kind: str = "Pod") -> di
 
 
 @pytest.fixture
-def policy(tmp_path: Path) -> RunPolicy:
+def policy(tmp_path: Path) -> Policy:
     return load_policy(policy_dir(tmp_path / "p", selector=TEAM_A_ONLY))
 
 
-def test_a_clamped_run_says_each_change_and_why(policy: RunPolicy) -> None:
+def test_a_clamped_run_says_each_change_and_why(policy: Policy) -> None:
     e = explain(run("team-a", "small", "64Gi"), policy, context=CONTEXT)
     decision = evaluate(run("team-a", "small", "64Gi"), policy, context=CONTEXT)
     assert (e.allowed, e.run_policy, e.profile, e.profile_asked, e.asked_by) == (
@@ -61,7 +61,7 @@ def test_a_clamped_run_says_each_change_and_why(policy: RunPolicy) -> None:
             "value": "16Gi"} in out["patch"]  # fmt: skip
 
 
-def test_the_profiles_a_namespace_may_use_with_their_ranges(policy: RunPolicy) -> None:
+def test_the_profiles_a_namespace_may_use_with_their_ranges(policy: Policy) -> None:
     a = explain(run("team-a", "small"), policy, context=CONTEXT).to_dict()["profiles"]
     b = explain(run("team-b", "small"), policy, context=CONTEXT).to_dict()["profiles"]
     assert [(p["name"], p["usable"]) for p in a] == [("a100", True), ("small", True)]
@@ -73,7 +73,7 @@ def test_the_profiles_a_namespace_may_use_with_their_ranges(policy: RunPolicy) -
     assert b[0]["requests"] == {"cpu": "8", "memory": "32Gi", "gpu": "1"}
 
 
-def test_a_refused_profile_is_explained_with_what_to_pick_instead(policy: RunPolicy) -> None:
+def test_a_refused_profile_is_explained_with_what_to_pick_instead(policy: Policy) -> None:
     e = explain(run("team-b", "a100"), policy, context=CONTEXT)
     assert not e.allowed and e.profile is None and e.profile_asked == "a100"
     assert [v.rule for v in e.violations] == [PROFILE_NOT_ALLOWED]
@@ -87,7 +87,7 @@ def test_a_refused_profile_is_explained_with_what_to_pick_instead(policy: RunPol
     assert table[3] == "  kept to other namespaces: a100"
 
 
-def test_without_a_cluster_view_the_kept_profiles_are_unknown(policy: RunPolicy) -> None:
+def test_without_a_cluster_view_the_kept_profiles_are_unknown(policy: Policy) -> None:
     e = explain(run("team-b", None), policy)
     assert (e.profile, e.asked_by) == ("small", "default")
     assert [(c.name, c.usable) for c in e.choices] == [("a100", None), ("small", True)]
@@ -95,7 +95,7 @@ def test_without_a_cluster_view_the_kept_profiles_are_unknown(policy: RunPolicy)
     assert "give --cluster-state with it): a100" in to_text(e)
 
 
-def test_a_job_is_explained_by_its_template(policy: RunPolicy) -> None:
+def test_a_job_is_explained_by_its_template(policy: Policy) -> None:
     e = explain(run("team-a", "small", "64Gi", kind="Job"), policy, context=CONTEXT)
     assert (e.kind, e.profile) == ("Job", "small")
     # the records, and the profile written into the template (where a queue counts it),
@@ -108,7 +108,7 @@ def test_a_job_is_explained_by_its_template(policy: RunPolicy) -> None:
     assert {PROFILE_APPLIED, PROFILE_RANGE} <= {c.rule for c in e.changes}
 
 
-def test_an_object_no_runpolicy_governs(policy: RunPolicy) -> None:
+def test_an_object_no_runpolicy_governs(policy: Policy) -> None:
     web = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web", "namespace": "x"},
            "spec": {"containers": [{"name": "web", "image": "nginx"}]}}  # fmt: skip
     e = explain(web, policy)
@@ -133,7 +133,7 @@ def test_the_command_offline(
     assert main(["explain", "-p", str(tmp_path / "p"), "--kubeconfig", "k", str(manifest)]) == 2
 
 
-def test_a_stored_pod_is_explained_by_what_kubectl_applied(policy: RunPolicy) -> None:
+def test_a_stored_pod_is_explained_by_what_kubectl_applied(policy: Policy) -> None:
     sent = run("team-a", "small", "64Gi")
     pod = evaluate(sent, policy, context=CONTEXT).object
     pod["metadata"].setdefault("annotations", {})[LAST_APPLIED] = json.dumps(sent)

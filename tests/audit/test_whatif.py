@@ -21,10 +21,10 @@ from webhook.cli import main
 from webhook.engine import mutate
 from webhook.engine.rules.profile import PROFILE_NOT_ALLOWED, PROFILE_RANGE, PROFILE_UNKNOWN
 from webhook.policy.loader import load_policy
-from webhook.policy.model import RunPolicy
+from webhook.policy.model import Policy
 
 
-def stored(policy: RunPolicy, name: str, ns: str, profile: str, memory: str = "") -> dict[str, Any]:
+def stored(policy: Policy, name: str, ns: str, profile: str, memory: str = "") -> dict[str, Any]:
     """A run Pod as the cluster holds it: after the current policy's mutation."""
     container: dict[str, Any] = {"name": "main", "image": "python:3.12"}
     if memory:
@@ -48,11 +48,11 @@ def stored(policy: RunPolicy, name: str, ns: str, profile: str, memory: str = ""
 
 
 @pytest.fixture
-def current(tmp_path: Path) -> RunPolicy:
+def current(tmp_path: Path) -> Policy:
     return load_policy(policy_dir(tmp_path / "current"))
 
 
-def test_the_same_policy_changes_nothing(tmp_path: Path, current: RunPolicy) -> None:
+def test_the_same_policy_changes_nothing(tmp_path: Path, current: Policy) -> None:
     same = load_policy(policy_dir(tmp_path / "same"))
     runs = [stored(current, "a", "team-a", "a100"), stored(current, "b", "team-b", "small", "12Gi")]
     verdicts = list(compare_all(runs, current, same, CONTEXT))
@@ -63,7 +63,7 @@ def test_the_same_policy_changes_nothing(tmp_path: Path, current: RunPolicy) -> 
     ]
 
 
-def test_a_profile_kept_to_team_a_denies_team_b_only(tmp_path: Path, current: RunPolicy) -> None:
+def test_a_profile_kept_to_team_a_denies_team_b_only(tmp_path: Path, current: Policy) -> None:
     proposed = load_policy(policy_dir(tmp_path / "proposed", selector=TEAM_A_ONLY))
     a = compare(stored(current, "a", "team-a", "a100"), current, proposed, CONTEXT)
     b = compare(stored(current, "b", "team-b", "a100"), current, proposed, CONTEXT)
@@ -75,16 +75,14 @@ def test_a_profile_kept_to_team_a_denies_team_b_only(tmp_path: Path, current: Ru
     assert "it may use: small" in b.detail
 
 
-def test_a_removed_profile_denies_its_runs(tmp_path: Path, current: RunPolicy) -> None:
+def test_a_removed_profile_denies_its_runs(tmp_path: Path, current: Policy) -> None:
     proposed = load_policy(policy_dir(tmp_path / "proposed", a100=False))
     verdict = compare(stored(current, "a", "team-a", "a100"), current, proposed, CONTEXT)
     assert verdict is not None
     assert (verdict.outcome, verdict.rules) == ("denied", (PROFILE_UNKNOWN,))
 
 
-def test_a_lower_maximum_clamps_and_a_value_inside_stays(
-    tmp_path: Path, current: RunPolicy
-) -> None:
+def test_a_lower_maximum_clamps_and_a_value_inside_stays(tmp_path: Path, current: Policy) -> None:
     proposed = load_policy(policy_dir(tmp_path / "proposed", small_max="8Gi"))
     big = compare(stored(current, "big", "team-a", "small", "12Gi"), current, proposed, CONTEXT)
     fits = compare(stored(current, "fits", "team-a", "small", "6Gi"), current, proposed, CONTEXT)
@@ -94,7 +92,7 @@ def test_a_lower_maximum_clamps_and_a_value_inside_stays(
     assert fits.outcome == "unchanged"
 
 
-def test_a_new_default_profile_moves_runs_naming_none(tmp_path: Path, current: RunPolicy) -> None:
+def test_a_new_default_profile_moves_runs_naming_none(tmp_path: Path, current: Policy) -> None:
     proposed_dir = policy_dir(tmp_path / "proposed")
     text = (proposed_dir / "runpolicy.yaml").read_text().replace("default: small", "default: a100")
     (proposed_dir / "runpolicy.yaml").write_text(text)
@@ -106,13 +104,13 @@ def test_a_new_default_profile_moves_runs_naming_none(tmp_path: Path, current: R
     assert (verdict.profile, verdict.proposed_profile) == ("small", "a100")
 
 
-def test_objects_outside_both_policies_are_left_out(tmp_path: Path, current: RunPolicy) -> None:
+def test_objects_outside_both_policies_are_left_out(tmp_path: Path, current: Policy) -> None:
     web = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web", "namespace": "team-a"},
            "spec": {"containers": [{"name": "web", "image": "nginx"}]}}  # fmt: skip
     assert compare(web, current, current, CONTEXT) is None
 
 
-def test_the_tally_and_the_markdown_summary(tmp_path: Path, current: RunPolicy) -> None:
+def test_the_tally_and_the_markdown_summary(tmp_path: Path, current: Policy) -> None:
     proposed = load_policy(policy_dir(tmp_path / "proposed", selector=TEAM_A_ONLY))
     runs = [stored(current, f"r{i}", ns, "a100") for i in range(3) for ns in ("team-a", "team-b")]
     tally = Tally(examples=2)
@@ -128,7 +126,7 @@ def test_the_tally_and_the_markdown_summary(tmp_path: Path, current: RunPolicy) 
     assert summary.count("- Pod `team-b/") == 2  # examples, bounded
 
 
-def cluster_state(tmp_path: Path, current: RunPolicy) -> Path:
+def cluster_state(tmp_path: Path, current: Policy) -> Path:
     runs = [stored(current, "a", "team-a", "a100"), stored(current, "b", "team-b", "a100"),
             stored(current, "c", "team-b", "small", "12Gi")]  # fmt: skip
     path = tmp_path / "state.yaml"
@@ -137,7 +135,7 @@ def cluster_state(tmp_path: Path, current: RunPolicy) -> Path:
 
 
 def test_the_command_offline_json_and_table(
-    tmp_path: Path, current: RunPolicy, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, current: Policy, capsys: pytest.CaptureFixture[str]
 ) -> None:
     state = cluster_state(tmp_path, current)
     proposed = policy_dir(tmp_path / "proposed", selector=TEAM_A_ONLY, small_max="8Gi")
@@ -165,7 +163,7 @@ def test_the_command_offline_json_and_table(
     assert table[-1].split() == ["TOTAL", "1", "1", "1"]
 
 
-def test_a_broken_proposal_is_bad_input(tmp_path: Path, current: RunPolicy) -> None:
+def test_a_broken_proposal_is_bad_input(tmp_path: Path, current: Policy) -> None:
     broken = tmp_path / "broken"
     broken.mkdir()
     write(broken, "runpolicy.yaml", "apiVersion: runguard.io/v1\nkind: RunPolicy\n")
@@ -175,7 +173,7 @@ def test_a_broken_proposal_is_bad_input(tmp_path: Path, current: RunPolicy) -> N
 
 
 def test_paging_selects_for_either_policy_and_judges_every_run_once(
-    tmp_path: Path, current: RunPolicy
+    tmp_path: Path, current: Policy
 ) -> None:
     from webhook.cli.whatif import _selecting
 

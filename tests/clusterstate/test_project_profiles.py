@@ -31,7 +31,7 @@ from webhook.policy.crd import CRD_FILES
 from webhook.policy.lint import lint
 from webhook.policy.loader import load_policy
 from webhook.policy.mirror.objects import check_object
-from webhook.policy.model import RunPolicy
+from webhook.policy.model import Policy
 
 T4_SMALL = project_profile(
     "team-a",
@@ -51,7 +51,7 @@ CLUSTER = cluster(T4_SMALL, SHADOW, project_profile("team-b", "tiny"))
 
 
 @pytest.fixture
-def policy(tmp_path: Path) -> RunPolicy:
+def policy(tmp_path: Path) -> Policy:
     write(tmp_path, "runpolicy.yaml", RUN_POLICY)
     write(tmp_path, "profiles.yaml", PROFILES)
     return load_policy(tmp_path)
@@ -74,7 +74,7 @@ def test_the_cluster_view_keeps_a_project_profiles_spec_and_nothing_elses() -> N
 # --- the engine ------------------------------------------------------------------------
 
 
-def test_a_run_in_the_project_gets_its_profile(policy: RunPolicy) -> None:
+def test_a_run_in_the_project_gets_its_profile(policy: Policy) -> None:
     decision = mutate(run("team-a", "2xt4-small"), policy, namespace="team-a", context=CLUSTER)
     assert decision.allowed, decision.violations
     spec = decision.object["spec"]
@@ -90,7 +90,7 @@ def test_a_run_in_the_project_gets_its_profile(policy: RunPolicy) -> None:
 
 
 def test_the_same_run_in_another_project_is_refused_with_that_projects_profiles(
-    policy: RunPolicy,
+    policy: Policy,
 ) -> None:
     decision = evaluate(run("team-b", "2xt4-small"), policy, namespace="team-b", context=CLUSTER)
     assert not decision.allowed
@@ -100,7 +100,7 @@ def test_the_same_run_in_another_project_is_refused_with_that_projects_profiles(
 
 
 def test_the_projects_profile_wins_over_the_installations_of_the_same_name(
-    policy: RunPolicy,
+    policy: Policy,
 ) -> None:
     mine = mutate(run("team-a", "small"), policy, namespace="team-a", context=CLUSTER)
     theirs = mutate(run("team-b", "small"), policy, namespace="team-b", context=CLUSTER)
@@ -108,7 +108,7 @@ def test_the_projects_profile_wins_over_the_installations_of_the_same_name(
     assert requests == [{"cpu": "2", "memory": "4Gi"}, {"cpu": "1", "memory": "2Gi"}]
 
 
-def test_refusals_list_the_projects_profiles_too(policy: RunPolicy) -> None:
+def test_refusals_list_the_projects_profiles_too(policy: Policy) -> None:
     decision = evaluate(run("team-b", "a100"), policy, namespace="team-b", context=CLUSTER)
     assert [(v.rule, v.message) for v in decision.violations] == [
         (
@@ -155,7 +155,7 @@ def test_refusals_list_the_projects_profiles_too(policy: RunPolicy) -> None:
     ids=["maximum", "gpu", "priority class", "device env", "other namespace", "unreadable"],
 )
 def test_a_project_profile_beyond_the_run_policy_is_refused_not_applied(
-    policy: RunPolicy, spec: dict[str, Any], why: str
+    policy: Policy, spec: dict[str, Any], why: str
 ) -> None:
     context = cluster(project_profile("team-a", "big", **spec))
     decision = mutate(run("team-a", "big"), policy, namespace="team-a", context=context)
@@ -167,7 +167,7 @@ def test_a_project_profile_beyond_the_run_policy_is_refused_not_applied(
     assert why in violation.message
 
 
-def test_without_project_profiles_in_view_runs_name_the_installations(policy: RunPolicy) -> None:
+def test_without_project_profiles_in_view_runs_name_the_installations(policy: Policy) -> None:
     for context in (Context(), cluster()):  # no view; a view with none (or CRD absent)
         decision = mutate(run("team-a", "small"), policy, namespace="team-a", context=context)
         assert decision.object["spec"]["containers"][0]["resources"]["requests"]["cpu"] == "1"
@@ -323,7 +323,7 @@ def test_the_watch_reads_them_whole_and_everything_else_as_metadata(tmp_path: Pa
         publisher.close()
 
 
-def test_explain_lists_the_projects_own_profiles_first_where_they_shadow(policy: RunPolicy) -> None:
+def test_explain_lists_the_projects_own_profiles_first_where_they_shadow(policy: Policy) -> None:
     """``runguard explain``'s choices for a team-a run: its project's profiles (the one
     named like an installation-wide profile replacing it, as in the engine), and one
     beyond the RunPolicy listed as not usable; team-b sees neither of team-a's."""
@@ -346,7 +346,7 @@ def test_explain_lists_the_projects_own_profiles_first_where_they_shadow(policy:
 # --- what a project admin and her team read ---------------------------------------------
 
 
-def test_explain_says_a_run_got_its_projects_own_profile(policy: RunPolicy) -> None:
+def test_explain_says_a_run_got_its_projects_own_profile(policy: Policy) -> None:
     """The engine names a project's profile ``team-a/2xt4-small``; explain's text says the
     run got the profile it named, as its JSON does, never "unknown, the default used"."""
     from webhook.audit.explain import explain, to_text
@@ -361,7 +361,7 @@ def test_explain_says_a_run_got_its_projects_own_profile(policy: RunPolicy) -> N
 
 
 def test_explain_lists_a_project_profile_beyond_the_run_policy_as_refused(
-    policy: RunPolicy,
+    policy: Policy,
 ) -> None:
     """Not under "kept to other namespaces" (it is this namespace's own): refused, with why."""
     from webhook.audit.explain import explain, to_text
@@ -391,7 +391,7 @@ def test_explain_lists_a_project_profile_beyond_the_run_policy_as_refused(
     ids=["not a quantity", "a range without its default"],
 )
 def test_a_malformed_project_profile_is_reported_as_lint_reports_it(
-    tmp_path: Path, policy: RunPolicy, requests: str
+    tmp_path: Path, policy: Policy, requests: str
 ) -> None:
     """The engine's refusal names the key as lint does, never the validator's internals
     (``cpu.function-after[check(), any]``)."""
@@ -418,7 +418,7 @@ def test_a_malformed_project_profile_is_reported_as_lint_reports_it(
 
 
 def test_the_docs_say_the_rule_a_run_naming_another_projects_profile_gets(
-    policy: RunPolicy,
+    policy: Policy,
 ) -> None:
     """A team-b run naming team-a's own profile: the engine's rule id is what every doc a
     user reads for that refusal says (never ``profile.not-allowed`` in one and

@@ -38,7 +38,7 @@ from hypothesis import strategies as st
 from webhook.engine import evaluate, mutate, validate
 from webhook.engine.rules.pod_security import SAFE_SYSCTLS
 from webhook.policy.loader import load_policy
-from webhook.policy.model import RunPolicy
+from webhook.policy.model import Policy
 
 POLICIES = TESTS / "cases" / "_policies"
 
@@ -84,7 +84,7 @@ NAMES = ["platform", "strict", "permissive", "baseline"]
 
 
 @pytest.fixture(scope="module")
-def policies() -> dict[str, RunPolicy]:
+def policies() -> dict[str, Policy]:
     """Strip, Deny, a policy looser than the level wherever a key allows it, and the same
     at ``level: baseline``."""
     return {name: load_policy(POLICIES / name) for name in NAMES}
@@ -102,7 +102,7 @@ POLICY_NAMES = st.sampled_from(NAMES)
 @SETTINGS
 @given(pod=run_pods(), name=POLICY_NAMES)
 def test_what_runguard_admits_the_pod_security_admission_admits(
-    pod: JSON, name: str, policies: dict[str, RunPolicy]
+    pod: JSON, name: str, policies: dict[str, Policy]
 ) -> None:
     policy = policies[name]
     decision = evaluate(pod, policy)
@@ -115,7 +115,7 @@ def test_what_runguard_admits_the_pod_security_admission_admits(
 @FEWER
 @given(pod=run_pods(ephemeral=False), debug=containers("debugger", "ephemeral"), name=POLICY_NAMES)
 def test_a_debug_container_runguard_admits_keeps_the_pod_compliant(
-    pod: JSON, debug: JSON, name: str, policies: dict[str, RunPolicy]
+    pod: JSON, debug: JSON, name: str, policies: dict[str, Policy]
 ) -> None:
     """``kubectl debug``: /mutate then /validate on the UPDATE of pods/ephemeralcontainers."""
     policy = policies[name]
@@ -235,7 +235,7 @@ SINGLE_FIELD_PODS = list(single_field_pods())
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_one_field_at_a_time(name: str, policies: dict[str, RunPolicy]) -> None:
+def test_one_field_at_a_time(name: str, policies: dict[str, Policy]) -> None:
     policy = policies[name]
     admitted = 0
     for what, pod in SINGLE_FIELD_PODS:
@@ -292,7 +292,7 @@ def apiserver_refusals(pod: JSON) -> set[str]:
 @FEWER
 @given(pod=run_pods(), name=POLICY_NAMES)
 def test_runguard_never_writes_what_the_apiserver_refuses(
-    pod: JSON, name: str, policies: dict[str, RunPolicy]
+    pod: JSON, name: str, policies: dict[str, Policy]
 ) -> None:
     """A valid Pod stays valid: runguard's patch adds no refusal (which would also hide
     runguard's own message behind the apiserver's)."""
@@ -303,7 +303,7 @@ def test_runguard_never_writes_what_the_apiserver_refuses(
 @FEWER
 @given(pod=run_pods(ephemeral=False), debug=containers("debugger", "ephemeral"), name=POLICY_NAMES)
 def test_a_debug_container_is_never_made_invalid(
-    pod: JSON, debug: JSON, name: str, policies: dict[str, RunPolicy]
+    pod: JSON, debug: JSON, name: str, policies: dict[str, Policy]
 ) -> None:
     running = evaluate(pod, policies[name]).object
     sent = copy.deepcopy(running)
@@ -315,7 +315,7 @@ def test_a_debug_container_is_never_made_invalid(
 @FEWER
 @given(pod=run_pods(), name=POLICY_NAMES)
 def test_a_windows_pod_gets_only_what_the_apiserver_accepts_for_windows(
-    pod: JSON, name: str, policies: dict[str, RunPolicy]
+    pod: JSON, name: str, policies: dict[str, Policy]
 ) -> None:
     pod["spec"]["os"] = {"name": "windows"}
     result = mutate(pod, policies[name]).object
@@ -337,7 +337,7 @@ SAME_AS_UPSTREAM = {
 @FEWER
 @given(pod=run_pods(), name=POLICY_NAMES)
 def test_runguard_denies_for_the_standard_only_what_upstream_denies(
-    pod: JSON, name: str, policies: dict[str, RunPolicy]
+    pod: JSON, name: str, policies: dict[str, Policy]
 ) -> None:
     level = policies[name].first.security.level
     failures = set(upstream_failures(pod, level))
@@ -350,7 +350,7 @@ def test_runguard_denies_for_the_standard_only_what_upstream_denies(
 
 
 def test_kubectl_debug_without_a_profile_gets_a_compliant_container(
-    policies: dict[str, RunPolicy],
+    policies: dict[str, Policy],
 ) -> None:
     """The legacy profile sends no securityContext at all; runguard fills it."""
     run = {

@@ -15,7 +15,7 @@ from webhook.engine import evaluate, mutate
 from webhook.engine.context import Context
 from webhook.engine.rules.profile import PROFILE_NOT_ALLOWED
 from webhook.policy.loader import load_policy
-from webhook.policy.model import RunPolicy
+from webhook.policy.model import Policy
 
 RUN_POLICY = """\
     apiVersion: runguard.io/v1
@@ -71,7 +71,7 @@ CLUSTER = Context(
 )
 
 
-def policy(tmp_path: Path, default: str = "small") -> RunPolicy:
+def policy(tmp_path: Path, default: str = "small") -> Policy:
     write(tmp_path, "runpolicy.yaml", RUN_POLICY.replace("DEFAULT", default))
     write(tmp_path, "profiles.yaml", PROFILES)
     return load_policy(tmp_path)
@@ -89,7 +89,7 @@ def run(ns: str, profile: str | None) -> dict[str, Any]:
     }
 
 
-def refused(policy: RunPolicy, ns: str, profile: str | None, context: Context) -> list[str]:
+def refused(policy: Policy, ns: str, profile: str | None, context: Context) -> list[str]:
     """The messages of ``profile.not-allowed`` for a run in ``ns`` (denied: one at least)."""
     decision = evaluate(run(ns, profile), policy, namespace=ns, context=context)
     mine = [v for v in decision.violations if v.rule == PROFILE_NOT_ALLOWED]

@@ -31,11 +31,11 @@ from webhook.engine.context import NO_CONTEXT, Context, Requester
 from webhook.engine.receipts import LocalReceipts, SharedReceipts, backstop_key
 from webhook.engine.types import Decision
 from webhook.policy.loader import load_policy
-from webhook.policy.model import Policy, RunPolicy
+from webhook.policy.model import Policy
 
 ROOT = REPO
 
-POLICIES: list[RunPolicy] = [
+POLICIES: list[Policy] = [
     *(load_policy(p) for p in sorted((ROOT / "tests/cases/_policies").iterdir()) if p.is_dir()),
     load_policy(ROOT / "policies"),
 ]
@@ -51,14 +51,14 @@ def _seen(d: Decision) -> tuple[Any, ...]:
     )
 
 
-def same_with_and_without(obj: Any, policy: RunPolicy, context: Context) -> bool:
+def same_with_and_without(obj: Any, policy: Policy, context: Context) -> bool:
     """``validate`` of ``mutate``'s result: the same decision with its receipt as without;
     True when the receipt was found (the backstop skipped)."""
     receipts = LocalReceipts()
     mutated = mutate(copy.deepcopy(obj), policy, context=context, receipts=receipts)
     with_receipt = validate(mutated.object, policy, context=context, receipts=receipts)
     without = validate(mutated.object, policy, context=context)
-    assert _seen(with_receipt) == _seen(without), (obj, policy.name, with_receipt.error)
+    assert _seen(with_receipt) == _seen(without), (obj, policy.names(), with_receipt.error)
     return bool(receipts._keys) and with_receipt.allowed is not None
 
 
@@ -75,7 +75,7 @@ def test_no_decision_changes_on_the_cases_and_fixtures() -> None:
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(pod=pods(), policy=st.sampled_from(POLICY_SET))
-def test_no_decision_changes_on_generated_pods(pod: dict[str, Any], policy: RunPolicy) -> None:
+def test_no_decision_changes_on_generated_pods(pod: dict[str, Any], policy: Policy) -> None:
     same_with_and_without(pod, policy, NO_CONTEXT)
 
 
@@ -96,7 +96,7 @@ def test_no_decision_changes_on_the_fuzz_corpus(text: str) -> None:
         same_with_and_without(doc, PLATFORM, NO_CONTEXT)
 
 
-def _backstop_runs(obj: Any, policy: RunPolicy, context: Context, receipts: Any) -> bool:
+def _backstop_runs(obj: Any, policy: Policy, context: Context, receipts: Any) -> bool:
     ran = []
     original = engine_validation._not_mutated
 

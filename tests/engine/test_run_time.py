@@ -18,13 +18,13 @@ from webhook.engine import evaluate, mutate, validate
 from webhook.engine.rules.profile import PROFILE_PROJECT_INVALID
 from webhook.engine.rules.runtime import MAX_EXEC_TIME
 from webhook.policy.loader import load_policy
-from webhook.policy.model import RunPolicy
+from webhook.policy.model import Policy
 
 KUEUE = "system:serviceaccount:kueue-system:kueue-controller-manager"
 
 
 @pytest.fixture
-def policy(tmp_path: Path) -> RunPolicy:
+def policy(tmp_path: Path) -> Policy:
     write(tmp_path, "runpolicy.yaml", RUN_POLICY.rstrip(" ") + "      runTime: {maximum: 86400}\n")
     write(tmp_path, "profiles.yaml", PROFILES)
     write(tmp_path, "timed.yaml", TIMED)
@@ -36,7 +36,7 @@ def deadline(decision: Any) -> Any:
     return decision.object["spec"].get("activeDeadlineSeconds")
 
 
-def test_a_run_gets_the_default_and_never_more_than_the_maximum(policy: RunPolicy) -> None:
+def test_a_run_gets_the_default_and_never_more_than_the_maximum(policy: Policy) -> None:
     assert deadline(evaluate(run("team-b", "notebook"), policy, namespace="team-b")) == 3600
     assert deadline(evaluate(run("team-b", "capped"), policy, namespace="team-b")) == 7200
     asked = run("team-b", "notebook")
@@ -66,7 +66,7 @@ def timed_job(kind: str = "Job") -> dict[str, Any]:
             "spec": {"schedule": "0 * * * *", "jobTemplate": job_template}}  # fmt: skip
 
 
-def test_a_job_template_gets_it_too_and_the_job_its_maximum(policy: RunPolicy) -> None:
+def test_a_job_template_gets_it_too_and_the_job_its_maximum(policy: Policy) -> None:
     """Each Pod gets the default; the Job as a whole (its retries) the maximum."""
     decision = mutate(timed_job(), policy, namespace="team-b")
     assert decision.object["spec"]["template"]["spec"]["activeDeadlineSeconds"] == 3600
@@ -89,7 +89,7 @@ def test_a_job_template_gets_it_too_and_the_job_its_maximum(policy: RunPolicy) -
         "(max)" in lowered.warnings  # fmt: skip
 
 
-def test_a_jobs_run_time_removed_raised_or_skipped_is_refused(policy: RunPolicy) -> None:
+def test_a_jobs_run_time_removed_raised_or_skipped_is_refused(policy: Policy) -> None:
     admitted = evaluate(timed_job(), policy, namespace="team-b")
     assert admitted.allowed, admitted.message()
     skipped = validate(timed_job(), policy, namespace="team-b")
@@ -110,7 +110,7 @@ def test_a_jobs_run_time_removed_raised_or_skipped_is_refused(policy: RunPolicy)
 
 
 def test_a_pod_that_skipped_mutate_and_an_update_raising_or_removing_it_are_refused(
-    policy: RunPolicy,
+    policy: Policy,
 ) -> None:
     admitted = evaluate(run("team-b", "notebook"), policy, namespace="team-b").object
     skipped = validate(run("team-b", "notebook"), policy, namespace="team-b")
@@ -133,7 +133,7 @@ def test_a_pod_that_skipped_mutate_and_an_update_raising_or_removing_it_are_refu
     assert validate(lowered, policy, namespace="team-b", old=admitted).allowed
 
 
-def test_a_project_profile_above_the_run_policys_maximum_is_not_applied(policy: RunPolicy) -> None:
+def test_a_project_profile_above_the_run_policys_maximum_is_not_applied(policy: Policy) -> None:
     context = cluster(project_profile("team-a", "forever", runTime={"maximum": 10**7}))
     decision = evaluate(run("team-a", "forever"), policy, namespace="team-a", context=context)
     assert not decision.allowed

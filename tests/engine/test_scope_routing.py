@@ -35,7 +35,7 @@ from webhook.engine.context import Context, Requester
 from webhook.engine.scope import in_scope
 from webhook.install import manifests
 from webhook.keys import PLATFORM_RECORD, POLICY_LABEL, REQUESTED_BY
-from webhook.policy.model import Policy, RunPolicy, build_run_policy
+from webhook.policy.model import Policy, build_run_policy
 
 NAMESPACES = ("ml", "team")
 CORE_ID = "system:serviceaccount:digitalhub:core"
@@ -77,12 +77,12 @@ def _run_policy(
             "spec": spec}  # fmt: skip
 
 
-_POLICIES: dict[tuple[Any, ...], RunPolicy] = {}
+_POLICIES: dict[tuple[Any, ...], Policy] = {}
 
 
 def policy_set(
     exclusions: tuple[frozenset[str], ...], batch_platform: str | None, batch_requesters: bool
-) -> RunPolicy:
+) -> Policy:
     """Three RunPolicies tried in this order: a batch one (a platform or none, maybe with
     requesters), the Core's runs, and another platform's; each excluding its own."""
     key = (exclusions, batch_platform, batch_requesters)
@@ -237,7 +237,7 @@ requesters = st.sampled_from([ALICE, CORE, OTHER, ARGO])
 
 
 def _judged(
-    cel: Cel, policy: RunPolicy, obj: Any, old: Any, namespace: str, who: Requester,
+    cel: Cel, policy: Policy, obj: Any, old: Any, namespace: str, who: Requester,
     subresource: str = "",
 ) -> Any:  # fmt: skip
     """The request as the apiserver runs it: the mutating webhooks it routes, then the

@@ -17,7 +17,7 @@ from harness.shipped import ALICE, CORE, SHIPPED
 from webhook.engine import validate
 from webhook.engine.context import Context, Requester
 from webhook.install import manifests
-from webhook.policy.model import RunPolicy
+from webhook.policy.model import Policy
 
 TOKEN_CONTROLLER = Requester("system:kube-controller-manager", ("system:authenticated",))
 
@@ -28,7 +28,7 @@ def _resources(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(RESOURCES, "VolumeSnapshot", ("snapshot.storage.k8s.io", "volumesnapshots"))
 
 
-def judged(obj: dict[str, Any], policy: RunPolicy, who: Requester, namespace: str,
+def judged(obj: dict[str, Any], policy: Policy, who: Requester, namespace: str,
            old: dict[str, Any] | None = None) -> set[str]:  # fmt: skip
     """The rules that refuse the request (empty: allowed), and that, when refused, the
     apiserver sends it to runguard (and never otherwise)."""
@@ -46,7 +46,7 @@ _CONFIGURATIONS: dict[int, list[dict[str, Any]]] = {}
 _CEL = Cel()
 
 
-def routed(obj: dict[str, Any], policy: RunPolicy, who: Requester, namespace: str,
+def routed(obj: dict[str, Any], policy: Policy, who: Requester, namespace: str,
            old: dict[str, Any] | None = None) -> list[str]:  # fmt: skip
     """The runguard webhooks the apiserver calls for the request."""
     operation = "CREATE" if old is None else "UPDATE"

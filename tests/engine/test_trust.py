@@ -202,13 +202,13 @@ def test_a_stamp_that_skipped_mutate_is_denied() -> None:
 
 
 def test_a_user_named_like_a_group_identity_is_not_the_group() -> None:
-    policy = build_run_policy(
+    run = build_run_policy(
         {"apiVersion": "runguard.io/v1", "kind": "RunPolicy", "metadata": {"name": "p"},
          "spec": {"selector": {"matchLabels": {"app.kubernetes.io/managed-by": "dhcore"}},
                   "secrets": {"allowed": ["sec-*-{labels[dhcore/run]}"]},
                   "volumes": {"platformClaims": ["v-{labels[dhcore/run]}-*"]},
                   "platform": {"identities": ["group:platform-admins"]}}}, [])  # fmt: skip
-    policy = Policy.of(policy)
+    policy = Policy.of(run)
     impostor = Requester("group:platform-admins", ("system:authenticated",))
     decision = evaluate(pod(), policy, namespace="ml", context=Context(impostor, State([])))
     assert PLATFORM_RECORD not in decision.object["metadata"]["annotations"]

@@ -20,7 +20,7 @@ from webhook.engine.context import Context, Requester
 from webhook.install import manifests
 from webhook.keys import PLATFORM_RECORD, REQUESTED_BY
 from webhook.policy.loader import load_policy
-from webhook.policy.model import Policy, RunPolicy
+from webhook.policy.model import Policy
 
 from .cluster_state import Meta, State
 from .inputs import REPO
@@ -57,13 +57,13 @@ TWO = Policy.of(*SHIPPED.run_policies, *MLRUN.run_policies)
 # --- the engine, as the webhooks call it ------------------------------------------------
 
 
-def admitted(obj: dict[str, Any], policy: RunPolicy, who: Requester) -> dict[str, Any]:
+def admitted(obj: dict[str, Any], policy: Policy, who: Requester) -> dict[str, Any]:
     decision = evaluate(obj, policy, namespace="ml", context=Context(who, State([])))
     assert decision.allowed, decision.message()
     return decision.object
 
 
-def door(target: Any, policy: RunPolicy, who: Requester, by: Any = None, how: str = "exec") -> Any:
+def door(target: Any, policy: Policy, who: Requester, by: Any = None, how: str = "exec") -> Any:
     context = Context(who, State([]), "CONNECT", how)
     return connect(target, policy, namespace="ml", context=context, by=by)
 
@@ -98,7 +98,7 @@ def state(*objects: dict[str, Any]) -> StaticClusterState:
 def update(
     new: dict[str, Any],
     old: dict[str, Any],
-    policy: RunPolicy,
+    policy: Policy,
     who: Requester,
     view: StaticClusterState | None = None,
     subresource: str = "",
@@ -277,7 +277,7 @@ def _status_routed(hook: dict[str, Any], new: dict[str, Any], old: dict[str, Any
     return all(_holds(cel, c["expression"], data) for c in hook.get("matchConditions", []))
 
 
-def _hook(policy: RunPolicy, name: str) -> dict[str, Any]:
+def _hook(policy: Policy, name: str) -> dict[str, Any]:
     (found,) = [h for c in manifests.webhook_configurations(policy) for h in c["webhooks"]
                 if h["name"] == name]  # fmt: skip
     return dict(found)

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from webhook.policy.loader import load_policy
-from webhook.policy.model import RunPolicy
+from webhook.policy.model import Policy
 
 REPO = Path(__file__).resolve().parents[2]
 TESTS = REPO / "tests"
@@ -131,7 +131,7 @@ def write(directory: Path, name: str, text: str) -> None:
     (directory / name).write_text(textwrap.dedent(text), encoding="utf-8")
 
 
-def written_policy(directory: Path, files: Mapping[str, str]) -> RunPolicy:
+def written_policy(directory: Path, files: Mapping[str, str]) -> Policy:
     """The policy of ``files`` (name: text, as for ``write``) written into ``directory``."""
     for name, text in files.items():
         write(directory, name, text)

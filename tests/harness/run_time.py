@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from webhook.keys import PROFILE_LABEL
-from webhook.policy.model import RunPolicy
+from webhook.policy.model import Policy
 
 from .pods import container, policy_of
 from .templates import KUEUE as QUEUE_CONTROLLER
@@ -21,7 +21,7 @@ TIMED = """\
     """
 
 
-def queued_policy(tmp_path: Path) -> RunPolicy:
+def queued_policy(tmp_path: Path) -> Policy:
     return policy_of(
         tmp_path,
         {"platform": {"queues": [{"identity": QUEUE_CONTROLLER.username}]}},

@@ -22,7 +22,7 @@ from webhook.engine import evaluate, shape, validate
 from webhook.inputs.quantity import parse
 from webhook.install import floor, manifests
 from webhook.policy.loader import load_policy
-from webhook.policy.model import RunPolicy
+from webhook.policy.model import Policy
 
 CASES = TESTS / "cases"
 POLICIES = {p.name: load_policy(p) for p in sorted((CASES / "_policies").iterdir())}
@@ -176,7 +176,7 @@ def judge() -> Floor:
     return Floor()
 
 
-def _agree(judge: Floor, pod: dict[str, Any], policy: RunPolicy, namespace: str) -> None:
+def _agree(judge: Floor, pod: dict[str, Any], policy: Policy, namespace: str) -> None:
     objects = floor.floor_policies(policy)
     denied = judge.denials(objects, pod, namespace)
     if denied:

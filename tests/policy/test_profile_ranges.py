@@ -19,7 +19,7 @@ from webhook.policy.errors import PolicyError
 from webhook.policy.kube import ProfileResources, QuantityRange
 from webhook.policy.loader import load_policy
 from webhook.policy.mirror.objects import check_object
-from webhook.policy.model import RunPolicy
+from webhook.policy.model import Policy
 
 RUN_POLICY = """\
     kind: RunPolicy
@@ -51,7 +51,7 @@ PROFILE = """\
     """
 
 
-def policy(tmp_path: Path, on_exceed: str = "Clamp", profile: str = PROFILE) -> RunPolicy:
+def policy(tmp_path: Path, on_exceed: str = "Clamp", profile: str = PROFILE) -> Policy:
     write(tmp_path, "runpolicy.yaml", RUN_POLICY.replace("ON_EXCEED", on_exceed))
     write(tmp_path, "profiles.yaml", profile)
     return load_policy(tmp_path)

@@ -15,7 +15,7 @@ from harness import admission_review, run_pod, sample_policy
 
 from webhook import engine
 from webhook.policy.loader import load_policy
-from webhook.policy.model import RunPolicy
+from webhook.policy.model import Policy
 from webhook.serving import admission
 from webhook.serving.admission import (
     BodyTooLarge,
@@ -30,7 +30,7 @@ from webhook.serving.auditlog import AuditLog, audit_record
 
 
 @pytest.fixture(scope="module")
-def policy(tmp_path_factory: pytest.TempPathFactory) -> RunPolicy:
+def policy(tmp_path_factory: pytest.TempPathFactory) -> Policy:
     directory = tmp_path_factory.mktemp("policy")
     for name, text in sample_policy().items():
         (directory / name).write_text(text)
@@ -184,7 +184,7 @@ def test_review_response_denied() -> None:
 # ---------------------------------------------------------------------- review
 
 
-def test_review_mutate_patches_a_run_pod(policy: RunPolicy) -> None:
+def test_review_mutate_patches_a_run_pod(policy: Policy) -> None:
     pod = run_pod()
     request = parse_review(json.dumps(admission_review(pod)).encode())
     outcome = review("mutate", request, policy)
@@ -196,7 +196,7 @@ def test_review_mutate_patches_a_run_pod(policy: RunPolicy) -> None:
     assert response["auditAnnotations"]["profile"] == "small"
 
 
-def test_review_validate_denies_with_every_violation(policy: RunPolicy) -> None:
+def test_review_validate_denies_with_every_violation(policy: Policy) -> None:
     pod = run_pod(hostNetwork=True)
     request = parse_review(json.dumps(admission_review(pod)).encode())
     outcome = review("validate", request, policy)
@@ -207,7 +207,7 @@ def test_review_validate_denies_with_every_violation(policy: RunPolicy) -> None:
     assert "[security.root]" in response["status"]["message"]
 
 
-def test_review_mutate_never_changes_a_running_spec(policy: RunPolicy) -> None:
+def test_review_mutate_never_changes_a_running_spec(policy: Policy) -> None:
     """An UPDATE of a pod admitted before this policy (or under another) is not patched:
     the apiserver would refuse the spec change, and with it the unrelated update."""
     pod = run_pod()
@@ -217,7 +217,7 @@ def test_review_mutate_never_changes_a_running_spec(policy: RunPolicy) -> None:
     assert "patch" not in outcome.response["response"]
 
 
-def test_review_mutate_puts_back_the_running_spec_on_update(policy: RunPolicy) -> None:
+def test_review_mutate_puts_back_the_running_spec_on_update(policy: Policy) -> None:
     """``kubectl apply`` of the user's manifest again re-sends what runguard changed at
     creation; the patch restores the running spec, so the apply (a label) goes through."""
     original = run_pod()
@@ -234,7 +234,7 @@ def test_review_mutate_puts_back_the_running_spec_on_update(policy: RunPolicy) -
     assert [c.rule for c in outcome.decision.mutations] == ["update.spec-kept"]
 
 
-def test_review_passes_the_request_namespace(policy: RunPolicy) -> None:
+def test_review_passes_the_request_namespace(policy: Policy) -> None:
     pod = run_pod()
     del pod["metadata"]["namespace"]
     request = parse_review(json.dumps(admission_review(pod, namespace="kube-system")).encode())
@@ -255,7 +255,7 @@ def test_review_denies_when_the_engine_fails() -> None:
 # ------------------------------------------------------------------- audit log
 
 
-def test_audit_record_names_ids_not_content(policy: RunPolicy) -> None:
+def test_audit_record_names_ids_not_content(policy: Policy) -> None:
     pod = run_pod()
     request = parse_review(json.dumps(admission_review(pod, dryRun=True)).encode())
     outcome = review("mutate", request, policy)

@@ -58,7 +58,7 @@ from webhook.engine.rules.operators import selects
 from webhook.install import manifests
 from webhook.keys import PLATFORM_RECORD, REQUESTED_BY
 from webhook.policy.loader import PolicyError, load_policy
-from webhook.policy.model import Operator, OperatorReference, Policy, RunPolicy
+from webhook.policy.model import Operator, OperatorReference, Policy
 from webhook.serving import admission
 
 KUBEAI = Requester("system:serviceaccount:digitalhub:digitalhub-kubeai")
@@ -586,7 +586,7 @@ class Routing(Cel):
     """Evaluates a webhook's matchConditions as the apiserver does, with the whole
     request (its user, kind and subresource): all must hold, none may fail."""
 
-    def sent(self, policy: RunPolicy, name: str, request: dict[str, Any]) -> bool:
+    def sent(self, policy: Policy, name: str, request: dict[str, Any]) -> bool:
         hooks = [h for c in manifests.webhook_configurations(policy) for h in c["webhooks"]
                  if h["name"] == name]  # fmt: skip
         assert len(hooks) == 1, name

@@ -20,7 +20,7 @@ from webhook.engine.context import Context, Requester
 from webhook.install import manifests
 from webhook.keys import PLATFORM_RECORD, REQUESTED_BY
 from webhook.policy.loader import load_policy
-from webhook.policy.model import RunPolicy
+from webhook.policy.model import Policy
 
 
 def test_policy_objects_are_cluster_scoped_and_not_aggregated_to_edit() -> None:
@@ -55,7 +55,7 @@ def test_policy_objects_are_cluster_scoped_and_not_aggregated_to_edit() -> None:
 TRAINING = Requester("system:serviceaccount:kubeflow:training-operator")
 
 
-def edited_policies(tmp_path: Path) -> RunPolicy:
+def edited_policies(tmp_path: Path) -> Policy:
     """The shipped policies as an admin edits them live (``kubectl edit platform``): one
     more operator, Kubeflow's training-operator for PyTorchJobs."""
     for path in (REPO / "policies").glob("*.yaml"):

@@ -20,7 +20,7 @@ from harness.shipped import ALICE
 from webhook.engine import evaluate, mutate, validate
 from webhook.engine.context import Context, Requester
 from webhook.keys import SIZE_RECORD
-from webhook.policy.model import RunPolicy
+from webhook.policy.model import Policy
 
 JOBS = Requester("system:serviceaccount:kube-system:job-controller")
 GPU = "nvidia.com/gpu"
@@ -28,7 +28,7 @@ RUN = {"app.kubernetes.io/managed-by": "dhcore", "dhcore/template": "gpus"}
 
 
 @pytest.fixture
-def policy(tmp_path: Any) -> RunPolicy:
+def policy(tmp_path: Any) -> Policy:
     return written_policy(tmp_path, {"runpolicy.yaml": RUN_POLICY, "profiles.yaml": PROFILES})
 
 
@@ -49,7 +49,7 @@ def job() -> dict[str, Any]:
                          "containers": [{"name": "main", "image": "python:3.12"}]}}}}  # fmt: skip
 
 
-def created(obj: dict[str, Any], policy: RunPolicy, context: Context) -> dict[str, Any]:
+def created(obj: dict[str, Any], policy: Policy, context: Context) -> dict[str, Any]:
     decision = evaluate(obj, policy, namespace="team-a", context=context)
     assert decision.allowed, decision.message()
     return decision.object
@@ -72,7 +72,7 @@ def main_gpu(obj: dict[str, Any]) -> str:
 
 
 def test_a_profile_edited_after_a_job_was_counted_leaves_its_pods_at_the_counted_size(
-    policy: RunPolicy,
+    policy: Policy,
 ) -> None:
     stored = created(job(), policy, cluster(gpus("1")))
     assert main_gpu(stored) == "1"
@@ -86,7 +86,7 @@ def test_a_profile_edited_after_a_job_was_counted_leaves_its_pods_at_the_counted
     assert main_gpu(created(job(), policy, edited)) == "2"
 
 
-def test_a_pod_of_a_job_whose_profile_was_deleted_keeps_its_size(policy: RunPolicy) -> None:
+def test_a_pod_of_a_job_whose_profile_was_deleted_keeps_its_size(policy: Policy) -> None:
     stored = created(job(), policy, cluster(gpus("1")))
     gone = cluster(stored)
     made = evaluate(pod_of(stored), policy, namespace="team-a",
@@ -95,7 +95,7 @@ def test_a_pod_of_a_job_whose_profile_was_deleted_keeps_its_size(policy: RunPoli
     assert main_gpu(made.object) == "1"
 
 
-def test_a_forged_size_record_on_a_users_pod_is_removed_or_refused(policy: RunPolicy) -> None:
+def test_a_forged_size_record_on_a_users_pod_is_removed_or_refused(policy: Policy) -> None:
     stored = created(job(), policy, cluster(gpus("1")))
     forged = pod_of(stored)
     forged["metadata"].pop("ownerReferences")
@@ -108,7 +108,7 @@ def test_a_forged_size_record_on_a_users_pod_is_removed_or_refused(policy: RunPo
     assert "resources.size-record" in {v.rule for v in skipped.violations}
 
 
-def test_a_size_record_is_frozen_on_update(policy: RunPolicy) -> None:
+def test_a_size_record_is_frozen_on_update(policy: Policy) -> None:
     context = cluster(gpus("1"))
     stored = created(job(), policy, context)
     changed = copy.deepcopy(stored)

@@ -17,7 +17,7 @@ from webhook.engine.rules.devices import (
     drop_device_claims,
     drop_device_env,
 )
-from webhook.policy.model import RunPolicy
+from webhook.policy.model import Policy
 
 ALL_GPUS = {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}
 PLAIN = {"name": "MODE", "value": "train"}
@@ -26,7 +26,7 @@ RUN = {"dhcore/run": "r1"}
 
 def policy(
     tmp_path: Path, *, on_root: str = "Strip", on_pre_existing: str = "Strip", **profiles: Any
-) -> RunPolicy:
+) -> Policy:
     return policy_of(
         tmp_path,
         {

@@ -24,14 +24,14 @@ from webhook.engine.rules.operators import (
     selects,
 )
 from webhook.keys import REQUESTED_BY
-from webhook.policy.model import OperatorReference, RunPolicy
+from webhook.policy.model import OperatorReference, Policy
 
 MPI = "system:serviceaccount:mpi:mpi-operator"
 JOBS = "system:serviceaccount:kube-system:job-controller"
 JOB = {"mlrun/job": "j1"}
 
 
-def policy(tmp_path: Path) -> RunPolicy:
+def policy(tmp_path: Path) -> Policy:
     return policy_of(
         tmp_path,
         {

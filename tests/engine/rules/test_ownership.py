@@ -30,7 +30,7 @@ from webhook.engine.rules.reserved import (
 )
 from webhook.engine.rules.stamp import OWNERSHIP_STAMP, check_stamp
 from webhook.keys import REQUESTED_BY
-from webhook.policy.model import RunPolicy
+from webhook.policy.model import Policy
 
 CORE = Requester("system:serviceaccount:digitalhub:core")
 ALICE = Requester("alice", ("developers",))
@@ -39,7 +39,7 @@ RUN = {"dhcore/run": "r1"}
 
 
 @pytest.fixture
-def root(tmp_path: Path) -> RunPolicy:
+def root(tmp_path: Path) -> Policy:
     return policy_of(
         tmp_path,
         {
@@ -61,12 +61,12 @@ def named(kind: str, name: str) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": kind, "metadata": {"name": name, "namespace": "ml"}}
 
 
-def test_a_user_creating_an_object_with_a_platform_name_is_denied(root: RunPolicy) -> None:
+def test_a_user_creating_an_object_with_a_platform_name_is_denied(root: Policy) -> None:
     found = check_reserved_name(named("PersistentVolumeClaim", "v-r9-data"), root, by(ALICE))
     assert [(v.rule, v.path) for v in found] == [(OWNERSHIP_RESERVED_NAME, "metadata.name")]
 
 
-def test_the_platform_or_an_installer_or_another_name_passes(root: RunPolicy) -> None:
+def test_the_platform_or_an_installer_or_another_name_passes(root: Policy) -> None:
     assert check_reserved_name(named("PersistentVolumeClaim", "v-r9-data"), root, by(CORE)) == []
     assert check_reserved_name(named("PersistentVolumeClaim", "mine"), root, by(ALICE)) == []
     # an installation-wide name (no labels in it) is also the installers'; a run's is not
@@ -82,7 +82,7 @@ def clone(source: str) -> dict[str, Any]:
     return pvc
 
 
-def test_a_user_cloning_the_platforms_claim_is_denied(root: RunPolicy) -> None:
+def test_a_user_cloning_the_platforms_claim_is_denied(root: Policy) -> None:
     found = check_claim_clones(clone("v-r1-data"), root, by(ALICE))
     assert [(v.rule, v.path) for v in found] == [(OWNERSHIP_NOT_A_RUN, "spec")]
     stateful = {
@@ -96,7 +96,7 @@ def test_a_user_cloning_the_platforms_claim_is_denied(root: RunPolicy) -> None:
     ]
 
 
-def test_cloning_her_own_claim_or_by_the_platform_passes(root: RunPolicy) -> None:
+def test_cloning_her_own_claim_or_by_the_platform_passes(root: Policy) -> None:
     assert check_claim_clones(clone("mine"), root, by(ALICE)) == []
     assert check_claim_clones(clone("v-r1-data"), root, by(CORE)) == []
 
@@ -110,7 +110,7 @@ def snapshot(source: str) -> dict[str, Any]:
     }
 
 
-def test_a_user_snapshotting_the_platforms_claim_is_denied(root: RunPolicy) -> None:
+def test_a_user_snapshotting_the_platforms_claim_is_denied(root: Policy) -> None:
     found = check_claim_snapshots(snapshot("v-r1-data"), root, by(ALICE))
     assert [(v.rule, v.path) for v in found] == [
         (OWNERSHIP_NOT_A_RUN, "spec.source.persistentVolumeClaimName")
@@ -126,14 +126,14 @@ def token(account: str) -> dict[str, Any]:
     return secret
 
 
-def test_a_user_making_a_token_for_the_platforms_account_is_denied(root: RunPolicy) -> None:
+def test_a_user_making_a_token_for_the_platforms_account_is_denied(root: Policy) -> None:
     found = check_token_secret(token("core"), root, "digitalhub", None, by(ALICE))
     assert [(v.rule, v.path) for v in found] == [
         (OWNERSHIP_SERVICE_ACCOUNT, f"metadata.annotations[{TOKEN_ACCOUNT_ANNOTATION}]")
     ]
 
 
-def test_a_token_for_another_account_or_by_the_platform_passes(root: RunPolicy) -> None:
+def test_a_token_for_another_account_or_by_the_platform_passes(root: Policy) -> None:
     assert check_token_secret(token("core"), root, "digitalhub", None, by(CORE)) == []
     assert check_token_secret(token("core"), root, "ml", None, by(ALICE)) == []  # not its ns
     assert check_token_secret(token("mine"), root, "digitalhub", None, by(ALICE)) == []
@@ -148,7 +148,7 @@ PLATFORM_SPEC = {
 
 
 def test_a_pod_outside_every_selector_using_the_platforms_objects_is_not_a_run(
-    root: RunPolicy,
+    root: Policy,
 ) -> None:
     found = check_not_a_run(PLATFORM_SPEC, "spec", NOT_PLATFORM, root.first)
     assert {v.rule for v in found} == {OWNERSHIP_NOT_A_RUN}
@@ -157,7 +157,7 @@ def test_a_pod_outside_every_selector_using_the_platforms_objects_is_not_a_run(
     assert check_not_a_run(PLATFORM_SPEC, "spec", Ownership(True), root.first) == []
 
 
-def test_while_the_creator_is_unknown_such_a_pod_is_retried(root: RunPolicy) -> None:
+def test_while_the_creator_is_unknown_such_a_pod_is_retried(root: Policy) -> None:
     unknown = Ownership(False, unknown="the owner Job is not synced")
     assert [
         (v.rule, v.path) for v in check_not_a_run(PLATFORM_SPEC, "spec", unknown, root.first)
@@ -165,7 +165,7 @@ def test_while_the_creator_is_unknown_such_a_pod_is_retried(root: RunPolicy) -> 
 
 
 def test_a_run_reading_the_platforms_config_map_into_its_env_must_be_the_platforms(
-    root: RunPolicy,
+    root: Policy,
 ) -> None:
     users = pod_of(root, PLATFORM_SPEC, labels=RUN, ownership=NOT_PLATFORM)
     assert [(v.rule, v.path) for v in check_ownership(users)] == [
@@ -179,7 +179,7 @@ def test_a_run_reading_the_platforms_config_map_into_its_env_must_be_the_platfor
     ]
 
 
-def test_the_stamp_cannot_change_on_update(root: RunPolicy) -> None:
+def test_the_stamp_cannot_change_on_update(root: Policy) -> None:
     old = {"annotations": {REQUESTED_BY: CORE.username}}
     new = {"annotations": {REQUESTED_BY: "alice"}}
     found = check_stamp(new, old, True, root.first, by(ALICE, "UPDATE"))
@@ -190,7 +190,7 @@ def test_the_stamp_cannot_change_on_update(root: RunPolicy) -> None:
     assert check_stamp(new, old, True, root.first, by(ALICE)) == []  # CREATE: check_records'
 
 
-def test_an_object_cannot_enter_the_scope_by_an_update_but_the_platforms(root: RunPolicy) -> None:
+def test_an_object_cannot_enter_the_scope_by_an_update_but_the_platforms(root: Policy) -> None:
     meta: dict[str, Any] = {"annotations": {}}
     found = check_stamp(meta, meta, False, root.first, by(ALICE, "UPDATE"))
     assert [(v.rule, v.path) for v in found] == [(OWNERSHIP_STAMP, "metadata")]

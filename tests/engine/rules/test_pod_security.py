@@ -25,13 +25,13 @@ from webhook.engine.rules.pod_security import (
     confine_selinux,
     default_proc_mount,
 )
-from webhook.policy.model import RunPolicy
+from webhook.policy.model import Policy
 
 UNCONFINED = {"appArmorProfile": {"type": "Unconfined"}}
 SELINUX = {"seLinuxOptions": {"user": "system_u", "role": "r", "type": "spc_t", "level": "s0"}}
 
 
-def policy(tmp_path: Path, on_root: str = "Strip") -> RunPolicy:
+def policy(tmp_path: Path, on_root: str = "Strip") -> Policy:
     return policy_of(tmp_path, {"security": {"level": "baseline", "onRoot": on_root}})
 
 

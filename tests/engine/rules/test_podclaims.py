@@ -21,7 +21,7 @@ from webhook.engine.rules.podclaims import (
     pod_owner,
 )
 from webhook.engine.subject import review
-from webhook.policy.model import RunPolicy
+from webhook.policy.model import Policy
 
 CORE = Requester("system:serviceaccount:digitalhub:core")
 ALICE = Requester("alice", ("developers",))
@@ -29,7 +29,7 @@ SCRATCH = "train-scratch"  # the ephemeral volume's PVC of Pod train
 
 
 @pytest.fixture
-def root(tmp_path: Path) -> RunPolicy:
+def root(tmp_path: Path) -> Policy:
     return policy_of(tmp_path, {"platform": {"identities": [CORE.username]}})
 
 
@@ -68,25 +68,25 @@ def test_the_owner_of_a_pods_claim_is_that_pod() -> None:
     assert pod_owner(Context(ALICE), "PersistentVolumeClaim", "ml", SCRATCH) is None  # no view
 
 
-def test_another_pod_naming_a_pods_claim_is_denied(root: RunPolicy) -> None:
+def test_another_pod_naming_a_pods_claim_is_denied(root: Policy) -> None:
     r = review(mounting(SCRATCH), root, "ml", None, by(ALICE))
     found = check_pod_claims(r, root.first, NOT_PLATFORM)
     assert [(v.rule, v.path) for v in found] == [(OWNERSHIP_NOT_A_RUN, "spec.volumes[0]")]
 
 
-def test_a_plain_claim_or_the_platforms_pod_passes(root: RunPolicy) -> None:
+def test_a_plain_claim_or_the_platforms_pod_passes(root: Policy) -> None:
     plain = review(mounting("shared"), root, "ml", None, by(ALICE))
     assert check_pod_claims(plain, root.first, NOT_PLATFORM) == []
     platforms = review(mounting(SCRATCH), root, "ml", None, by(CORE))
     assert check_pod_claims(platforms, root.first, Ownership(True)) == []
 
 
-def test_a_claim_the_old_spec_named_already_is_not_new(root: RunPolicy) -> None:
+def test_a_claim_the_old_spec_named_already_is_not_new(root: Policy) -> None:
     r = review(mounting(SCRATCH), root, "ml", mounting(SCRATCH), by(ALICE, "UPDATE"))
     assert check_pod_claims(r, root.first, NOT_PLATFORM) == []
 
 
-def test_while_the_creator_is_unknown_a_pods_claim_is_retried(root: RunPolicy) -> None:
+def test_while_the_creator_is_unknown_a_pods_claim_is_retried(root: Policy) -> None:
     r = review(mounting(SCRATCH), root, "ml", None, by(ALICE))
     unknown = Ownership(False, unknown="the owner Job is not synced")
     assert [(v.rule, v.path) for v in check_pod_claims(r, root.first, unknown)] == [
@@ -103,7 +103,7 @@ def clone(source: str) -> dict[str, Any]:
     }
 
 
-def test_a_user_cloning_a_pods_claim_is_denied(root: RunPolicy) -> None:
+def test_a_user_cloning_a_pods_claim_is_denied(root: Policy) -> None:
     found = check_pod_claim_clones(clone(SCRATCH), root, by(ALICE), "ml")
     assert [(v.rule, v.path) for v in found] == [(OWNERSHIP_NOT_A_RUN, "spec.dataSource")]
     assert check_pod_claim_clones(clone("shared"), root, by(ALICE), "ml") == []
@@ -119,7 +119,7 @@ def snapshot(source: str) -> dict[str, Any]:
     }
 
 
-def test_a_user_snapshotting_a_pods_claim_is_denied(root: RunPolicy) -> None:
+def test_a_user_snapshotting_a_pods_claim_is_denied(root: Policy) -> None:
     found = check_pod_claim_snapshots(snapshot(SCRATCH), root, by(ALICE), "ml")
     assert [(v.rule, v.path) for v in found] == [
         (OWNERSHIP_NOT_A_RUN, "spec.source.persistentVolumeClaimName")

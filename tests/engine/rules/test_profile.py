@@ -21,7 +21,7 @@ from webhook.engine.rules.profile import (
     clamp_to_profile_ranges,
     note_profile_fallback,
 )
-from webhook.policy.model import RunPolicy
+from webhook.policy.model import Policy
 
 LABEL = "dhcore/template"
 GPU_TAINT = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
@@ -38,7 +38,7 @@ RANGED = {"resources": {"requests": {"cpu": {"min": "1", "default": "2", "max": 
 
 def policy(
     tmp_path: Path, *, unknown: str = "Deny", on_exceed: str = "Clamp", **extra: Any
-) -> RunPolicy:
+) -> Policy:
     profiles = {
         "small": {"resources": {"requests": {"cpu": "1"}}},
         "a100": A100,

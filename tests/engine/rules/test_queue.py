@@ -20,7 +20,7 @@ from webhook.engine.rules.queue import (
 )
 from webhook.engine.subject import review
 from webhook.keys import PLATFORM_POLICY, PLATFORM_RECORD, POLICY_LABEL, REQUESTED_BY
-from webhook.policy.model import RunPolicy
+from webhook.policy.model import Policy
 
 CORE = Requester("system:serviceaccount:digitalhub:core")
 KUEUE = Requester("system:serviceaccount:kueue-system:kueue-controller-manager")
@@ -29,7 +29,7 @@ QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 PODSET = "kueue.x-k8s.io/podset"
 
 
-def policy(tmp_path: Path) -> RunPolicy:
+def policy(tmp_path: Path) -> Policy:
     return policy_of(
         tmp_path,
         {
@@ -68,7 +68,7 @@ def queued_job(*, suspend: bool = True, **template: Any) -> dict[str, Any]:
     }
 
 
-def update(p: RunPolicy, old: dict[str, Any], new: dict[str, Any], who: Requester) -> Any:
+def update(p: Policy, old: dict[str, Any], new: dict[str, Any], who: Requester) -> Any:
     return review(new, p, "ml", old, Context(who, operation="UPDATE"))
 
 

@@ -21,13 +21,13 @@ from webhook.engine.rules.queue_profile import (
     send_to_queue,
 )
 from webhook.keys import POLICY_LABEL
-from webhook.policy.model import Profile, RunPolicy
+from webhook.policy.model import Policy, Profile
 
 JOBS = Requester("system:serviceaccount:kube-system:job-controller")
 QUEUED = {QUEUE_LABEL: "gpu", PRIORITY_LABEL: "urgent"}
 
 
-def policy(tmp_path: Path, **platform: Any) -> RunPolicy:
+def policy(tmp_path: Path, **platform: Any) -> Policy:
     return policy_of(
         tmp_path,
         {
@@ -44,7 +44,7 @@ def policy(tmp_path: Path, **platform: Any) -> RunPolicy:
     )
 
 
-def profile(p: RunPolicy, name: str = "queued") -> Profile:
+def profile(p: Policy, name: str = "queued") -> Profile:
     return p.first.profiles[name]
 
 
@@ -108,7 +108,7 @@ def test_an_operators_kind_is_suspended_where_its_entry_says(tmp_path: Path) -> 
 
 def test_a_profile_without_a_queue_leaves_the_object_alone(tmp_path: Path) -> None:
     p = policy(tmp_path)
-    assert send_to_queue(JOB, "Job", profile(p, "plain"), p) == (JOB, None)
+    assert send_to_queue(JOB, "Job", profile(p, "plain"), p.first) == (JOB, None)
 
 
 def test_a_jobs_pod_made_by_the_job_controller_is_queued_with_its_job(tmp_path: Path) -> None:

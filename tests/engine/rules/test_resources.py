@@ -23,12 +23,12 @@ from webhook.engine.rules.resources import (
     derive_memory_limits,
     fill_defaults,
 )
-from webhook.policy.model import RunPolicy
+from webhook.policy.model import Policy
 
 GPU = "nvidia.com/gpu"
 
 
-def policy(tmp_path: Path, **resources: Any) -> RunPolicy:
+def policy(tmp_path: Path, **resources: Any) -> Policy:
     """The resources section below, ``resources`` replacing its keys (None: left out)."""
     section = {
         "gpuResourceName": GPU,

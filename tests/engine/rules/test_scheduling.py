@@ -18,7 +18,7 @@ from webhook.engine.rules.scheduling import (
     check_scheduling,
     default_priority_class,
 )
-from webhook.policy.model import RunPolicy
+from webhook.policy.model import Policy
 
 MODE = "runguard.io/preemption-mode"
 SPOT = {"key": "node-lifecycle", "operator": "Equal", "value": "spot", "effect": "NoSchedule"}
@@ -26,7 +26,7 @@ ON_SPOT = {"key": "node-lifecycle", "operator": "In", "values": ["spot"]}
 OFF_SPOT = {"key": "node-lifecycle", "operator": "NotIn", "values": ["spot"]}
 
 
-def policy(tmp_path: Path, **scheduling: Any) -> RunPolicy:
+def policy(tmp_path: Path, **scheduling: Any) -> Policy:
     return policy_of(
         tmp_path,
         {

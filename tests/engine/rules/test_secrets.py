@@ -10,13 +10,13 @@ from harness.pods import NOT_PLATFORM, container, pod_of, policy_of
 
 from webhook.engine.context import Ownership
 from webhook.engine.rules.secrets import SECRETS_FORBIDDEN, check_secrets, drop_forbidden_secrets
-from webhook.policy.model import RunPolicy
+from webhook.policy.model import Policy
 
 RUN = {"dhcore/run": "r1"}
 OURS = "sec-db-r1"  # a name of secrets.allowed for run r1
 
 
-def policy(tmp_path: Path, on_forbidden: str = "Strip") -> RunPolicy:
+def policy(tmp_path: Path, on_forbidden: str = "Strip") -> Policy:
     return policy_of(
         tmp_path,
         {"secrets": {"allowed": ["sec-*-{labels[dhcore/run]}"], "onForbidden": on_forbidden}},

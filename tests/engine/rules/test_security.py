@@ -24,7 +24,7 @@ from webhook.engine.rules.security import (
     strip_root,
 )
 from webhook.policy.loader import load_policy
-from webhook.policy.model import Policy, RunPolicy
+from webhook.policy.model import Policy
 
 RUN_POLICY = """\
     apiVersion: runguard.io/v1
@@ -36,7 +36,7 @@ RUN_POLICY = """\
     """
 
 
-def policy(tmp_path: Path, *, level: str = "restricted", on_root: str = "Strip") -> RunPolicy:
+def policy(tmp_path: Path, *, level: str = "restricted", on_root: str = "Strip") -> Policy:
     write(tmp_path, "runpolicy.yaml", RUN_POLICY.format(level=level, on_root=on_root))
     return load_policy(tmp_path)
 

@@ -37,7 +37,7 @@ from webhook.engine.rules.trust import (
 )
 from webhook.engine.subject import Review, review
 from webhook.keys import PLATFORM_POLICY, PLATFORM_RECORD, POLICY_LABEL, REQUESTED_BY
-from webhook.policy.model import RunPolicy
+from webhook.policy.model import Policy
 
 CORE = Requester("system:serviceaccount:digitalhub:core")
 SPARK = Requester("system:serviceaccount:spark:spark-operator")
@@ -49,7 +49,7 @@ RECORDS = {REQUESTED_BY: CORE.username, PLATFORM_RECORD: "true", PLATFORM_POLICY
 
 
 @pytest.fixture
-def root(tmp_path: Path) -> RunPolicy:
+def root(tmp_path: Path) -> Policy:
     return policy_of(
         tmp_path,
         {
@@ -105,13 +105,11 @@ def users_pod(**spec: Any) -> dict[str, Any]:
     }
 
 
-def update(root: RunPolicy, old: Any, new: Any, who: Requester, **context: Any) -> Review:
+def update(root: Policy, old: Any, new: Any, who: Requester, **context: Any) -> Review:
     return review(new, root, "ml", old, Context(who, operation="UPDATE", **context))
 
 
-def create(
-    root: RunPolicy, obj: Any, who: Requester, namespace: str = "ml", **context: Any
-) -> Review:
+def create(root: Policy, obj: Any, who: Requester, namespace: str = "ml", **context: Any) -> Review:
     return review(obj, root, namespace, None, Context(who, **context))
 
 
@@ -151,13 +149,13 @@ def test_every_check_is_registered() -> None:
 # --- check_records ------------------------------------------------------------------------
 
 
-def test_a_users_pod_claiming_the_platforms_stamp_at_creation_is_denied(root: RunPolicy) -> None:
+def test_a_users_pod_claiming_the_platforms_stamp_at_creation_is_denied(root: Policy) -> None:
     found = rules(check_records(create(root, platform_pod(), ALICE)))
     assert (OWNERSHIP_STAMP, f"metadata.annotations[{REQUESTED_BY}]") in found
     assert (OWNERSHIP_STAMP, f"metadata.annotations[{PLATFORM_RECORD}]") in found
 
 
-def test_an_update_changing_a_record_is_denied(root: RunPolicy) -> None:
+def test_an_update_changing_a_record_is_denied(root: Policy) -> None:
     old = platform_pod()
     new = edited(old, "metadata", "annotations", REQUESTED_BY, value="alice")
     assert rules(check_records(update(root, old, new, ALICE))) == [
@@ -169,13 +167,13 @@ def test_an_update_changing_a_record_is_denied(root: RunPolicy) -> None:
     ]
 
 
-def test_an_update_keeping_the_records_passes(root: RunPolicy) -> None:
+def test_an_update_keeping_the_records_passes(root: Policy) -> None:
     old = platform_pod()
     new = edited(old, "metadata", "annotations", "note", value="hello")
     assert check_records(update(root, old, new, ALICE)) == []
 
 
-def test_without_a_known_requester_creation_is_not_compared(root: RunPolicy) -> None:
+def test_without_a_known_requester_creation_is_not_compared(root: Policy) -> None:
     r = review(platform_pod(), root, "ml", None, Context())
     assert check_records(r) == []
 
@@ -198,12 +196,12 @@ def deployment(selector: dict[str, str]) -> dict[str, Any]:
     }
 
 
-def test_a_controller_selecting_by_runguards_label_is_denied(root: RunPolicy) -> None:
+def test_a_controller_selecting_by_runguards_label_is_denied(root: Policy) -> None:
     r = create(root, deployment({"app": "run", POLICY_LABEL: "test"}), CORE)
     assert rules(check_policy_label_in_template(r)) == [(SCOPE_LABELS, "spec.selector")]
 
 
-def test_a_controller_selecting_by_its_own_labels_passes(root: RunPolicy) -> None:
+def test_a_controller_selecting_by_its_own_labels_passes(root: Policy) -> None:
     assert check_policy_label_in_template(create(root, deployment({"app": "run"}), CORE)) == []
     assert check_policy_label_in_template(create(root, platform_pod(), CORE)) == []  # a Pod
 
@@ -211,7 +209,7 @@ def test_a_controller_selecting_by_its_own_labels_passes(root: RunPolicy) -> Non
 # --- check_platform_change ----------------------------------------------------------------
 
 
-def test_a_user_changing_the_image_of_the_platforms_pod_is_denied(root: RunPolicy) -> None:
+def test_a_user_changing_the_image_of_the_platforms_pod_is_denied(root: Policy) -> None:
     old = platform_pod()
     new = edited(old, "spec", "containers", 0, "image", value="evil:1")
     assert rules(check_platform_change(update(root, old, new, ALICE))) == [
@@ -219,7 +217,7 @@ def test_a_user_changing_the_image_of_the_platforms_pod_is_denied(root: RunPolic
     ]
 
 
-def test_the_platform_may_change_its_pod_and_a_user_her_own(root: RunPolicy) -> None:
+def test_the_platform_may_change_its_pod_and_a_user_her_own(root: Policy) -> None:
     old = platform_pod()
     new = edited(old, "spec", "containers", 0, "image", value="python:3.13")
     assert check_platform_change(update(root, old, new, CORE)) == []
@@ -228,7 +226,7 @@ def test_the_platform_may_change_its_pod_and_a_user_her_own(root: RunPolicy) -> 
     assert check_platform_change(update(root, mine, other, ALICE)) == []
 
 
-def test_a_user_changing_something_else_than_images_passes(root: RunPolicy) -> None:
+def test_a_user_changing_something_else_than_images_passes(root: Policy) -> None:
     old = platform_pod()
     new = edited(old, "spec", "activeDeadlineSeconds", value=60)
     assert check_platform_change(update(root, old, new, ALICE)) == []
@@ -237,7 +235,7 @@ def test_a_user_changing_something_else_than_images_passes(root: RunPolicy) -> N
 # --- check_scope and check_profile_annotation ---------------------------------------------
 
 
-def test_an_update_removing_a_selector_label_is_denied(root: RunPolicy) -> None:
+def test_an_update_removing_a_selector_label_is_denied(root: Policy) -> None:
     old = platform_pod()
     new = edited(old, "metadata", "labels", "app", value=None)
     assert rules(check_scope(update(root, old, new, ALICE))) == [
@@ -245,13 +243,13 @@ def test_an_update_removing_a_selector_label_is_denied(root: RunPolicy) -> None:
     ]
 
 
-def test_an_object_entering_a_runpolicy_by_an_update_is_denied(root: RunPolicy) -> None:
+def test_an_object_entering_a_runpolicy_by_an_update_is_denied(root: Policy) -> None:
     old = users_pod()
     new = edited(old, "metadata", "labels", "app", value="run")
     assert rules(check_scope(update(root, old, new, ALICE))) == [(SCOPE_LABELS, "metadata.labels")]
 
 
-def test_an_update_of_other_labels_passes(root: RunPolicy) -> None:
+def test_an_update_of_other_labels_passes(root: Policy) -> None:
     old = platform_pod()
     new = edited(old, "metadata", "labels", "note", value="x")
     assert check_scope(update(root, old, new, ALICE)) == []
@@ -262,7 +260,7 @@ def test_an_update_of_other_labels_passes(root: RunPolicy) -> None:
     )
 
 
-def test_an_update_changing_the_profile_annotation_is_denied(root: RunPolicy) -> None:
+def test_an_update_changing_the_profile_annotation_is_denied(root: Policy) -> None:
     old = edited(platform_pod(), "metadata", "annotations", PROFILE, value="small")
     new = edited(old, "metadata", "annotations", PROFILE, value="large")
     assert rules(check_profile_annotation(update(root, old, new, ALICE))) == [
@@ -277,7 +275,7 @@ def test_an_update_changing_the_profile_annotation_is_denied(root: RunPolicy) ->
 OWNER = {"apiVersion": "batch/v1", "kind": "Job", "name": "j", "uid": "u1", "controller": True}
 
 
-def test_a_user_adding_an_owner_to_a_stamped_object_is_denied(root: RunPolicy) -> None:
+def test_a_user_adding_an_owner_to_a_stamped_object_is_denied(root: Policy) -> None:
     old = platform_pod()
     new = edited(old, "metadata", "ownerReferences", value=[OWNER])
     assert rules(check_owners(update(root, old, new, ALICE))) == [
@@ -285,7 +283,7 @@ def test_a_user_adding_an_owner_to_a_stamped_object_is_denied(root: RunPolicy) -
     ]
 
 
-def test_removing_an_owner_or_the_platform_writing_one_passes(root: RunPolicy) -> None:
+def test_removing_an_owner_or_the_platform_writing_one_passes(root: Policy) -> None:
     owned = edited(platform_pod(), "metadata", "ownerReferences", value=[OWNER])
     orphaned = edited(owned, "metadata", "ownerReferences", value=None)
     assert check_owners(update(root, owned, orphaned, ALICE)) == []
@@ -297,18 +295,18 @@ def test_removing_an_owner_or_the_platform_writing_one_passes(root: RunPolicy) -
 DEBUG = [{"name": "debugger", "image": "busybox", "targetContainerName": "main"}]
 
 
-def debugged(root: RunPolicy, old: dict[str, Any], who: Requester) -> Review:
+def debugged(root: Policy, old: dict[str, Any], who: Requester) -> Review:
     new = edited(old, "spec", "ephemeralContainers", value=DEBUG)
     return update(root, old, new, who, subresource="ephemeralcontainers")
 
 
-def test_a_user_debugging_the_platforms_pod_is_denied(root: RunPolicy) -> None:
+def test_a_user_debugging_the_platforms_pod_is_denied(root: Policy) -> None:
     assert rules(check_debug_container(debugged(root, platform_pod(), ALICE))) == [
         (OWNERSHIP_DEBUG, "spec.ephemeralContainers")
     ]
 
 
-def test_the_platform_or_a_user_on_her_own_pod_may_debug(root: RunPolicy) -> None:
+def test_the_platform_or_a_user_on_her_own_pod_may_debug(root: Policy) -> None:
     assert check_debug_container(debugged(root, platform_pod(), CORE)) == []
     assert check_debug_container(debugged(root, users_pod(), ALICE)) == []
 
@@ -316,14 +314,14 @@ def test_the_platform_or_a_user_on_her_own_pod_may_debug(root: RunPolicy) -> Non
 # --- check_service_account ----------------------------------------------------------------
 
 
-def test_a_users_pod_running_as_the_platforms_account_is_denied(root: RunPolicy) -> None:
+def test_a_users_pod_running_as_the_platforms_account_is_denied(root: Policy) -> None:
     r = create(root, users_pod(serviceAccountName="core"), ALICE, namespace="digitalhub")
     assert rules(check_service_account(r)) == [
         (OWNERSHIP_SERVICE_ACCOUNT, "spec.serviceAccountName")
     ]
 
 
-def test_the_platform_may_run_as_its_account_and_a_user_as_her_own(root: RunPolicy) -> None:
+def test_the_platform_may_run_as_its_account_and_a_user_as_her_own(root: Policy) -> None:
     pod = users_pod(serviceAccountName="core")
     assert check_service_account(create(root, pod, CORE, namespace="digitalhub")) == []
     assert check_service_account(create(root, pod, ALICE, namespace="ml")) == []  # not its ns
@@ -346,14 +344,14 @@ def spark_app(labels: dict[str, str]) -> dict[str, Any]:
     }
 
 
-def test_a_user_writing_the_operators_owner_label_is_denied(root: RunPolicy) -> None:
+def test_a_user_writing_the_operators_owner_label_is_denied(root: Policy) -> None:
     r = create(root, spark_app({APP_NAME: "platform-job"}), ALICE)
     assert rules(check_reserved_labels(r)) == [
         (OWNERSHIP_RESERVED_LABEL, f"spec.driver.labels[{APP_NAME}]")
     ]
 
 
-def test_other_labels_or_the_operator_itself_pass(root: RunPolicy) -> None:
+def test_other_labels_or_the_operator_itself_pass(root: Policy) -> None:
     assert check_reserved_labels(create(root, spark_app({"team": "a"}), ALICE)) == []
     assert check_reserved_labels(create(root, spark_app({APP_NAME: "x"}), SPARK)) == []
 
@@ -389,12 +387,12 @@ def ray_job(cluster: str) -> dict[str, Any]:
     }
 
 
-def test_a_users_object_naming_the_platforms_object_is_denied(root: RunPolicy) -> None:
+def test_a_users_object_naming_the_platforms_object_is_denied(root: Policy) -> None:
     r = create(root, ray_job("platforms"), ALICE, state=ray_clusters())
     assert rules(check_operator_references(r)) == [(OWNERSHIP_REFERENCE, "spec.clusterSelector")]
 
 
-def test_naming_her_own_object_or_being_the_operator_passes(root: RunPolicy) -> None:
+def test_naming_her_own_object_or_being_the_operator_passes(root: Policy) -> None:
     assert (
         check_operator_references(create(root, ray_job("alices"), ALICE, state=ray_clusters()))
         == []
@@ -405,7 +403,7 @@ def test_naming_her_own_object_or_being_the_operator_passes(root: RunPolicy) -> 
     )
 
 
-def test_without_a_cluster_state_a_reference_is_unknown(root: RunPolicy) -> None:
+def test_without_a_cluster_state_a_reference_is_unknown(root: Policy) -> None:
     assert rules(check_operator_references(create(root, ray_job("x"), ALICE))) == [
         (OWNERSHIP_UNKNOWN, "spec.clusterSelector")
     ]
@@ -420,7 +418,7 @@ def scale(name: str, replicas: int) -> dict[str, Any]:
     }
 
 
-def scaled(root: RunPolicy, name: str, who: Requester) -> Review:
+def scaled(root: Policy, name: str, who: Requester) -> Review:
     return update(
         root,
         scale(name, 1),
@@ -432,12 +430,12 @@ def scaled(root: RunPolicy, name: str, who: Requester) -> Review:
     )
 
 
-def test_a_user_scaling_the_platforms_object_is_denied(root: RunPolicy) -> None:
+def test_a_user_scaling_the_platforms_object_is_denied(root: Policy) -> None:
     assert rules(check_operator_scale(scaled(root, "platforms", ALICE))) == [
         (OWNERSHIP_CHANGED, "spec.replicas")
     ]
 
 
-def test_scaling_her_own_object_or_by_the_platform_passes(root: RunPolicy) -> None:
+def test_scaling_her_own_object_or_by_the_platform_passes(root: Policy) -> None:
     assert check_operator_scale(scaled(root, "alices", ALICE)) == []
     assert check_operator_scale(scaled(root, "platforms", CORE)) == []

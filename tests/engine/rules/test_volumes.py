@@ -15,13 +15,13 @@ from webhook.engine.rules.volumes import (
     check_volumes,
     drop_preexisting_volumes,
 )
-from webhook.policy.model import RunPolicy
+from webhook.policy.model import Policy
 
 RUN = {"dhcore/run": "r1"}
 TYPES = ["persistentVolumeClaim", "emptyDir", "ephemeral", "configMap", "projected", "nfs"]
 
 
-def policy(tmp_path: Path, *, on_pre_existing: str = "Strip", **volumes: Any) -> RunPolicy:
+def policy(tmp_path: Path, *, on_pre_existing: str = "Strip", **volumes: Any) -> Policy:
     return policy_of(
         tmp_path,
         {
