@@ -43,5 +43,6 @@ MAIN_CONTAINER_ANNOTATION = "runguard.io/main-container"
 # The defaults of ``profiles.label`` and ``scheduling.preemption.annotation``.
 PROFILE_LABEL = "runguard.io/profile"
 PREEMPTION_MODE_ANNOTATION = "runguard.io/preemption-mode"
-# On the PolicyReports ``runguard audit --rbac`` writes: which report it is.
+# On the reports ``runguard audit --rbac`` writes (PolicyReports, OpenReports): which
+# report it is.
 REPORT_LABEL = "runguard.io/report"

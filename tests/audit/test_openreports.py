@@ -12,8 +12,8 @@ from typing import Any
 
 import jsonschema
 import pytest
-import yaml
-from harness import REPO, TESTS
+from harness import REPO
+from harness.openreports import crd, schema
 
 from webhook.audit.clusteraudit import Finding, audit
 from webhook.audit.openreports import OPEN_REPORTS, cluster_report, to_open_reports
@@ -25,7 +25,6 @@ from webhook.policy.errors import PolicyIssue
 from webhook.policy.loader import load_policy
 from webhook.policy.model import Policy, build_run_policy
 
-CRDS = TESTS / "openreports"
 SHIPPED = REPO / "policies"
 RUN_POLICY = {
     "apiVersion": "runguard.io/v1",
@@ -34,18 +33,6 @@ RUN_POLICY = {
     "spec": {"selector": {"matchLabels": {"app.kubernetes.io/managed-by": "dhcore"}}},
 }
 RUN_LABELS = {"app.kubernetes.io/managed-by": "dhcore", "dhcore/run": "r"}
-
-
-def crd(name: str) -> dict[str, Any]:
-    loaded: dict[str, Any] = yaml.safe_load((CRDS / f"openreports.io_{name}.yaml").read_text())
-    return loaded
-
-
-def schema(definition: dict[str, Any]) -> dict[str, Any]:
-    (version,) = [v for v in definition["spec"]["versions"] if v["name"] == OPEN_REPORTS.version]
-    assert version["served"] and version["storage"]
-    found: dict[str, Any] = version["schema"]["openAPIV3Schema"]
-    return found
 
 
 def run(name: str, namespace: str = "ml", **spec: Any) -> dict[str, Any]:

@@ -1,17 +1,26 @@
 """runguard audit --rbac: who holds, in the run namespaces, verbs that reach the platform's
 objects without any admission request; the roles and bindings as plain dicts (the real
-apiserver's bootstrap roles are in tests/e2e/test_rbac_report.py)."""
+apiserver's bootstrap roles are in tests/e2e/test_rbac_report.py). Its reports, as
+PolicyReports and as OpenReports (valid under the published CRDs' schemas), and
+``--write`` against a recorded CustomObjectsApi."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
+import jsonschema
 import pytest
 import yaml
 from harness import REPO
+from harness.openreports import crd, schema
 
+from webhook.audit.openreports import OPEN_REPORTS
+from webhook.audit.policyreport import POLICY_REPORTS
 from webhook.audit.rbac import CLUSTER_WIDE
 from webhook.audit.rbacdoors import DOORS
 from webhook.audit.rbacreport import (
@@ -20,11 +29,12 @@ from webhook.audit.rbacreport import (
     platform_of,
     rbac_policy_reports,
     rbac_report,
+    rbac_reports,
     shells_webhook_installed,
     to_rows,
     to_table,
 )
-from webhook.cli import main
+from webhook.cli import audit_rbac, audit_write, cluster, main
 from webhook.policy.loader import load_policy
 from webhook.policy.model import Policy, build_run_policy
 
@@ -497,6 +507,118 @@ def test_policy_reports_a_cluster_report_and_one_per_run_namespace() -> None:
     assert rbac_policy_reports(report)[0]["summary"]["skip"] == 0
 
 
+REPORT_LABELS = {"app.kubernetes.io/managed-by": "runguard", "runguard.io/report": "rbac"}
+NO_RESULTS = {"pass": 0, "fail": 0, "warn": 0, "error": 0, "skip": 0}
+
+
+def test_open_reports_a_cluster_report_and_one_per_run_namespace() -> None:
+    report = rbac_report(edit_objects(), PLATFORM, shells=False)
+    cluster_report, team_a, team_b = rbac_reports(OPEN_REPORTS, report, now=1700000000.5)
+    when = {"seconds": 1700000000, "nanos": 500000000}
+    via = [{"apiVersion": RBAC, "kind": "RoleBinding", "name": "b", "namespace": "team-a"}]
+    about = {"policy": "runguard-rbac", "result": "fail", "category": "RBAC", "severity": "high",
+             "source": "runguard", "timestamp": when, "scored": True, "resources": via}  # fmt: skip
+    assert team_a == {
+        "apiVersion": "openreports.io/v1alpha1",
+        "kind": "Report",
+        "metadata": {"name": "runguard-rbac", "namespace": "team-a", "labels": REPORT_LABELS},
+        "source": "runguard",
+        "scope": {"apiVersion": "v1", "kind": "Namespace", "name": "team-a"},
+        "summary": {**NO_RESULTS, "fail": 2},
+        "results": [
+            {
+                **about,
+                "rule": "rbac.read-secrets",
+                "message": "User alice may get secrets in this namespace: read Secrets",
+                "properties": {"subject": "User alice", "grants": "get secrets"},
+            },
+            {
+                **about,
+                "rule": "rbac.platform-data",
+                "message": "User alice may update configmaps,secrets in this namespace: change "
+                "the data of platform-named ConfigMaps and Secrets",
+                "properties": {"subject": "User alice", "grants": "update configmaps,secrets"},
+            },
+        ],
+    }
+    assert team_b == {  # nothing found: written, it replaces what an older report said
+        "apiVersion": "openreports.io/v1alpha1",
+        "kind": "Report",
+        "metadata": {"name": "runguard-rbac", "namespace": "team-b", "labels": REPORT_LABELS},
+        "source": "runguard",
+        "scope": {"apiVersion": "v1", "kind": "Namespace", "name": "team-b"},
+        "summary": NO_RESULTS,
+        "results": [],
+    }
+    assert {k: v for k, v in cluster_report.items() if k != "results"} == {
+        "apiVersion": "openreports.io/v1alpha1",
+        "kind": "ClusterReport",
+        "metadata": {"name": "runguard-rbac", "labels": REPORT_LABELS},
+        "source": "runguard",
+        "summary": {**NO_RESULTS, "fail": 3},
+    }
+    assert {r["rule"] for r in cluster_report["results"]} == {
+        "rbac.read-secrets", "rbac.platform-data", "rbac.node-proxy"
+    }  # fmt: skip
+
+
+def test_both_formats_carry_the_same_rbac_results() -> None:
+    """Only the object around the results differs: apiVersion, kind, and OpenReports'
+    own ``source``."""
+    objects = [*edit_objects(), binding("m", "r", {"kind": "Group", "name": "system:masters"})]
+    report = rbac_report(objects, PLATFORM, shells=False)
+    for include_expected in (False, True):
+        policy_reports = rbac_policy_reports(report, include_expected=include_expected, now=9.0)
+        assert policy_reports == rbac_reports(
+            POLICY_REPORTS, report, include_expected=include_expected, now=9.0
+        )
+        open_reports = rbac_reports(
+            OPEN_REPORTS, report, include_expected=include_expected, now=9.0
+        )
+        assert [(r["apiVersion"], r["kind"]) for r in policy_reports] == [
+            ("wgpolicyk8s.io/v1alpha2", "ClusterPolicyReport"),
+            ("wgpolicyk8s.io/v1alpha2", "PolicyReport"),
+            ("wgpolicyk8s.io/v1alpha2", "PolicyReport"),
+        ]
+        assert [(r["apiVersion"], r["kind"]) for r in open_reports] == [
+            ("openreports.io/v1alpha1", "ClusterReport"),
+            ("openreports.io/v1alpha1", "Report"),
+            ("openreports.io/v1alpha1", "Report"),
+        ]
+        assert all("source" not in r for r in policy_reports)  # not in wgpolicyk8s' format
+        around = ("apiVersion", "kind", "source")
+        assert [{k: v for k, v in r.items() if k not in around} for r in open_reports] == [
+            {k: v for k, v in r.items() if k not in around} for r in policy_reports
+        ]
+
+
+def test_open_reports_validate_against_the_published_schemas() -> None:
+    """Fails, skips (expected subjects, with why) and notes (the shells webhook off),
+    and an empty report: all valid, nothing the apiserver would prune."""
+    connect = cluster_role("connect", rule([""], ["pods/exec"], ["create"]))
+    objects = [*edit_objects(), binding("m", "r", {"kind": "Group", "name": "system:masters"}),
+               connect, binding("x", "connect", ALICE, ns="team-a")]  # fmt: skip
+    report = rbac_report(objects, PLATFORM, shells=False)
+    reports = rbac_reports(OPEN_REPORTS, report, include_expected=True, now=1700000000.5)
+    cluster_report, *namespaced = reports
+    results = [r for each in reports for r in each["results"]]
+    assert {r["result"] for r in results} == {"fail", "skip"}
+    assert any("expected" in r["properties"] for r in results)
+    assert any("note" in r["properties"] for r in results)
+    assert [] in [r["results"] for r in namespaced]
+    for each, name in ((cluster_report, "clusterreports"), *((r, "reports") for r in namespaced)):
+        typed = schema(crd(name))
+        jsonschema.validate(each, typed)
+        assert set(each) <= set(typed["properties"])
+        fields = typed["properties"]["results"]["items"]["properties"]
+        assert all(set(r) <= set(fields) for r in each["results"])
+    # The schema checks what it types: a result outside its enum is refused.
+    (team_a,) = [r for r in namespaced if r["metadata"]["namespace"] == "team-a"]
+    bad = {**team_a, "results": [{**team_a["results"][0], "result": "denied"}]}
+    with pytest.raises(jsonschema.ValidationError, match="denied"):
+        jsonschema.validate(bad, schema(crd("reports")))
+
+
 def test_the_table_and_json_rows() -> None:
     report = rbac_report(edit_objects(), PLATFORM, shells=False)
     lines = to_table(report.findings).splitlines()
@@ -589,6 +711,165 @@ def test_cli_bad_input_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str
         assert main(["audit", "--rbac", *policies, "--cluster-state", str(ok), *extra]) == 2
     assert main(["audit", *policies, "--shells", "on"]) == 2  # --rbac's options alone
     assert "go with --rbac" in capsys.readouterr().err
+
+
+def test_cli_prints_open_reports(state_file: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["audit", "--rbac", "-p", str(REPO / "policies"), "--cluster-state", str(state_file)]
+    assert main([*args, "-n", "team-b", "-o", "openreports"]) == 1  # the cluster-wide ones
+    reports = list(yaml.safe_load_all(capsys.readouterr().out))
+    assert [(r["apiVersion"], r["kind"], r["source"]) for r in reports] == [
+        ("openreports.io/v1alpha1", "ClusterReport", "runguard"),
+        ("openreports.io/v1alpha1", "Report", "runguard"),
+    ]
+    assert reports[1]["metadata"]["namespace"] == "team-b" and reports[1]["results"] == []
+    assert reports[0]["summary"]["fail"] == 3
+    # --reports says what --write writes: alone, it is a mistake
+    assert main([*args, "-o", "openreports", "--reports", "openreports"]) == 2
+    assert "--reports goes with --write" in capsys.readouterr().err
+
+
+# --- --write, against a recorded CustomObjectsApi ------------------------------------------
+
+
+class Answer:
+    """An apply's answer, read and released by ``release``."""
+
+    def drain_conn(self) -> None:
+        pass
+
+    def release_conn(self) -> None:
+        pass
+
+
+class RecordedReports:
+    """``kubernetes.client.CustomObjectsApi`` as ``--write`` calls it: each apply
+    recorded by (apiVersion, plural, namespace, name); the kinds ``missing`` by format
+    left out of discovery; a 404 to every apply of the group ``gone`` (its CRDs deleted
+    since discovery)."""
+
+    def __init__(self) -> None:
+        self.applied: dict[tuple[str, str, str | None, str], dict[str, Any]] = {}
+        self.missing: dict[str, list[str]] = {}
+        self.gone = ""
+
+    def __call__(self, _api_client: Any) -> RecordedReports:
+        return self
+
+    def patch_namespaced_custom_object(
+        self, group: str, version: str, namespace: str, plural: str, name: str, body: Any,
+        **options: Any,
+    ) -> Answer:  # fmt: skip
+        return self.apply(f"{group}/{version}", plural, namespace, name, body, options)
+
+    def patch_cluster_custom_object(
+        self, group: str, version: str, plural: str, name: str, body: Any, **options: Any
+    ) -> Answer:
+        return self.apply(f"{group}/{version}", plural, None, name, body, options)
+
+    def apply(
+        self, api: str, plural: str, namespace: str | None, name: str, body: Any,
+        options: dict[str, Any],
+    ) -> Answer:  # fmt: skip
+        from kubernetes.client.exceptions import ApiException
+
+        if api.startswith(self.gone + "/"):
+            raise ApiException(status=404, reason="Not Found")
+        assert options["_content_type"] == "application/apply-patch+yaml" and options["force"]
+        assert options["field_manager"] == "runguard-audit"
+        self.applied[api, plural, namespace, name] = body
+        return Answer()
+
+
+NOW = 1700000000.5
+
+
+@pytest.fixture
+def recorded(monkeypatch: pytest.MonkeyPatch) -> RecordedReports:
+    """A cluster holding ``edit_objects()``: connecting, listing, discovery and the
+    applies faked, the rest of ``runguard audit --rbac --write`` as it runs."""
+    reports = RecordedReports()
+
+    @contextlib.contextmanager
+    def connect(_args: Any) -> Iterator[object]:
+        yield object()
+
+    monkeypatch.setattr(cluster, "connect", connect)
+    monkeypatch.setattr(audit_rbac, "_rbac_objects", lambda _client: edit_objects())
+    monkeypatch.setattr(audit_rbac, "time", SimpleNamespace(time=lambda: NOW))
+    monkeypatch.setattr(
+        audit_write, "missing_kinds", lambda _client, form: reports.missing.get(form.name, [])
+    )
+    monkeypatch.setattr("kubernetes.client.CustomObjectsApi", reports)
+    return reports
+
+
+WRITE = ["audit", "--rbac", "-p", str(REPO / "policies"), "--shells", "off", "--write"]
+
+
+def expected_applies(*forms: Any) -> dict[tuple[str, str, str | None, str], dict[str, Any]]:
+    """What --write applies for each of ``forms``: ``rbac_reports``' objects, by key."""
+    policy = load_policy(REPO / "policies")
+    report = rbac_report(edit_objects(), platform_of(policy), shells=False)
+    out = {}
+    for form in forms:
+        for each in rbac_reports(form, report, now=NOW):
+            meta = each["metadata"]
+            plural = form.plural if "namespace" in meta else form.cluster_plural
+            out[form.api_version, plural, meta.get("namespace"), meta["name"]] = each
+    return out
+
+
+def test_write_applies_each_format_the_cluster_serves(
+    recorded: RecordedReports, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(WRITE) == 0  # 0: every report stored, whatever was found
+    err = capsys.readouterr().err
+    assert "4 RBAC PolicyReports written (one ClusterPolicyReport)" in err
+    assert "4 RBAC Reports written (one ClusterReport)" in err
+    assert recorded.applied == expected_applies(POLICY_REPORTS, OPEN_REPORTS)
+    assert sorted((api, plural, ns) for api, plural, ns, _ in recorded.applied) == [
+        ("openreports.io/v1alpha1", "clusterreports", None),
+        ("openreports.io/v1alpha1", "reports", "platform"),
+        ("openreports.io/v1alpha1", "reports", "team-a"),
+        ("openreports.io/v1alpha1", "reports", "team-b"),
+        ("wgpolicyk8s.io/v1alpha2", "clusterpolicyreports", None),
+        ("wgpolicyk8s.io/v1alpha2", "policyreports", "platform"),
+        ("wgpolicyk8s.io/v1alpha2", "policyreports", "team-a"),
+        ("wgpolicyk8s.io/v1alpha2", "policyreports", "team-b"),
+    ]
+    # --reports names one
+    recorded.applied.clear()
+    assert main([*WRITE, "--reports", "openreports"]) == 0
+    assert recorded.applied == expected_applies(OPEN_REPORTS)
+
+
+def test_write_without_a_formats_crds_says_what_to_install(
+    recorded: RecordedReports, capsys: pytest.CaptureFixture[str]
+) -> None:
+    recorded.missing["openreports"] = ["Report", "ClusterReport"]
+    assert main(WRITE) == 0  # by default: what is served is written, the rest said
+    err = capsys.readouterr().err
+    assert "serves no openreports.io/v1alpha1 Report or ClusterReport" in err
+    assert "github.com/openreports/reports-api" in err and "openreports not written" in err
+    assert recorded.applied == expected_applies(POLICY_REPORTS)
+    # Named, a format not served is an error, and nothing is written.
+    recorded.applied.clear()
+    assert main([*WRITE, "--reports", "openreports"]) == 2
+    err = capsys.readouterr().err
+    assert "cannot read which report CRDs the cluster serves: the cluster serves no " in err
+    assert "or run without --reports openreports" in err and "Traceback" not in err
+    assert recorded.applied == {}
+    # None served: an error too.
+    recorded.missing["policyreport"] = ["PolicyReport", "ClusterPolicyReport"]
+    assert main(WRITE) == 2
+    assert "no report format to write" in capsys.readouterr().err
+    # Deleted since discovery: the apply's 404 said as a missing format is.
+    recorded.missing.clear()
+    recorded.gone = "openreports.io"
+    assert main(WRITE) == 2
+    err = capsys.readouterr().err
+    assert "cannot write the RBAC Reports: 404: the cluster serves no openreports.io" in err
+    assert recorded.applied == expected_applies(POLICY_REPORTS)  # written first
 
 
 def test_an_empty_report_renders() -> None:

@@ -14,7 +14,8 @@ webhooks call it), ``harness.cluster_state``, ``harness.routing``, ``harness.ref
 ``harness.templates``, ``harness.shells``, ``harness.profiles``, ``harness.team_policies``,
 ``harness.pod_strategies``, ``harness.pod_security`` (upstream's PodSecurity checks, ported,
 and the Pods they judge; ``tests/e2e`` uses them too), ``harness.apiserver``,
-``harness.manifests_base`` and ``harness.attack_chains``.
+``harness.openreports`` (the OpenReports CRDs and their schemas), ``harness.manifests_base``
+and ``harness.attack_chains``.
 
 Shared with the benchmarks (``bench/`` imports them; no test imports ``bench/``), each
 imported by its module: ``harness.workloads`` (the Pods they send, a process's memory),

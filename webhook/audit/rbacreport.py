@@ -29,7 +29,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from webhook.audit.policyreport import REPORT_API, REPORT_LABELS, RESULTS, SOURCE, timestamp
+from webhook.audit.policyreport import POLICY_REPORTS
 from webhook.audit.rbac import (
     CLUSTER_WIDE,
     Binding,
@@ -42,6 +42,7 @@ from webhook.audit.rbac import (
     role_rules,
 )
 from webhook.audit.rbacdoors import DOORS, RBAC_API, Door
+from webhook.audit.reportbook import REPORT_LABELS, SOURCE, ReportFormat, timestamp
 from webhook.engine.rule import CONCERNS
 from webhook.engine.rules.ownership import service_account_identities
 from webhook.inputs.documents import is_list, list_items
@@ -61,12 +62,13 @@ __all__ = [
     "platform_of",
     "rbac_policy_reports",
     "rbac_report",
+    "rbac_reports",
     "shells_webhook_installed",
     "to_rows",
     "to_table",
 ]
 
-REPORT_NAME = "runguard-rbac"  # each run namespace's PolicyReport, and the ClusterPolicyReport
+REPORT_NAME = "runguard-rbac"  # each run namespace's report, and the cluster-scoped one
 
 
 # --- the policy's side ----------------------------------------------------------------
@@ -465,30 +467,33 @@ def _result(f: Finding, when: dict[str, int]) -> dict[str, Any]:
     }
 
 
-def _report(kind: str, namespace: str | None, results: list[dict[str, Any]]) -> dict[str, Any]:
-    summary = dict.fromkeys(RESULTS, 0)
-    for r in results:
-        summary[r["result"]] += 1
-    metadata: dict[str, Any] = {"name": REPORT_NAME}
-    if namespace is not None:
-        metadata["namespace"] = namespace
-    metadata["labels"] = {**REPORT_LABELS, REPORT_LABEL: "rbac"}
-    report: dict[str, Any] = {"apiVersion": REPORT_API, "kind": kind, "metadata": metadata}
-    if namespace is not None:
-        report["scope"] = {"apiVersion": "v1", "kind": "Namespace", "name": namespace}
-    return {**report, "summary": summary, "results": results}
+def _metadata(namespace: str | None) -> dict[str, Any]:
+    """Every RBAC report's name and labels (``runguard.io/report: rbac``), and the
+    namespace of a namespaced one."""
+    return {
+        "name": REPORT_NAME,
+        **({"namespace": namespace} if namespace is not None else {}),
+        "labels": {**REPORT_LABELS, REPORT_LABEL: "rbac"},
+    }
 
 
-def rbac_policy_reports(
-    report: RbacReport, *, include_expected: bool = False, now: float = 0.0
+def rbac_reports(
+    form: ReportFormat, report: RbacReport, *, include_expected: bool = False, now: float = 0.0
 ) -> list[dict[str, Any]]:
-    """The ClusterPolicyReport of the grants every namespace holds (ClusterRoleBindings),
-    then a PolicyReport per run namespace (an empty one where nothing was found: writing
-    it replaces what an earlier report said)."""
+    """The reports of ``form``: the cluster-scoped one of the grants every namespace
+    holds (ClusterRoleBindings), then one per run namespace (an empty one where nothing
+    was found: writing it replaces what an earlier report said)."""
     when = timestamp(now)
     by_namespace: dict[str, list[dict[str, Any]]] = {ns: [] for ns in report.namespaces}
     by_namespace.setdefault(CLUSTER_WIDE, [])
     for f in report.shown(include_expected):
         by_namespace.setdefault(f.namespace, []).append(_result(f, when))
-    cluster = _report("ClusterPolicyReport", None, by_namespace.pop(CLUSTER_WIDE))
-    return [cluster, *(_report("PolicyReport", ns, rs) for ns, rs in sorted(by_namespace.items()))]
+    cluster = form.wrap(_metadata(None), by_namespace.pop(CLUSTER_WIDE))
+    return [cluster, *(form.wrap(_metadata(ns), rs) for ns, rs in sorted(by_namespace.items()))]
+
+
+def rbac_policy_reports(
+    report: RbacReport, *, include_expected: bool = False, now: float = 0.0
+) -> list[dict[str, Any]]:
+    """``rbac_reports`` as wgpolicyk8s.io's ClusterPolicyReport and PolicyReports."""
+    return rbac_reports(POLICY_REPORTS, report, include_expected=include_expected, now=now)

@@ -7,7 +7,8 @@ or one pass for a compliant run, each with ``policy`` (the RunPolicy), ``rule``,
 declares it), ``source: runguard``, ``timestamp`` (when the audit ran), ``scored``,
 ``resources`` (the run), ``message`` and ``properties`` (the RunPolicy and the profile,
 the path of a violation, ``drift`` for policy drift). They differ only in the object
-around them, which ``ReportFormat`` describes.
+around them, which ``ReportFormat`` describes; ``runguard audit --rbac``'s reports
+(``webhook.audit.rbacreport``) are put in the same objects by ``ReportFormat.wrap``.
 
 The number of objects is bounded by namespaces x RunPolicies, whatever the number of
 runs: one namespaced report per namespace and RunPolicy, split in parts of at most
@@ -97,34 +98,36 @@ class ReportFormat:
     def cluster_plural(self) -> str:
         return self.cluster_kind.lower() + "s"
 
-    def report(
-        self, policy: str, namespace: str, part: int, results: list[dict[str, Any]]
-    ) -> dict[str, Any]:
-        """The report of one namespace and RunPolicy (one part of it)."""
+    def wrap(self, metadata: dict[str, Any], results: list[dict[str, Any]]) -> dict[str, Any]:
+        """A report of ``results`` named by ``metadata``: of the namespaced kind, its
+        ``scope`` the Namespace, when ``metadata`` has a namespace; else of the
+        cluster-scoped kind. ``runguard audit --rbac``'s reports are made with it too."""
+        namespace = metadata.get("namespace")
+        scope = {"apiVersion": "v1", "kind": "Namespace", "name": namespace}
         return {
             "apiVersion": self.api_version,
-            "kind": self.kind,
-            "metadata": {
-                "name": report_name(policy, part),
-                "namespace": namespace,
-                "labels": {**REPORT_LABELS, POLICY_LABEL: policy},
-            },
+            "kind": self.kind if namespace else self.cluster_kind,
+            "metadata": metadata,
             **self.extra,
-            "scope": {"apiVersion": "v1", "kind": "Namespace", "name": namespace},
+            **({"scope": scope} if namespace else {}),
             "summary": summary(results),
             "results": results,
         }
 
+    def report(
+        self, policy: str, namespace: str, part: int, results: list[dict[str, Any]]
+    ) -> dict[str, Any]:
+        """The report of one namespace and RunPolicy (one part of it)."""
+        metadata = {
+            "name": report_name(policy, part),
+            "namespace": namespace,
+            "labels": {**REPORT_LABELS, POLICY_LABEL: policy},
+        }
+        return self.wrap(metadata, results)
+
     def cluster_report(self, results: list[dict[str, Any]]) -> dict[str, Any]:
         """The cluster-scoped report: ``results`` are ``policy_results``'."""
-        return {
-            "apiVersion": self.api_version,
-            "kind": self.cluster_kind,
-            "metadata": {"name": CLUSTER_REPORT_NAME, "labels": dict(REPORT_LABELS)},
-            **self.extra,
-            "summary": summary(results),
-            "results": results,
-        }
+        return self.wrap({"name": CLUSTER_REPORT_NAME, "labels": dict(REPORT_LABELS)}, results)
 
 
 def run_results(f: Finding, when: dict[str, int]) -> Iterator[dict[str, Any]]:

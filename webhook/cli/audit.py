@@ -4,8 +4,9 @@ The shell around ``webhook.audit.clusteraudit``: the cluster read one list reque
 page (``webhook.cli.cluster``), progress on stderr when it is a terminal, and
 ``--write``: the reports server-side applied (``webhook.cli.audit_write``), one per
 namespace and RunPolicy (and part), and one about the policy objects, as wgpolicyk8s.io
-PolicyReports, OpenReports or both. ``--rbac`` is ``webhook.cli.audit_rbac``'s,
-``--outage`` ``webhook.cli.audit_outage``'s.
+PolicyReports, OpenReports or both. ``--rbac`` is ``webhook.cli.audit_rbac``'s (its
+reports in the same formats, chosen by the same ``--reports``), ``--outage``
+``webhook.cli.audit_outage``'s.
 """
 
 from __future__ import annotations
@@ -70,21 +71,23 @@ def register(sub: Any) -> None:
         choices=("table", "json", *FORMATS, "summary"),
         default="table",
         help="a row per run (table, json), the reports (policyreport: wgpolicyk8s.io's "
-        "PolicyReports, openreports: OpenReports' Reports), or counts per namespace",
+        "PolicyReports, openreports: OpenReports' Reports), or counts per namespace; with "
+        "--rbac, a row per finding (table, json) or its reports (policyreport, openreports)",
     )
     p.add_argument(
         "--write",
         action="store_true",
         help="server-side apply the reports (a namespaced one per namespace and RunPolicy, "
-        "a cluster-scoped one about the policy objects) to the cluster",
+        "a cluster-scoped one about the policy objects; with --rbac, runguard-rbac: one per "
+        "run namespace and a cluster-scoped one) to the cluster",
     )
     p.add_argument(
         "--reports",
         type=report_formats,
         metavar="FORMATS",
-        help="what --write writes: policyreport (wgpolicyk8s.io/v1alpha2), openreports "
-        "(openreports.io/v1alpha1) or both, separated by a comma (default: each the "
-        "cluster serves the CRDs of)",
+        help="what --write writes, with or without --rbac: policyreport "
+        "(wgpolicyk8s.io/v1alpha2), openreports (openreports.io/v1alpha1) or both, "
+        "separated by a comma (default: each the cluster serves the CRDs of)",
     )
     p.add_argument(
         "--page-size",
@@ -123,7 +126,8 @@ def register(sub: Any) -> None:
         "any admission request (reading Secrets, changing platform-named ConfigMaps and "
         "Secrets, nodes/proxy, tokens, impersonation, exposing Services; connections into "
         "Pods when the shells webhook is off), through Roles, ClusterRoles and their "
-        "bindings. Exit 0 none, 1 some, 2 error.",
+        "bindings. Exit 0 none, 1 some, 2 error; with --write, 0 once every report is "
+        "stored.",
     )
     rbac.add_argument(
         "--rbac", action="store_true", help="report RBAC's doors instead of judging runs"
@@ -160,15 +164,15 @@ def _positive(text: str) -> int:
 def run(args: argparse.Namespace) -> int:
     from webhook.policy.lint import lint
 
+    if args.reports and not args.write:
+        print("runguard audit: --reports goes with --write", file=sys.stderr)
+        return EXIT_BAD_INPUT
     if args.rbac:
         return run_rbac(args)
     if args.outage:
         from webhook.cli.audit_outage import run_outage
 
         return run_outage(args)
-    if args.reports and not args.write:
-        print("runguard audit: --reports goes with --write", file=sys.stderr)
-        return EXIT_BAD_INPUT
     if args.cluster_state or args.shells or args.include_expected:
         print("runguard audit: --cluster-state, --shells and --include-expected go with "
               "--rbac", file=sys.stderr)  # fmt: skip

@@ -1,7 +1,10 @@
 """``runguard audit --rbac``: who holds, in the run namespaces, a door no admission
 request is made for (``webhook.audit.rbacreport``), read from the cluster's namespaces,
-Roles and bindings; as a table, JSON rows or PolicyReports (``--write``: one per run
-namespace, and a ClusterPolicyReport for the cluster-wide grants).
+Roles and bindings; as a table, JSON rows, or reports (``-o policyreport``,
+``-o openreports``): one per run namespace and a cluster-scoped one for the cluster-wide
+grants, all named ``runguard-rbac``. ``--write`` applies them in the formats
+``runguard audit --write`` writes (``webhook.cli.audit_write``): by default each the
+cluster serves the CRDs of, ``--reports`` to name them.
 """
 
 from __future__ import annotations
@@ -15,32 +18,20 @@ from collections.abc import Callable
 from typing import Any
 
 from webhook.audit.clusteraudit import AuditError
-from webhook.audit.policyreport import (
-    CLUSTER_REPORT_PLURAL,
-    REPORT_GROUP,
-    REPORT_PLURAL,
-    REPORT_VERSION,
-)
 from webhook.audit.rbacdoors import RBAC_API
 from webhook.audit.rbacreport import (
     RbacReport,
     platform_of,
-    rbac_policy_reports,
     rbac_report,
+    rbac_reports,
     shells_webhook_installed,
 )
 from webhook.audit.rbacreport import to_rows as rbac_rows
 from webhook.audit.rbacreport import to_table as rbac_table
+from webhook.audit.reportbook import ReportFormat
 from webhook.cli import EXIT_BAD_INPUT, EXIT_DENIED, EXIT_OK, load_policy_or_report
-from webhook.cli.cluster import (
-    REQUEST_TIMEOUT,
-    SERVER_SIDE_APPLY,
-    Session,
-    dump_reports,
-    on_cluster,
-    release,
-    say,
-)
+from webhook.cli.audit_write import FORMATS, apply_report, crds_checked, served_formats
+from webhook.cli.cluster import REQUEST_TIMEOUT, Session, dump_reports, on_cluster, say
 from webhook.install.manifests import SHELLS_CONFIGURATION_NAME
 from webhook.policy.model import Policy
 
@@ -58,8 +49,8 @@ def run_rbac(args: argparse.Namespace) -> int:
     """``runguard audit --rbac``: read the objects (files or cluster), report, write."""
     if args.output == "summary" or (args.cluster_state and (args.write or args.policy_objects)):
         print(
-            "runguard audit: --rbac prints a table, json or policyreport; --write and "
-            "--policy-objects read the cluster, not --cluster-state",
+            "runguard audit: --rbac prints a table, json, policyreport or openreports; "
+            "--write and --policy-objects read the cluster, not --cluster-state",
             file=sys.stderr,
         )
         return EXIT_BAD_INPUT
@@ -107,39 +98,49 @@ def _rbac_from_files(args: argparse.Namespace, policy: Policy) -> RbacReport | N
     except (InputError, ClusterStateError) as exc:
         print(f"runguard audit: --cluster-state: {exc}", file=sys.stderr)
         return None
-    _rbac_output(report, args)
+    _rbac_output(report, args, time.time())
     return report
 
 
 def _rbac_from_cluster(args: argparse.Namespace) -> Callable[[Session], RbacReport]:
-    """The report of the cluster's objects, printed, and written with ``--write``."""
+    """The report of the cluster's objects, printed, and written with ``--write`` in each
+    format asked for, or served (``served_formats``)."""
 
     def work(session: Session) -> RbacReport:
+        now = time.time()
         objects = _rbac_objects(session.api_client)
         shells = args.shells == "on" if args.shells else _shells_on(session.api_client)
         platform = platform_of(session.policy)
         report = rbac_report(objects, platform, shells=shells, namespace=args.namespace)
-        reports = _rbac_output(report, args)
-        if args.write:
-            session.doing = "write PolicyReports"
-            _write_rbac_reports(session.api_client, reports)
+        _rbac_output(report, args, now)
+        if not args.write:
+            return report
+        session.doing = "read which report CRDs the cluster serves"
+        for form in served_formats(session.api_client, args.reports):
+            session.doing = f"write the RBAC {form.kind}s"
+            reports = rbac_reports(form, report, include_expected=args.include_expected, now=now)
+            with crds_checked(form):
+                _write_rbac_reports(session.api_client, form, reports)
         return report
 
     return work
 
 
-def _rbac_output(report: RbacReport, args: argparse.Namespace) -> list[dict[str, Any]]:
-    """Print the report as asked; the PolicyReports (for --write) in any case."""
-    reports = rbac_policy_reports(report, include_expected=args.include_expected, now=time.time())
+def _rbac_output(report: RbacReport, args: argparse.Namespace, now: float) -> None:
+    """Print the report as asked: a table (none with ``--write`` and nothing to show),
+    JSON rows, or the reports of the format ``-o`` names."""
     shown = report.shown(args.include_expected)
     if args.output == "json":
         json.dump(rbac_rows(shown), sys.stdout, indent=2)
         sys.stdout.write("\n")
-    elif args.output == "policyreport":
-        dump_reports(reports, sys.stdout)
+    elif args.output in FORMATS:
+        form = FORMATS[args.output]
+        dump_reports(
+            rbac_reports(form, report, include_expected=args.include_expected, now=now),
+            sys.stdout,
+        )
     elif not args.write or shown:
         sys.stdout.write(rbac_table(shown) + "\n")
-    return reports
 
 
 def _rbac_objects(api_client: Any) -> list[dict[str, Any]]:
@@ -189,23 +190,13 @@ def _shells_on(api_client: Any) -> bool:
     return True
 
 
-def _write_rbac_reports(api_client: Any, reports: list[dict[str, Any]]) -> None:
-    """Server-side apply the ClusterPolicyReport and each run namespace's PolicyReport
-    (one each, replaced whole: an empty one says nothing is found there any more)."""
+def _write_rbac_reports(api_client: Any, form: ReportFormat, reports: list[dict[str, Any]]) -> None:
+    """Server-side apply the cluster-scoped report and each run namespace's, of ``form``
+    (one each, replaced whole: an empty one says nothing is found there any more). Needs
+    ``create`` and ``patch`` on both kinds: no get, since there are no parts to empty."""
     from kubernetes import client
 
     api = client.CustomObjectsApi(api_client)
     for report in reports:
-        meta = report["metadata"]
-        if report["kind"] == "ClusterPolicyReport":
-            response: Any = api.patch_cluster_custom_object(
-                REPORT_GROUP, REPORT_VERSION, CLUSTER_REPORT_PLURAL, meta["name"], report,
-                **SERVER_SIDE_APPLY,
-            )  # fmt: skip
-        else:
-            response = api.patch_namespaced_custom_object(
-                REPORT_GROUP, REPORT_VERSION, meta["namespace"], REPORT_PLURAL, meta["name"],
-                report, **SERVER_SIDE_APPLY,
-            )  # fmt: skip
-        release(response)
-    say(None, f"{len(reports):,} RBAC PolicyReports written (one ClusterPolicyReport)")
+        apply_report(api, form, report)
+    say(None, f"{len(reports):,} RBAC {form.kind}s written (one {form.cluster_kind})")

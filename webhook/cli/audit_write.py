@@ -10,6 +10,9 @@ Per format: a report per namespace and RunPolicy (and part) applied whole, then 
 a namespace no longer needs emptied, then the cluster-scoped report about the policy
 objects. Needs ``get``, ``create`` and ``patch`` on the namespaced kind and ``create``,
 ``patch`` on the cluster-scoped one, nothing else (``manifests/audit-cronjob/rbac.yaml``).
+
+``runguard audit --rbac --write`` (``webhook.cli.audit_rbac``) chooses its formats the same
+way, with the same ``--reports``, and applies its reports with ``apply_report``.
 """
 
 from __future__ import annotations
@@ -118,6 +121,24 @@ def crds_checked(form: ReportFormat) -> Iterator[None]:
         raise
 
 
+def apply_report(api: Any, form: ReportFormat, report: dict[str, Any]) -> None:
+    """Server-side apply one report of ``form`` with ``api`` (a ``CustomObjectsApi``):
+    of the namespaced kind when its metadata names a namespace, else the cluster-scoped
+    one. Created, or replaced whole (``results`` is an atomic list)."""
+    meta = report["metadata"]
+    if "namespace" in meta:
+        response: Any = api.patch_namespaced_custom_object(
+            form.group, form.version, meta["namespace"], form.plural, meta["name"], report,
+            **SERVER_SIDE_APPLY,
+        )  # fmt: skip
+    else:
+        response = api.patch_cluster_custom_object(
+            form.group, form.version, form.cluster_plural, meta["name"], report,
+            **SERVER_SIDE_APPLY,
+        )  # fmt: skip
+    release(response)
+
+
 def write_reports(api_client: Any, form: ReportFormat, book: ReportBook, per_report: int) -> None:
     """Server-side apply each report (created, or replaced whole: ``results`` is an
     atomic list), then empty the parts a namespace no longer needs. Needs ``create``,
@@ -129,14 +150,6 @@ def write_reports(api_client: Any, form: ReportFormat, book: ReportBook, per_rep
     api = client.CustomObjectsApi(api_client)
     progress = Progress(sys.stderr) if sys.stderr.isatty() else None
     parts: Counter[tuple[str, str]] = Counter()  # by namespace and RunPolicy
-
-    def apply(report: dict[str, Any]) -> None:
-        meta = report["metadata"]
-        response: Any = api.patch_namespaced_custom_object(
-            form.group, form.version, meta["namespace"], form.plural, meta["name"], report,
-            **SERVER_SIDE_APPLY,
-        )  # fmt: skip
-        release(response)
 
     def exists(namespace: str, name: str) -> bool:
         try:
@@ -154,7 +167,7 @@ def write_reports(api_client: Any, form: ReportFormat, book: ReportBook, per_rep
     emptied = 0
     try:
         for report in book.reports(form, per_report):
-            apply(report)
+            apply_report(api, form, report)
             meta = report["metadata"]
             parts[meta["namespace"], meta["labels"][POLICY_LABEL]] += 1
             if progress is not None:
@@ -163,7 +176,7 @@ def write_reports(api_client: Any, form: ReportFormat, book: ReportBook, per_rep
             for part in range(count + 1, count + 1 + MAX_PARTS):
                 if not exists(namespace, report_name(policy, part)):
                     break
-                apply(form.report(policy, namespace, part, []))
+                apply_report(api, form, form.report(policy, namespace, part, []))
                 emptied += 1
     finally:
         if progress is not None:
@@ -179,9 +192,5 @@ def write_cluster_report(api_client: Any, form: ReportFormat, report: dict[str, 
     """Server-side apply the cluster-scoped report (one object, replaced whole)."""
     from kubernetes import client
 
-    response: Any = client.CustomObjectsApi(api_client).patch_cluster_custom_object(
-        form.group, form.version, form.cluster_plural, report["metadata"]["name"], report,
-        **SERVER_SIDE_APPLY,
-    )  # fmt: skip
-    release(response)
+    apply_report(client.CustomObjectsApi(api_client), form, report)
     say(None, f"{form.cluster_kind} {report['metadata']['name']} written")
