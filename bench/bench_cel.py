@@ -36,7 +36,7 @@ from bench_create import _cel, _Dumper, _name_matches, run_policy, vap_documents
 
 from webhook.keys import MAIN_CONTAINER_ANNOTATION, POLICY_LABEL, REQUESTED_BY
 from webhook.policy.loader import load_policy
-from webhook.policy.model import Policy
+from webhook.policy.model import Policy, RunPolicy
 
 JSON = dict[str, Any]
 KYVERNO_CEL_FILE = BENCH / "kyverno" / "cel-policy.yaml"
@@ -126,7 +126,7 @@ def _set_keys(base: str, at: Sequence[str], field: str, values: dict[str, str]) 
     return f"{_ensure(f'{base}.?{field}', _path(*at, field))} + {changes}"
 
 
-def _profile(policy: Policy) -> list[JSON]:
+def _profile(policy: RunPolicy) -> list[JSON]:
     """The profile named by the label: the main container's requests, limits and env,
     the pod's nodeSelector, tolerations and classes."""
     res = policy.resources
@@ -211,12 +211,12 @@ SUBSET_RULES = ("profile.", "resources.defaults", "resources.exceeded", "securit
                 "volumes.forbidden-type")  # fmt: skip  # its VAP: Pod Security, the maximums
 
 
-def mutations(policy: Policy, only: Sequence[str] | None = None) -> list[JSON]:
+def mutations(policy: RunPolicy, only: Sequence[str] | None = None) -> list[JSON]:
     """runguard's mutation steps of a run Pod (``only`` these, if given)."""
     return [mutation for step, mutation in steps(policy) if only is None or step in only]
 
 
-def steps(policy: Policy) -> list[tuple[str, JSON]]:
+def steps(policy: RunPolicy) -> list[tuple[str, JSON]]:
     """runguard's mutation steps of a run Pod, as far as JSON Patches built by CEL go."""
     res, sec, vol = policy.resources, policy.security, policy.volumes
     gpu = res.gpu_resource_name
@@ -353,7 +353,7 @@ def steps(policy: Policy) -> list[tuple[str, JSON]]:
     return out
 
 
-def _foreign_volume(policy: Policy) -> str:
+def _foreign_volume(policy: RunPolicy) -> str:
     """CEL, of a volume ``v``: a claim or ConfigMap the platform did not make for this run
     (by its name patterns; any, when the requester is not the platform)."""
     vol = policy.volumes
@@ -363,7 +363,7 @@ def _foreign_volume(policy: Policy) -> str:
             f"(has(v.configMap) && (!variables.platform || !{config_map}))")  # fmt: skip
 
 
-def mutation_variables(policy: Policy) -> list[JSON]:
+def mutation_variables(policy: RunPolicy) -> list[JSON]:
     label = policy.profiles_config.label
     users = [i for i in policy.platform.identities if not i.startswith("group:")]
     groups = [

@@ -102,7 +102,7 @@ from webhook.install.floor import FLOOR_PREFIX, floor_policies
 from webhook.install.manifests import name_regex, selector_expression
 from webhook.keys import REQUESTED_BY
 from webhook.policy.loader import load_policy
-from webhook.policy.model import NamePattern, Policy
+from webhook.policy.model import NamePattern, Policy, RunPolicy
 from webhook.policy.patterns import split
 
 JSON = dict[str, Any]
@@ -156,8 +156,8 @@ UNLISTED_PRIORITY = "bench-unlisted"  # exists in the cluster, not in the policy
 # --- the Pods -------------------------------------------------------------------------
 
 
-def run_policy(policy: Policy, name: str = RUN_POLICY) -> Policy:
-    for chosen in policy.run_policies():
+def run_policy(policy: Policy, name: str = RUN_POLICY) -> RunPolicy:
+    for chosen in policy.run_policies:
         if chosen.name == name:
             return chosen
     raise SystemExit(f"bench_create: no RunPolicy {name!r} in {POLICY_DIR}")
@@ -179,28 +179,29 @@ def full_pod() -> JSON:
     return pod
 
 
-def pods(policy: Policy) -> dict[str, JSON]:
+def pods(policy: RunPolicy) -> dict[str, JSON]:
     """``full`` (as written), ``valid`` (runguard's mutation of it, without the stamp:
     mutation only stamps it; allowed by the pair, the VAP and no admission) and
     ``stamped`` (mutation changes nothing; allowed by /validate alone, which requires
     the stamp runguard's mutation writes at CREATE)."""
     context = Context(requester=platform_requester())
+    alone = Policy.of(policy)  # the RunPolicy judged alone
     full = full_pod()
-    mutated = mutate(full, policy, namespace=NS["pair"], context=context)
+    mutated = mutate(full, alone, namespace=NS["pair"], context=context)
     if not mutated.allowed or not mutated.mutations:
         raise SystemExit(f"bench_create: runguard does not mutate the pod: {mutated.message()}")
     stamped = copy.deepcopy(mutated.object)
     valid = copy.deepcopy(stamped)
     del valid["metadata"]["annotations"][REQUESTED_BY]
     for name, pod in (("stamped", stamped),):
-        decision = validate(pod, policy, namespace=NS["validate"], context=context)
+        decision = validate(pod, alone, namespace=NS["validate"], context=context)
         if not decision.allowed:
             raise SystemExit(f"bench_create: the {name} pod is denied: {decision.message()}")
-    if [c.rule for c in mutate(valid, policy, namespace=NS["pair"], context=context).mutations] != [
+    if [c.rule for c in mutate(valid, alone, namespace=NS["pair"], context=context).mutations] != [
         "ownership.stamp"
     ]:
         raise SystemExit("bench_create: mutating the valid pod does more than stamp it")
-    if mutate(stamped, policy, namespace=NS["pair"], context=context).mutations:
+    if mutate(stamped, alone, namespace=NS["pair"], context=context).mutations:
         raise SystemExit("bench_create: mutating the stamped pod is not an empty patch")
     return {"full": full, "valid": valid, "stamped": stamped}
 
@@ -318,7 +319,7 @@ VOLUME_TYPES = (  # every inline volume source of a 1.33 Pod
 )  # fmt: skip
 
 
-def vap_rules(policy: Policy) -> list[tuple[str, str, str]]:
+def vap_rules(policy: RunPolicy) -> list[tuple[str, str, str]]:
     """(runguard rule ids, CEL expression, message) of each validation."""
     res, sec, vol = policy.resources, policy.security, policy.volumes
     restricted = sec.level == "restricted"
@@ -527,7 +528,7 @@ def vap_rules(policy: Policy) -> list[tuple[str, str, str]]:
     return rules
 
 
-def vap_variables(policy: Policy) -> list[dict[str, str]]:
+def vap_variables(policy: RunPolicy) -> list[dict[str, str]]:
     label = policy.profiles_config.label
     vol, sec = policy.volumes, policy.secrets
     any_claim = _cel(name_regex(vol.platform_claims) or "^$.")
@@ -575,7 +576,7 @@ def vap_documents(full: Policy, namespaces: Sequence[str] = (NS["vap"],)) -> lis
     """The ValidatingAdmissionPolicy and its binding: the RunPolicy's validation rules in
     CEL, for run Pods (its selector, not an earlier RunPolicy's) at CREATE in
     ``namespaces``."""
-    ordered = list(full.run_policies())
+    ordered = list(full.run_policies)
     policy = run_policy(full)
     earlier_policies = ordered[: ordered.index(policy)]
     selector = policy.selector.to_dict()

@@ -51,7 +51,7 @@ from e2e.cluster import ClusterError
 from webhook.engine.rules.pod_security import RESTRICTED_VOLUME_TYPES
 from webhook.keys import PLATFORM_POLICY, PLATFORM_RECORD, REQUESTED_BY
 from webhook.policy.loader import load_policy
-from webhook.policy.model import NamePattern, Policy
+from webhook.policy.model import NamePattern, Policy, RunPolicy
 from webhook.policy.patterns import split
 
 JSON = dict[str, Any]
@@ -96,7 +96,7 @@ NOT_EXPRESSED = """\
 # --- the policies -----------------------------------------------------------------------
 
 
-def _match(policy: Policy) -> JSON:
+def _match(policy: RunPolicy) -> JSON:
     selector = policy.selector.to_dict()
     return {
         "any": [
@@ -127,11 +127,11 @@ def _names_ok(expression: str, patterns: Sequence[NamePattern]) -> str:
     return " || ".join(tests) if tests else "`false`"
 
 
-def _rule(name: str, policy: Policy, **body: Any) -> JSON:
+def _rule(name: str, policy: RunPolicy, **body: Any) -> JSON:
     return {"name": name, "match": _match(policy), **body}
 
 
-def mutate_rules(policy: Policy) -> list[JSON]:
+def mutate_rules(policy: RunPolicy) -> list[JSON]:
     res, sec = policy.resources, policy.security
     gpu = res.gpu_resource_name
     rules: list[JSON] = [
@@ -283,7 +283,7 @@ def mutate_rules(policy: Policy) -> list[JSON]:
     return rules
 
 
-def strip_rules(policy: Policy) -> list[JSON]:
+def strip_rules(policy: RunPolicy) -> list[JSON]:
     """What runguard removes rather than denies: device variables, secrets outside
     ``secrets.allowed`` (env references), claims and ConfigMaps the platform did not make
     for the run (the volume and its mounts). Last items first, so indexes hold."""
@@ -343,7 +343,7 @@ def strip_rules(policy: Policy) -> list[JSON]:
     return rules
 
 
-def validate_rules(policy: Policy) -> list[JSON]:
+def validate_rules(policy: RunPolicy) -> list[JSON]:
     res, sec, vol = policy.resources, policy.security, policy.volumes
     gpu = res.gpu_resource_name
     label = policy.profiles_config.label

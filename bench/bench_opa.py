@@ -59,7 +59,7 @@ from harness.workloads import typical_run_pod
 from webhook.engine.rules.hardening import drop_fill, seccomp_fill  # noqa: E402
 from webhook.engine.rules.pod_security import allowed_capabilities  # noqa: E402
 from webhook.policy.loader import load_policy  # noqa: E402
-from webhook.policy.model import NamePattern, Policy  # noqa: E402
+from webhook.policy.model import NamePattern, Policy, RunPolicy  # noqa: E402
 from webhook.policy.patterns import split  # noqa: E402
 from webhook.serving import admission  # noqa: E402
 
@@ -120,7 +120,7 @@ def _number(value: Decimal) -> int | float:
     return int(value) if value == value.to_integral_value() else float(value)
 
 
-def _run_policy(policy: Policy) -> dict[str, Any]:
+def _run_policy(policy: RunPolicy) -> dict[str, Any]:
     """One RunPolicy's values, as ``bench/opa/runguard.rego`` reads them."""
     res, sec, vol, sched = policy.resources, policy.security, policy.volumes, policy.scheduling
     profiles = {
@@ -197,7 +197,7 @@ def _run_policy(policy: Policy) -> dict[str, Any]:
 
 def opa_data(policy: Policy) -> dict[str, Any]:
     """The data document: every RunPolicy, in the order runguard tries them."""
-    return {"runguard_data": {"policies": [_run_policy(p) for p in policy.run_policies()]}}
+    return {"runguard_data": {"policies": [_run_policy(p) for p in policy.run_policies]}}
 
 
 # ------------------------------------------------------------------ the shared reviews
@@ -205,7 +205,7 @@ def opa_data(policy: Policy) -> dict[str, Any]:
 
 def platform_user(policy: Policy) -> str:
     """The platform's identity (the user that creates runs), from the policy."""
-    for run_policy in policy.run_policies():
+    for run_policy in policy.run_policies:
         for identity in run_policy.platform.identities:
             if not identity.startswith("group:"):
                 return identity

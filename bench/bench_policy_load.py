@@ -20,7 +20,7 @@ from typing import Any
 from bench_config import REPO as ROOT
 
 from webhook.policy.loader import load_policy, read_policy
-from webhook.policy.model import build_policy
+from webhook.policy.model import build_run_policy
 
 DIRECTORIES = ("policies", "policies/examples/mlrun")
 
@@ -59,12 +59,12 @@ def main() -> None:
         assert run_policy is not None and not source.errors
         profiles = [p.data for p in source.profiles]
         builds, _ = measure(
-            lambda data=run_policy.data, profiles=profiles: build_policy(data, profiles),
+            lambda data=run_policy.data, profiles=profiles: build_run_policy(data, profiles),
             args.count,
             args.seconds / 4,
         )
         print(
-            f"{'  of which build_policy':<26} {len(builds):>6} "
+            f"{'  of which build_run_policy':<26} {len(builds):>6} "
             f"{statistics.median(builds) * 1e3:>10.3f} {min(builds) * 1e3:>8.3f}"
         )
 

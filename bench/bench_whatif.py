@@ -152,9 +152,7 @@ def worker(count: int, page_size: int, proposed_dir: str) -> None:
     current, proposed = load_policy(POLICY_DIR), load_policy(proposed_dir)
     context = Context(state=StaticClusterState.from_documents([*namespaces(), *classes()]))
     fetch = SyntheticApiserver(count, templates(current, context))
-    selecting = current.model_copy(
-        update={"alternatives": (*current.alternatives, *proposed.run_policies())}
-    )
+    selecting = Policy((*current.run_policies, *proposed.run_policies), current.digest)
     tally = Tally()
     with open(os.devnull, "w") as out:
         table = TableWriter(out)

@@ -30,7 +30,7 @@ from webhook.audit.clusteraudit import (
 from webhook.audit.policyreport import to_policy_reports
 from webhook.engine import mutate
 from webhook.policy.loader import load_policy
-from webhook.policy.model import Policy, build_policy
+from webhook.policy.model import Policy, build_run_policy
 
 POLICIES = TESTS / "cases" / "_policies"
 RUN = {"app.kubernetes.io/managed-by": "dhcore", "dhcore/run": "r1"}
@@ -116,7 +116,9 @@ def selector_policy(selector: dict[str, Any], exclude: list[str] | None = None) 
     spec: dict[str, Any] = {"selector": selector}
     if exclude is not None:
         spec["excludeNamespaces"] = exclude
-    return build_policy({"kind": "RunPolicy", "metadata": {"name": "p"}, "spec": spec}, [])
+    return Policy.of(
+        build_run_policy({"kind": "RunPolicy", "metadata": {"name": "p"}, "spec": spec}, [])
+    )
 
 
 def test_label_selector_is_the_policy_selector_in_the_api_syntax() -> None:
@@ -131,11 +133,11 @@ def test_label_selector_is_the_policy_selector_in_the_api_syntax() -> None:
             ],
         }
     )
-    assert label_selector(policy.selector) == (
+    assert label_selector(policy.first.selector) == (
         "app.kubernetes.io/managed-by=dhcore,tier=gpu,dhcore/run,"
         "stage in (dev,prod),team notin (x),!legacy"
     )
-    assert label_selector(selector_policy({}).selector) == ""  # matches every Pod
+    assert label_selector(selector_policy({}).first.selector) == ""  # matches every Pod
 
 
 def test_pods_are_selected_server_side_controllers_only_by_namespace() -> None:
@@ -310,7 +312,7 @@ def test_several_run_policies_are_selected_by_what_all_their_selectors_require(
     tmp_path: Path,
 ) -> None:
     policy = two_run_policies(tmp_path)
-    assert [p.name for p in policy.run_policies()] == ["builds", "platform"]
+    assert [p.name for p in policy.run_policies] == ["builds", "platform"]
     # A Pod either selector matches meets these: the server sends a superset of the runs.
     assert list_query(LISTINGS[0], policy, 10) == {
         "limit": "10",

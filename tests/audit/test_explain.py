@@ -20,7 +20,7 @@ from webhook.engine import evaluate
 from webhook.engine.registry import RULES
 from webhook.engine.rules.profile import PROFILE_APPLIED, PROFILE_NOT_ALLOWED, PROFILE_RANGE
 from webhook.policy.loader import load_policy
-from webhook.policy.model import Policy
+from webhook.policy.model import Policy, RunPolicy
 
 
 def run(ns: str, profile: str | None, memory: str = "", kind: str = "Pod") -> dict[str, Any]:
@@ -117,7 +117,7 @@ def test_an_object_no_runpolicy_governs(policy: Policy) -> None:
 
 
 def test_the_command_offline(
-    tmp_path: Path, policy: Policy, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, policy: RunPolicy, capsys: pytest.CaptureFixture[str]
 ) -> None:
     manifest, state = tmp_path / "run.yaml", tmp_path / "state.yaml"
     manifest.write_text(yaml.safe_dump(run("team-b", "a100")))

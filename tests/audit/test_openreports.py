@@ -23,7 +23,7 @@ from webhook.cli import audit_write
 from webhook.engine import Violation, mutate
 from webhook.policy.errors import PolicyIssue
 from webhook.policy.loader import load_policy
-from webhook.policy.model import build_policy
+from webhook.policy.model import Policy, build_run_policy
 
 SHIPPED = REPO / "policies"
 RUN_POLICY = {
@@ -47,8 +47,10 @@ def run(name: str, namespace: str = "ml", **spec: Any) -> dict[str, Any]:
 
 def findings() -> list[Finding]:
     """A pass, a fail, a warn (enforcement Warn) and a drift."""
-    policy = build_policy(RUN_POLICY, [])
-    warn = build_policy({**RUN_POLICY, "spec": {**RUN_POLICY["spec"], "enforcement": "Warn"}}, [])
+    policy = Policy.of(build_run_policy(RUN_POLICY, []))
+    warn = Policy.of(
+        build_run_policy({**RUN_POLICY, "spec": {**RUN_POLICY["spec"], "enforcement": "Warn"}}, [])
+    )
     found = audit([mutate(run("ok"), policy).object, run("host", hostNetwork=True)], policy)
     found += audit([run("warned", hostNetwork=True)], warn)
     drift = Violation("profile.applied", "spec", "policy drift: recreate it", drift=True)

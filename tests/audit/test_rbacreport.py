@@ -36,7 +36,7 @@ from webhook.audit.rbacreport import (
 )
 from webhook.cli import audit_rbac, audit_write, cluster, main
 from webhook.policy.loader import load_policy
-from webhook.policy.model import build_policy
+from webhook.policy.model import Policy, build_run_policy
 
 RBAC = "rbac.authorization.k8s.io/v1"
 PLATFORM = Platform(
@@ -363,7 +363,7 @@ def test_cluster_admins_components_and_the_platform_are_expected() -> None:
 def test_platform_of_reads_every_run_policy() -> None:
     policy = load_policy(REPO / "policies")
     platform = platform_of(policy)
-    assert platform.exclusions == tuple(p.exclude_namespaces for p in policy.run_policies())
+    assert platform.exclusions == tuple(p.exclude_namespaces for p in policy.run_policies)
     assert "registry-credentials" in platform.secret_patterns
     assert "init-config-map-{labels[dhcore/run]}" in platform.config_map_patterns
     assert {
@@ -372,13 +372,13 @@ def test_platform_of_reads_every_run_policy() -> None:
         "group:system:masters",
         "system:serviceaccount:kube-system:job-controller",
     } <= platform.identities
-    operator = build_policy(
+    operator = build_run_policy(
         {"spec": {"platform": {"identities": ["serviceaccount:p:core"], "operators": [
             {"identity": "mpi", "kinds": ["kubeflow.org/MPIJob"],
              "configMaps": ["{labels[mlrun/job]}-config"]}]}}},
         [],
     )  # fmt: skip
-    platform = platform_of(operator)
+    platform = platform_of(Policy.of(operator))
     assert platform.config_map_patterns == ("{labels[mlrun/job]}-config",)
     assert {"system:serviceaccount:p:core", "mpi"} <= platform.identities
 
@@ -386,8 +386,8 @@ def test_platform_of_reads_every_run_policy() -> None:
 def test_platform_of_knows_where_the_platforms_accounts_live() -> None:
     policy = load_policy(REPO / "policies")
     assert "digitalhub" in platform_of(policy).account_namespaces
-    bare = build_policy({"spec": {"platform": {"identities": ["group:ops", "alice"]}}}, [])
-    assert platform_of(bare).account_namespaces == frozenset()
+    bare = build_run_policy({"spec": {"platform": {"identities": ["group:ops", "alice"]}}}, [])
+    assert platform_of(Policy.of(bare)).account_namespaces == frozenset()
 
 
 def test_creating_secrets_is_a_token_where_a_platform_account_lives() -> None:

@@ -38,7 +38,7 @@ from webhook.engine import evaluate, validate
 from webhook.engine.context import Context, Requester
 from webhook.keys import PLATFORM_RECORD
 from webhook.policy.loader import load_policy
-from webhook.policy.model import Operator, Policy, with_alternatives
+from webhook.policy.model import Operator, Policy
 
 WORKFLOW = "argoproj.io/Workflow"
 RAYJOB = "ray.io/RayJob"
@@ -134,20 +134,20 @@ def with_operators(*operators: Operator) -> Policy:
     run = SHIPPED.named("digitalhub")
     assert run is not None
     platform = run.platform.model_copy(update={"operators": operators})
-    return with_alternatives([run.model_copy(update={"platform": platform, "alternatives": ()})])
+    return Policy.of(run.model_copy(update={"platform": platform}))
 
 
 def test_operator_kinds_of_every_run_policy_in_order_each_once() -> None:
-    first, second = SHIPPED.run_policies()
+    first, second = SHIPPED.run_policies
     ray = Operator(identity="serviceaccount:ray:kuberay", kinds=(RAYJOB, "ray.io/RayCluster"))
     argo = Operator(identity=ARGO.username, kinds=(WORKFLOW, RAYJOB, "apps/Deployment"))
     one = first.model_copy(
-        update={"platform": first.platform.model_copy(update={"operators": (argo,)}),
-                "alternatives": ()})  # fmt: skip
+        update={"platform": first.platform.model_copy(update={"operators": (argo,)})}
+    )
     two = second.model_copy(
-        update={"platform": second.platform.model_copy(update={"operators": (ray,)}),
-                "alternatives": ()})  # fmt: skip
-    policy = with_alternatives([one, two])
+        update={"platform": second.platform.model_copy(update={"operators": (ray,)})}
+    )
+    policy = Policy.of(one, two)
     assert operator_kinds(policy) == (WORKFLOW, RAYJOB, "ray.io/RayCluster")
     # the shipped digitalhub RunPolicy's operators: Argo Workflows, KubeAI, KubeRay
     assert operator_kinds(SHIPPED) == (WORKFLOW, "kubeai.org/Model", RAYJOB, "ray.io/RayCluster")

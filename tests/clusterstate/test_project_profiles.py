@@ -221,7 +221,7 @@ def test_lint_keeps_a_project_profile_out_of_the_policy_and_names_a_clash(
     write(directory, "mine.yaml", yaml_of(SHADOW))
     report = lint(directory)
     assert report.errors == []
-    assert report.policy is not None and sorted(report.policy.profiles) == ["a100", "small"]
+    assert report.policy is not None and sorted(report.policy.first.profiles) == ["a100", "small"]
     assert [w.message for w in report.warnings] == [
         "also the name of an installation-wide profile: in namespace team-a this one wins"
     ]
@@ -330,14 +330,16 @@ def test_explain_lists_the_projects_own_profiles_first_where_they_shadow(policy:
     from webhook.audit.explain import profile_choices
 
     big = project_profile("team-a", "huge", resources={"requests": {"memory": "512Gi"}})
-    choices = {c.name: c for c in profile_choices(policy, cluster(T4_SMALL, SHADOW, big), "team-a")}
+    choices = {
+        c.name: c for c in profile_choices(policy.first, cluster(T4_SMALL, SHADOW, big), "team-a")
+    }
     assert set(choices) == {"2xt4-small", "a100", "huge", "small"}
     assert choices["2xt4-small"].scope == "this project (team-a)" and choices["2xt4-small"].usable
     assert choices["2xt4-small"].requests["cpu"] == "1..4 (default 2)"
     assert choices["small"].scope == "this project (team-a)"
     assert choices["small"].requests == {"cpu": "2", "memory": "4Gi"}
     assert choices["huge"].usable is False
-    theirs = {c.name for c in profile_choices(policy, CLUSTER, "team-b")}
+    theirs = {c.name for c in profile_choices(policy.first, CLUSTER, "team-b")}
     assert theirs == {"a100", "small", "tiny"}
 
 
@@ -358,7 +360,9 @@ def test_explain_says_a_run_got_its_projects_own_profile(policy: Policy) -> None
     )
 
 
-def test_explain_lists_a_project_profile_beyond_the_run_policy_as_refused(policy: Policy) -> None:
+def test_explain_lists_a_project_profile_beyond_the_run_policy_as_refused(
+    policy: Policy,
+) -> None:
     """Not under "kept to other namespaces" (it is this namespace's own): refused, with why."""
     from webhook.audit.explain import explain, to_text
 

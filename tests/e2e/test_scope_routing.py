@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from webhook.install import manifests
-from webhook.policy.model import Policy, build_policy, with_alternatives
+from webhook.policy.model import Policy, build_run_policy
 
 from .cluster import Cluster
 from .devcluster import prepare_cluster
@@ -47,7 +47,7 @@ def two_run_policies() -> Policy:
             "secrets": {"allowed": ["sec-*-{labels[dhcore/run]}"]},
         },
     }  # fmt: skip
-    return with_alternatives([build_policy(batch, []), build_policy(platform, [])])
+    return Policy.of(build_run_policy(batch, []), build_run_policy(platform, []))
 
 
 def copy_of_a_run(name: str) -> JSON:

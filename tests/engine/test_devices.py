@@ -6,16 +6,21 @@ from harness import TESTS
 
 from webhook.engine import evaluate
 from webhook.policy.loader import load_policy
+from webhook.policy.model import Policy
 
 PLATFORM = load_policy(TESTS / "cases" / "_policies" / "platform")
 
 
 def test_a_profile_may_set_a_device_variable_a_user_may_not() -> None:
-    a100 = PLATFORM.profiles["1xa100"]
+    a100 = PLATFORM.first.profiles["1xa100"]
     pinned = a100.model_copy(
         update={"env": (*a100.env, {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"})}
     )
-    policy = PLATFORM.model_copy(update={"profiles": {**PLATFORM.profiles, "1xa100": pinned}})
+    policy = Policy.of(
+        PLATFORM.first.model_copy(
+            update={"profiles": {**PLATFORM.first.profiles, "1xa100": pinned}}
+        )
+    )
     pod = {
         "apiVersion": "v1",
         "kind": "Pod",

@@ -31,7 +31,7 @@ from webhook.engine.context import Context, Requester
 from webhook.install import manifests
 from webhook.install.names import RESERVED_NAMES_WEBHOOK
 from webhook.keys import POLICY_LABEL
-from webhook.policy.model import build_policy
+from webhook.policy.model import Policy, build_run_policy
 
 GPU = "gpu.nvidia.com"
 DIGITALHUB = SHIPPED.named("digitalhub")
@@ -336,12 +336,12 @@ def test_a_class_mapped_to_its_own_extended_resource_counts_once() -> None:
     classes = spec["resources"]["deviceClasses"]
     classes[GPU]["extendedResourceName"] = "nvidia.com/gpu"  # as itself: counted once
     classes[MIG]["extendedResourceName"] = "example.com/mig"  # a slice, of no known profile
-    policy = build_policy({"kind": "RunPolicy", "metadata": {"name": "p"}, "spec": spec}, [])
+    policy = build_run_policy({"kind": "RunPolicy", "metadata": {"name": "p"}, "spec": spec}, [])
     assert policy.resources.extended_device_classes == {"example.com/mig": MIG}
     pod = run(gpus="2")
-    assert evaluate(pod, policy, namespace="ml").allowed  # 2 gpu, not 4
+    assert evaluate(pod, Policy.of(policy), namespace="ml").allowed  # 2 gpu, not 4
     pod["spec"]["containers"][0]["resources"]["limits"]["example.com/mig"] = "1"
-    decision = evaluate(pod, policy, namespace="ml")
+    decision = evaluate(pod, Policy.of(policy), namespace="ml")
     assert not decision.allowed
     assert "count 21, above the family's maximum 14" in decision.message()  # 2 x 7 + 7
 

@@ -33,7 +33,7 @@ from webhook.engine import evaluate, mutate, validate
 from webhook.engine.context import Context, Requester
 from webhook.keys import PLATFORM_RECORD, POLICY_LABEL, REQUESTED_BY
 from webhook.policy.loader import load_policy
-from webhook.policy.model import RunPolicySpec
+from webhook.policy.model import Policy, RunPolicySpec
 
 EXAMPLE = load_policy(REPO / "policies" / "examples" / "mlrun")
 NS = "default-tenant"
@@ -269,7 +269,7 @@ def test_without_allowed_host_paths_every_host_path_is_refused_as_before() -> No
     run = EXAMPLE.named("mlrun")
     assert run is not None
     volumes = run.volumes.model_copy(update={"allowed_host_paths": ()})
-    bare = run.model_copy(update={"volumes": volumes, "alternatives": ()})
+    bare = Policy.of(run.model_copy(update={"volumes": volumes}))
     pod = daemon_pod(f"/var/run/iguazio/dayman/{NS}")
     decision = evaluate(pod, bare, namespace=NS, context=Context(MLRUN_API))
     assert "volumes.forbidden-type" in rules(decision)
@@ -352,7 +352,7 @@ def test_a_policy_that_strips_keeps_the_operators_configmap_until_the_owner_is_k
     run = EXAMPLE.named("mlrun")
     assert run is not None
     volumes = run.volumes.model_copy(update={"on_pre_existing": "Strip"})
-    stripping = run.model_copy(update={"volumes": volumes, "alternatives": ()})
+    stripping = Policy.of(run.model_copy(update={"volumes": volumes}))
     pod = driver()
     conf = {"name": "spark-conf-volume-driver",
             "configMap": {"name": "spark-drv-8f2e4a6c1b3d5e7f-conf-map"}}  # fmt: skip

@@ -15,7 +15,14 @@ from harness.meshes import CA_MOUNTS, CA_VOLUMES, ISTIO_RESOURCES, istio_injecte
 from webhook.engine import evaluate, validate
 from webhook.engine.context import Context, Requester
 from webhook.policy.loader import load_policy
-from webhook.policy.model import DeviceFamily, NamePattern, Policy, Profile, VolumesConfig
+from webhook.policy.model import (
+    DeviceFamily,
+    NamePattern,
+    Policy,
+    Profile,
+    RunPolicy,
+    VolumesConfig,
+)
 
 PLATFORM = load_policy(TESTS / "cases" / "_policies" / "platform")
 
@@ -91,7 +98,9 @@ CORE = Context(Requester("system:serviceaccount:digitalhub:core"))
 ALICE = Context(Requester("alice", ("developers",)))
 
 
-def with_shared(policy: Policy, shared: tuple[str, ...], platform: tuple[str, ...] = ()) -> Policy:
+def with_shared(
+    policy: RunPolicy, shared: tuple[str, ...], platform: tuple[str, ...] = ()
+) -> Policy:
     """``policy`` with these shared (and platform) ConfigMap patterns, as lint would not
     let them be written together: what the engine does on its own."""
     volumes = policy.volumes.model_copy(
@@ -101,7 +110,7 @@ def with_shared(policy: Policy, shared: tuple[str, ...], platform: tuple[str, ..
             + tuple(NamePattern.compile(t) for t in platform),
         }
     )
-    return policy.model_copy(update={"volumes": volumes})
+    return Policy.of(policy.model_copy(update={"volumes": volumes}))
 
 
 def test_a_shared_configmap_is_kept_in_every_volume_form_and_the_environment() -> None:
@@ -206,7 +215,7 @@ def test_a_meshed_run_of_a_shipped_profile_is_admitted_with_its_ca_bundle(profil
     assert proxy["resources"] == ISTIO_RESOURCES  # the sidecar's own, untouched
     assert validation["resources"] == ISTIO_RESOURCES
     main = spec["containers"][0]["resources"]
-    asked = SHIPPED.profiles[profile].resources
+    asked = SHIPPED.first.profiles[profile].resources
     assert {k: main["requests"][k] for k in asked.requests} == dict(asked.requests)
     assert {k: main["limits"][k] for k in asked.limits} == dict(asked.limits)
 
@@ -334,7 +343,9 @@ def test_a_profile_may_ask_for_mig_slices() -> None:
             },
         }
     )
-    policy = RUNS.model_copy(update={"profiles": {**RUNS.profiles, "mig-3g": slice_profile}})
+    policy = Policy.of(
+        RUNS.model_copy(update={"profiles": {**RUNS.profiles, "mig-3g": slice_profile}})
+    )
     decision = evaluate(run([{"name": "main", "image": "x"}], "mig-3g"), policy, context=CORE)
     assert decision.allowed, decision.violations
     assert decision.object["spec"]["containers"][0]["resources"] == {

@@ -244,9 +244,9 @@ def test_every_platform_name_is_reserved_installation_wide_ones_for_installers_t
     from webhook.engine.rules.reserved import check_reserved_name
 
     shipped = load_policy(REPO / "policies")
-    assert reserved_name(shipped, "Secret", "digitalhub-common-creds") is not None
-    assert platform_named(shipped, "Secret", "digitalhub-common-creds")
-    assert reserved_name(shipped, "PersistentVolumeClaim", "v-r9-data") is not None
+    assert reserved_name(shipped.first, "Secret", "digitalhub-common-creds") is not None
+    assert platform_named(shipped.first, "Secret", "digitalhub-common-creds")
+    assert reserved_name(shipped.first, "PersistentVolumeClaim", "v-r9-data") is not None
     secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "digitalhub-common-creds"}}
     claim = {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "v-r9-x"}}
     admin = Requester("kubernetes-admin", ("system:masters", "system:authenticated"))

@@ -16,6 +16,7 @@ from harness import REPO
 
 from webhook.engine import evaluate
 from webhook.policy.loader import load_policy
+from webhook.policy.model import Policy
 
 MLRUN = load_policy(REPO / "policies" / "examples" / "mlrun")
 LABELS = {"mlrun/class": "job", "mlrun/project": "demo", "mlrun/uid": "u1"}
@@ -66,7 +67,7 @@ def test_a_run_with_no_uid_at_all_gets_the_policys() -> None:
     decision = evaluate(own, MLRUN)
     assert decision.object["spec"]["securityContext"]["runAsUser"] == 4242
     # without the key, nothing is assigned (the shipped DigitalHub policy's behaviour)
-    plain = MLRUN.model_copy(
-        update={"security": MLRUN.security.model_copy(update={"assign_run_as_user": False})}
-    )
+    first, *others = MLRUN.run_policies
+    security = first.security.model_copy(update={"assign_run_as_user": False})
+    plain = Policy.of(first.model_copy(update={"security": security}), *others)
     assert "runAsUser" not in evaluate(run({}), plain).object["spec"]["securityContext"]

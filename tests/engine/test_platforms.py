@@ -235,7 +235,7 @@ OWNER_CHAINS: dict[str, tuple[str, tuple[tuple[str, str], ...]]] = {
 
 def platform_user(policy: Policy) -> str:
     """The user name the platform's first identity acts as."""
-    identities = policy.platform.identities
+    identities = policy.first.platform.identities
     if not identities:
         return "nobody"
     first = identities[0]
@@ -276,7 +276,9 @@ def contexts(
         namespace,
         lambda p: ownership.is_identity(p.requesters, requester),
     )
-    records = {PLATFORM_RECORD: "true"} if ownership.is_platform_identity(policy, requester) else {}
+    records = (
+        {PLATFORM_RECORD: "true"} if ownership.is_platform_identity(policy.first, requester) else {}
+    )
     owners: list[dict[str, Any]] = []
     for i, (kind, stamp) in enumerate(chain):
         owners.append(
@@ -638,8 +640,9 @@ def test_an_operators_owners_are_stamped_as_runguard_stamps_them() -> None:
     shipped = load_policy(REPO / "policies")
     ray = "system:serviceaccount:digitalhub:kuberay-operator"
     operators = (Operator(identity=ray, kinds=("ray.io/RayJob", "ray.io/RayCluster")),)
-    platform = shipped.platform.model_copy(update={"operators": operators})
-    policy = shipped.model_copy(update={"platform": platform})
+    first, *others = shipped.run_policies
+    platform = first.platform.model_copy(update={"operators": operators})
+    policy = Policy.of(first.model_copy(update={"platform": platform}), *others)
     core = platform_user(policy)
 
     def chain(top: str, copied: dict[str, str]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
@@ -659,7 +662,7 @@ def test_an_operators_owners_are_stamped_as_runguard_stamps_them() -> None:
         return pod, made
 
     pod, (job, cluster) = chain("platform", {})
-    records = {PLATFORM_RECORD: "true", PLATFORM_POLICY: policy.name}  # the recording one's
+    records = {PLATFORM_RECORD: "true", PLATFORM_POLICY: first.name}  # the recording one's
     assert job["metadata"]["annotations"] == {REQUESTED_BY: core, **records}
     assert cluster["metadata"]["annotations"] == {REQUESTED_BY: ray, **records}
     assert cluster["metadata"]["ownerReferences"] == [

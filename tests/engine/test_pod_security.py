@@ -108,7 +108,7 @@ def test_what_runguard_admits_the_pod_security_admission_admits(
     decision = evaluate(pod, policy)
     assert decision.applies
     if decision.allowed:
-        failures = upstream_failures(decision.object, policy.security.level)
+        failures = upstream_failures(decision.object, policy.first.security.level)
         assert failures == [], decision.object["spec"]
 
 
@@ -129,7 +129,7 @@ def test_a_debug_container_runguard_admits_keeps_the_pod_compliant(
     assert patched.allowed
     judged = validate(patched.object, policy, old=running)
     if judged.allowed:
-        failures = upstream_failures(patched.object, policy.security.level)
+        failures = upstream_failures(patched.object, policy.first.security.level)
         assert failures == [], patched.object["spec"]
 
 
@@ -242,7 +242,7 @@ def test_one_field_at_a_time(name: str, policies: dict[str, Policy]) -> None:
         decision = evaluate(pod, policy)
         if decision.allowed:
             admitted += 1
-            failures = upstream_failures(decision.object, policy.security.level)
+            failures = upstream_failures(decision.object, policy.first.security.level)
             assert failures == [], (what, decision.object["spec"])
     assert admitted > len(SINGLE_FIELD_PODS) // 3  # not vacuous: most are fixed or fine
 
@@ -339,7 +339,7 @@ SAME_AS_UPSTREAM = {
 def test_runguard_denies_for_the_standard_only_what_upstream_denies(
     pod: JSON, name: str, policies: dict[str, Policy]
 ) -> None:
-    level = policies[name].security.level
+    level = policies[name].first.security.level
     failures = set(upstream_failures(pod, level))
     for violation in validate(pod, policies[name]).violations:
         check = SAME_AS_UPSTREAM.get(violation.rule)

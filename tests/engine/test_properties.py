@@ -54,7 +54,7 @@ def test_validation_allows_only_what_mutation_would_leave_unchanged(
     """The two webhooks tied together (docs/dev/guarantees.md, "Every admitted object"): a Pod
     validation allows on CREATE is one mutation would not change, so skipping /mutate gains
     nothing."""
-    if validate(pod, policy).allowed and policy.enforcement == "Deny":
+    if validate(pod, policy).allowed and policy.first.enforcement == "Deny":
         assert mutate(pod, policy).patch == []
 
 

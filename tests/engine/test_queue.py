@@ -25,7 +25,7 @@ from webhook.engine import evaluate, mutate, validate
 from webhook.engine.context import Context, Requester
 from webhook.keys import PLATFORM_RECORD, REQUESTED_BY
 from webhook.policy.loader import load_policy
-from webhook.policy.model import QueueController
+from webhook.policy.model import Policy, QueueController
 
 CORE_RECORDS = {REQUESTED_BY: CORE.username, PLATFORM_RECORD: "true"}
 
@@ -204,7 +204,7 @@ def test_an_admission_checks_own_keys_pass_once_their_prefix_is_the_queues() -> 
     queue = QueueController(identity=KUEUE.username,
                   prefixes=("kueue.x-k8s.io/", "cluster-autoscaler.kubernetes.io/"))  # fmt: skip
     platform = run.platform.model_copy(update={"queues": (queue,)})
-    widened = run.model_copy(update={"platform": platform, "alternatives": ()})
+    widened = Policy.of(run.model_copy(update={"platform": platform}))
     context = Context(KUEUE, State([]), "UPDATE")
     mutation = mutate(started, widened, namespace="ml", old=before, context=context)
     verdict = validate(mutation.object, widened, namespace="ml", old=before, context=context)

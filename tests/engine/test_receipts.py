@@ -58,7 +58,7 @@ def same_with_and_without(obj: Any, policy: Policy, context: Context) -> bool:
     mutated = mutate(copy.deepcopy(obj), policy, context=context, receipts=receipts)
     with_receipt = validate(mutated.object, policy, context=context, receipts=receipts)
     without = validate(mutated.object, policy, context=context)
-    assert _seen(with_receipt) == _seen(without), (obj, policy.name, with_receipt.error)
+    assert _seen(with_receipt) == _seen(without), (obj, policy.names(), with_receipt.error)
     return bool(receipts._keys) and with_receipt.allowed is not None
 
 
@@ -133,7 +133,7 @@ def test_a_receipt_serves_only_the_inputs_it_was_made_for() -> None:
     moved["metadata"]["namespace"] = "other"
     assert _backstop_runs(moved, PLATFORM, ALICE, receipts)
     # another RunPolicy (an edited one: another digest) with the same name
-    edited = PLATFORM.model_copy(update={"digest": "0" * 16})
+    edited = Policy.of(PLATFORM.first.model_copy(update={"digest": "0" * 16}))
     assert _backstop_runs(result, edited, ALICE, receipts)
     # a Pod that is not what mutate returned: one field changed, or mutate bypassed
     changed = copy.deepcopy(result)
@@ -171,7 +171,9 @@ def test_no_receipt_when_the_cluster_view_moved_or_has_no_version() -> None:
 
 def test_no_receipt_for_a_policy_without_a_digest() -> None:
     receipts = LocalReceipts()
-    mutate(gpu_pod(1), PLATFORM.model_copy(update={"digest": ""}), receipts=receipts)
+    mutate(
+        gpu_pod(1), Policy.of(PLATFORM.first.model_copy(update={"digest": ""})), receipts=receipts
+    )
     assert not receipts._keys
 
 

@@ -35,7 +35,7 @@ from webhook.engine.context import Context, Requester
 from webhook.engine.scope import in_scope
 from webhook.install import manifests
 from webhook.keys import PLATFORM_RECORD, POLICY_LABEL, REQUESTED_BY
-from webhook.policy.model import Policy, build_policy, with_alternatives
+from webhook.policy.model import Policy, build_run_policy
 
 NAMESPACES = ("ml", "team")
 CORE_ID = "system:serviceaccount:digitalhub:core"
@@ -106,7 +106,7 @@ def policy_set(
             ),  # fmt: skip
             _run_policy("other", {"matchLabels": {"team": "other"}}, exclusions[2], "other"),
         ]
-        _POLICIES[key] = with_alternatives([build_policy(d, []) for d in docs])
+        _POLICIES[key] = Policy.of(*(build_run_policy(d, []) for d in docs))
     return _POLICIES[key]
 
 
@@ -256,7 +256,7 @@ def _judged(
     assert validation.error is None, validation.error
     if mutation.patch or not validation.allowed:  # and judgment stays within the scope
         assert any(
-            in_scope(policy, p, o, namespace) for p in policy.run_policies() for o in (obj, old)
+            in_scope(policy, p, o, namespace) for p in policy.run_policies for o in (obj, old)
         ), f"{obj} in {namespace}: judged, and in no RunPolicy's scope"
     if not validation.allowed:
         called = calls(cel, validating, stored, old, namespace, operation, who, subresource)

@@ -42,7 +42,7 @@ def test_the_first_run_policy_by_name_whose_selector_matches_judges(tmp_path: Pa
     (tmp_path / "platform.yaml").write_text(PLATFORM)
     (tmp_path / "builds.yaml").write_text(BUILDS)
     policy = load_policy(tmp_path)
-    assert [p.name for p in policy.run_policies()] == ["builds", "platform"]
+    assert [p.name for p in policy.run_policies] == ["builds", "platform"]
 
     build = validate(pod(**{"app.kubernetes.io/component": "build"}), policy)
     assert build.allowed and build.enforcement == "Warn"  # the builds policy only warns

@@ -23,7 +23,7 @@ from webhook.engine.context import Context, Requester
 from webhook.install import manifests
 from webhook.policy.errors import PolicyError
 from webhook.policy.loader import load_policy
-from webhook.policy.model import Operator
+from webhook.policy.model import Operator, Policy
 
 # What the profile 1xa100 (policies/profiles.yaml) writes into the main container and spec.
 A100_RESOURCES = {
@@ -344,7 +344,7 @@ def kubeflow_policy() -> Any:
         }  # fmt: skip
     )
     platform = run.platform.model_copy(update={"operators": (*run.platform.operators, operator)})
-    return run.model_copy(update={"platform": platform, "alternatives": ()})
+    return Policy.of(run.model_copy(update={"platform": platform}))
 
 
 def pytorchjob(labels: dict[str, str]) -> dict[str, Any]:

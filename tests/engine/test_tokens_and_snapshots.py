@@ -124,11 +124,17 @@ def test_a_snapshot_of_her_own_claim() -> None:
 
 def test_the_platforms_installers_make_its_token_secrets() -> None:
     """A chart may ship a long-lived token Secret for the platform's account."""
-    from webhook.policy.model import build_policy
+    from webhook.policy.model import Policy, build_run_policy
 
-    policy = build_policy(
-        {"spec": {"platform": {"identities": ["serviceaccount:p:core"], "installers": ["helm"]}}},
-        [],
+    policy = Policy.of(
+        build_run_policy(
+            {
+                "spec": {
+                    "platform": {"identities": ["serviceaccount:p:core"], "installers": ["helm"]}
+                }
+            },
+            [],
+        )
     )
     helm = Requester("helm", ("system:authenticated",))
     assert judged(token_secret("core", "p"), policy, helm, "p") == set()

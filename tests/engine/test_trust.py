@@ -41,7 +41,7 @@ from harness.shipped import (
 from webhook.engine import evaluate, mutate, validate
 from webhook.engine.context import Context, Requester
 from webhook.keys import PLATFORM_RECORD, POLICY_LABEL, REQUESTED_BY
-from webhook.policy.model import Operator, build_policy, with_alternatives
+from webhook.policy.model import Operator, Policy, build_run_policy
 
 # --- the governing RunPolicy is fixed at CREATE ------------------------------------------
 
@@ -202,12 +202,13 @@ def test_a_stamp_that_skipped_mutate_is_denied() -> None:
 
 
 def test_a_user_named_like_a_group_identity_is_not_the_group() -> None:
-    policy = build_policy(
+    run = build_run_policy(
         {"apiVersion": "runguard.io/v1", "kind": "RunPolicy", "metadata": {"name": "p"},
          "spec": {"selector": {"matchLabels": {"app.kubernetes.io/managed-by": "dhcore"}},
                   "secrets": {"allowed": ["sec-*-{labels[dhcore/run]}"]},
                   "volumes": {"platformClaims": ["v-{labels[dhcore/run]}-*"]},
                   "platform": {"identities": ["group:platform-admins"]}}}, [])  # fmt: skip
+    policy = Policy.of(run)
     impostor = Requester("group:platform-admins", ("system:authenticated",))
     decision = evaluate(pod(), policy, namespace="ml", context=Context(impostor, State([])))
     assert PLATFORM_RECORD not in decision.object["metadata"]["annotations"]
@@ -223,9 +224,9 @@ def test_a_user_named_like_a_group_identity_is_not_the_group() -> None:
 
 
 def test_the_kcm_controller_identities_are_the_real_ones() -> None:
-    assert f"{KCM}daemon-set-controller" in SHIPPED.platform.controllers
-    assert f"{KCM}daemonset-controller" not in SHIPPED.platform.controllers
-    assert f"{KCM}replication-controller" in SHIPPED.platform.controllers
+    assert f"{KCM}daemon-set-controller" in SHIPPED.first.platform.controllers
+    assert f"{KCM}daemonset-controller" not in SHIPPED.first.platform.controllers
+    assert f"{KCM}replication-controller" in SHIPPED.first.platform.controllers
 
 
 # --- controllers keep working --------------------------------------------------------------
@@ -377,9 +378,9 @@ def test_cluster_state_reads_any_kinds(tmp_path: Path) -> None:
 
 
 def test_two_policies_in_any_order_keep_their_scopes() -> None:
-    """with_alternatives: the policy recorded governs, whichever is first."""
-    first, second = SHIPPED.run_policies()
-    swapped = with_alternatives([second, first.model_copy(update={"alternatives": ()})])
+    """The policy recorded governs, whichever RunPolicy is tried first."""
+    first, second = SHIPPED.run_policies
+    swapped = Policy.of(second, first)
     run = evaluate(pod(), swapped, namespace="ml", context=Context(CORE, State([]))).object
     assert run["metadata"]["labels"][POLICY_LABEL] == "digitalhub"
 
@@ -389,12 +390,12 @@ def test_two_policies_in_any_order_keep_their_scopes() -> None:
 
 def operator_policy() -> Any:
     """The shipped digitalhub policy with Argo Workflows' controller as an operator."""
-    first, second = SHIPPED.run_policies()
+    first, second = SHIPPED.run_policies
     run = second if second.name == "digitalhub" else first
     platform = run.platform.model_copy(
         update={"operators": (Operator(identity=ARGO.username, kinds=("argoproj.io/Workflow",)),)}
     )
-    return with_alternatives([run.model_copy(update={"platform": platform, "alternatives": ()})])
+    return Policy.of(run.model_copy(update={"platform": platform}))
 
 
 def test_an_operators_pods_follow_its_custom_resource_by_uid() -> None:

@@ -11,6 +11,7 @@ from harness import TESTS
 
 from webhook.engine import mutate, validate
 from webhook.policy.loader import load_policy
+from webhook.policy.model import Policy
 
 POLICY = load_policy(TESTS / "cases" / "_policies" / "platform")
 RUN = {"app.kubernetes.io/managed-by": "dhcore", "dhcore/run": "r1"}
@@ -84,9 +85,11 @@ def test_reapplying_the_manifest_puts_back_the_running_spec() -> None:
 def test_a_policy_change_is_never_forced_onto_a_running_pod() -> None:
     """The default profile now asks for 2 cpus: a running pod cannot take them, so an
     update (a label) is let through unpatched rather than refused by the apiserver."""
-    default = POLICY.profiles["default"]
+    default = POLICY.first.profiles["default"]
     bigger = default.model_copy(update={"requests": {**default.requests, "cpu": "2"}})
-    edited = POLICY.model_copy(update={"profiles": {**POLICY.profiles, "default": bigger}})
+    edited = Policy.of(
+        POLICY.first.model_copy(update={"profiles": {**POLICY.first.profiles, "default": bigger}})
+    )
     old = running_pod()
     new = copy.deepcopy(old)
     new["metadata"]["labels"]["team"] = "vision"

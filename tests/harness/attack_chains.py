@@ -20,7 +20,7 @@ from webhook.engine.context import Context, Requester
 from webhook.install import manifests
 from webhook.keys import PLATFORM_RECORD, REQUESTED_BY
 from webhook.policy.loader import load_policy
-from webhook.policy.model import Policy, with_alternatives
+from webhook.policy.model import Policy
 
 from .cluster_state import Meta, State
 from .inputs import REPO
@@ -51,11 +51,7 @@ AUTH = "mlrun-auth-secrets.c29a30e28e4a11b58caac2394aaac55767ddf697862cd15298f23
 HER_RUN = {**RUN, "dhcore/run": "r2"}
 
 
-def _alone(p: Policy) -> Policy:
-    return p.model_copy(update={"alternatives": ()})
-
-
-TWO = with_alternatives([_alone(p) for p in (*SHIPPED.run_policies(), *MLRUN.run_policies())])
+TWO = Policy.of(*SHIPPED.run_policies, *MLRUN.run_policies)
 
 
 # --- the engine, as the webhooks call it ------------------------------------------------

@@ -140,12 +140,18 @@ def corpus() -> list[dict[str, Any]]:
     return found
 
 
+def first(policy: Any) -> Any:
+    """The RunPolicy tried first: ``policy.first``, or the policy itself in a tree from
+    before the policy held its RunPolicies (``--tree`` may name one)."""
+    return getattr(policy, "first", policy)
+
+
 def contexts(policy: Any) -> list[Any]:
     """Nobody, a user and the platform."""
     from webhook.clusterstate.static import StaticClusterState
     from webhook.engine.context import NO_CONTEXT, Context, Requester
 
-    identities = policy.platform.identities
+    identities = first(policy).platform.identities
     platform = identities[0] if identities else "nobody"
     if platform.startswith("serviceaccount:"):
         platform = "system:" + platform
@@ -175,7 +181,7 @@ def generate() -> list[Input]:
         digests[policy.digest] = str(directory.relative_to(ROOT))
         for c in range(len(contexts(policy))):
             for i, obj in enumerate(objects):
-                out.append((f"corpus/{policy.name}/{c}/{i}", obj, digests[policy.digest], c))
+                out.append((f"corpus/{first(policy).name}/{c}/{i}", obj, digests[policy.digest], c))
     generated: list[tuple[Any, str]] = []
     quiet = {"deadline": None, "derandomize": True, "database": None}
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from webhook.engine import mutate, validate
 from webhook.engine.context import Context, Requester
-from webhook.policy.model import Profile
+from webhook.policy.model import Policy, Profile
 
 from .cluster_state import State
 from .shipped import SHIPPED
@@ -23,7 +23,7 @@ def exact_policy() -> Any:
     exact = Profile.model_validate(
         {"name": "cpu-4", "resources": {"requests": {"cpu": "4", "memory": "16Gi"}}}
     )
-    return run.model_copy(update={"profiles": {**run.profiles, "cpu-4": exact}})
+    return Policy.of(run.model_copy(update={"profiles": {**run.profiles, "cpu-4": exact}}))
 
 
 def resize(new: Any, old: Any, who: Requester, policy: Any) -> Any:

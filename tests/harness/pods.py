@@ -26,8 +26,9 @@ def policy_of(
     spec: Mapping[str, Any] | None = None,
     profiles: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> Policy:
-    """The RunPolicy ``test`` selecting ``app: run`` with ``spec`` (its other keys), and
-    a Profile per entry of ``profiles`` (name -> spec), written to ``directory`` and loaded."""
+    """The policy of one RunPolicy, ``test``, selecting ``app: run`` with ``spec`` (its
+    other keys), and a Profile per entry of ``profiles`` (name -> spec), written to
+    ``directory`` and loaded."""
     run_spec = {"selector": {"matchLabels": dict(SELECTED)}, **(spec or {})}
     documents: list[JSON] = [
         {"apiVersion": "runguard.io/v1", "kind": "RunPolicy",
@@ -60,13 +61,14 @@ def pod_of(
     **fields: Any,
 ) -> Pod:
     """A ``Pod`` of ``spec`` (copied; one ``main`` container when None) under ``policy``,
-    labelled ``app: run`` plus ``labels``; ``fields`` are Pod's other fields."""
+    labelled ``app: run`` plus ``labels``, judged by its first RunPolicy; ``fields`` are
+    Pod's other fields."""
     body = copy.deepcopy(dict(spec)) if spec is not None else {"containers": [container()]}
     return Pod(
         body,
         {**SELECTED, **(labels or {})},
         dict(annotations or {}),
-        policy,
+        policy.first,
         ownership=ownership,
         context=context,
         **fields,

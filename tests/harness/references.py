@@ -9,7 +9,7 @@ from typing import Any
 import kubernetes.client as k8s
 import yaml
 
-from webhook.policy.model import build_policy
+from webhook.policy.model import Policy, build_run_policy
 
 from .inputs import REPO
 
@@ -40,7 +40,7 @@ OWNED_POLICY: dict[str, Any] = {
     },
 }
 
-OWNED = build_policy(OWNED_POLICY, [])
+OWNED = build_run_policy(OWNED_POLICY, [])
 
 REFERENCES: dict[str, dict[str, Any]] = {
     "claim volume": {"volumes": [{"name": "v", "persistentVolumeClaim": {"claimName": "v-r1-a"}}]},
@@ -104,7 +104,7 @@ def _policy(**modes: str) -> Any:
         spec["volumes"]["onPreExisting"] = modes["pre_existing"]
     if "forbidden" in modes:
         spec["secrets"]["onForbidden"] = modes["forbidden"]
-    return build_policy(doc, [])
+    return Policy.of(build_run_policy(doc, []))
 
 
 STRIP = _policy()

@@ -7,7 +7,7 @@ import copy
 from typing import Any
 
 from webhook.engine.context import Requester
-from webhook.policy.model import Profile
+from webhook.policy.model import Policy, Profile
 
 from .shipped import RUN, SHIPPED, pod
 
@@ -55,9 +55,7 @@ def queue_policy() -> Any:
             "queue": {"name": "team-a", "priorityClass": "research"},
         }  # fmt: skip
     )
-    return run.model_copy(
-        update={"profiles": {**run.profiles, "queued-a100": queued}, "alternatives": ()}
-    )
+    return Policy.of(run.model_copy(update={"profiles": {**run.profiles, "queued-a100": queued}}))
 
 
 QUEUED = {**RUN, "dhcore/template": "queued-a100"}

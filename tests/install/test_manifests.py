@@ -31,12 +31,12 @@ from webhook.cli import main
 from webhook.install import certs, manifests
 from webhook.install.conditions import POD_CLAIM
 from webhook.policy.loader import load_policy
-from webhook.policy.model import Policy, build_policy
+from webhook.policy.model import Policy, build_run_policy
 
 
 @pytest.fixture
 def policy() -> Policy:
-    return build_policy(RUN_POLICY, [])
+    return Policy.of(build_run_policy(RUN_POLICY, []))
 
 
 def pod_rule(operations: list[str], resources: list[str]) -> dict[str, Any]:
@@ -269,7 +269,9 @@ def test_other_namespace_service_and_selector(policy: Policy) -> None:
 
 
 def test_empty_selector_and_no_exclusions_still_exclude_runguard() -> None:
-    policy = build_policy({"kind": "RunPolicy", "metadata": {"name": "p"}, "spec": {}}, [])
+    policy = Policy.of(
+        build_run_policy({"kind": "RunPolicy", "metadata": {"name": "p"}, "spec": {}}, [])
+    )
     for config in manifests.webhook_configurations(policy):
         for hook in config["webhooks"]:
             assert hook.get("objectSelector", {}) == {}
@@ -329,7 +331,7 @@ def test_policy_config_map_holds_each_file_verbatim() -> None:
 
 @pytest.fixture
 def owned() -> Policy:
-    return build_policy(OWNED_POLICY, [])
+    return Policy.of(build_run_policy(OWNED_POLICY, []))
 
 
 Route = tuple[str, str, str, str, str]  # configuration kind, webhook, group, resource, operation
@@ -494,7 +496,9 @@ def test_with_ownership_every_rule_and_condition(owned: Policy) -> None:
 
 def owned_with(spec: dict[str, Any]) -> list[dict[str, Any]]:
     """The configurations of OWNED_POLICY with ``spec`` for its spec."""
-    return manifests.webhook_configurations(build_policy({**OWNED_POLICY, "spec": spec}, []))
+    return manifests.webhook_configurations(
+        Policy.of(build_run_policy({**OWNED_POLICY, "spec": spec}, []))
+    )
 
 
 def test_reserved_names_only_for_the_kinds_with_patterns() -> None:
@@ -567,7 +571,10 @@ def cel() -> Cel:
 RUN_LABELS = {"app.kubernetes.io/managed-by": "dhcore", "dhcore/run": "r1"}
 
 
-def hook(name: str, policy: Policy = OWNED) -> dict[str, Any]:
+OWNED_ALONE = Policy.of(OWNED)
+
+
+def hook(name: str, policy: Policy = OWNED_ALONE) -> dict[str, Any]:
     found: list[dict[str, Any]] = [
         h
         for c in manifests.webhook_configurations(policy)
@@ -680,7 +687,8 @@ def test_controller_condition_routes_what_the_engine_judges(
     for name in ("mutate-controllers.runguard.io", "validate-controllers.runguard.io"):
         assert cel.routed(hook(name), obj, "cronjobs" if kind == "CronJob" else "jobs") == judged
     # Without ownership, runs only.
-    assert cel.routed(hook("validate-controllers.runguard.io", build_policy(RUN_POLICY, [])),
+    runs_only = Policy.of(build_run_policy(RUN_POLICY, []))
+    assert cel.routed(hook("validate-controllers.runguard.io", runs_only),
                       obj, "jobs") == OWNED.selector.matches(labels or {})  # fmt: skip
 
 
@@ -841,7 +849,7 @@ def test_cli_renders_json_with_ca_bundle(
     assert listing["kind"] == "List"
     policy = load_policy(REPO / "policies")
     floor = ["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"] * len(
-        policy.run_policies()
+        policy.run_policies
     )
     assert [o["kind"] for o in listing["items"]] == [
         "MutatingWebhookConfiguration",
@@ -851,7 +859,7 @@ def test_cli_renders_json_with_ca_bundle(
     for item in listing["items"][:2]:
         for hook in item["webhooks"]:
             assert base64.b64decode(hook["clientConfig"]["caBundle"]) == ca.read_bytes()
-        assert item["webhooks"][0]["objectSelector"] == policy.selector.to_dict()
+        assert item["webhooks"][0]["objectSelector"] == policy.first.selector.to_dict()
 
 
 def test_cli_renders_yaml_for_a_url(capsys: pytest.CaptureFixture[str]) -> None:
@@ -1031,11 +1039,11 @@ def test_generated_files_match_policies() -> None:
     assert set(config_map["data"]) == {p.name for p in (REPO / "policies").glob("*.y*ml")}
     for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
         hooks = base_object(kind, "runguard")["webhooks"]
-        assert hooks[0]["objectSelector"] == policy.selector.to_dict()
+        assert hooks[0]["objectSelector"] == policy.first.selector.to_dict()
         for hook in hooks:
             assert set(hook["namespaceSelector"]["matchExpressions"][0]["values"]) == {
                 "runguard",
-                *policy.exclude_namespaces,
+                *policy.first.exclude_namespaces,
             }
 
 
@@ -1386,8 +1394,10 @@ def test_the_crd_accepts_the_reports_audit_writes() -> None:
             "spec": {"containers": [{"name": "main", "image": "x"}], **spec},
         }  # fmt: skip
 
-    policy = build_policy(RUN_POLICY, [])
-    warn = build_policy({**RUN_POLICY, "spec": {**RUN_POLICY["spec"], "enforcement": "Warn"}}, [])
+    policy = Policy.of(build_run_policy(RUN_POLICY, []))
+    warn = Policy.of(
+        build_run_policy({**RUN_POLICY, "spec": {**RUN_POLICY["spec"], "enforcement": "Warn"}}, [])
+    )
     findings = audit([mutate(run("ok"), policy).object, run("host", hostNetwork=True)], policy)
     findings += audit([run("warned", hostNetwork=True)], warn)
     (report,) = to_policy_reports(findings, now=1_700_000_000.5)
@@ -1455,7 +1465,7 @@ def test_cluster_state_rbac_is_read_only_for_exactly_its_kinds() -> None:
     } | {("runguard.io", "projectprofiles", verb) for verb in ("get", "list", "watch")}  # fmt: skip
     # the operators' kinds the shipped policies name, and nothing else
     policy = load_policy(REPO / "policies")
-    kinds = {k for p in policy.run_policies() for k in p.platform.operator_kinds}
+    kinds = {k for p in policy.run_policies for k in p.platform.operator_kinds}
     assert kinds  # the shipped digitalhub policy names Argo, KubeAI and KubeRay
     assert granted([roles[manifests.OPERATORS_ROLE]]) == {
         (k.rpartition("/")[0], manifests.plural(k.rpartition("/")[2]), verb)
@@ -1492,7 +1502,7 @@ def test_run_user_role_grants_the_runs_and_no_door_admission_cannot_see() -> Non
     policy = load_policy(REPO / "policies")
     role = base_object("ClusterRole", manifests.RUN_USER_ROLE)
     rights = granted([role])
-    for kind in {k for p in policy.run_policies() for k in p.platform.operator_kinds}:
+    for kind in {k for p in policy.run_policies for k in p.platform.operator_kinds}:
         group, _, name = kind.rpartition("/")
         for verb in ("create", "get", "list", "watch", "delete", "update", "patch"):
             assert (group, manifests.plural(name), verb) in rights, (kind, verb)

@@ -45,7 +45,7 @@ def test_the_available_mode_with_the_floor_says_what_it_gives_up(
     digitalhub = lines.index("RunPolicy digitalhub:")
     assert (
         lines[digitalhub + 1]
-        == f"  the floor carries: {', '.join(carried(policy.run_policies()[1]))}"
+        == f"  the floor carries: {', '.join(carried(policy.run_policies[1]))}"
     )
     assert (
         "security.root" in lines[digitalhub + 1] and "resources.exceeded" in lines[digitalhub + 1]
@@ -88,6 +88,6 @@ def test_fail_closed_needs_no_floor(tmp_path: Path, capsys: pytest.CaptureFixtur
 def test_every_rule_is_carried_or_only_runguards() -> None:
     from webhook.engine.registry import RULES
 
-    for p in load_policy(POLICIES).run_policies():
+    for p in load_policy(POLICIES).run_policies:
         assert sorted([*carried(p), *only_runguard(p)]) == sorted(RULES)
         assert set(carried(p)) <= set(RULES)

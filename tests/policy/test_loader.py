@@ -60,7 +60,7 @@ def valid(pol: Path) -> None:
 
 
 def test_shipped_policy_loads() -> None:
-    builds, policy = load_policy(REPO / "policies").run_policies()
+    builds, policy = load_policy(REPO / "policies").run_policies
     assert (builds.name, policy.name) == ("builds", "digitalhub")  # tried in name order
     assert builds.security.on_root == "Allow" and builds.security.level == "baseline"
     assert policy.selector.match_labels == {"app.kubernetes.io/managed-by": "dhcore"}
@@ -70,18 +70,19 @@ def test_shipped_policy_loads() -> None:
     assert policy.profiles_config.default is None
     assert {"1xa100", "1xt4", "cpu-large"} <= set(policy.profiles)
     assert policy.profiles["1xa100"].requests["nvidia.com/gpu"] == "1"
-    assert policy.resources.maximum_values["memory"] == Decimal(66 * 1024**3)  # a sidecar's room
+    # a sidecar's room
+    assert policy.resources.maximum_values["memory"] == Decimal(66 * 1024**3)
     labels = {"dhcore/run": "r1"}
     assert any(p.matches("v-r1-data", labels) for p in policy.volumes.platform_claims)
 
 
 def test_mlrun_example_loads() -> None:
     policy = load_policy(REPO / "policies" / "examples" / "mlrun")
-    assert policy.scheduling.default_priority_class == "igz-workload-medium"
-    assert policy.scheduling.allowed_priority_classes == frozenset(
+    assert policy.first.scheduling.default_priority_class == "igz-workload-medium"
+    assert policy.first.scheduling.allowed_priority_classes == frozenset(
         {"igz-workload-low", "igz-workload-medium", "igz-workload-high"}
     )
-    preemption = policy.scheduling.preemption
+    preemption = policy.first.scheduling.preemption
     assert preemption is not None and preemption.default == "prevent"
     assert preemption.node_selector == {"app.iguazio.com/lifecycle": "preemptible"}
 
@@ -89,14 +90,14 @@ def test_mlrun_example_loads() -> None:
 def test_minimal_policy_loads_with_gpu_resolved(pol: Path) -> None:
     valid(pol)
     policy = load_policy("pol")
-    assert policy.resources.maximums == {"cpu": "16", "memory": "64Gi", "nvidia.com/gpu": "2"}
-    assert list(policy.profiles) == ["small"]
+    assert policy.first.resources.maximums == {"cpu": "16", "memory": "64Gi", "nvidia.com/gpu": "2"}
+    assert list(policy.first.profiles) == ["small"]
 
 
 def test_many_documents_per_file_and_yml_files(pol: Path) -> None:
     write(pol, "all.yml", "---\n" + RUN_POLICY + "---\n" + PROFILE + "---\n")
     write(pol, "more.yaml", PROFILE.replace("name: small", "name: other"))
-    assert set(load_policy("pol").profiles) == {"small", "other"}
+    assert set(load_policy("pol").first.profiles) == {"small", "other"}
 
 
 def test_hidden_files_other_suffixes_and_subdirectories_are_ignored(pol: Path) -> None:
@@ -106,7 +107,7 @@ def test_hidden_files_other_suffixes_and_subdirectories_are_ignored(pol: Path) -
     write(pol, "runpolicy.yaml.bak", "not: [valid")
     (pol / "examples").mkdir()
     write(pol / "examples", "x.yaml", "not: [valid")
-    assert list(load_policy("pol").profiles) == ["small"]
+    assert list(load_policy("pol").first.profiles) == ["small"]
 
 
 def test_configmap_volume_layout_loads(tmp_path: Path) -> None:
@@ -121,7 +122,7 @@ def test_configmap_volume_layout_loads(tmp_path: Path) -> None:
     for name in ("runpolicy.yaml", "profiles.yaml"):
         os.symlink(f"..data/{name}", mount / name)
     policy = load_policy(mount)
-    assert list(policy.profiles) == ["small"]
+    assert list(policy.first.profiles) == ["small"]
 
 
 def test_odd_but_valid_quantities(pol: Path) -> None:
@@ -137,9 +138,9 @@ def test_odd_but_valid_quantities(pol: Path) -> None:
     )
     write(pol, "profiles.yaml", PROFILE.replace("cpu: 500m, memory: 1Gi", "cpu: 100m"))
     policy = load_policy("pol")
-    assert policy.resources.maximum_values["cpu"] == Decimal("0.5")
-    assert policy.resources.maximum_values["memory"] == Decimal(10**9)
-    assert policy.resources.maximum_values["ephemeral-storage"] == Decimal(1000)
+    assert policy.first.resources.maximum_values["cpu"] == Decimal("0.5")
+    assert policy.first.resources.maximum_values["memory"] == Decimal(10**9)
+    assert policy.first.resources.maximum_values["ephemeral-storage"] == Decimal(1000)
 
 
 def test_anchors_and_merge_keys(pol: Path) -> None:
@@ -159,7 +160,7 @@ def test_anchors_and_merge_keys(pol: Path) -> None:
               memory: 2Gi
         """,
     )
-    profile = load_policy("pol").profiles["small"]
+    profile = load_policy("pol").first.profiles["small"]
     assert profile.limits == {"cpu": "500m", "memory": "2Gi"}
 
 
@@ -336,8 +337,8 @@ def test_several_run_policies_load_in_name_order(pol: Path) -> None:
     valid(pol)
     write(pol, "builds.yaml", RUN_POLICY.replace("{name: platform}", "{name: builds}"))
     policy = load_policy("pol")
-    assert [p.name for p in policy.run_policies()] == ["builds", "platform"]
-    assert policy.alternatives[0].profiles == policy.profiles  # profiles are shared
+    assert [p.name for p in policy.run_policies] == ["builds", "platform"]
+    assert policy.run_policies[1].profiles == policy.first.profiles  # profiles are shared
 
 
 def test_several_run_policies_must_agree_on_gpu(pol: Path) -> None:

@@ -16,9 +16,9 @@ from webhook.policy.loader import load_policy
 from webhook.policy.model import (
     KINDS,
     NamePattern,
-    Policy,
+    RunPolicy,
     RunPolicySpec,
-    build_policy,
+    build_run_policy,
     gpu_resource_name,
 )
 from webhook.policy.patterns import label_keys, split
@@ -73,7 +73,7 @@ def test_every_key_has_a_description() -> None:
 
 def test_the_defaults_a_policy_gets_are_the_ones_the_schema_publishes() -> None:
     """One statement of each default: an empty spec builds to the schema's defaults."""
-    policy = build_policy({"spec": {}}, [])
+    policy = build_run_policy({"spec": {}}, [])
     defs = policy_schema()["$defs"]
     checked = 0
     for key in iter_keys(RunPolicySpec):
@@ -99,7 +99,7 @@ def test_the_defaults_a_policy_gets_are_the_ones_the_schema_publishes() -> None:
 
 
 def test_gpu_is_resolved_everywhere_and_maximums_parsed_once() -> None:
-    policy = build_policy(RUN_POLICY, [PROFILE])
+    policy = build_run_policy(RUN_POLICY, [PROFILE])
     assert policy.resources.maximums == {"cpu": "4", "amd.com/gpu": "2"}
     assert policy.resources.maximum_values == {"cpu": Decimal(4), "amd.com/gpu": Decimal(2)}
     assert policy.resources.default_requests == {"amd.com/gpu": "0"}
@@ -112,12 +112,12 @@ def test_gpu_is_resolved_everywhere_and_maximums_parsed_once() -> None:
 def test_derived_values_are_plain_attributes_computed_at_build() -> None:
     policy = load_policy(REPO / "policies")
     for derived in ("maximum_values", "default_requests", "default_limits"):
-        assert derived in vars(policy.resources)
-    assert "allowed_priority_classes" in vars(policy.scheduling)
+        assert derived in vars(policy.first.resources)
+    assert "allowed_priority_classes" in vars(policy.first.scheduling)
 
 
 def test_a_policy_survives_pickling_as_the_master_publishes_it() -> None:
-    policy = build_policy(RUN_POLICY, [PROFILE])
+    policy = build_run_policy(RUN_POLICY, [PROFILE])
     again = pickle.loads(pickle.dumps(policy, pickle.HIGHEST_PROTOCOL))
     assert again == policy
     assert again.resources.maximum_values == policy.resources.maximum_values
@@ -126,14 +126,14 @@ def test_a_policy_survives_pickling_as_the_master_publishes_it() -> None:
 
 
 def test_model_copy_recomputes_what_derives_from_the_updated_fields() -> None:
-    resources = build_policy(RUN_POLICY, []).resources
+    resources = build_run_policy(RUN_POLICY, []).resources
     copied = resources.model_copy(update={"maximums": {"cpu": "8"}})
     assert copied.maximum_values == {"cpu": Decimal(8)}
     assert resources.maximum_values["cpu"] == Decimal(4)
 
 
 def test_a_policy_is_frozen() -> None:
-    policy = build_policy(RUN_POLICY, [])
+    policy = build_run_policy(RUN_POLICY, [])
     with pytest.raises(ValidationError):
         policy.enforcement = "Warn"  # type: ignore[misc]
 
@@ -141,10 +141,10 @@ def test_a_policy_is_frozen() -> None:
 def test_build_policy_refuses_what_the_schema_refuses() -> None:
     bad = {**RUN_POLICY, "spec": {**RUN_POLICY["spec"], "enforcement": "Block", "colour": 1}}
     with pytest.raises(ValidationError) as info:
-        build_policy(bad, [])
+        build_run_policy(bad, [])
     assert {e["loc"][-1] for e in info.value.errors()} == {"enforcement", "colour"}
     with pytest.raises(ValidationError):
-        build_policy({"spec": {"secrets": {"allowed": ["V_*"]}}}, [])
+        build_run_policy({"spec": {"secrets": {"allowed": ["V_*"]}}}, [])
 
 
 def test_key_paths_are_the_yaml_names_of_attributes() -> None:
@@ -176,8 +176,8 @@ def test_the_placeholder_grammar_is_one() -> None:
 
 
 def test_policy_keeps_the_engine_attributes() -> None:
-    policy = build_policy(RUN_POLICY, [PROFILE])
-    assert isinstance(policy, Policy)
+    policy = build_run_policy(RUN_POLICY, [PROFILE])
+    assert isinstance(policy, RunPolicy)
     assert policy.name == "p" and len(policy.digest) == 16
     assert policy.selector.matches({"a": "b"}) and policy.selector.to_dict() == {
         "matchLabels": {"a": "b"}

@@ -66,9 +66,9 @@ def test_a_run_policy_reads_the_platform_it_names(pol: Path) -> None:
     write(pol, "platform.yaml", platform("core", "system:serviceaccount:core:core"))
     assert lines() == []
     policy = load_policy(pol)
-    assert policy.platform.identities == ("system:serviceaccount:core:core",)
-    assert policy.platform.project_label == "core/project"
-    assert policy.platform.installers == ("group:system:masters",)  # defaults as inline
+    assert policy.first.platform.identities == ("system:serviceaccount:core:core",)
+    assert policy.first.platform.project_label == "core/project"
+    assert policy.first.platform.installers == ("group:system:masters",)  # defaults as inline
 
 
 def test_the_shipped_platform_is_what_each_run_policy_wrote_inline(tmp_path: Path) -> None:
@@ -86,8 +86,8 @@ def test_the_shipped_platform_is_what_each_run_policy_wrote_inline(tmp_path: Pat
                 doc["spec"]["platform"] = platform_doc["spec"]
         path.write_text(yaml.safe_dump_all(docs, sort_keys=False))
     before, after = load_policy(inline), load_policy(POLICIES)
-    assert [p.digest for p in before.run_policies()] == [p.digest for p in after.run_policies()]
-    for old, new in zip(before.run_policies(), after.run_policies(), strict=True):
+    assert [p.digest for p in before.run_policies] == [p.digest for p in after.run_policies]
+    for old, new in zip(before.run_policies, after.run_policies, strict=True):
         assert old.platform == new.platform
 
 
@@ -96,7 +96,7 @@ def test_no_platform_means_none(pol: Path) -> None:
     (names alone decide); beside a Platform, lint says so."""
     write(pol, "runpolicy.yaml", run_policy("runs"))
     policy = load_policy(pol)
-    assert policy.platform.identities == () and policy.platform.operators == ()
+    assert policy.first.platform.identities == () and policy.first.platform.operators == ()
     write(pol, "platform.yaml", platform("core", "core"))
     assert lines() == [
         "pol/platform.yaml:3: warning: metadata.name: no RunPolicy names this Platform "
@@ -199,7 +199,7 @@ def test_an_inline_platform_loads_and_lint_says_what_to_move(pol: Path) -> None:
     report = lint("pol")
     assert report.errors == []
     assert report.policy is not None
-    assert [p.platform.identities for p in report.policy.run_policies()] == [("core",)] * 2
+    assert [p.platform.identities for p in report.policy.run_policies] == [("core",)] * 2
     # the same keys, one Platform: both are told the same name
     assert report.lines() == [
         "pol/builds.yaml:11: warning: spec.platform: written inline (the older form): move "

@@ -383,7 +383,7 @@ def test_policy_store_swaps_in_a_good_policy_and_keeps_it_on_a_bad_one(tmp_path:
     events: list[tuple[bool | None, PolicyState]] = []
     store = _store(tmp_path, sample_policy(**OLD), observer=lambda s, r: events.append((r, s)))
     first = store.current()
-    assert first is not None and first.name == "http-test"
+    assert first is not None and first.first.name == "http-test"
     assert events == [(None, store.state)]  # the state this process starts with
 
     write_files(tmp_path, sample_policy(**NEW))

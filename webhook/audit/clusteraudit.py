@@ -123,7 +123,9 @@ def finding(obj: Any, decision: Decision, policy: Policy) -> Finding:
     denied = decision.enforcement == "Deny" and any(not v.drift for v in violations)
     result = "pass" if not violations else "fail" if denied else "warn"
     chosen = (
-        scope.choose(policy, pod_labels(obj), decision.namespace) if policy.alternatives else None
+        scope.choose(policy, pod_labels(obj), decision.namespace)
+        if len(policy.run_policies) > 1
+        else None
     )
     # Interned: thousands of findings share a handful of these strings.
     return Finding(
@@ -132,7 +134,7 @@ def finding(obj: Any, decision: Decision, policy: Policy) -> Finding:
         name=decision.name,
         api_version=sys.intern(str(obj.get("apiVersion", ""))),
         uid=str(meta.get("uid", "")),
-        policy=sys.intern((chosen or policy).name),
+        policy=sys.intern((chosen or policy.first).name),
         profile=sys.intern(decision.profile) if decision.profile else None,
         result=result,
         violations=violations,
@@ -199,7 +201,7 @@ def shared_selector(policy: Policy) -> LabelSelector:
     """The requirements every RunPolicy's selector makes: a Pod any of them matches
     matches this one too (one ``labelSelector`` cannot say "this or that"), so the server
     can select on it and the engine picks the RunPolicy. With one RunPolicy, its selector."""
-    first, *others = (p.selector for p in policy.run_policies())
+    first, *others = (p.selector for p in policy.run_policies)
     labels = {
         key: value
         for key, value in first.match_labels.items()
@@ -223,7 +225,7 @@ def list_query(listing: Listing, policy: Policy, page_size: int) -> dict[str, st
     query = {"limit": str(page_size)}
     if listing.kind == "Pod" and (labels := label_selector(shared_selector(policy))):
         query["labelSelector"] = labels
-    excluded = frozenset.intersection(*(p.exclude_namespaces for p in policy.run_policies()))
+    excluded = frozenset.intersection(*(p.exclude_namespaces for p in policy.run_policies))
     if excluded:
         query["fieldSelector"] = ",".join(f"metadata.namespace!={ns}" for ns in sorted(excluded))
     return query
@@ -299,7 +301,7 @@ def listed_pages(
     given once.
     """
     if namespace is not None and all(
-        namespace in p.exclude_namespaces for p in policy.run_policies()
+        namespace in p.exclude_namespaces for p in policy.run_policies
     ):
         return
     for listing in listings:

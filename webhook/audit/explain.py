@@ -31,7 +31,7 @@ from webhook.engine.registry import RULES
 from webhook.engine.rules.dra import device_routes
 from webhook.engine.subject import Review, review
 from webhook.policy.kube import LabelSelector, QuantityRange
-from webhook.policy.model import Policy, Profile
+from webhook.policy.model import Policy, Profile, RunPolicy
 from webhook.policy.project import ProjectProfileError, beyond, read_project_profile
 
 EDITS_SHOWN = 30  # JSON Patch operations the text lists
@@ -177,7 +177,7 @@ def explain(
     )
 
 
-def _devices(r: Review, governing: Policy | None) -> tuple[str, ...]:
+def _devices(r: Review, governing: RunPolicy | None) -> tuple[str, ...]:
     """The run's device routes (``rules.dra.device_routes``), of its pod spec as given."""
     if governing is None or r.target is None:
         return ()
@@ -192,7 +192,9 @@ def _said(warning: str, decision: Decision) -> bool:
     return any(c.warning == warning for c in decision.mutations)
 
 
-def profile_choices(policy: Policy, context: Context, namespace: str) -> tuple[ProfileChoice, ...]:
+def profile_choices(
+    policy: RunPolicy, context: Context, namespace: str
+) -> tuple[ProfileChoice, ...]:
     """Every profile a run in ``namespace`` may name, by name, with whether it may use
     it: the project's own (ProjectProfile, which wins over an installation-wide profile
     of the same name there, as in the engine) and ``policy``'s."""
@@ -214,7 +216,7 @@ def profile_choices(policy: Policy, context: Context, namespace: str) -> tuple[P
     )
 
 
-def _project_choices(policy: Policy, context: Context, namespace: str) -> list[ProfileChoice]:
+def _project_choices(policy: RunPolicy, context: Context, namespace: str) -> list[ProfileChoice]:
     """The project's own profiles the view holds; one that does not load or exceeds
     the RunPolicy is listed as not usable, as the engine refuses it."""
     gpu = policy.resources.gpu_resource_name
@@ -247,7 +249,7 @@ def usable(profile: Profile, labels: Mapping[str, str] | None) -> bool | None:
     return None if labels is None else selector.matches(labels)
 
 
-def _choice(policy: Policy, profile: Profile, labels: Mapping[str, str] | None) -> ProfileChoice:
+def _choice(policy: RunPolicy, profile: Profile, labels: Mapping[str, str] | None) -> ProfileChoice:
     short = policy.resources.short
     return ProfileChoice(
         name=profile.name,

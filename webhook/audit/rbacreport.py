@@ -96,7 +96,7 @@ class Platform:
 
 def platform_of(policy: Policy) -> Platform:
     """The platform every RunPolicy of ``policy`` declares, together."""
-    policies = policy.run_policies()
+    policies = policy.run_policies
     identities: set[str] = set()
     secrets: dict[str, None] = {}
     config_maps: dict[str, None] = {}

@@ -179,7 +179,7 @@ def policy_results(
     def result(kind: str, name: str, outcome: str, message: str, **extra: Any) -> None:
         results.append(
             {
-                "policy": name if kind == "RunPolicy" else policy.name,
+                "policy": name if kind == "RunPolicy" else policy.first.name,
                 "rule": POLICY_LOADED if outcome == "pass" else POLICY_LINT,
                 "result": outcome,
                 "category": POLICY_CATEGORY,
@@ -193,7 +193,7 @@ def policy_results(
             }
         )
 
-    for run_policy in policy.run_policies():
+    for run_policy in policy.run_policies:
         result("RunPolicy", run_policy.name, "pass", f"loaded (digest {policy.digest})")
     for name in policy.profile_names():
         result("Profile", name, "pass", "loaded")
@@ -202,7 +202,7 @@ def policy_results(
         key = f"{issue.key}: " if issue.key else ""
         result(
             "RunPolicy",
-            policy.name,
+            policy.first.name,
             "warn",
             f"{key}{issue.message}",
             properties={"file": where, **({"key": issue.key} if issue.key else {})},

@@ -91,7 +91,7 @@ def compare(
     chooser = current if now.applies else proposed
     kind, namespace, name = then.kind, then.namespace, then.name
     labels = pod_labels(obj) if isinstance(obj, dict) else {}
-    governing = scope.choose(chooser, labels, namespace) or chooser
+    governing = scope.choose(chooser, labels, namespace) or chooser.first
     project_label = governing.platform.project_label
     return Verdict(
         kind=sys.intern(kind),

@@ -102,9 +102,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _selecting(current: Policy, proposed: Policy) -> Policy:
     """A policy whose RunPolicies are both policies': the server selects for either."""
-    return current.model_copy(
-        update={"alternatives": (*current.alternatives, *proposed.run_policies())}
-    )
+    return Policy((*current.run_policies, *proposed.run_policies), current.digest)
 
 
 def _offline(

@@ -61,7 +61,7 @@ def operator_kinds(policy: Policy | None) -> tuple[str, ...]:
     named with its group, "apps/Deployment") left out. A core kind an operator owns Pods
     through (``Pod``: a Spark driver owning its executors) is kept too, by its Kind."""
     found: dict[str, None] = {}
-    for run_policy in policy.run_policies() if policy is not None else ():
+    for run_policy in policy.run_policies if policy is not None else ():
         for operator in run_policy.platform.operators:
             for kind in operator.kinds:
                 group, name = split_group_kind(kind)

@@ -18,7 +18,7 @@ from webhook.engine.rules.queue import check_queue_kind
 from webhook.engine.rules.queue_profile import send_to_queue
 from webhook.engine.subject import Review
 from webhook.engine.types import JSON, Change, Violation
-from webhook.policy.model import Policy
+from webhook.policy.model import RunPolicy
 
 __all__ = ["has_receipt", "not_mutated", "not_queued", "operator_not_mutated"]
 
@@ -81,7 +81,7 @@ def has_receipt(pod: Pod, receipts: Receipts | None) -> bool:
 
 
 def not_mutated(
-    r: Review, target: Target, policy: Policy, found: list[Violation], drifted: bool = False
+    r: Review, target: Target, policy: RunPolicy, found: list[Violation], drifted: bool = False
 ) -> list[Violation]:
     """Validation is a complete backstop of mutation: a Pod created
     without passing through ``/mutate`` (webhook bypassed, misordered, or a failure

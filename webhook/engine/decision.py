@@ -12,7 +12,7 @@ from webhook.engine.pod import WARNING_LIMIT
 from webhook.engine.podspec import object_meta
 from webhook.engine.rule import Declarations
 from webhook.engine.types import INVALID, Decision, Violation
-from webhook.policy.model import Policy
+from webhook.policy.model import Policy, RunPolicy
 
 RULES = Declarations(__name__)
 
@@ -39,7 +39,7 @@ _ALWAYS_DENIED = frozenset({INVALID, ENGINE_ERROR})
 _ALWAYS_DENIED_CONCERNS = frozenset({"ownership", "scope"})
 
 
-def decided(obj: Any, policy: Policy, namespace: str | None, **fields: Any) -> Decision:
+def decided(obj: Any, policy: RunPolicy, namespace: str | None, **fields: Any) -> Decision:
     kind, ns, name = object_meta(obj)
     return Decision(
         kind=kind,
@@ -68,7 +68,7 @@ def guarded(fn: Callable[P, Decision]) -> Callable[P, Decision]:
             )
             return decided(
                 obj,
-                policy,
+                policy.first,
                 namespace if isinstance(namespace, str) else None,
                 applies=True,
                 allowed=False,
@@ -79,7 +79,7 @@ def guarded(fn: Callable[P, Decision]) -> Callable[P, Decision]:
     return wrapper
 
 
-def finish(decision: Decision, policy: Policy) -> Decision:
+def finish(decision: Decision, policy: RunPolicy) -> Decision:
     """Apply the enforcement mode: Deny denies, Warn warns, Audit only records."""
     if not decision.violations:
         decision.allowed = True
@@ -108,7 +108,7 @@ def _violation_warning(v: Violation) -> str:
     return f"runguard: [{v.rule}] {v.path}: {v.message}"[:WARNING_LIMIT]
 
 
-def deny(obj: Any, policy: Policy, namespace: str | None, found: list[Violation]) -> Decision:
+def deny(obj: Any, policy: RunPolicy, namespace: str | None, found: list[Violation]) -> Decision:
     return finish(
         decided(obj, policy, namespace, applies=True, allowed=False, violations=found), policy
     )

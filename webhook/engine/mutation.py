@@ -32,7 +32,7 @@ from webhook.engine.subject import (
     review,
 )
 from webhook.engine.types import JSON, Change, Decision
-from webhook.policy.model import Policy
+from webhook.policy.model import Policy, RunPolicy
 
 __all__ = [
     "STEPS",
@@ -251,7 +251,7 @@ STEPS: dict[Path, tuple[Step, ...]] = {
 }
 
 
-def steps_applied(r: Review, target: Target, policy: Policy) -> tuple[JSON, Pod, list[Change]]:
+def steps_applied(r: Review, target: Target, policy: RunPolicy) -> tuple[JSON, Pod, list[Change]]:
     """The mutation steps run on a copy of the pod spec of ``target`` (the run of ``r``),
     by ``policy``: the spec they leave, their Pod, and what they changed."""
     pod = r.pod(target, policy, copy_json(target.spec))
@@ -374,7 +374,7 @@ def _leave_receipt(pod: Pod, result: JSON, receipts: Receipts, version: str | No
 def _patched(
     obj: Any,
     result: JSON,
-    policy: Policy,
+    policy: RunPolicy,
     namespace: str | None,
     changes: list[Change],
     *,

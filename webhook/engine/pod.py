@@ -25,7 +25,7 @@ from webhook.engine.context import (
 from webhook.engine.types import JSON, Change
 from webhook.inputs.quantity import parse
 from webhook.keys import MAIN_CONTAINER_ANNOTATION
-from webhook.policy.model import Policy, Profile
+from webhook.policy.model import Policy, Profile, RunPolicy
 from webhook.policy.project import (
     ProjectProfileError,
     above_other_maximums,
@@ -56,7 +56,7 @@ class Pod:
     spec: JSON
     labels: dict[str, str]
     annotations: dict[str, str]
-    policy: Policy
+    policy: RunPolicy
     spec_path: str = "spec"
     # (path, claim template) of a StatefulSet's volumeClaimTemplates: outside the pod spec,
     # judged with it
@@ -66,7 +66,7 @@ class Pod:
     ownership: Ownership = OWNERSHIP_OFF  # whether the platform created this run
     # the object's metadata.ownerReferences (a Pod's, or the pod controller's being judged)
     owner_references: tuple[Any, ...] = ()
-    # every RunPolicy (``root.run_policies()``): a driver's map value naming any platform's
+    # every RunPolicy (``root.run_policies``): a driver's map value naming any platform's
     # Secret is a Secret reference (None: the governing RunPolicy alone)
     root: Policy | None = None
     profile_asked: str | None = field(init=False, default=None)

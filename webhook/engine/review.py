@@ -40,8 +40,8 @@ def connect(
     here: it was judged when it was created."""
     found = check_shell(pod, policy, namespace, context, by)
     if not found:
-        return decided(pod, policy, namespace, applies=False, allowed=True)
-    return deny(pod, policy, namespace, found)
+        return decided(pod, policy.first, namespace, applies=False, allowed=True)
+    return deny(pod, policy.first, namespace, found)
 
 
 @guarded
@@ -62,7 +62,7 @@ def evaluate(
     )
     return decided(
         mutation.object,
-        policy,
+        policy.first,
         namespace,
         applies=True,
         allowed=validation.allowed,

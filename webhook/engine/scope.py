@@ -30,10 +30,10 @@ from typing import Any
 from webhook.engine.podspec import InvalidObject, locate
 from webhook.engine.rules import ownership
 from webhook.keys import PLATFORM_POLICY, PLATFORM_RECORD, POLICY_LABEL, REQUESTED_BY
-from webhook.policy.model import LabelSelector, Policy
+from webhook.policy.model import LabelSelector, Policy, RunPolicy
 
 
-def in_scope(root: Policy, policy: Policy, obj: Any, namespace: str | None) -> bool:
+def in_scope(root: Policy, policy: RunPolicy, obj: Any, namespace: str | None) -> bool:
     """The scope decision of one RunPolicy of ``root``: whether ``obj`` is in its sight.
     Its namespaces (``covers``), then its selector on the object's pod labels (its runs,
     and the Pods its ``requesters`` may or may not have created: ``choose`` decides
@@ -76,7 +76,7 @@ def _carries_records(root: Policy, obj: Any, template: Any) -> bool:
     )
 
 
-def covers(policy: Policy, namespace: str | None) -> bool:
+def covers(policy: RunPolicy, namespace: str | None) -> bool:
     """The RunPolicy looks at this namespace (not one of its ``excludeNamespaces``)."""
     return namespace not in policy.exclude_namespaces
 
@@ -84,10 +84,10 @@ def covers(policy: Policy, namespace: str | None) -> bool:
 def looked_at(root: Policy, namespace: str | None) -> bool:
     """Some RunPolicy looks at this namespace: where every one excludes it, runguard
     touches nothing (and no webhook is called there)."""
-    return any(covers(p, namespace) for p in root.run_policies())
+    return any(covers(p, namespace) for p in root.run_policies)
 
 
-def selects(policy: Policy, labels: Mapping[str, str], namespace: str | None) -> bool:
+def selects(policy: RunPolicy, labels: Mapping[str, str], namespace: str | None) -> bool:
     """A Pod with these labels in this namespace is a run of the RunPolicy, by its
     selector (its ``requesters`` are ``choose``'s)."""
     return covers(policy, namespace) and policy.selector.matches(labels)
@@ -97,12 +97,12 @@ def choose(
     root: Policy,
     labels: Mapping[str, str],
     namespace: str | None,
-    requested: Callable[[Policy], bool] | None = None,
-) -> Policy | None:
+    requested: Callable[[RunPolicy], bool] | None = None,
+) -> RunPolicy | None:
     """The RunPolicy governing a pod with these labels in this namespace, if any: the
     first that selects it and, when it names ``requesters``, whose requesters created it
     (``requested(policy)``; None: no requester is known)."""
-    for policy in root.run_policies():
+    for policy in root.run_policies:
         if not selects(policy, labels, namespace):
             continue
         if policy.requesters and (requested is None or not requested(policy)):
@@ -111,15 +111,15 @@ def choose(
     return None
 
 
-def platforms(root: Policy, namespace: str | None) -> Iterator[Policy]:
+def platforms(root: Policy, namespace: str | None) -> Iterator[RunPolicy]:
     """The RunPolicies with a platform (``platform.identities``) that look at this
     namespace, in the order they are tried."""
-    for policy in root.run_policies():
+    for policy in root.run_policies:
         if ownership.enabled(policy) and covers(policy, namespace):
             yield policy
 
 
-def claims(policy: Policy, spec: Any, namespace: str | None) -> bool:
+def claims(policy: RunPolicy, spec: Any, namespace: str | None) -> bool:
     """The pod spec holds what the RunPolicy's platform owns, in a namespace it looks at:
     it names one of its claims, configMaps or secrets, or runs as one of its accounts."""
     if not ownership.enabled(policy) or not covers(policy, namespace):
@@ -137,12 +137,12 @@ def service_account(spec: Any) -> str:
     return name if isinstance(name, str) else ""
 
 
-def claimed_by(root: Policy, spec: Any, namespace: str | None) -> list[Policy]:
+def claimed_by(root: Policy, spec: Any, namespace: str | None) -> list[RunPolicy]:
     """Every RunPolicy whose platform the pod spec holds something of (``claims``)."""
     return [p for p in platforms(root, namespace) if claims(p, spec, namespace)]
 
 
-def operator_kind_of(policy: Policy, obj: Any) -> bool:
+def operator_kind_of(policy: RunPolicy, obj: Any) -> bool:
     """The object is of a kind one of the RunPolicy's operators owns Pods through."""
     key = ownership.group_kind(obj)
     return key is not None and key != "Pod" and key in policy.platform.operator_kinds
@@ -153,9 +153,9 @@ def recorder(
     obj: Any,
     spec: Any,
     namespace: str | None,
-    governing: Policy | None,
+    governing: RunPolicy | None,
     stored: bool = False,
-) -> Policy | None:
+) -> RunPolicy | None:
     """The RunPolicy whose platform records who created the object (``runguard.io/
     platform``), and whose record it then is: the governing RunPolicy when it has a
     platform; else, among the RunPolicies with a platform that look at the namespace,
@@ -186,7 +186,7 @@ def recorder(
     return _carried_owner(candidates, annotations) or candidates[0]
 
 
-def _carried_owner(candidates: list[Policy], annotations: Mapping[str, Any]) -> Policy | None:
+def _carried_owner(candidates: list[RunPolicy], annotations: Mapping[str, Any]) -> RunPolicy | None:
     """The RunPolicy a carried record names (``runguard.io/platform-policy``), else, for a
     record without that name (written before it was kept), the platform whose identity or
     installer stamped the object (``runguard.io/requested-by``). None: neither says."""
@@ -201,7 +201,7 @@ def _carried_owner(candidates: list[Policy], annotations: Mapping[str, Any]) -> 
     return None
 
 
-def may_open(opener: Policy, target: Policy) -> bool:
+def may_open(opener: RunPolicy, target: RunPolicy) -> bool:
     """A Pod of ``opener``'s platform, by its own token, may do to what ``target``'s
     platform owns only what ``opener``'s identities could themselves: each of them is
     one of ``target``'s (as a requester, each would be ``target``'s platform). MLRun's
@@ -216,4 +216,4 @@ def run_terms(root: Policy) -> list[tuple[frozenset[str], LabelSelector]]:
     selector). ``webhook.install.manifests`` renders "a run" as the disjunction of
     ``request.namespace`` outside the first and the labels matching the second, which
     is ``selects`` of each RunPolicy."""
-    return [(p.exclude_namespaces, p.selector) for p in root.run_policies()]
+    return [(p.exclude_namespaces, p.selector) for p in root.run_policies]

@@ -25,7 +25,7 @@ import orjson
 from webhook.engine.context import Context
 from webhook.engine.types import JSON
 from webhook.keys import POLICY_LABEL, SIZE_RECORD
-from webhook.policy.model import Policy, Profile
+from webhook.policy.model import Profile, RunPolicy
 
 
 class Pod(Protocol):
@@ -38,7 +38,7 @@ class Pod(Protocol):
     @property
     def context(self) -> Context: ...
     @property
-    def policy(self) -> Policy: ...
+    def policy(self) -> RunPolicy: ...
     @property
     def owner_references(self) -> tuple[Any, ...]: ...
     @property

@@ -21,7 +21,7 @@ from webhook.engine.rules import ownership
 from webhook.engine.scope import service_account as service_account  # (webhook.serving.shells')
 from webhook.engine.types import JSON, Violation
 from webhook.keys import PLATFORM_POLICY, PLATFORM_RECORD, POLICY_LABEL, REQUESTED_BY
-from webhook.policy.model import Policy
+from webhook.policy.model import Policy, RunPolicy
 
 
 @dataclass
@@ -29,7 +29,7 @@ class Review:
     """One review: the pod template of the object and of the old one, the RunPolicy that
     governs it (fixed at CREATE and recorded on the object) and who asks."""
 
-    root: Policy  # every RunPolicy (``root.run_policies()``)
+    root: Policy  # every RunPolicy (``root.run_policies``)
     obj: Any
     old: Any
     namespace: str
@@ -37,16 +37,16 @@ class Review:
     target: Target | None = None
     invalid: list[Violation] = field(default_factory=list)  # the object cannot be located
     old_target: Target | None = None
-    governing: Policy | None = None  # None: outside every RunPolicy
+    governing: RunPolicy | None = None  # None: outside every RunPolicy
     # whether the platform created the object, by each RunPolicy's platform asked so far
-    _ownerships: list[tuple[Policy, Ownership]] = field(default_factory=list, repr=False)
+    _ownerships: list[tuple[RunPolicy, Ownership]] = field(default_factory=list, repr=False)
 
     @property
-    def policy(self) -> Policy:
+    def policy(self) -> RunPolicy:
         """The governing RunPolicy, else the first: whose enforcement mode answers for an
         object outside every RunPolicy. Which RunPolicies judge such an object is
         ``webhook.engine.scope``'s, each by its own scope."""
-        return self.governing or self.root
+        return self.governing or self.root.first
 
     @property
     def metadata(self) -> JSON:
@@ -65,7 +65,7 @@ class Review:
         refs = self.metadata.get("ownerReferences")
         return tuple(refs) if isinstance(refs, list) else ()
 
-    def ownership(self, policy: Policy) -> Ownership:
+    def ownership(self, policy: RunPolicy) -> Ownership:
         """Whether the platform of ``policy`` created the object (worked out once each)."""
         for asked, found in self._ownerships:
             if asked is policy:
@@ -76,7 +76,7 @@ class Review:
         self._ownerships.append((policy, found))
         return found
 
-    def pod(self, target: Target, policy: Policy, spec: JSON) -> Pod:
+    def pod(self, target: Target, policy: RunPolicy, spec: JSON) -> Pod:
         """The ``Pod`` the steps and checks judge: ``target`` (the object's run, or the
         old one's) with the pod spec ``spec``, by ``policy``, where the object lives,
         who asks and whether the platform created it."""
@@ -101,7 +101,7 @@ def review(
     namespace: str | None,
     old: Any,
     context: Context,
-    governing: Policy | None = None,
+    governing: RunPolicy | None = None,
 ) -> Review:
     """The review of ``obj`` (and ``old`` on UPDATE) under the RunPolicies of ``root``."""
     ns = namespace or object_meta(obj)[1]
@@ -119,7 +119,7 @@ def review(
     return r
 
 
-def _governing(r: Review) -> Policy | None:
+def _governing(r: Review) -> RunPolicy | None:
     """The RunPolicy that governs the object. On UPDATE, the one recorded at CREATE
     (label ``runguard.io/policy`` of the old object), whatever the labels say now; for an
     object from before that label, the one its old labels chose. At CREATE, the first
@@ -156,7 +156,7 @@ def names_platform_objects(r: Review) -> bool:
     return r.target is not None and bool(scope.claimed_by(r.root, r.target.spec, r.namespace))
 
 
-def stamps_owner(r: Review) -> Policy | None:
+def stamps_owner(r: Review) -> RunPolicy | None:
     """The RunPolicy whose ``platform`` records who created the object, when runguard
     records it (``scope.recorder``): a governed object, an operator's object, or one
     naming the platform's objects or carrying runguard's records (which only runguard
@@ -178,7 +178,7 @@ def stamps_owner(r: Review) -> Policy | None:
     return None
 
 
-def _records_operator_object(r: Review, policy: Policy) -> bool:
+def _records_operator_object(r: Review, policy: RunPolicy) -> bool:
     """An operator's object is recorded when the platform (or an installer) creates it,
     or while who did cannot be told yet (its owner not in the cache: the record of an
     operator's object then follows its owner later); never a user's own, whose updates
@@ -192,7 +192,7 @@ def _records_operator_object(r: Review, policy: Policy) -> bool:
     return found.unknown is not None
 
 
-def adopts(r: Review) -> Policy | None:
+def adopts(r: Review) -> RunPolicy | None:
     """The RunPolicy whose platform records an object that runguard never recorded (made
     before runguard was installed) and that the platform or one of its installers now
     updates (``kubectl rollout restart``, ``helm upgrade``): runguard records it then, as
@@ -246,7 +246,7 @@ def expected_records(r: Review) -> dict[str, str | None]:
     return out
 
 
-def _platform_records(owner: Policy, record: str | None) -> dict[str, str | None]:
+def _platform_records(owner: RunPolicy, record: str | None) -> dict[str, str | None]:
     """The platform record and, with it, the RunPolicy whose platform wrote it (read back
     by ``scope.recorder``: with two platforms, whose record it is)."""
     return {PLATFORM_RECORD: record, PLATFORM_POLICY: owner.name if record is not None else None}

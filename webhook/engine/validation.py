@@ -33,7 +33,7 @@ from webhook.engine.subject import (
     stamps_owner,
 )
 from webhook.engine.types import Change, Decision, Violation
-from webhook.policy.model import Policy
+from webhook.policy.model import Policy, RunPolicy
 
 # The warnings of a template kept as written say what its Pods will get, not what was
 # done to the object.
@@ -80,7 +80,7 @@ def validate(
     namespace: str | None = None,
     old: Any = None,
     context: Context = NO_CONTEXT,
-    governing: Policy | None = None,
+    governing: RunPolicy | None = None,
     admitted: bool = False,
     receipts: Receipts | None = None,
 ) -> Decision:
@@ -175,7 +175,7 @@ def _already_present_on_update(j: Judgement) -> None:
     if not j.violations:
         return
     governing = j.r.policy
-    before = validate(j.r.old, governing, namespace=j.namespace, governing=governing)
+    before = validate(j.r.old, j.r.root, namespace=j.namespace, governing=governing)
     known = {(v.rule, v.path): v.amount for v in before.violations}
     present = [v for v in j.violations if _already_present(v, known)]
     j.violations = [v for v in j.violations if not _already_present(v, known)]

@@ -143,7 +143,7 @@ def _runs(policy: Policy, labels: str) -> _Expr | None:
     RunPolicies (``scope.selects`` of each: its namespaces, its selector); None when
     everything is a run (a RunPolicy with an empty selector that excludes nothing). The
     namespaces every RunPolicy excludes never reach the webhooks these conditions are
-    on (``namespace_selector(shared=True)``): only a RunPolicy's own are written."""
+    on (``shared_namespace_selector``): only a RunPolicy's own are written."""
     declared = run_terms(policy)
     everyone = frozenset.intersection(*(excluded for excluded, _ in declared))
     terms = []
@@ -263,7 +263,7 @@ def _name_regexes(policy: Policy) -> dict[str, str]:
     for kind in ("PersistentVolumeClaim", "ConfigMap", "Secret", "ResourceClaim"):
         patterns = [
             pattern
-            for p in policy.run_policies()
+            for p in policy.run_policies
             if ownership_enabled(p)
             for pattern in reserved_patterns(p, kind)
         ]
@@ -285,7 +285,7 @@ def _references(policy: Policy, spec: str) -> _Expr | None:
     accounts = sorted(
         {
             sa
-            for p in policy.run_policies()
+            for p in policy.run_policies
             if ownership_enabled(p)
             for sa in service_account_identities(p)
         }
@@ -320,7 +320,7 @@ def _records(policy: Policy, meta: str) -> str:
     """CEL: the metadata ``meta`` carries one of runguard's records (only runguard writes
     them, so an object carrying one is always sent to it): a stamp, or the label of one
     of these RunPolicies (another's name is inert to this runguard)."""
-    names = ", ".join(f"optional.of({_cel_string(p.name)})" for p in policy.run_policies())
+    names = ", ".join(f"optional.of({_cel_string(p.name)})" for p in policy.run_policies)
     return " || ".join(
         [
             f"{meta}.?annotations[?{_cel_string(REQUESTED_BY)}].hasValue()",

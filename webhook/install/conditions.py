@@ -44,7 +44,7 @@ from webhook.install.names import (
     _rule,
 )
 from webhook.keys import POLICY_LABEL
-from webhook.policy.model import Policy
+from webhook.policy.model import Policy, RunPolicy
 
 
 def _condition(name: str, expression: _Expr) -> dict[str, str]:
@@ -52,7 +52,7 @@ def _condition(name: str, expression: _Expr) -> dict[str, str]:
 
 
 def _any_ownership(policy: Policy) -> bool:
-    return any(ownership_enabled(p) for p in policy.run_policies())
+    return any(ownership_enabled(p) for p in policy.run_policies)
 
 
 def controller_condition(policy: Policy) -> dict[str, str] | None:
@@ -161,7 +161,7 @@ def _token_accounts(policy: Policy) -> list[tuple[str, str]]:
     """(namespace, name) of the platforms' and operators' ServiceAccounts, over every
     RunPolicy with ownership on."""
     return sorted(
-        {sa for p in policy.run_policies() if ownership_enabled(p)
+        {sa for p in policy.run_policies if ownership_enabled(p)
          for sa in service_account_identities(p)}
     )  # fmt: skip
 
@@ -223,7 +223,7 @@ def _operator_rules(policy: Policy) -> list[dict[str, Any]]:
     """The operators' kinds (``platform.operators``), stamped at CREATE and kept on
     UPDATE, so that their Pods' ownership can follow them."""
     by_group: dict[str, list[str]] = {}
-    for p in policy.run_policies():
+    for p in policy.run_policies:
         if ownership_enabled(p):
             for group_kind in sorted(p.platform.operator_kinds):
                 group, _, kind = group_kind.rpartition("/")
@@ -327,7 +327,7 @@ def operator_condition(policy: Policy) -> dict[str, str] | None:
     was = _runs(policy, "oldObject.metadata.?labels")
     if run is None or was is None:
         return None
-    owned = [p for p in policy.run_policies() if ownership_enabled(p)]
+    owned = [p for p in policy.run_policies if ownership_enabled(p)]
     # (a controller or operator creating one for an owner: runguard records whose it is)
     creators = _requested_by(k for p in owned for k in p.platform.owner_kinds)
     routed = _join(
@@ -347,7 +347,7 @@ def operator_condition(policy: Policy) -> dict[str, str] | None:
     return _condition("run-records-platform-or-references", routed)
 
 
-def _reference_fields(owned: list[Policy]) -> list[str]:
+def _reference_fields(owned: list[RunPolicy]) -> list[str]:
     """CEL, per reference of an operator's kind: the object sets the field that names
     or selects another object."""
     return [
@@ -358,7 +358,7 @@ def _reference_fields(owned: list[Policy]) -> list[str]:
     ]
 
 
-def _templates(policy: Policy, owned: list[Policy]) -> list[_Expr | None]:
+def _templates(policy: Policy, owned: list[RunPolicy]) -> list[_Expr | None]:
     """CEL, per template of an operator's kind: created with a run's pod template
     (/mutate writes the profile into it)."""
     return [
@@ -370,7 +370,7 @@ def _templates(policy: Policy, owned: list[Policy]) -> list[_Expr | None]:
     ]
 
 
-def _reserved_kinds(owned: list[Policy]) -> list[str]:
+def _reserved_kinds(owned: list[RunPolicy]) -> list[str]:
     """CEL, per kind whose operator keys on reserved labels: the object is of it."""
     return [
         f"({_of_kind(kind)})"
@@ -382,7 +382,7 @@ def _reserved_kinds(owned: list[Policy]) -> list[str]:
     ]
 
 
-def _unexempt_scale(owned: list[Policy]) -> _Expr | None:
+def _unexempt_scale(owned: list[RunPolicy]) -> _Expr | None:
     """CEL: a scale by someone no platform lets scale its objects (None: no platform)."""
     if not owned:
         return None
@@ -418,14 +418,20 @@ def status_condition() -> dict[str, str]:
     }
 
 
-def namespace_selector(policy: Policy, namespace: str, *, shared: bool = False) -> dict[str, Any]:
-    """Every namespace but runguard's own (it must start without itself) and the excluded:
-    a RunPolicy's own, or, ``shared`` by every RunPolicy (the webhooks without an
-    objectSelector), only what all of them exclude (one's exclusion is not another's)."""
-    left_out = (
-        set.intersection(*(set(p.exclude_namespaces) for p in policy.run_policies()))
-        if shared
-        else set(policy.exclude_namespaces)
-    )
-    excluded = sorted({namespace, *left_out})
-    return {"matchExpressions": [{"key": NAMESPACE_LABEL, "operator": "NotIn", "values": excluded}]}
+def namespace_selector(policy: RunPolicy, namespace: str) -> dict[str, Any]:
+    """Every namespace but runguard's own (it must start without itself) and the ones the
+    RunPolicy excludes."""
+    return _not_in({namespace, *policy.exclude_namespaces})
+
+
+def shared_namespace_selector(policy: Policy, namespace: str) -> dict[str, Any]:
+    """Every namespace but runguard's own and, for a webhook every RunPolicy shares (one
+    without an objectSelector), only what all of them exclude (one's exclusion is not
+    another's)."""
+    left_out = set.intersection(*(set(p.exclude_namespaces) for p in policy.run_policies))
+    return _not_in({namespace, *left_out})
+
+
+def _not_in(excluded: set[str]) -> dict[str, Any]:
+    values = sorted(excluded)
+    return {"matchExpressions": [{"key": NAMESPACE_LABEL, "operator": "NotIn", "values": values}]}

@@ -61,7 +61,7 @@ def operators_watch_rbac(policy: Policy) -> list[dict[str, Any]]:
     resources, or to the Pods that created them: ``pods`` in the core group ""), and its
     binding to the webhook's ServiceAccount."""
     by_group: dict[str, set[str]] = {}
-    for p in policy.run_policies():
+    for p in policy.run_policies:
         if ownership_enabled(p):
             for group_kind in p.platform.operator_kinds:
                 group, _, kind = group_kind.rpartition("/")
@@ -116,7 +116,7 @@ def run_user_role(policy: Policy) -> dict[str, Any]:
     users need (``RUN_USER_RULES``) and the operators' kinds the policy names, written
     like the workloads (runguard judges them at admission)."""
     by_group: dict[str, set[str]] = {}
-    for p in policy.run_policies():
+    for p in policy.run_policies:
         for group_kind in p.platform.operator_kinds:
             group, _, kind = group_kind.rpartition("/")
             if group:  # Pod: a core kind, in the rules already

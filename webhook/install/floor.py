@@ -64,7 +64,7 @@ from webhook.install.cel import _cel_string, _join, _namespace_outside, _render,
 from webhook.install.conditions import namespace_selector
 from webhook.install.names import DEFAULT_NAMESPACE, LABELS, _rule
 from webhook.policy.formats import HOST_PATH_PLACEHOLDER
-from webhook.policy.model import Policy
+from webhook.policy.model import Policy, RunPolicy
 from webhook.policy.model.devices import IMPLICIT_EXTENDED_PREFIX
 from webhook.policy.model.fields import VolumeType
 
@@ -96,7 +96,7 @@ def _list(values: Iterable[str]) -> str:
     return "[" + ", ".join(_cel_string(v) for v in values) + "]"
 
 
-def _root(p: Policy) -> list[tuple[str, str, str]]:
+def _root(p: RunPolicy) -> list[tuple[str, str, str]]:
     if p.security.on_root == "Allow":
         return []
     ids = " && ".join(
@@ -117,7 +117,7 @@ def _root(p: Policy) -> list[tuple[str, str, str]]:
     ]
 
 
-def _privileges(p: Policy) -> list[tuple[str, str, str]]:
+def _privileges(p: RunPolicy) -> list[tuple[str, str, str]]:
     escalation = (
         " && c.?securityContext.?allowPrivilegeEscalation.orValue(false) == false"
         if p.security.level == "restricted"
@@ -154,7 +154,7 @@ def _privileges(p: Policy) -> list[tuple[str, str, str]]:
     ]
 
 
-def _host_path(p: Policy) -> str:
+def _host_path(p: RunPolicy) -> str:
     """CEL: the hostPath volume ``v`` is one of ``allowedHostPaths`` (``false`` if none), a
     trailing ``/`` aside; ``{namespace}`` is the request's."""
     alternatives = []
@@ -172,7 +172,7 @@ def _regex_literal(text: str) -> str:
     )
 
 
-def _volumes(p: Policy) -> list[tuple[str, str, str]]:
+def _volumes(p: RunPolicy) -> list[tuple[str, str, str]]:
     forbidden = [t for t in VOLUME_TYPES if t != "hostPath" and forbidden_type(t, p) is not None]
     allowed = sorted(t for t in VOLUME_TYPES if t not in forbidden and t != "hostPath")
     terms = [f"!has(v.{t})" for t in forbidden]
@@ -199,7 +199,7 @@ def _amount(holder: str, part: str, resource: str) -> str:
     return f"quantity({holder}.?resources.?{part}[?{_cel_string(resource)}].orValue('0'))"
 
 
-def _mapped_to(p: Policy, resource: str) -> list[str]:
+def _mapped_to(p: RunPolicy, resource: str) -> list[str]:
     """The extended resources a DeviceClass runs may use maps, whose devices count as
     ``resource`` (the engine adds them to it: ``webhook.engine.rules.dra``)."""
     cfg = p.resources
@@ -209,7 +209,7 @@ def _mapped_to(p: Policy, resource: str) -> list[str]:
     )
 
 
-def _maximums(p: Policy) -> list[tuple[str, str, str]]:
+def _maximums(p: RunPolicy) -> list[tuple[str, str, str]]:
     out = []
     for resource, text in sorted(p.resources.maximums.items()):
         maximum = f"quantity({_cel_string(str(text))})"
@@ -249,7 +249,7 @@ def _maximums(p: Policy) -> list[tuple[str, str, str]]:
     return out
 
 
-def _priority_classes(p: Policy) -> list[tuple[str, str, str]]:
+def _priority_classes(p: RunPolicy) -> list[tuple[str, str, str]]:
     allowed = p.scheduling.priority_classes.allowed
     if allowed is None:
         return []
@@ -262,7 +262,7 @@ def _priority_classes(p: Policy) -> list[tuple[str, str, str]]:
     ]
 
 
-def _device_classes(p: Policy) -> list[tuple[str, str, str]]:
+def _device_classes(p: RunPolicy) -> list[tuple[str, str, str]]:
     """An extended resource a DeviceClass stands for, of a class runs may not use (a
     claim's class is in its template: beyond the floor)."""
     allowed = sorted(p.resources.device_classes)
@@ -280,7 +280,7 @@ def _device_classes(p: Policy) -> list[tuple[str, str, str]]:
     ]
 
 
-def floor_rules(p: Policy) -> list[tuple[str, str, str]]:
+def floor_rules(p: RunPolicy) -> list[tuple[str, str, str]]:
     """(rule id, CEL expression, message) of each validation of the RunPolicy ``p``."""
     return [
         *_root(p),
@@ -292,7 +292,7 @@ def floor_rules(p: Policy) -> list[tuple[str, str, str]]:
     ]
 
 
-def _selects(p: Policy) -> str | None:
+def _selects(p: RunPolicy) -> str | None:
     """CEL: the RunPolicy ``p`` selects the Pod (its namespaces, its selector); None: every
     Pod."""
     selects = _join(
@@ -308,7 +308,7 @@ def _not_earlier(policy: Policy, index: int) -> str | None | bool:
     and its floor judges it); None when there is none, False when an earlier one selects
     every Pod."""
     terms = []
-    for earlier in policy.run_policies()[:index]:
+    for earlier in policy.run_policies[:index]:
         selects = _selects(earlier)
         if selects is None:
             return False
@@ -316,7 +316,7 @@ def _not_earlier(policy: Policy, index: int) -> str | None | bool:
     return " && ".join(terms) or None
 
 
-def _allows(policies: list[Policy]) -> str:
+def _allows(policies: list[RunPolicy]) -> str:
     """CEL: the RunPolicy that governs the Pod among ``policies`` (the first that selects
     it) admits it by its floor; true when none selects it or it does not deny. One that
     names ``requesters`` governs only the Pods they create: the next one may govern it."""
@@ -337,7 +337,7 @@ def floor_policies(policy: Policy, *, namespace: str = DEFAULT_NAMESPACE) -> lis
     Pods they create, directly or through controllers, which the apiserver cannot tell:
     its floor denies a Pod only when the next RunPolicy's floor would deny it too."""
     out: list[dict[str, Any]] = []
-    for index, p in enumerate(policy.run_policies()):
+    for index, p in enumerate(policy.run_policies):
         earlier = _not_earlier(policy, index)
         if earlier is False:
             continue
@@ -352,7 +352,7 @@ def floor_policies(policy: Policy, *, namespace: str = DEFAULT_NAMESPACE) -> lis
         otherwise = ""
         if p.requesters:
             # Not created by them: the next RunPolicy that selects it governs it.
-            later = _allows(list(policy.run_policies()[index + 1 :]))
+            later = _allows(list(policy.run_policies[index + 1 :]))
             spec["variables"].append({"name": "nextAllows", "expression": later})
             otherwise = " || variables.nextAllows"
         spec["validations"] = [

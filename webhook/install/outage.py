@@ -13,7 +13,7 @@ from typing import Any
 
 from webhook.install.floor import FLOOR_PREFIX, floor_policies, floor_rules
 from webhook.install.names import CONFIGURATION_NAME, DEFAULT_NAMESPACE
-from webhook.policy.model import Policy
+from webhook.policy.model import Policy, RunPolicy
 
 # What runguard alone does to a run, lost while it is down in the available mode.
 GIVEN_UP = (
@@ -37,12 +37,12 @@ class Outage:
     problems: list[str] = field(default_factory=list)
 
 
-def carried(p: Policy) -> list[str]:
+def carried(p: RunPolicy) -> list[str]:
     """The rules of the RunPolicy ``p`` the floor carries."""
     return sorted({rule for rule, _, _ in floor_rules(p)})
 
 
-def only_runguard(p: Policy) -> list[str]:
+def only_runguard(p: RunPolicy) -> list[str]:
     """The engine's rules the floor does not carry for ``p``."""
     from webhook.engine.registry import RULES
 
@@ -125,7 +125,7 @@ def outage(policy: Policy, objects: Iterable[Mapping[str, Any]]) -> Outage:
     out.lines.append("floor: " + ("the policy's" if floor is None else floor))
     if opened and floor is not None:
         out.problems.append(f"the available mode without the policy's floor ({floor})")
-    for p in policy.run_policies():
+    for p in policy.run_policies:
         out.lines.append(f"RunPolicy {p.name}:")
         out.lines.append(f"  the floor carries: {', '.join(carried(p))}")
         out.lines.append(f"  only runguard judges: {', '.join(only_runguard(p))}")

@@ -23,6 +23,7 @@ from webhook.install.conditions import (
     operator_condition,
     reserved_name_condition,
     reserved_rules,
+    shared_namespace_selector,
     status_condition,
 )
 from webhook.install.names import (
@@ -56,7 +57,7 @@ from webhook.install.names import (
     _client_config,
     _rule,
 )
-from webhook.policy.model import Policy
+from webhook.policy.model import Policy, RunPolicy
 
 
 class _Target:
@@ -85,7 +86,7 @@ class _Target:
         path: str,
         rules: list[dict[str, Any]],
         *,
-        object_selector: Policy | None = None,
+        object_selector: RunPolicy | None = None,
         conditions: Sequence[Mapping[str, str]] = (),
         mutating: bool = False,
         run: bool = False,
@@ -107,7 +108,7 @@ class _Target:
             "namespaceSelector": (
                 namespace_selector(object_selector, self.namespace)
                 if object_selector is not None
-                else namespace_selector(self.policy, self.namespace, shared=True)
+                else shared_namespace_selector(self.policy, self.namespace)
             ),
         }
         if object_selector is not None:
@@ -132,7 +133,7 @@ def _check_inputs(ca_bundle: bytes | None, url: str | None) -> None:
         raise ManifestError("the CA bundle holds no PEM certificate")
 
 
-def _per_run_policy(name: str, run_policy: Policy, index: int) -> str:
+def _per_run_policy(name: str, run_policy: RunPolicy, index: int) -> str:
     """The Pod webhook of each RunPolicy (an objectSelector cannot OR selectors): the first
     keeps the plain name, the others carry their RunPolicy's (``mutate-NAME.runguard.io``)."""
     if index == 0:
@@ -184,7 +185,7 @@ def mutating_webhook_configuration(
             mutating=True,
             run=True,
         )
-        for i, run_policy in enumerate(policy.run_policies())
+        for i, run_policy in enumerate(policy.run_policies)
     ]
     hooks += [
         target.webhook(
@@ -247,7 +248,7 @@ def validating_webhook_configuration(
             conditions=_conditions(None),
             run=True,
         )
-        for i, run_policy in enumerate(policy.run_policies())
+        for i, run_policy in enumerate(policy.run_policies)
     ]
     hooks += [
         # On UPDATE the condition reads the new object: an object entering the scope is

@@ -23,7 +23,8 @@ if TYPE_CHECKING:
         NamePattern,
         Policy,
         Profile,
-        build_policy,
+        RunPolicy,
+        build_run_policy,
     )
     from webhook.policy.schema import policy_schema
 
@@ -37,7 +38,8 @@ _HOMES = {
     "PolicyIssue": "errors",
     "PolicySource": "loader",
     "Profile": "model",
-    "build_policy": "model",
+    "RunPolicy": "model",
+    "build_run_policy": "model",
     "load_policy": "loader",
     "policy_schema": "schema",
     "read_policy": "loader",
@@ -51,7 +53,8 @@ __all__ = [
     "PolicyIssue",
     "PolicySource",
     "Profile",
-    "build_policy",
+    "RunPolicy",
+    "build_run_policy",
     "load_policy",
     "policy_schema",
     "read_policy",

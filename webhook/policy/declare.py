@@ -3,7 +3,7 @@
 A key is one field of a ``Section`` (a frozen pydantic model): its snake_case name is what
 the engine reads, its camelCase alias what the YAML says; its type, default, description
 and constraints are the ``Field``. The JSON Schema (``schema.py``), the loading and
-defaults (``model.build_policy``), lint and the reference docs (``reference.py``) are
+defaults (``model.build_run_policy``), lint and the reference docs (``reference.py``) are
 all derived from those fields.
 
 Values the engine needs precomputed from keys (parsed maximums, the gpu name resolved)

@@ -61,7 +61,7 @@ class _ResourceListType:
     """A resource list: resource name -> quantity text, ``gpu`` resolved.
 
     The gpu resource name comes from the validation context (``{"gpu": name}``, given by
-    ``build_policy``): profiles say ``gpu`` for the RunPolicy's ``gpuResourceName``.
+    ``build_run_policy``): profiles say ``gpu`` for the RunPolicy's ``gpuResourceName``.
     """
 
     ref = "resourceList"

@@ -4,7 +4,7 @@ Every problem in every file is collected before anything is raised, so an admin 
 them all at once, each as ``file:line: key: message``: the files are read with lines
 (``source.py``), each document is checked against the JSON Schema generated from the
 model (``schema_issues.py``), then the documents together (``consistency.py``); only
-then is the ``Policy`` built (``model.build_policy``), each RunPolicy with the Platform
+then is the ``Policy`` built (``model.build_run_policy``), each RunPolicy with the Platform
 it names in place of the name (``platforms.resolved``).
 """
 
@@ -14,7 +14,7 @@ from pathlib import Path
 
 from webhook.policy.consistency import cross_document_issues
 from webhook.policy.errors import PolicyError, PolicyIssue
-from webhook.policy.model import Policy, build_policy, with_alternatives
+from webhook.policy.model import Policy, RunPolicy, build_run_policy
 from webhook.policy.platforms import by_name, resolved
 from webhook.policy.schema_issues import schema_issues
 from webhook.policy.source import PolicySource, SourceDocument, format_key, read_documents
@@ -85,15 +85,15 @@ def read_policy(directory: str | Path) -> PolicySource:
     if not source.errors:
         profiles = [p.data for p in source.profiles]
         platforms = by_name(source)
-        built: list[Policy] = []
+        built: list[RunPolicy] = []
         for run_policy in sorted(source.run_policies, key=lambda d: d.name or ""):
             try:
-                built.append(build_policy(resolved(run_policy.data, platforms), profiles))
+                built.append(build_run_policy(resolved(run_policy.data, platforms), profiles))
             except (KeyError, TypeError, ValueError, ArithmeticError) as exc:
                 # Schema-valid documents the model cannot build are a bug in the schema.
                 source.errors.append(
                     PolicyIssue(run_policy.file, run_policy.line, "", f"cannot build policy: {exc}")
                 )
         if built and not source.errors:
-            source.policy = with_alternatives(built)
+            source.policy = Policy.of(*built)
     return source

@@ -37,7 +37,14 @@ from pydantic import ValidationError
 
 from webhook.inputs.quantity import parse
 from webhook.policy.kube import QuantityRange
-from webhook.policy.model import Policy, Profile, ProfileValues, ProjectProfileSpec, RunPolicySpec
+from webhook.policy.model import (
+    Policy,
+    Profile,
+    ProfileValues,
+    ProjectProfileSpec,
+    RunPolicy,
+    RunPolicySpec,
+)
 
 __all__ = ["KIND", "ProjectProfileError", "above_other_maximums", "beyond", "read_project_profile"]
 
@@ -133,13 +140,13 @@ def beyond(
 
 
 def above_other_maximums(
-    profile: ProfileValues, root: Policy, governing: Policy, namespace: str
-) -> tuple[Policy, list[tuple[Where, str]]]:
+    profile: ProfileValues, root: Policy, governing: RunPolicy, namespace: str
+) -> tuple[RunPolicy, list[tuple[Where, str]]]:
     """Under a RunPolicy without maximums (the shipped ``builds``, for the platform's own
     image builds), a project's profile is bounded by the maximums and device families of
     every other RunPolicy that looks at its namespace: it never gives a run more than the
     installation allows anywhere. (The RunPolicy, the problems) of the first it exceeds."""
-    for other in root.run_policies():
+    for other in root.run_policies:
         if other is governing or namespace in other.exclude_namespaces:
             continue
         found = [*_above_maximums(profile, other), *_above_families(profile, other)]

@@ -47,7 +47,7 @@ class PolicyState:
         out: dict[str, object] = {}
         if self.policy is not None:
             out["policy"] = {
-                "name": self.policy.name,  # the first tried, as before several existed
+                "name": self.policy.first.name,  # the first tried, as before several existed
                 "runPolicies": self.policy.names(),
                 "digest": self.policy.digest,
                 "loadedAt": iso_time(self.loaded_at),

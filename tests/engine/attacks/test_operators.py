@@ -251,7 +251,7 @@ def test_a_users_rayjob_submitted_to_the_platforms_raycluster_is_refused() -> No
     assert "spec.clusterSelector[ray.io/cluster]" in decision.message()
     assert "r1-raycluster-x7k2p is the platform's" in decision.message()
     # enforcement Warn or Audit does not let an ownership violation through
-    lax = SHIPPED.model_copy(update={"enforcement": "Audit"})
+    lax = Policy.of(*(p.model_copy(update={"enforcement": "Audit"}) for p in SHIPPED.run_policies))
     assert not judged(rayjob("r1-raycluster-x7k2p"), ALICE, policy=lax).allowed
 
 
@@ -322,7 +322,7 @@ def selector_policy() -> Policy:
     operator = Operator(identity=KUBERAY.username, kinds=("ray.io/RayJob", "ray.io/RayCluster"),
                         references=(reference,))  # fmt: skip
     platform = run.platform.model_copy(update={"operators": (operator,)})
-    return run.model_copy(update={"platform": platform, "alternatives": ()})
+    return Policy.of(run.model_copy(update={"platform": platform}))
 
 
 def test_a_selector_picking_a_platform_object_is_refused() -> None:
@@ -508,7 +508,7 @@ def test_an_ownerless_driver_is_refused_under_deny() -> None:
     """Stopped: the same driver under a Deny policy fails closed (ownership.unknown)."""
     run = MLRUN.named("mlrun")
     assert run is not None
-    deny = run.model_copy(update={"enforcement": "Deny", "alternatives": ()})
+    deny = Policy.of(run.model_copy(update={"enforcement": "Deny"}))
     view = state(users_spark_application())
     decision = evaluate(spark_driver(), deny, namespace=ML_NS, context=Context(SPARK, view))
     assert not decision.allowed and "ownership.unknown" in rules(decision)

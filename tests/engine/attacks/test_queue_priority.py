@@ -39,11 +39,11 @@ BOUNDED = RUN_POLICY.replace(
 def bounded_queue_policy() -> Any:
     """The shipped RunPolicy with the queue profile queued-a100 (Kueue class research),
     allowing the Kueue classes research and batch."""
-    policy = queue_policy()
-    scheduling = policy.scheduling.model_copy(
+    run = queue_policy().first
+    scheduling = run.scheduling.model_copy(
         update={"workload_priority_classes": frozenset({"research", "batch"})}
     )
-    return policy.model_copy(update={"scheduling": scheduling})
+    return Policy.of(run.model_copy(update={"scheduling": scheduling}))
 
 
 def queued_job(policy: Any) -> dict[str, Any]:

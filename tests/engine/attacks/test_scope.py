@@ -13,7 +13,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from harness.attack_chains import LAUNCHER, _alone, _controller_ref, _meta, admitted, door
+from harness.attack_chains import LAUNCHER, _controller_ref, _meta, admitted, door
 from harness.cluster_state import State
 from harness.routing import Cel, calls
 from harness.shipped import ALICE, BUILD, CORE, RS, RUN, SHIPPED, created, pod, rules, update
@@ -22,7 +22,7 @@ from webhook.engine import evaluate, mutate, validate
 from webhook.engine.context import Context
 from webhook.install import manifests
 from webhook.keys import PLATFORM_RECORD, POLICY_LABEL, REQUESTED_BY
-from webhook.policy.model import LabelSelector, Policy, with_alternatives
+from webhook.policy.model import LabelSelector, Policy
 
 # --- RunPolicies whose exclusions differ ------------------------------------------------
 
@@ -33,15 +33,15 @@ BATCH = {"app": "batch"}
 def _excluding_ml() -> Policy:
     """The shipped RunPolicies behind a first one, for batch Pods, that leaves ``ml``
     out (the Core's runs are judged there by the shipped ones)."""
-    builds, runs = SHIPPED.run_policies()
-    batch = _alone(builds).model_copy(
+    builds, runs = SHIPPED.run_policies
+    batch = builds.model_copy(
         update={
             "name": "a-batch",
             "selector": LabelSelector.model_validate({"matchLabels": BATCH}),
             "exclude_namespaces": builds.exclude_namespaces | {"ml"},
         }
     )
-    return with_alternatives([batch, _alone(builds), _alone(runs)])
+    return Policy.of(batch, builds, runs)
 
 
 EXCLUDING = _excluding_ml()
@@ -135,13 +135,10 @@ def test_a_namespace_only_the_first_run_policy_excludes_is_still_judged() -> Non
     never reaches runguard: exec into the Core's run there opens unjudged. Fix: exclude
     only the namespaces every ownership-enabled RunPolicy excludes (the same holds for
     the references and controllers webhooks)."""
-    builds, digitalhub = SHIPPED.run_policies()
+    builds, digitalhub = SHIPPED.run_policies
     assert builds.name == "builds"
     excluded = builds.exclude_namespaces | {"team-a"}
-    policy = with_alternatives(
-        [builds.model_copy(update={"exclude_namespaces": excluded, "alternatives": ()}),
-         digitalhub]
-    )  # fmt: skip
+    policy = Policy.of(builds.model_copy(update={"exclude_namespaces": excluded}), digitalhub)
     pod_hooks = [
         h for h in manifests.validating_webhook_configuration(policy)["webhooks"]
         if h["name"] == "validate-digitalhub.runguard.io"
@@ -241,7 +238,7 @@ def test_the_profile_annotation_of_the_platforms_deployment_is_frozen() -> None:
     """Stopped: the profile label was frozen on a run, not its annotation form (the policy
     reads the label, else the annotation): alice moved the Core's Deployment to a GPU
     profile by annotating its template, and its next Pods got it."""
-    label = SHIPPED.profiles_config.label
+    label = SHIPPED.first.profiles_config.label
     stored = evaluate(deployment({label: "cpu-large"}), SHIPPED, namespace="ml",
                       context=Context(CORE, State([]))).object  # fmt: skip
     for written in ({label: "2xa100"}, {}):
@@ -267,7 +264,7 @@ def test_the_profile_annotation_of_the_platforms_deployment_is_frozen() -> None:
 
 
 def test_the_profile_annotation_of_a_run_pod_is_frozen() -> None:
-    label = SHIPPED.profiles_config.label
+    label = SHIPPED.first.profiles_config.label
     run = {"apiVersion": "v1", "kind": "Pod",
            "metadata": {"name": "train", "namespace": "ml", "labels": dict(RUN),
                         "annotations": {label: "cpu-large"}},

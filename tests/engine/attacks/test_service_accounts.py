@@ -75,7 +75,7 @@ def deny(policy: Policy, name: str) -> Policy:
     """RunPolicy ``name`` of ``policy`` with ``enforcement: Deny``, alone."""
     run = policy.named(name)
     assert run is not None
-    return run.model_copy(update={"enforcement": "Deny", "alternatives": ()})
+    return Policy.of(run.model_copy(update={"enforcement": "Deny"}))
 
 
 def operator_account_pod(ns: str, owner: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -398,7 +398,7 @@ def test_a_token_secret_for_the_platforms_account_in_a_run_namespace() -> None:
                      "annotations": {"kubernetes.io/service-account.name": "mlrun-api"}},
     }  # fmt: skip
     assert ("mlrun", "mlrun-api") in {
-        sa for p in MLRUN.run_policies() for sa in _accounts(p)
+        sa for p in MLRUN.run_policies for sa in _accounts(p)
     }  # the platform's own account, in a namespace its RunPolicies govern
     refused = not judged_by(token_secret, ALICE, MLRUN, "mlrun").allowed
     objects = _role_binding("mlrun", [{"apiGroups": [""], "resources": ["secrets", "pods"],

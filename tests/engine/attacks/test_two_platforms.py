@@ -43,7 +43,7 @@ from webhook.engine import connect, evaluate, validate
 from webhook.engine.context import Context, Requester
 from webhook.keys import PLATFORM_POLICY, PLATFORM_RECORD, POLICY_LABEL, REQUESTED_BY
 from webhook.policy.loader import load_policy
-from webhook.policy.model import with_alternatives
+from webhook.policy.model import Policy
 from webhook.serving import admission
 
 # --- a shell or a change into the other platform's objects ------------------------------
@@ -128,10 +128,7 @@ def test_a_platform_opens_a_shell_in_its_own_pod_beside_another_platform() -> No
     Pod, and MLRun's API one in its own. Fix: judge a recorded Pod only against the
     RunPolicy that recorded it (its ``runguard.io/policy`` label, or a record naming the
     platform), or against the stamp's identity."""
-    both = with_alternatives(
-        [p.model_copy(update={"alternatives": ()})
-         for p in (*SHIPPED.run_policies(), *MLRUN.run_policies())]
-    )  # fmt: skip
+    both = Policy.of(*SHIPPED.run_policies, *MLRUN.run_policies)
     run = evaluate(pod(), both, namespace="ml", context=Context(CORE, State([]))).object
     assert run["metadata"]["annotations"][PLATFORM_RECORD] == "true"
     assert rules(shell(ALICE, run)) == {"ownership.debug"}
@@ -141,10 +138,7 @@ def test_a_platform_opens_a_shell_in_its_own_pod_beside_another_platform() -> No
 
 
 def test_her_own_run_stays_hers_beside_another_platform() -> None:
-    both = with_alternatives(
-        [p.model_copy(update={"alternatives": ()})
-         for p in (*SHIPPED.run_policies(), *MLRUN.run_policies())]
-    )  # fmt: skip
+    both = Policy.of(*SHIPPED.run_policies, *MLRUN.run_policies)
     context = Context(ALICE, State([]), "CONNECT", "exec")
     assert connect(users_own_pod(), both, namespace="ml", context=context).allowed
 

@@ -150,18 +150,18 @@ PLATFORM_SPEC = {
 def test_a_pod_outside_every_selector_using_the_platforms_objects_is_not_a_run(
     root: Policy,
 ) -> None:
-    found = check_not_a_run(PLATFORM_SPEC, "spec", NOT_PLATFORM, root)
+    found = check_not_a_run(PLATFORM_SPEC, "spec", NOT_PLATFORM, root.first)
     assert {v.rule for v in found} == {OWNERSHIP_NOT_A_RUN}
     assert {v.path for v in found} == {"spec.containers[0].envFrom[0]", "spec.volumes[0]"}
-    assert check_not_a_run({"containers": [container()]}, "spec", NOT_PLATFORM, root) == []
-    assert check_not_a_run(PLATFORM_SPEC, "spec", Ownership(True), root) == []
+    assert check_not_a_run({"containers": [container()]}, "spec", NOT_PLATFORM, root.first) == []
+    assert check_not_a_run(PLATFORM_SPEC, "spec", Ownership(True), root.first) == []
 
 
 def test_while_the_creator_is_unknown_such_a_pod_is_retried(root: Policy) -> None:
     unknown = Ownership(False, unknown="the owner Job is not synced")
-    assert [(v.rule, v.path) for v in check_not_a_run(PLATFORM_SPEC, "spec", unknown, root)] == [
-        (OWNERSHIP_UNKNOWN, "metadata.ownerReferences")
-    ]
+    assert [
+        (v.rule, v.path) for v in check_not_a_run(PLATFORM_SPEC, "spec", unknown, root.first)
+    ] == [(OWNERSHIP_UNKNOWN, "metadata.ownerReferences")]
 
 
 def test_a_run_reading_the_platforms_config_map_into_its_env_must_be_the_platforms(
@@ -182,16 +182,16 @@ def test_a_run_reading_the_platforms_config_map_into_its_env_must_be_the_platfor
 def test_the_stamp_cannot_change_on_update(root: Policy) -> None:
     old = {"annotations": {REQUESTED_BY: CORE.username}}
     new = {"annotations": {REQUESTED_BY: "alice"}}
-    found = check_stamp(new, old, True, root, by(ALICE, "UPDATE"))
+    found = check_stamp(new, old, True, root.first, by(ALICE, "UPDATE"))
     assert [(v.rule, v.path) for v in found] == [
         (OWNERSHIP_STAMP, f"metadata.annotations[{REQUESTED_BY}]")
     ]
-    assert check_stamp(old, old, True, root, by(ALICE, "UPDATE")) == []
-    assert check_stamp(new, old, True, root, by(ALICE)) == []  # CREATE: check_records'
+    assert check_stamp(old, old, True, root.first, by(ALICE, "UPDATE")) == []
+    assert check_stamp(new, old, True, root.first, by(ALICE)) == []  # CREATE: check_records'
 
 
 def test_an_object_cannot_enter_the_scope_by_an_update_but_the_platforms(root: Policy) -> None:
     meta: dict[str, Any] = {"annotations": {}}
-    found = check_stamp(meta, meta, False, root, by(ALICE, "UPDATE"))
+    found = check_stamp(meta, meta, False, root.first, by(ALICE, "UPDATE"))
     assert [(v.rule, v.path) for v in found] == [(OWNERSHIP_STAMP, "metadata")]
-    assert check_stamp(meta, meta, False, root, by(CORE, "UPDATE")) == []
+    assert check_stamp(meta, meta, False, root.first, by(CORE, "UPDATE")) == []

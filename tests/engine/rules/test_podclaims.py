@@ -70,26 +70,26 @@ def test_the_owner_of_a_pods_claim_is_that_pod() -> None:
 
 def test_another_pod_naming_a_pods_claim_is_denied(root: Policy) -> None:
     r = review(mounting(SCRATCH), root, "ml", None, by(ALICE))
-    found = check_pod_claims(r, root, NOT_PLATFORM)
+    found = check_pod_claims(r, root.first, NOT_PLATFORM)
     assert [(v.rule, v.path) for v in found] == [(OWNERSHIP_NOT_A_RUN, "spec.volumes[0]")]
 
 
 def test_a_plain_claim_or_the_platforms_pod_passes(root: Policy) -> None:
     plain = review(mounting("shared"), root, "ml", None, by(ALICE))
-    assert check_pod_claims(plain, root, NOT_PLATFORM) == []
+    assert check_pod_claims(plain, root.first, NOT_PLATFORM) == []
     platforms = review(mounting(SCRATCH), root, "ml", None, by(CORE))
-    assert check_pod_claims(platforms, root, Ownership(True)) == []
+    assert check_pod_claims(platforms, root.first, Ownership(True)) == []
 
 
 def test_a_claim_the_old_spec_named_already_is_not_new(root: Policy) -> None:
     r = review(mounting(SCRATCH), root, "ml", mounting(SCRATCH), by(ALICE, "UPDATE"))
-    assert check_pod_claims(r, root, NOT_PLATFORM) == []
+    assert check_pod_claims(r, root.first, NOT_PLATFORM) == []
 
 
 def test_while_the_creator_is_unknown_a_pods_claim_is_retried(root: Policy) -> None:
     r = review(mounting(SCRATCH), root, "ml", None, by(ALICE))
     unknown = Ownership(False, unknown="the owner Job is not synced")
-    assert [(v.rule, v.path) for v in check_pod_claims(r, root, unknown)] == [
+    assert [(v.rule, v.path) for v in check_pod_claims(r, root.first, unknown)] == [
         (OWNERSHIP_UNKNOWN, "spec.volumes[0]")
     ]
 

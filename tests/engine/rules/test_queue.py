@@ -130,7 +130,7 @@ def test_a_reserved_label_kept_as_it_was_is_not_judged_again(tmp_path: Path) -> 
 
 
 def test_queue_kept_allows_only_starting_stopping_and_placing(tmp_path: Path) -> None:
-    [queue] = policy(tmp_path).platform.queues
+    [queue] = policy(tmp_path).first.platform.queues
     old = queued_job()["spec"]
     placed = queued_job(
         suspend=False,

@@ -34,7 +34,7 @@ def test_the_scope_keys_are_the_selectors_the_profile_label_and_the_patterns(
             "secrets": {"allowed": ["sec-{labels[dhcore/project]}"]},
         },
     )
-    assert scope_label_keys(policy) == [
+    assert scope_label_keys(policy.first) == [
         "app",
         "tier",
         "dhcore/template",
@@ -51,7 +51,7 @@ def test_a_key_is_listed_once_however_many_patterns_use_it(tmp_path: Path) -> No
             "secrets": {"allowed": ["s-{labels[app]}"]},
         },
     )
-    keys = scope_label_keys(policy)
+    keys = scope_label_keys(policy.first)
     assert keys.count("app") == 1
 
 

@@ -42,7 +42,7 @@ def policy(tmp_path: Path, *, level: str = "restricted", on_root: str = "Strip")
 
 
 def pod(policy: Policy, spec: dict[str, Any]) -> Pod:
-    return Pod(copy.deepcopy(spec), {"app": "run"}, {}, policy)
+    return Pod(copy.deepcopy(spec), {"app": "run"}, {}, policy.first)
 
 
 ROOTFUL = {

@@ -20,7 +20,7 @@ from webhook.engine.rules import ownership
 from webhook.engine.subject import Review
 from webhook.engine.types import JSON, Violation
 from webhook.keys import POLICY_LABEL
-from webhook.policy.model import Policy
+from webhook.policy.model import Policy, RunPolicy
 
 RULES = Declarations(__name__)
 OWNERSHIP_DEBUG = RULES.rule(
@@ -135,15 +135,17 @@ def shell_judged(root: Policy, context: Context) -> bool:
     return any(True for _ in _judging(root, context))
 
 
-def _judging(root: Policy, context: Context) -> Iterator[Policy]:
+def _judging(root: Policy, context: Context) -> Iterator[RunPolicy]:
     """The RunPolicies whose platform the requester is not: those that judge a door it
     opens, or a debug container it adds."""
-    for p in root.run_policies():
+    for p in root.run_policies:
         if ownership.enabled(p) and not ownership.is_platform_identity(p, context.requester):
             yield p
 
 
-def _platforms_of(root: Policy, metadata: Any, spec: JSON, namespace: str | None) -> list[Policy]:
+def _platforms_of(
+    root: Policy, metadata: Any, spec: JSON, namespace: str | None
+) -> list[RunPolicy]:
     """The RunPolicies (with a platform, looking at the namespace) whose platform a Pod
     (``metadata``, ``spec``) is: its record says so, read as the RunPolicy that wrote it
     (``scope.recorder`` of the stored Pod), or it names that platform's objects or runs
@@ -166,7 +168,7 @@ def _platforms_of(root: Policy, metadata: Any, spec: JSON, namespace: str | None
 
 def _platform_owners(
     root: Policy, metadata: Any, spec: JSON, namespace: str | None, context: Context
-) -> list[Policy]:
+) -> list[RunPolicy]:
     """The RunPolicies whose platform a Pod is (``_platforms_of``) that judge this
     requester: it is not that platform, nor the operator whose kind is the Pod's
     controller. The Core is not refused its own Pod for MLRun's."""
@@ -180,7 +182,7 @@ def _platform_owners(
     ]
 
 
-def _operator_of(policy: Policy, context: Context, owners: Any) -> bool:
+def _operator_of(policy: RunPolicy, context: Context, owners: Any) -> bool:
     """The requester is an operator of the platform and the Pod's controller is of one of
     its kinds (Argo's controller signalling its step Pods by exec): owners of a stamped
     object cannot be rewritten (``ownership.owner-changed``)."""

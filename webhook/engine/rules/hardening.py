@@ -13,7 +13,7 @@ from webhook.engine.pod import made_once, warning
 from webhook.engine.rule import Declarations
 from webhook.engine.rules.pod_security import CONFINED_PROFILES, is_windows
 from webhook.engine.types import JSON, Change
-from webhook.policy.model import Policy, SecurityConfig
+from webhook.policy.model import RunPolicy, SecurityConfig
 
 RULES = Declarations(__name__)
 SECURITY_DEBUG_CONTAINER = RULES.rule(
@@ -27,7 +27,7 @@ SECURITY_DEBUG_CONTAINER = RULES.rule(
 RUNTIME_DEFAULT = "RuntimeDefault"
 
 
-def seccomp_fill(policy: Policy) -> str | None:
+def seccomp_fill(policy: RunPolicy) -> str | None:
     """The seccomp type filled where none is set: the policy's, never ``Unconfined``;
     ``RuntimeDefault`` when the level requires one and the policy names none."""
     wanted = policy.security.seccomp_profile
@@ -36,7 +36,7 @@ def seccomp_fill(policy: Policy) -> str | None:
     return RUNTIME_DEFAULT if policy.security.level == "restricted" else None
 
 
-def drop_fill(policy: Policy) -> tuple[str, ...]:
+def drop_fill(policy: RunPolicy) -> tuple[str, ...]:
     """The capabilities every container drops: the policy's, and ALL at restricted."""
     drop = policy.security.drop_capabilities
     if policy.security.level == "restricted" and "ALL" not in drop:
@@ -48,7 +48,7 @@ class Hardening:
     """What is filled under one SecurityConfig, with its warning labels: the same
     on every review (``seccomp_fill``, ``drop_fill``)."""
 
-    def __init__(self, policy: Policy):
+    def __init__(self, policy: RunPolicy):
         self.seccomp = seccomp_fill(policy)
         self.seccomp_label = f"seccomp {self.seccomp}"
         self.drop = drop_fill(policy)
@@ -59,7 +59,7 @@ class Hardening:
 _HARDENINGS: dict[int, tuple[SecurityConfig, Hardening]] = {}
 
 
-def hardening(policy: Policy) -> Hardening:
+def hardening(policy: RunPolicy) -> Hardening:
     """The ``Hardening`` of ``policy.security`` (which alone decides it), made once."""
     return made_once(_HARDENINGS, policy.security, lambda _: Hardening(policy))
 
@@ -97,7 +97,7 @@ def fill_container(sc: JSON, drop: tuple[str, ...], filled: list[str], all_label
 
 
 def harden_debug_containers(
-    spec: JSON, running: JSON, policy: Policy
+    spec: JSON, running: JSON, policy: RunPolicy
 ) -> tuple[JSON, Change] | None:
     """``kubectl debug``: the ephemeral containers of ``spec`` not in the ``running`` spec
     get what they left out of their securityContext, at container level where the pod's
@@ -123,7 +123,7 @@ def harden_debug_containers(
     return {**spec, "ephemeralContainers": hardened}, Change(SECURITY_DEBUG_CONTAINER, text)
 
 
-def _debug_context(context: JSON, spec: JSON, policy: Policy) -> JSON | None:
+def _debug_context(context: JSON, spec: JSON, policy: RunPolicy) -> JSON | None:
     """An added debug container's securityContext with what it left out filled in, or
     None when it left out nothing."""
     psc = spec.get("securityContext") or {}

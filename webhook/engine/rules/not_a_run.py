@@ -19,7 +19,7 @@ from webhook.engine.rule import Declarations
 from webhook.engine.rules.ownership import enabled, field_at, platform_references
 from webhook.engine.rules.volumes import project_claim
 from webhook.engine.types import Violation
-from webhook.policy.model import Policy
+from webhook.policy.model import RunPolicy
 
 RULES = Declarations(__name__)
 OWNERSHIP_NOT_A_RUN = RULES.rule(
@@ -49,7 +49,7 @@ OWNERSHIP_UNKNOWN = RULES.rule(
 
 
 def check_not_a_run(
-    spec: Any, spec_path: str, ownership: Ownership, policy: Policy
+    spec: Any, spec_path: str, ownership: Ownership, policy: RunPolicy
 ) -> list[Violation]:
     """``ownership.not-a-run``: a pod outside every selector may not use the platform's
     objects (``kubectl debug --copy-to`` of a run drops its labels), unless the platform

@@ -22,7 +22,7 @@ from webhook.engine.rules.operators import named_objects, reference_values
 from webhook.engine.subject import Review
 from webhook.engine.types import Violation
 from webhook.keys import PLATFORM_RECORD
-from webhook.policy.model import OperatorReference, Policy
+from webhook.policy.model import OperatorReference, Policy, RunPolicy
 
 RULES = Declarations(__name__)
 OWNERSHIP_RESERVED_LABEL = RULES.rule(
@@ -58,7 +58,7 @@ def check_reserved_labels(r: Review) -> list[Violation]:
     kind = ownership.group_kind(r.obj)
     owners = [
         (p, operator)
-        for p in r.root.run_policies()
+        for p in r.root.run_policies
         if ownership.enabled(p)
         for operator in p.platform.operators
         if kind in operator.kinds and operator.reserved_labels
@@ -120,7 +120,7 @@ def check_operator_references(r: Review) -> list[Violation]:
         return []
     requester = r.context.requester
     out: list[Violation] = []
-    for p in r.root.run_policies():
+    for p in r.root.run_policies:
         declared = p.platform.references.get(kind) if ownership.enabled(p) else None
         if not declared or ownership.is_platform_or_installer(p, requester):
             continue
@@ -137,7 +137,7 @@ def check_operator_references(r: Review) -> list[Violation]:
 
 
 def _names_platform_object(
-    p: Policy, reference: OperatorReference, path: str, value: Any, r: Review
+    p: RunPolicy, reference: OperatorReference, path: str, value: Any, r: Review
 ) -> list[Violation]:
     kind = reference.names.rpartition("/")[2]
     what = f"{kind} {value!r}" if reference.by == "name" else f"the {kind}s it selects"
@@ -178,7 +178,7 @@ def unknown_object(state: Any, kind: str, path: str, what: str, lacking: str = "
     )
 
 
-def created_by_platform(p: Policy, annotations: Any, root: Policy) -> bool:
+def created_by_platform(p: RunPolicy, annotations: Any, root: Policy) -> bool:
     """The record of an object says the platform (or one of its installers) created it."""
     records = annotations if isinstance(annotations, dict) else dict(annotations)
     if records.get(PLATFORM_RECORD) == ownership.INSTALLER:

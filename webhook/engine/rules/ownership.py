@@ -40,7 +40,7 @@ from webhook.engine import doors
 from webhook.engine.context import OWNERSHIP_OFF, Context, ObjectMeta, Ownership, Requester
 from webhook.engine.types import JSON
 from webhook.keys import PLATFORM_POLICY, PLATFORM_RECORD, POLICY_LABEL, REQUESTED_BY
-from webhook.policy.model import NamePattern, Policy
+from webhook.policy.model import NamePattern, Policy, RunPolicy
 from webhook.policy.patterns import split
 
 _MAX_DEPTH = 6  # Pod -> ReplicaSet -> Deployment is 2; anything longer is not a controller chain
@@ -48,7 +48,7 @@ GROUP = "group:"
 SERVICE_ACCOUNT = "serviceaccount:"
 
 
-def enabled(policy: Policy) -> bool:
+def enabled(policy: RunPolicy) -> bool:
     return bool(policy.platform.identities)
 
 
@@ -66,11 +66,11 @@ def is_identity(identities: tuple[str, ...], requester: Requester | None) -> boo
     return requester is not None and any(identity_matches(i, requester) for i in identities)
 
 
-def is_platform_identity(policy: Policy, requester: Requester | None) -> bool:
+def is_platform_identity(policy: RunPolicy, requester: Requester | None) -> bool:
     return is_identity(policy.platform.identities, requester)
 
 
-def is_platform_or_installer(policy: Policy, requester: Requester | None) -> bool:
+def is_platform_or_installer(policy: RunPolicy, requester: Requester | None) -> bool:
     """The platform itself, or one of ``platform.installers`` (its chart): who may change
     what the platform's objects are."""
     return is_platform_identity(policy, requester) or is_identity(
@@ -78,7 +78,7 @@ def is_platform_or_installer(policy: Policy, requester: Requester | None) -> boo
     )
 
 
-def service_account_identities(policy: Policy) -> frozenset[tuple[str, str]]:
+def service_account_identities(policy: RunPolicy) -> frozenset[tuple[str, str]]:
     """(namespace, name) of every ServiceAccount that is a platform identity or one of its
     operators: a Pod running as an operator's account could create Pods as the operator."""
     out = set()
@@ -93,7 +93,7 @@ def service_account_identities(policy: Policy) -> frozenset[tuple[str, str]]:
 
 
 def recorded_platform(
-    policy: Policy, annotations: Mapping[str, str], root: Policy | None = None
+    policy: RunPolicy, annotations: Mapping[str, str], root: Policy | None = None
 ) -> bool:
     """The object's record says the platform created it. An object stamped before
     records existed (no record key) counts when its stamp is a platform *user* name.
@@ -105,7 +105,7 @@ def recorded_platform(
     return stamped_by(policy.platform.identities, annotations.get(REQUESTED_BY))
 
 
-def recorded_for(policy: Policy, annotations: Mapping[str, str], root: Policy | None) -> bool:
+def recorded_for(policy: RunPolicy, annotations: Mapping[str, str], root: Policy | None) -> bool:
     """The platform record was written for ``policy``'s platform: the RunPolicy it names
     (``runguard.io/platform-policy``) is ``policy``, or one of ``root``'s whose every
     identity is one of ``policy``'s (``within``: whoever of it created the object was
@@ -118,7 +118,7 @@ def recorded_for(policy: Policy, annotations: Mapping[str, str], root: Policy | 
     return named is not None and within(named, policy)
 
 
-def within(a: Policy, b: Policy) -> bool:
+def within(a: RunPolicy, b: RunPolicy) -> bool:
     """Every identity of ``a``'s platform is one of ``b``'s: what ``a``'s platform does,
     ``b``'s could have done itself (MLRun's API is also Nuclio's: MLRun is within Nuclio,
     not the converse)."""
@@ -157,7 +157,7 @@ def records(object_meta: JSON) -> tuple[str | None, str | None, str | None]:
 def ownership_of(
     object_meta: JSON,
     namespace: str,
-    policy: Policy,
+    policy: RunPolicy,
     context: Context,
     old_meta: JSON | None = None,
     root: Policy | None = None,
@@ -192,7 +192,11 @@ INSTALLER = "installer"  # the record of an object a platform installer created
 
 
 def creator_record(
-    object_meta: JSON, namespace: str, policy: Policy, context: Context, root: Policy | None = None
+    object_meta: JSON,
+    namespace: str,
+    policy: RunPolicy,
+    context: Context,
+    root: Policy | None = None,
 ) -> str | None:
     """What runguard records at CREATE in ``runguard.io/platform``: "true" when the platform
     created the object (directly, or through its controllers and operators), "installer"
@@ -222,7 +226,7 @@ def creator_record(
 
 
 def _platform_owner(
-    policy: Policy, context: Context, root: Policy | None = None
+    policy: RunPolicy, context: Context, root: Policy | None = None
 ) -> Callable[[ObjectMeta, int], bool | Ownership]:
     """Accepts an owner that was the platform's when it was created: its record, or for
     an owner from before records existed, its stamp and then its own owner's."""
@@ -250,7 +254,7 @@ def _platform_owner(
 def created_through(
     object_meta: JSON,
     namespace: str,
-    policy: Policy,
+    policy: RunPolicy,
     context: Context,
     admit: Callable[[ObjectMeta], bool],
 ) -> Ownership:
@@ -262,7 +266,7 @@ def created_through(
 def _through_owner(
     object_meta: JSON,
     namespace: str,
-    policy: Policy,
+    policy: RunPolicy,
     context: Context,
     admit: Callable[[ObjectMeta, int], bool | Ownership],
     depth: int = 0,
@@ -338,7 +342,7 @@ def _has_controller(references: Any) -> bool:
 # --- names the platform reserves -------------------------------------------------------
 
 
-def reserved_patterns(policy: Policy, kind: str) -> tuple[NamePattern, ...]:
+def reserved_patterns(policy: RunPolicy, kind: str) -> tuple[NamePattern, ...]:
     """The platform's name patterns for objects of ``kind``."""
     if kind == "PersistentVolumeClaim":
         return tuple(policy.volumes.platform_claims)
@@ -351,7 +355,7 @@ def reserved_patterns(policy: Policy, kind: str) -> tuple[NamePattern, ...]:
     return ()
 
 
-def reserved_name(policy: Policy, kind: str, name: str) -> NamePattern | None:
+def reserved_name(policy: RunPolicy, kind: str, name: str) -> NamePattern | None:
     """The platform pattern ``name`` falls under, placeholders matching any value: a
     per-run name (a pattern naming a run's label) or an installation-wide one (the
     common credentials, a shared claim), which a user could otherwise take first. A
@@ -373,7 +377,7 @@ def _any_labels(text: str) -> re.Pattern[str]:
     )
 
 
-def platform_named(policy: Policy, kind: str, name: str) -> bool:
+def platform_named(policy: RunPolicy, kind: str, name: str) -> bool:
     """Whether ``name`` is one the platform's patterns give objects of ``kind``, for any run
     (installation-wide names included: only runs the platform creates may use those).
     A shared ConfigMap (``volumes.sharedConfigMaps``) is nobody's."""
@@ -389,7 +393,7 @@ TOKEN_SECRET_TYPE = "kubernetes.io/service-account-token"
 TOKEN_ACCOUNT_ANNOTATION = "kubernetes.io/service-account.name"
 
 
-def requested_by(policy: Policy, object_meta: JSON, namespace: str, context: Context) -> bool:
+def requested_by(policy: RunPolicy, object_meta: JSON, namespace: str, context: Context) -> bool:
     """The object was created by one of ``policy.requesters``: the request's user, or a
     controller (or operator) of ``policy.platform`` creating it for an owner, by uid, that
     this RunPolicy governs (which its requesters created)."""
@@ -420,7 +424,7 @@ def is_operator_object(obj: Any, root: Policy) -> bool:
     return (
         key is not None
         and key != "Pod"
-        and any(key in p.platform.operator_kinds for p in root.run_policies() if enabled(p))
+        and any(key in p.platform.operator_kinds for p in root.run_policies if enabled(p))
     )
 
 
@@ -435,7 +439,7 @@ def field_at(value: Any, *keys: str) -> Any:
 _NAMED_KINDS = frozenset({"PersistentVolumeClaim", "ConfigMap", "Secret", "ResourceClaim"})
 
 
-def platform_references(spec: Any, policy: Policy) -> list[tuple[str, str, str]]:
+def platform_references(spec: Any, policy: RunPolicy) -> list[tuple[str, str, str]]:
     """(kind, name, path) of every reference in a pod spec to an object with a platform
     name, through every door of ``webhook.engine.doors``, whatever the pod's labels (a
     pattern's placeholders stand for any value). Reads defensively: it also runs on pods

@@ -21,7 +21,7 @@ from __future__ import annotations
 from webhook.engine.pod import ALL_CONTAINER_LISTS, CONTAINER_LISTS, Pod, warning
 from webhook.engine.rule import Declarations
 from webhook.engine.types import JSON, Change, Violation
-from webhook.policy.model import Policy
+from webhook.policy.model import RunPolicy
 
 RULES = Declarations(__name__)
 SECURITY_PRIVILEGED = RULES.rule(
@@ -132,7 +132,7 @@ def is_windows(spec: JSON) -> bool:
     return os is not None and os.get("name") == "windows"
 
 
-def allowed_capabilities(policy: Policy) -> frozenset[str]:
+def allowed_capabilities(policy: RunPolicy) -> frozenset[str]:
     """What a container may add: the policy's list within the level's."""
     level_set = (
         RESTRICTED_CAPABILITIES if policy.security.level == "restricted" else BASELINE_CAPABILITIES

@@ -34,7 +34,7 @@ from webhook.engine.rules.ownership import (
 )
 from webhook.engine.rules.reserved import claim_specs, snapshot_source
 from webhook.engine.types import JSON, Violation
-from webhook.policy.model import Policy
+from webhook.policy.model import Policy, RunPolicy
 
 if TYPE_CHECKING:
     from webhook.engine.subject import Review
@@ -63,7 +63,7 @@ def pod_owner(context: Context, kind: str, namespace: str, name: str) -> str | N
     return None
 
 
-def check_pod_claims(r: Review, policy: Policy, ownership: Ownership) -> list[Violation]:
+def check_pod_claims(r: Review, policy: RunPolicy, ownership: Ownership) -> list[Violation]:
     """``ownership.not-a-run``: the pod spec of ``r``, which the platform did not create
     (``ownership``, by ``policy``), names a claim whose controller owner is a Pod
     (``ownership.unknown`` while runguard cannot tell whose the claim is, or who created
@@ -124,7 +124,7 @@ def check_pod_claim_clones(
     """``ownership.not-a-run``: a new PVC, or a StatefulSet's claim template, cloning a
     claim whose controller owner is a Pod, created by anyone but the platform."""
     specs = claim_specs(obj, context)
-    platforms = [p for p in root.run_policies() if enabled(p)]
+    platforms = [p for p in root.run_policies if enabled(p)]
     if not specs or not platforms or context.state is None:
         return []
     if any(is_platform_identity(p, context.requester) for p in platforms):
@@ -156,7 +156,7 @@ def check_pod_claim_snapshots(
     Pod, created by anyone but the platform (a claim of hers restored from it would be a
     clone by another door)."""
     name = snapshot_source(obj)
-    platforms = [p for p in root.run_policies() if enabled(p)]
+    platforms = [p for p in root.run_policies if enabled(p)]
     if context.operation != "CREATE" or name is None or not platforms or context.state is None:
         return []
     if any(is_platform_identity(p, context.requester) for p in platforms):

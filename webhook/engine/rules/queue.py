@@ -34,7 +34,7 @@ from webhook.engine.rules.queue_profile import queue_label as queue_label_of
 from webhook.engine.subject import Review
 from webhook.engine.types import Violation
 from webhook.keys import PLATFORM_RECORD
-from webhook.policy.model import Policy, QueueController
+from webhook.policy.model import QueueController, RunPolicy
 
 RULES = Declarations(__name__)
 QUEUE_BYPASSED = RULES.rule(
@@ -84,7 +84,7 @@ _HELD_BY_POD = frozenset({"Deployment", "StatefulSet"})
 _SERVICE_ACCOUNT_USER = "system:serviceaccount:"
 
 
-def queue_of(policy: Policy, requester: Requester | None) -> QueueController | None:
+def queue_of(policy: RunPolicy, requester: Requester | None) -> QueueController | None:
     """The queue controller of ``policy``'s platform the requester is, if any."""
     return next(
         (q for q in policy.platform.queues if ownership.is_identity((q.identity,), requester)),
@@ -110,7 +110,7 @@ def changed_message(queue: QueueController | None, requester: Requester | None) 
     return ""
 
 
-def _policy(r: Review) -> Policy | None:
+def _policy(r: Review) -> RunPolicy | None:
     """The RunPolicy whose queues judge the object: the governing one, else, on UPDATE,
     the one whose platform's record the old object carries (a RayJob the platform created)."""
     if r.governing is not None:
@@ -131,7 +131,7 @@ def _policy(r: Review) -> Policy | None:
     return None
 
 
-def _templates_policy(r: Review) -> Policy | None:
+def _templates_policy(r: Review) -> RunPolicy | None:
     """The RunPolicy of the first run template of an operator's object as it was stored
     (a RayJob's head, workers, submitter: its run labels are there, not on the object)."""
     entry = templates.declared(r.old, r.root, r.namespace)
@@ -144,7 +144,7 @@ def _templates_policy(r: Review) -> Policy | None:
     return None
 
 
-def _trusted(policy: Policy, requester: Requester | None) -> bool:
+def _trusted(policy: RunPolicy, requester: Requester | None) -> bool:
     """The queue, the platform, its installers, or a controller or operator it declares."""
     if requester is None:
         return False
@@ -301,7 +301,7 @@ def _labels(node: Any, reserved: tuple[str, ...], path: str) -> list[tuple[str, 
 
 
 def check_queue_kind(
-    kind: str, labels: Mapping[str, str], spec_path: str, queue: str, policy: Policy
+    kind: str, labels: Mapping[str, str], spec_path: str, queue: str, policy: RunPolicy
 ) -> list[Violation]:
     """``queue.kind``: a queue profile (queue ``queue``) on a pod controller whose Pods
     would otherwise run unqueued (see the rule). Jobs, CronJobs, Pods and the operators'

@@ -22,7 +22,7 @@ from webhook.engine.rules.profile import PROFILE_APPLIED
 from webhook.engine.rules.runtime import max_exec_time_label
 from webhook.engine.types import JSON, Change
 from webhook.keys import POLICY_LABEL
-from webhook.policy.model import Policy, Profile
+from webhook.policy.model import Profile, RunPolicy
 
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"  # Kueue's, when no platform.queues entry says
 PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
@@ -38,13 +38,13 @@ _QUEUED: dict[str, tuple[tuple[str, ...], tuple[str, ...] | None]] = {
 }
 
 
-def queue_label(policy: Policy) -> str:
+def queue_label(policy: RunPolicy) -> str:
     """The label naming a run's queue: the platform's queue controller's, else Kueue's."""
     queues = policy.platform.queues
     return queues[0].queue_label if queues else QUEUE_LABEL
 
 
-def queue_labels(profile: Profile, policy: Policy) -> dict[str, str]:
+def queue_labels(profile: Profile, policy: RunPolicy) -> dict[str, str]:
     """The labels a run of the queue profile ``profile`` carries."""
     queue = profile.queue
     if queue is None:
@@ -58,7 +58,7 @@ def queue_labels(profile: Profile, policy: Policy) -> dict[str, str]:
 
 def queued_as_a_whole(
     owner_references: tuple[Any, ...],
-    policy: Policy,
+    policy: RunPolicy,
     requester: Requester | None,
     cluster: ClusterView | None = None,
 ) -> bool:
@@ -98,7 +98,7 @@ def send_to_queue(
     obj: JSON,
     kind: str,
     profile: Profile,
-    policy: Policy,
+    policy: RunPolicy,
     owner_references: tuple[Any, ...] = (),
     suspend: tuple[str, ...] | None = None,
     requester: Requester | None = None,

@@ -32,7 +32,7 @@ from webhook.engine.rules.ownership import (
     string_map,
 )
 from webhook.engine.types import JSON, Violation
-from webhook.policy.model import Policy
+from webhook.policy.model import Policy, RunPolicy
 
 RULES = Declarations(__name__)
 OWNERSHIP_RESERVED_NAME = RULES.rule(
@@ -66,7 +66,7 @@ def check_reserved_name(obj: JSON, root: Policy, context: Context) -> list[Viola
     name = metadata.get("name") if isinstance(metadata, dict) else None
     if not isinstance(kind, str) or not isinstance(name, str):
         return []
-    for policy in root.run_policies():
+    for policy in root.run_policies:
         if not enabled(policy):
             continue
         pattern = reserved_name(policy, kind, name)
@@ -85,7 +85,7 @@ def check_reserved_name(obj: JSON, root: Policy, context: Context) -> list[Viola
     return []
 
 
-def cloned_claims(claim_spec: Any, policy: Policy) -> list[str]:
+def cloned_claims(claim_spec: Any, policy: RunPolicy) -> list[str]:
     """The platform claims a claim spec clones (``dataSource`` / ``dataSourceRef`` naming a
     PersistentVolumeClaim with a platform name): the same door as a generic ephemeral
     volume's, on a PVC of its own or a StatefulSet's claim template."""
@@ -126,7 +126,7 @@ def check_claim_clones(obj: JSON, root: Policy, context: Context) -> list[Violat
     if not specs:
         return []
     out: list[Violation] = []
-    for policy in root.run_policies():
+    for policy in root.run_policies:
         if not enabled(policy) or is_platform_identity(policy, context.requester):
             continue
         for path, claim_spec in specs:
@@ -161,7 +161,7 @@ def check_claim_snapshots(obj: JSON, root: Policy, context: Context) -> list[Vio
     name = snapshot_source(obj)
     if context.operation != "CREATE" or name is None:
         return []
-    for policy in root.run_policies():
+    for policy in root.run_policies:
         if not enabled(policy) or is_platform_identity(policy, context.requester):
             continue
         if platform_named(policy, "PersistentVolumeClaim", name):
@@ -197,7 +197,7 @@ def check_token_secret(
     name = token_account(obj)
     if name is None or (old is not None and token_account(old) == name):
         return []
-    for policy in root.run_policies():
+    for policy in root.run_policies:
         if not enabled(policy) or (namespace, name) not in service_account_identities(policy):
             continue
         if is_platform_or_installer(policy, context.requester):

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from webhook.engine.rule import Declarations
 from webhook.engine.types import Violation
 from webhook.keys import POLICY_LABEL
-from webhook.policy.model import Policy
+from webhook.policy.model import RunPolicy
 
 RULES = Declarations(__name__)
 SCOPE_LABELS = RULES.rule(
@@ -29,7 +29,7 @@ SCOPE_LABELS = RULES.rule(
 )
 
 
-def scope_label_keys(policy: Policy) -> list[str]:
+def scope_label_keys(policy: RunPolicy) -> list[str]:
     """Every label key that decides whether and how a pod is governed, in a stable order."""
     keys: list[str] = [*policy.selector.match_labels]
     keys.extend(e["key"] for e in policy.selector.match_expressions)

@@ -30,7 +30,7 @@ from webhook.engine.rules.pod_security import (
     is_windows,
 )
 from webhook.engine.types import JSON, Change, Violation
-from webhook.policy.model import Policy, SecurityConfig
+from webhook.policy.model import RunPolicy, SecurityConfig
 
 RULES = Declarations(__name__)
 SECURITY_ROOT = RULES.rule(
@@ -109,7 +109,7 @@ def strip_root(pod: Pod) -> Change | None:
 
 def _harden_pod_context(
     spec: JSON,
-    policy: Policy,
+    policy: RunPolicy,
     fill: Hardening,
     strip: bool,
     linux: bool,
@@ -159,7 +159,7 @@ def _harden_pod_seccomp(
 
 
 def _strip_container_root(
-    sc: JSON, name: str, policy: Policy, linux: bool, stripped: list[str]
+    sc: JSON, name: str, policy: RunPolicy, linux: bool, stripped: list[str]
 ) -> None:
     """A container's root ids and ``runAsNonRoot: false``."""
     if linux and (sc.get("runAsUser") == 0 or sc.get("runAsGroup") == 0):

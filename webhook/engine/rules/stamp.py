@@ -16,7 +16,7 @@ from webhook.engine.rule import Declarations
 from webhook.engine.rules.ownership import enabled, is_platform_identity, string_map
 from webhook.engine.types import JSON, Violation
 from webhook.keys import REQUESTED_BY
-from webhook.policy.model import Policy
+from webhook.policy.model import Policy, RunPolicy
 
 RULES = Declarations(__name__)
 OWNERSHIP_STAMP = RULES.rule(
@@ -61,7 +61,7 @@ def check_owner_change(
         return []
     if all(ref in before for ref in after):
         return []
-    for policy in root.run_policies():
+    for policy in root.run_policies:
         if is_platform_identity(policy, context.requester):
             return []
         requester = context.requester
@@ -81,7 +81,7 @@ def check_stamp(
     new_meta: JSON,
     old_meta: JSON,
     in_scope_before: bool,
-    policy: Policy,
+    policy: RunPolicy,
     context: Context,
     adopted: bool = False,
 ) -> list[Violation]:

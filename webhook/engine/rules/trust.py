@@ -40,7 +40,7 @@ from webhook.engine.scope import service_account
 from webhook.engine.subject import Review, expected_records
 from webhook.engine.types import Violation
 from webhook.keys import PLATFORM_POLICY, PLATFORM_RECORD, POLICY_LABEL, REQUESTED_BY
-from webhook.policy.model import Policy
+from webhook.policy.model import RunPolicy
 
 RULES = Declarations(__name__)
 OWNERSHIP_CHANGED = RULES.rule(
@@ -197,7 +197,7 @@ def _operator_object_change(r: Review) -> list[Violation]:
     ]
 
 
-def _platform_old(r: Review) -> Policy | None:
+def _platform_old(r: Review) -> RunPolicy | None:
     """The RunPolicy whose platform, by its record, created the old object (the one that
     wrote the record, ``scope.recorder`` of the stored object: the RunPolicy the record
     names), unless the request comes from that platform, one of its installers or its
@@ -240,7 +240,7 @@ def check_scope(r: Review) -> list[Violation]:
         entering = next(
             (
                 p
-                for p in r.root.run_policies()
+                for p in r.root.run_policies
                 if scope.selects(p, labels, r.namespace) and not scope.selects(p, old, r.namespace)
             ),
             None,
@@ -256,7 +256,7 @@ def check_scope(r: Review) -> list[Violation]:
             )
         ]
     keys: list[str] = []
-    for p in r.root.run_policies():
+    for p in r.root.run_policies:
         keys.extend(scope_label_keys(p))
     return check_scope_labels(
         r.old_target.labels,
@@ -304,7 +304,7 @@ def check_profile_annotation(r: Review) -> list[Violation]:
     if r.old_target is None or r.governing is None:
         return []
     annotations = r.target.annotations if r.target is not None else {}
-    keys = [p.profiles_config.label for p in r.root.run_policies()]
+    keys = [p.profiles_config.label for p in r.root.run_policies]
     return check_scope_annotations(
         r.old_target.annotations,
         annotations,
@@ -328,7 +328,7 @@ def check_operator_scale(r: Review) -> list[Violation]:
     out: list[Violation] = []
     # Every platform declaring the kind judges it: exempt only within its own platform
     # (another platform's Model is not this platform's to scale).
-    for p in r.root.run_policies():
+    for p in r.root.run_policies:
         kind = next(
             (
                 k
@@ -354,7 +354,7 @@ def _replicas(scale: Any) -> Any:
     return spec.get("replicas") if isinstance(spec, dict) else None
 
 
-def _scales_platform_object(p: Policy, kind: str, r: Review) -> list[Violation]:
+def _scales_platform_object(p: RunPolicy, kind: str, r: Review) -> list[Violation]:
     name = r.metadata.get("name")
     what = f"the {kind} {name!r} this scales"
     state = r.context.state

@@ -16,7 +16,7 @@ from webhook.engine.rule import Declarations
 from webhook.engine.rules.operators import operator_config_map
 from webhook.engine.rules.pod_security import RESTRICTED_VOLUME_TYPES
 from webhook.engine.types import JSON, Change, Violation
-from webhook.policy.model import ROOT_CA_CONFIG_MAP, Policy, matches_any
+from webhook.policy.model import ROOT_CA_CONFIG_MAP, RunPolicy, matches_any
 
 RULES = Declarations(__name__)
 VOLUMES_FORBIDDEN_TYPE = RULES.rule(
@@ -154,7 +154,7 @@ def drop_preexisting_volumes(pod: Pod) -> Change | None:
     return kept_change(VOLUMES_PRE_EXISTING, "pre-existing volumes removed", tuple(notes))
 
 
-def forbidden_type(kind: str, policy: Policy) -> str | None:
+def forbidden_type(kind: str, policy: RunPolicy) -> str | None:
     """Why a volume of type ``kind`` may not be used, or None: the one judgment of volume
     types, the policy's ``volumes.allowedTypes`` and then the Pod Security level, which
     forbids some types even where the list names them (check_hostPathVolumes.go,

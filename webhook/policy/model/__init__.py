@@ -7,7 +7,7 @@ fields (``docs/dev/contributing.md``). The engine reads the result, ``Policy``, 
 attributes: snake_case names, values precomputed at load (resource lists with ``gpu``
 resolved, maximums parsed to Decimal, name patterns compiled).
 
-Documents reach ``build_policy`` after the JSON Schema generated from this model has
+Documents reach ``build_run_policy`` after the JSON Schema generated from this model has
 checked them (``loader.py``, which reports problems as ``file:line: key: message``);
 pydantic then builds the typed model from the valid data.
 
@@ -20,7 +20,8 @@ One module per concern, every name importable from here:
 * ``run_policy``: a RunPolicy's sections and ``RunPolicySpec``;
 * ``profile``: a Profile's and a ProjectProfile's keys, and ``Profile``;
 * ``documents``: the envelope of a document and each kind's spec and metadata (``KINDS``);
-* ``policy``: ``Policy``, what the engine reads, and ``build_policy``.
+* ``policy``: ``Policy``, what the engine reads (every ``RunPolicy`` loaded), and
+  ``build_run_policy``.
 
 What is not a key lives beside it (Kubernetes shapes in ``kube.py``, string formats in
 ``formats.py``, how keys are declared in ``declare.py``).
@@ -52,11 +53,11 @@ from webhook.policy.model.platform import (
 )
 from webhook.policy.model.policy import (
     Policy,
-    build_policy,
+    RunPolicy,
+    build_run_policy,
     gpu_resource_name,
     profile_path,
     run_policy_path,
-    with_alternatives,
 )
 from webhook.policy.model.profile import (
     Profile,
@@ -116,17 +117,17 @@ __all__ = [
     "ROOT_CA_CONFIG_MAP",
     "ReferencePath",
     "ResourcesConfig",
+    "RunPolicy",
     "RunPolicySpec",
     "SchedulingConfig",
     "SecretsConfig",
     "SecurityConfig",
     "VolumesConfig",
     "Weight",
-    "build_policy",
+    "build_run_policy",
     "gpu_resource_name",
     "matches_any",
     "profile_path",
     "resolve_resource_name",
     "run_policy_path",
-    "with_alternatives",
 ]

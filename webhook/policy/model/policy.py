@@ -1,11 +1,13 @@
-"""The Policy the engine reads: a RunPolicy's spec with its name, profiles and digest,
-built from schema-valid documents (``build_policy``)."""
+"""What the engine reads: a ``Policy``, the RunPolicies loaded, each a ``RunPolicy`` (its
+spec with its name, profiles and digest) built from schema-valid documents
+(``build_run_policy``)."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import Field
@@ -22,35 +24,54 @@ from webhook.policy.model.run_policy import (
 )
 
 
-class Policy(RunPolicySpec):
-    """A RunPolicy's spec with its name, the profiles by name, and a digest of the sources.
-
-    The policy loaded from a directory (docs/glossary.md) is its RunPolicies, and the
-    one callers hold is the first by name, holding the others as its ``alternatives``
-    in name order (``run_policies()``: all of them, as they are tried). Which of them
-    governs a Pod only ``webhook.engine.scope.choose`` decides."""
+class RunPolicy(RunPolicySpec):
+    """One RunPolicy as the engine reads it: its spec, its name, the Platform it names
+    (resolved at load), the profiles by name and a digest of its sources."""
 
     platform: PlatformConfig = Field(default_factory=PlatformConfig)  # resolved at load
     name: str = "runguard"
     profiles: Mapping[str, Profile] = Field(default_factory=dict)
-    digest: str = ""  # sha256 of the source documents, for /readyz and the audit log
-    alternatives: tuple[Policy, ...] = ()
+    digest: str = ""  # sha256 of the source documents
 
-    def run_policies(self) -> tuple[Policy, ...]:
-        """Every RunPolicy, in the order they are tried."""
-        return (self, *self.alternatives)
 
-    def named(self, name: str) -> Policy | None:
+@dataclass(frozen=True)
+class Policy:
+    """The policy (docs/glossary.md): every RunPolicy loaded from a directory or the
+    cluster, in the order they are tried (by name). Which of them governs a run only
+    ``webhook.engine.scope.choose`` decides."""
+
+    run_policies: tuple[RunPolicy, ...]
+    digest: str = ""  # of every RunPolicy's sources, for /readyz and the audit log
+
+    def __post_init__(self) -> None:
+        if not self.run_policies:
+            raise ValueError("a policy holds at least one RunPolicy")
+
+    @classmethod
+    def of(cls, *run_policies: RunPolicy) -> Policy:
+        """The policy of these RunPolicies, tried in this order; one digest for all."""
+        if len(run_policies) == 1:
+            return cls(run_policies, run_policies[0].digest)
+        digest = hashlib.sha256("".join(p.digest for p in run_policies).encode()).hexdigest()
+        return cls(run_policies, digest[:16])
+
+    @property
+    def first(self) -> RunPolicy:
+        """The RunPolicy tried first: the one whose settings hold for the policy as a whole
+        where one must (the server's, the rendered webhooks')."""
+        return self.run_policies[0]
+
+    def named(self, name: str) -> RunPolicy | None:
         """The RunPolicy called ``name``, if there is one."""
-        return next((p for p in (self, *self.alternatives) if p.name == name), None)
+        return next((p for p in self.run_policies if p.name == name), None)
 
     def names(self) -> list[str]:
         """Every RunPolicy's name, in the order they are tried."""
-        return [p.name for p in self.run_policies()]
+        return [p.name for p in self.run_policies]
 
     def profile_names(self) -> list[str]:
         """Every profile's name, whichever RunPolicy holds it, sorted."""
-        return sorted({name for p in self.run_policies() for name in p.profiles})
+        return sorted({name for p in self.run_policies for name in p.profiles})
 
     def describe(self) -> str:
         """What is loaded, as the log and ``runguard lint`` count it:
@@ -58,15 +79,6 @@ class Policy(RunPolicySpec):
         names, count = self.names(), len(self.profile_names())
         kind = "RunPolicy" if len(names) == 1 else "RunPolicies"
         return f"{kind} {', '.join(names)}; {count} profile{'s' if count != 1 else ''}"
-
-
-def with_alternatives(policies: Sequence[Policy]) -> Policy:
-    """The first of ``policies`` (in name order) holding the others; one digest for all."""
-    first, *rest = policies
-    if not rest:
-        return first
-    digest = hashlib.sha256("".join(p.digest for p in policies).encode()).hexdigest()[:16]
-    return first.model_copy(update={"alternatives": tuple(rest), "digest": digest})
 
 
 def run_policy_path(*names: str) -> tuple[str, ...]:
@@ -94,8 +106,10 @@ def gpu_resource_name(spec: object) -> str:
     return name if isinstance(name, str) else str(field.default)
 
 
-def build_policy(run_policy: Mapping[str, Any], profiles: Sequence[Mapping[str, Any]]) -> Policy:
-    """Build a Policy from schema-valid ``RunPolicy`` and ``Profile`` documents.
+def build_run_policy(
+    run_policy: Mapping[str, Any], profiles: Sequence[Mapping[str, Any]]
+) -> RunPolicy:
+    """Build a RunPolicy from schema-valid ``RunPolicy`` and ``Profile`` documents.
 
     Raises pydantic's ``ValidationError`` (a ``ValueError``) for data the schema would
     have refused.
@@ -112,7 +126,7 @@ def build_policy(run_policy: Mapping[str, Any], profiles: Sequence[Mapping[str, 
     digest = hashlib.sha256(
         json.dumps([run_policy, profiles], sort_keys=True, default=str).encode()
     ).hexdigest()[:16]
-    return Policy.model_validate(
+    return RunPolicy.model_validate(
         {
             **{name: getattr(spec, name) for name in RunPolicySpec.model_fields},
             "name": (run_policy.get("metadata") or {}).get("name", "runguard"),
