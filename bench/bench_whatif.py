@@ -35,6 +35,7 @@ from bench_config import REPO
 
 from webhook.audit.clusteraudit import LISTINGS, Listing, listed_pages  # noqa: E402
 from webhook.audit.whatif import TableWriter, Tally, compare_all  # noqa: E402
+from webhook.cli.whatif import selecting  # noqa: E402
 from webhook.clusterstate import StaticClusterState  # noqa: E402
 from webhook.engine import mutate  # noqa: E402
 from webhook.engine.context import Context  # noqa: E402
@@ -152,11 +153,12 @@ def worker(count: int, page_size: int, proposed_dir: str) -> None:
     current, proposed = load_policy(POLICY_DIR), load_policy(proposed_dir)
     context = Context(state=StaticClusterState.from_documents([*namespaces(), *classes()]))
     fetch = SyntheticApiserver(count, templates(current, context))
-    selecting = Policy((*current.run_policies, *proposed.run_policies), current.digest)
     tally = Tally()
     with open(os.devnull, "w") as out:
         table = TableWriter(out)
-        for _, _, items in listed_pages(fetch, selecting, page_size=page_size, listings=LISTINGS):
+        for _, _, items in listed_pages(
+            fetch, selecting(current, proposed), page_size=page_size, listings=LISTINGS
+        ):
             verdicts = list(compare_all(items, current, proposed, context))
             tally.add(verdicts)
             table.write(verdicts)

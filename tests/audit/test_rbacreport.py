@@ -27,7 +27,6 @@ from webhook.audit.rbacreport import (
     Platform,
     RbacReport,
     platform_of,
-    rbac_policy_reports,
     rbac_report,
     rbac_reports,
     shells_webhook_installed,
@@ -476,7 +475,7 @@ def edit_objects() -> list[Any]:
 
 def test_policy_reports_a_cluster_report_and_one_per_run_namespace() -> None:
     report = rbac_report(edit_objects(), PLATFORM, shells=False)
-    cluster, *namespaced = rbac_policy_reports(report, now=1700000000.5)
+    cluster, *namespaced = rbac_reports(POLICY_REPORTS, report, now=1700000000.5)
     assert (
         cluster["kind"] == "ClusterPolicyReport" and cluster["metadata"]["name"] == "runguard-rbac"
     )
@@ -500,11 +499,11 @@ def test_policy_reports_a_cluster_report_and_one_per_run_namespace() -> None:
     # expected subjects, asked for: skip results saying why
     objects = [*edit_objects(), binding("m", "r", {"kind": "Group", "name": "system:masters"})]
     report = rbac_report(objects, PLATFORM, shells=False)
-    cluster = rbac_policy_reports(report, include_expected=True)[0]
+    cluster = rbac_reports(POLICY_REPORTS, report, include_expected=True)[0]
     skipped = [r for r in cluster["results"] if r["result"] == "skip"]
     assert len(skipped) == 3 and cluster["summary"]["skip"] == 3
     assert {r["properties"]["expected"] for r in skipped} == {"cluster admin"}
-    assert rbac_policy_reports(report)[0]["summary"]["skip"] == 0
+    assert rbac_reports(POLICY_REPORTS, report)[0]["summary"]["skip"] == 0
 
 
 REPORT_LABELS = {"app.kubernetes.io/managed-by": "runguard", "runguard.io/report": "rbac"}
@@ -568,8 +567,7 @@ def test_both_formats_carry_the_same_rbac_results() -> None:
     objects = [*edit_objects(), binding("m", "r", {"kind": "Group", "name": "system:masters"})]
     report = rbac_report(objects, PLATFORM, shells=False)
     for include_expected in (False, True):
-        policy_reports = rbac_policy_reports(report, include_expected=include_expected, now=9.0)
-        assert policy_reports == rbac_reports(
+        policy_reports = rbac_reports(
             POLICY_REPORTS, report, include_expected=include_expected, now=9.0
         )
         open_reports = rbac_reports(
@@ -875,7 +873,7 @@ def test_write_without_a_formats_crds_says_what_to_install(
 def test_an_empty_report_renders() -> None:
     report = RbacReport([], [], shells=True)
     assert to_table(report.findings) == "NAMESPACE  SUBJECT  DOOR  GRANTS  VIA"
-    (cluster,) = rbac_policy_reports(report)
+    (cluster,) = rbac_reports(POLICY_REPORTS, report)
     assert cluster["results"] == [] and cluster["summary"]["fail"] == 0
 
 

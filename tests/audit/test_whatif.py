@@ -175,13 +175,13 @@ def test_a_broken_proposal_is_bad_input(tmp_path: Path, current: Policy) -> None
 def test_paging_selects_for_either_policy_and_judges_every_run_once(
     tmp_path: Path, current: Policy
 ) -> None:
-    from webhook.cli.whatif import _selecting
+    from webhook.cli.whatif import selecting
 
     proposed = load_policy(policy_dir(tmp_path / "proposed", selector=TEAM_A_ONLY))
     pods = [stored(current, f"r{i:02}", "team-b", "a100") for i in range(7)]
     fetch = FakeApiserver({"Pod": pods})
     tally = Tally()
-    for _, _, items in listed_pages(fetch, _selecting(current, proposed), page_size=3):
+    for _, _, items in listed_pages(fetch, selecting(current, proposed), page_size=3):
         tally.add(compare_all(items, current, proposed, CONTEXT))
     assert tally.totals == {"denied": 7}
     pod_queries = [q for kind, q in fetch.queries if kind == "Pod"]

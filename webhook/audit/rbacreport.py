@@ -29,7 +29,6 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from webhook.audit.policyreport import POLICY_REPORTS
 from webhook.audit.rbac import (
     CLUSTER_WIDE,
     Binding,
@@ -60,7 +59,6 @@ __all__ = [
     "RbacReport",
     "Subject",
     "platform_of",
-    "rbac_policy_reports",
     "rbac_report",
     "rbac_reports",
     "shells_webhook_installed",
@@ -490,10 +488,3 @@ def rbac_reports(
         by_namespace.setdefault(f.namespace, []).append(_result(f, when))
     cluster = form.wrap(_metadata(None), by_namespace.pop(CLUSTER_WIDE))
     return [cluster, *(form.wrap(_metadata(ns), rs) for ns, rs in sorted(by_namespace.items()))]
-
-
-def rbac_policy_reports(
-    report: RbacReport, *, include_expected: bool = False, now: float = 0.0
-) -> list[dict[str, Any]]:
-    """``rbac_reports`` as wgpolicyk8s.io's ClusterPolicyReport and PolicyReports."""
-    return rbac_reports(POLICY_REPORTS, report, include_expected=include_expected, now=now)

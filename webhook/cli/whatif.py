@@ -100,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_DENIED if tally.affected else EXIT_OK
 
 
-def _selecting(current: Policy, proposed: Policy) -> Policy:
+def selecting(current: Policy, proposed: Policy) -> Policy:
     """A policy whose RunPolicies are both policies': the server selects for either."""
     return Policy((*current.run_policies, *proposed.run_policies), current.digest)
 
@@ -154,7 +154,7 @@ def _live(
         session.doing = "list objects"
         for _, _, items in listed_pages(
             kube_fetch(session.api_client),
-            _selecting(current, proposed),
+            selecting(current, proposed),
             namespace=args.namespace,
             page_size=args.page_size,
             notice=lambda message: print(f"runguard whatif: {message}", file=sys.stderr),
